@@ -1,0 +1,178 @@
+"""``Parameter`` and the ``Module`` base class every layer derives from.
+
+A module owns parameters (and sub-modules), runs ``forward`` while keeping in
+``self.cache`` what its ``backward`` will need, and on ``backward(dout)``
+accumulates parameter gradients with ``+=`` and returns the input gradient.
+There is no autograd: each layer's backward is written out by hand next to its
+forward.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from minitransformer import backend
+from minitransformer.backend import xp
+
+
+class Parameter:
+    """A trainable array ``data`` with its gradient ``grad`` (same shape and dtype).
+
+    ``grad`` starts at zero; backward passes add into it, ``zero_grad`` clears it.
+    """
+
+    __slots__ = ("data", "grad")
+
+    def __init__(self, data):
+        self.data = data
+        self.grad = xp.zeros_like(data)
+
+    @property
+    def shape(self):
+        return self.data.shape
+
+    def __repr__(self):
+        return f"Parameter(shape={tuple(self.data.shape)}, dtype={self.data.dtype})"
+
+
+class Module:
+    """Base class: parameter bookkeeping, train/eval mode, state dicts.
+
+    Subclasses implement ``forward(...)`` (which fills ``self.cache``) and
+    ``backward(dout)``. Sub-modules and parameters are found by walking the
+    instance attributes in the order they were assigned, so names are stable
+    dotted paths such as ``blocks.3.attn.qkv.weight``.
+    """
+
+    training: bool = True
+    cache = None
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def backward(self, dout):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _require_cache(self):
+        """The forward cache, or a clear error if forward has not run."""
+        if self.cache is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.backward() was called before forward(): run the "
+                "forward pass first (backward needs the values it cached)."
+            )
+        return self.cache
+
+    # -- traversal ---------------------------------------------------------
+    def named_children(self) -> Iterator[tuple[str, "Module"]]:
+        for key, value in vars(self).items():
+            if isinstance(value, Module):
+                yield key, value
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
+        yield prefix, self
+        for key, child in self.named_children():
+            yield from child.named_modules(f"{prefix}.{key}" if prefix else key)
+
+    def modules(self) -> Iterator["Module"]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        """(dotted name, Parameter) pairs; a shared (tied) Parameter appears once."""
+        seen: set[int] = set()
+        for mod_name, mod in self.named_modules(prefix):
+            for key, value in vars(mod).items():
+                if isinstance(value, Parameter) and id(value) not in seen:
+                    seen.add(id(value))
+                    yield (f"{mod_name}.{key}" if mod_name else key), value
+
+    def parameters(self) -> list[Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    def num_parameters(self) -> int:
+        return int(sum(p.data.size for p in self.parameters()))
+
+    # -- gradients and modes -------------------------------------------------
+    def zero_grad(self) -> None:
+        """Set every parameter gradient to zero (backward passes accumulate)."""
+        for p in self.parameters():
+            p.grad.fill(0)
+
+    def train(self, mode: bool = True) -> "Module":
+        """Training mode: dropout is active."""
+        for m in self.modules():
+            m.training = mode
+        return self
+
+    def eval(self) -> "Module":
+        """Evaluation mode: dropout is the identity."""
+        return self.train(False)
+
+    def astype(self, dtype) -> "Module":
+        """Cast every parameter (and its gradient) to ``dtype``, in place."""
+        for p in self.parameters():
+            p.data = p.data.astype(dtype)
+            p.grad = p.grad.astype(dtype)
+        for m in self.modules():
+            m.cache = None
+            if hasattr(m, "on_astype"):
+                m.on_astype(dtype)
+        return self
+
+    # -- state -------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """{name: host NumPy copy of the weights}, whatever the backend."""
+        return {name: np.array(backend.to_numpy(p.data)) for name, p in self.named_parameters()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Load weights by name. All names and shapes are checked before anything
+        is written, so a mismatch leaves the module untouched."""
+        own = dict(self.named_parameters())
+        missing = sorted(set(own) - set(state))
+        unexpected = sorted(set(state) - set(own))
+        wrong = [
+            f"{n}: expected {tuple(own[n].shape)}, got {tuple(np.shape(state[n]))}"
+            for n in own if n in state and tuple(own[n].shape) != tuple(np.shape(state[n]))
+        ]
+        if missing or unexpected or wrong:
+            lines = []
+            if missing:
+                lines.append("missing: " + ", ".join(missing))
+            if unexpected:
+                lines.append("unexpected: " + ", ".join(unexpected))
+            if wrong:
+                lines.append("shape mismatch: " + "; ".join(wrong))
+            raise ValueError(
+                f"state dict does not fit {type(self).__name__} (the architecture differs):\n  "
+                + "\n  ".join(lines)
+            )
+        for n, p in own.items():
+            p.data = backend.asarray(backend.to_numpy(state[n]), dtype=p.data.dtype)
+            p.grad = xp.zeros_like(p.data)
+
+
+class ModuleList(Module):
+    """An indexable list of modules whose parameters are named ``0.``, ``1.`` ..."""
+
+    def __init__(self, modules=()):
+        self._items = list(modules)
+
+    def named_children(self):
+        for i, m in enumerate(self._items):
+            yield str(i), m
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+    def __len__(self):
+        return len(self._items)
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def append(self, module: Module) -> None:
+        self._items.append(module)
