@@ -1,0 +1,62 @@
+# minitransformer developer commands.
+#
+#   make demo   build .venv with the [chem,plot] extras, run demos/molecules.py
+#   make test   build .venv with the [all] extras, run the test suite
+#   make clean  remove .venv and build/test caches
+#
+# Knobs (set on the command line, e.g. `make test PYTEST_ARGS="-k attention"`):
+#   PYTHON       interpreter used to create the venv (default: python3, needs >= 3.10)
+#   VENV         where the virtualenv lives (default: .venv)
+#   ARGS         extra arguments for demos/molecules.py
+#   PYTEST_ARGS  extra arguments for pytest
+#   PIP_ARGS     extra arguments for `pip install`
+
+PYTHON      ?= python3
+VENV        ?= .venv
+ARGS        ?=
+PYTEST_ARGS ?=
+PIP_ARGS    ?=
+
+VENV_PY := $(VENV)/bin/python
+
+# Tox21 lives outside the repository, in ../shared/data on our machines.
+# Point the code at it unless the caller already chose a location.
+SHARED_DATA := ../shared/data
+ifeq ($(strip $(MINITRANSFORMER_DATA)),)
+  ifneq ($(wildcard $(SHARED_DATA)/.),)
+    export MINITRANSFORMER_DATA := $(abspath $(SHARED_DATA))
+  endif
+endif
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test clean
+
+help:
+	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
+
+demo: $(VENV)/.installed-demo
+	$(VENV_PY) demos/molecules.py $(ARGS)
+
+test: $(VENV)/.installed-test
+	$(VENV_PY) -m pytest $(PYTEST_ARGS)
+
+# The bare virtualenv. Checked for the Python version first so an old python3
+# fails here with a clear message rather than deep inside pip.
+$(VENV_PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
+	  { echo "error: minitransformer needs Python >= 3.10; '$(PYTHON)' is $$($(PYTHON) -V 2>&1). Try: make $(MAKECMDGOALS) PYTHON=python3.12" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# Stamp files: the editable install is redone only when the packaging changes.
+# The package itself is installed in editable mode, so code edits need no reinstall.
+$(VENV)/.installed-demo: setup.cfg pyproject.toml | $(VENV_PY)
+	$(VENV_PY) -m pip install $(PIP_ARGS) -e '.[chem,plot]'
+	@touch $@
+
+$(VENV)/.installed-test: setup.cfg pyproject.toml | $(VENV_PY)
+	$(VENV_PY) -m pip install $(PIP_ARGS) -e '.[all]'
+	@touch $@
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
