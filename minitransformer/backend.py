@@ -75,6 +75,8 @@ def _wrap(obj):
         return StrictArray(obj)
     if isinstance(obj, _np.generic) and not isinstance(obj, (_np.str_, _np.bytes_)):
         return StrictArray(_np.asarray(obj))  # CuPy reductions give 0-d arrays too
+    if isinstance(obj, _np.random.Generator):
+        return _StrictNamespace(obj)  # its draws come back as device arrays
     if isinstance(obj, tuple):
         return tuple(_wrap(o) for o in obj)
     if isinstance(obj, list):
@@ -229,7 +231,8 @@ class _StrictFunction:
 
 
 class _StrictNamespace:
-    """``numpy`` seen through the strict wrappers: ``xp.exp``, ``xp.random`` ..."""
+    """``numpy`` (or a NumPy object such as a Generator) seen through the strict
+    wrappers: ``xp.exp``, ``xp.random.default_rng(0).random(...)`` ..."""
 
     def __init__(self, module):
         self._module = module
@@ -237,7 +240,7 @@ class _StrictNamespace:
     def __getattr__(self, attr):
         value = getattr(self._module, attr)
         if isinstance(value, type) or not callable(value):
-            if type(value).__name__ == "module":
+            if type(value).__name__ == "module" or isinstance(value, _np.random.BitGenerator):
                 return _StrictNamespace(value)
             return value  # dtypes, constants (xp.float32, xp.inf, xp.newaxis)
         return _StrictFunction(value, allow_host=attr in _HOST_TO_DEVICE)

@@ -1,0 +1,122 @@
+r"""Scaled dot-product attention over many heads at once.
+
+For one head, with queries :math:`Q \in \mathbb{R}^{T_q\times d}`, keys
+:math:`K \in \mathbb{R}^{T_k\times d}`, values :math:`V \in \mathbb{R}^{T_k\times d}`:
+
+.. math::
+    S = s\,Q K^\top,\qquad
+    P = \mathrm{softmax}_{\text{rows}}(S \text{ with masked entries} = -\infty),\qquad
+    O = P V,
+
+with :math:`s = 1/\sqrt d` by default. Masked keys get :math:`-\infty` (not a
+large negative number), so their probability is exactly zero however large the
+other logits are. A query whose keys are *all* masked has nothing to attend to:
+its row of :math:`P` is defined as zero, so it outputs zeros and passes zero
+gradient, instead of the NaN that :math:`0/0` would give.
+
+Backward, with :math:`dO` given:
+
+.. math::
+    dV = P^\top dO,\quad dP = dO\,V^\top,\quad
+    dS = P \odot (dP - \mathrm{rowsum}(dP\odot P)),\quad
+    dQ = s\,dS\,K,\quad dK = s\,dS^\top Q .
+
+(With attention dropout, :math:`O = (P \odot M) V` for a scaled keep-mask
+:math:`M`, and :math:`dP` picks up the same factor :math:`M`.)
+"""
+from __future__ import annotations
+
+import math
+
+from minitransformer.backend import xp
+
+
+def _check_mask(mask, shape):
+    """Raise ValueError unless ``mask`` is boolean and broadcastable to ``shape`` (B, H, Tq, Tk)."""
+    if mask.dtype != bool:
+        raise ValueError(
+            f"attention: mask must be boolean (True = may attend), got dtype {mask.dtype}"
+        )
+    if mask.ndim > 4 or any(m not in (1, s) for m, s in zip(mask.shape[::-1], shape[::-1])):
+        raise ValueError(
+            f"attention: mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
+            f"shape (B, H, Tq, Tk) = {tuple(shape)}; use (Tq, Tk), (B, 1, 1, Tk) or (B, H, Tq, Tk)"
+        )
+
+
+def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_mask=None):
+    """Multi-head scaled dot-product attention.
+
+    Args:
+        q: (B, H, Tq, Dh) queries.
+        k: (B, H, Tk, Dh) keys.
+        v: (B, H, Tk, Dv) values.
+        mask: boolean, broadcastable to (B, H, Tq, Tk); True = may attend. None = no mask.
+        scale: multiplies the logits; default ``1/sqrt(Dh)``.
+        dropout_mask: optional (B, H, Tq, Tk) keep-mask already divided by (1 - p)
+            (attention dropout); None = no dropout.
+
+    Returns:
+        out: (B, H, Tq, Dv).
+        cache: dict with ``q, k, v`` (for dQ, dK, dV), ``p`` (B, H, Tq, Tk) the attention
+        probabilities (also what the attention-map plots read), ``pd`` the probabilities
+        after dropout (or ``p`` itself), ``dropout_mask`` and ``scale``.
+    """
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            "attention: q, k, v must be 4-D (B, H, T, Dh); got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1] or k.shape[:3] != v.shape[:3] or q.shape[:2] != k.shape[:2]:
+        raise ValueError(
+            "attention: expected q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv); got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    B, H, Tq, Dh = q.shape
+    Tk = k.shape[2]
+    scale = 1.0 / math.sqrt(Dh) if scale is None else float(scale)
+
+    s = q @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk), raw logits
+    s *= scale
+    if mask is not None:
+        _check_mask(mask, (B, H, Tq, Tk))
+        s = xp.where(mask, s, -xp.inf)  # (B, H, Tq, Tk), masked logits are exactly -inf
+    row_max = s.max(axis=-1, keepdims=True)  # (B, H, Tq, 1), -inf on fully masked rows
+    if mask is not None:
+        row_max = xp.where(xp.isneginf(row_max), 0.0, row_max)  # avoid -inf - -inf = NaN
+    s -= row_max
+    p = xp.exp(s, out=s)  # (B, H, Tq, Tk), exp(-inf) = 0 exactly
+    denom = p.sum(axis=-1, keepdims=True)  # (B, H, Tq, 1), 0 on fully masked rows
+    if mask is not None:
+        denom = xp.where(denom == 0, 1.0, denom)  # fully masked row: 0 / 1 = 0, not NaN
+    p /= denom
+    pd = p if dropout_mask is None else p * dropout_mask  # (B, H, Tq, Tk)
+    out = pd @ v  # (B, H, Tq, Dv)
+    cache = {"q": q, "k": k, "v": v, "p": p, "pd": pd, "dropout_mask": dropout_mask, "scale": scale}
+    return out, cache
+
+
+def attention_backward(dout, cache):
+    """Gradients of :func:`attention_forward`.
+
+    Args:
+        dout: (B, H, Tq, Dv).
+        cache: from the forward pass.
+
+    Returns:
+        dq: (B, H, Tq, Dh); dk: (B, H, Tk, Dh); dv: (B, H, Tk, Dv).
+    """
+    q, k, v, p, pd = cache["q"], cache["k"], cache["v"], cache["p"], cache["pd"]
+    scale, dropout_mask = cache["scale"], cache["dropout_mask"]
+    dv = pd.swapaxes(-1, -2) @ dout  # (B, H, Tk, Dv), in the forward pass out = pd @ v
+    dp = dout @ v.swapaxes(-1, -2)  # (B, H, Tq, Tk)
+    if dropout_mask is not None:
+        dp *= dropout_mask  # in the forward pass pd = p * dropout_mask
+    # softmax backward: ds = p * (dp - rowsum(dp * p)); masked entries have p = 0 -> ds = 0
+    inner = (dp * p).sum(axis=-1, keepdims=True)  # (B, H, Tq, 1)
+    dp -= inner
+    dp *= p  # (B, H, Tq, Tk), now the gradient of the scaled logits
+    dp *= scale  # in the forward pass s = scale * q k^T
+    dq = dp @ k  # (B, H, Tq, Dh)
+    dk = dp.swapaxes(-1, -2) @ q  # (B, H, Tk, Dh)
+    return dq, dk, dv

@@ -1,0 +1,50 @@
+"""Shared fixtures: run tests under several backends, skip GPU tests cleanly."""
+import os
+
+import pytest
+
+from minitransformer import backend
+
+
+@pytest.fixture(params=["numpy", "strict"])
+def any_backend(request):
+    """Run the test under NumPy and under the strict CPU stand-in for CuPy, which
+    raises on implicit host conversion (so np.* mixed into device code fails here)."""
+    backend.use(request.param)
+    try:
+        yield request.param
+    finally:
+        backend.use("numpy")
+
+
+@pytest.fixture
+def float64():
+    """Build parameters and activations in float64 (for gradient checks)."""
+    with backend.dtype_scope("float64"):
+        yield
+
+
+def _cupy_usable() -> bool:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cupy_usable():
+        return
+    skip = pytest.mark.skip(reason="needs CuPy and a GPU (none found)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _restore_backend():
+    """Every test starts and ends on the backend chosen by the environment."""
+    start = os.environ.get("MINITRANSFORMER_BACKEND", "numpy").strip().lower() or "numpy"
+    backend.use(start)
+    yield
+    backend.use(start)
