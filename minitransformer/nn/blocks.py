@@ -1,0 +1,145 @@
+r"""Transformer blocks: attention and feed-forward sublayers with residuals and LayerNorm.
+
+Each sublayer :math:`F` (self-attention, cross-attention, feed-forward) is wrapped
+in a residual connection with dropout :math:`\delta` on its output and a
+LayerNorm placed after the sum (post-LN, the original transformer) or before
+the sublayer (pre-LN, GPT-2 and most modern models):
+
+.. math::
+    \text{post-LN:}\quad x \leftarrow \mathrm{LN}\big(x + \delta(F(x))\big) \qquad
+    \text{pre-LN:}\quad  x \leftarrow x + \delta\big(F(\mathrm{LN}(x))\big)
+
+So an encoder block is ``U = LN1(X + MHSA(X)); X = LN2(U + FFN(U))`` (post) or
+``X = X + MHSA(LN1(X)); X = X + FFN(LN2(X))`` (pre). A decoder block adds a
+cross-attention sublayer between the two, attending to the encoder output.
+
+Backward of one residual sublayer, given :math:`dy`:
+
+* post-LN: :math:`ds = \mathrm{LN}'^\top dy`; then :math:`dx = ds + F'^\top \delta'^\top ds`;
+* pre-LN: :math:`dx = dy + \mathrm{LN}'^\top F'^\top \delta'^\top dy`.
+"""
+from __future__ import annotations
+
+from minitransformer import backend
+from minitransformer.nn.attention import MultiHeadAttention
+from minitransformer.nn.dropout import Dropout
+from minitransformer.nn.feedforward import FeedForward
+from minitransformer.nn.layernorm import LayerNorm
+from minitransformer.nn.module import Module
+
+
+def _check_norm(norm: str) -> str:
+    if norm not in ("post", "pre"):
+        raise ValueError(f"norm must be 'post' or 'pre', got {norm!r}")
+    return norm
+
+
+class EncoderBlock(Module):
+    """Self-attention + feed-forward, each with a residual, dropout and LayerNorm.
+
+    Args:
+        d_model, n_heads, d_ff: widths. ``d_head`` defaults to d_model // n_heads.
+        norm: ``"post"`` or ``"pre"``.
+        activation: ``"gelu"``, ``"gelu_tanh"`` or ``"relu"``.
+        attn_dropout: on the attention probabilities.
+        resid_dropout: on each sublayer's output before the residual sum.
+        ff_dropout: on the feed-forward hidden activation.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, d_head: int | None = None,
+                 norm: str = "post", activation: str = "gelu", attn_dropout: float = 0.0,
+                 resid_dropout: float = 0.0, ff_dropout: float = 0.0, bias: bool = True,
+                 rng: backend.RNG | None = None):
+        rng = rng or backend.RNG(0)
+        self.norm = _check_norm(norm)
+        self.attn = MultiHeadAttention(d_model, n_heads, d_head, bias=bias, dropout=attn_dropout, rng=rng)
+        self.ln1 = LayerNorm(d_model)
+        self.drop1 = Dropout(resid_dropout, rng=rng)
+        self._init_extra(d_model, n_heads, d_head, bias, attn_dropout, resid_dropout, rng)
+        self.ff = FeedForward(d_model, d_ff, activation, ff_dropout, bias=bias, rng=rng)
+        self.ln2 = LayerNorm(d_model)
+        self.drop2 = Dropout(resid_dropout, rng=rng)
+
+    def _init_extra(self, *args):
+        """Hook for the decoder's cross-attention sublayer (none here)."""
+
+    # -- one residual sublayer, both placements ------------------------------
+    def _sublayer_forward(self, x, ln, drop, fn):
+        """post: LN(x + drop(fn(x)));  pre: x + drop(fn(LN(x))).  x: (B, T, D)."""
+        if self.norm == "pre":
+            return x + drop(fn(ln(x)))  # (B, T, D)
+        return ln(x + drop(fn(x)))  # (B, T, D)
+
+    def _sublayer_backward(self, dy, ln, drop, fn_backward):
+        """Inverse of :meth:`_sublayer_forward`; returns (dx, extra) where extra is the
+        sublayer's second gradient (the context's, for cross-attention) or None."""
+        if self.norm == "pre":
+            d = fn_backward(drop.backward(dy))  # in the forward pass: fn(LN(x))
+            d, extra = d if isinstance(d, tuple) else (d, None)
+            return dy + ln.backward(d), extra  # (B, T, D): residual path + sublayer path
+        ds = ln.backward(dy)  # (B, T, D), gradient of the sum x + drop(fn(x))
+        d = fn_backward(drop.backward(ds))
+        d, extra = d if isinstance(d, tuple) else (d, None)
+        return ds + d, extra
+
+    def forward(self, x, mask=None, kv_cache=None):
+        """x: (B, T, D); mask broadcastable to (B, H, T, Tk). Returns (B, T, D)."""
+        x = self._sublayer_forward(x, self.ln1, self.drop1,
+                                   lambda h: self.attn(h, mask=mask, kv_cache=kv_cache))
+        x = self._sublayer_forward(x, self.ln2, self.drop2, self.ff)
+        self.cache = True
+        return x
+
+    def backward(self, dy):
+        """dy: (B, T, D) -> dx (B, T, D)."""
+        self._require_cache()
+        dy, _ = self._sublayer_backward(dy, self.ln2, self.drop2, self.ff.backward)
+        dx, _ = self._sublayer_backward(dy, self.ln1, self.drop1, self.attn.backward)
+        return dx
+
+
+class DecoderBlock(EncoderBlock):
+    """Causal self-attention, then (optionally) cross-attention to an encoder output,
+    then feed-forward; each a residual sublayer as in :class:`EncoderBlock`.
+
+    With ``cross_attention=False`` (decoder-only language models) it has the
+    same sublayers as an encoder block; the caller passes a causal mask.
+    """
+
+    def __init__(self, *args, cross_attention: bool = True, **kwargs):
+        self._cross = cross_attention
+        super().__init__(*args, **kwargs)
+
+    def _init_extra(self, d_model, n_heads, d_head, bias, attn_dropout, resid_dropout, rng):
+        if self._cross:
+            self.cross = MultiHeadAttention(d_model, n_heads, d_head, bias=bias, dropout=attn_dropout, rng=rng)
+            self.ln_cross = LayerNorm(d_model)
+            self.drop_cross = Dropout(resid_dropout, rng=rng)
+
+    def forward(self, x, mask=None, context=None, context_mask=None, kv_cache=None, cross_cache=None):
+        """x: (B, T, D) target side; context: (B, Tk, D) encoder output (needed iff the
+        block has cross-attention); context_mask: broadcastable to (B, H, T, Tk).
+        ``kv_cache``/``cross_cache``: :class:`~minitransformer.nn.attention.KVCache` for decoding."""
+        if self._cross and context is None:
+            raise ValueError("DecoderBlock: this block has cross-attention; pass context (B, Tk, D)")
+        if not self._cross and context is not None:
+            raise ValueError("DecoderBlock: built with cross_attention=False but a context was given")
+        x = self._sublayer_forward(x, self.ln1, self.drop1,
+                                   lambda h: self.attn(h, mask=mask, kv_cache=kv_cache))
+        if self._cross:
+            x = self._sublayer_forward(
+                x, self.ln_cross, self.drop_cross,
+                lambda h: self.cross(h, context=context, mask=context_mask, kv_cache=cross_cache))
+        x = self._sublayer_forward(x, self.ln2, self.drop2, self.ff)
+        self.cache = True
+        return x
+
+    def backward(self, dy):
+        """dy: (B, T, D) -> dx, or (dx, dcontext) when the block has cross-attention."""
+        self._require_cache()
+        dy, _ = self._sublayer_backward(dy, self.ln2, self.drop2, self.ff.backward)
+        dctx = None
+        if self._cross:
+            dy, dctx = self._sublayer_backward(dy, self.ln_cross, self.drop_cross, self.cross.backward)
+        dx, _ = self._sublayer_backward(dy, self.ln1, self.drop1, self.attn.backward)
+        return dx if dctx is None else (dx, dctx)
