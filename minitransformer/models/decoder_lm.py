@@ -1,0 +1,165 @@
+r"""``DecoderLM``: the decoder-only autoregressive language model (GPT-like).
+
+It models :math:`p(x) = \prod_{t} p(x_t \mid x_{<t})` over token sequences that
+start with a BOS token. The forward pass maps ids (B, T) to next-token logits
+(B, T, V): position ``t`` predicts token ``t + 1``, and a causal mask keeps it
+from looking ahead::
+
+    h = dropout(E[ids] * s + P)                       # TokenEmbedder
+    h = block_n( ... block_1(h, causal & padding) )   # DecoderBlock, no cross-attention
+    h = LN_f(h)                                       # optional (default on for pre-LN)
+    logits = h @ W_out + b   or   h @ E^T (tied)      # (B, T, V)
+
+With ``tie_embeddings=True`` the output projection *is* the token embedding
+matrix, so that matrix receives two gradient contributions, one from the
+lookup at the bottom and one from the projection at the top; the backward adds
+both into the same ``Parameter.grad``.
+
+This is the autoregressive model ("ARM") of the reference article; its exact
+setting is ``DecoderLMConfig.tomczak()``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from minitransformer import backend
+from minitransformer.functional import (
+    causal_mask, check_ids, combine_masks, cross_entropy_forward, padding_mask,
+)
+from minitransformer.models.config import ConfigBase
+from minitransformer.models.embedder import TokenEmbedder
+from minitransformer.models.output import OutputProjection
+from minitransformer.nn import DecoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
+
+
+@dataclasses.dataclass
+class DecoderLMConfig(ConfigBase):
+    """Options of :class:`DecoderLM`; see :func:`minitransformer.models.config.transformer_fields`."""
+
+    vocab_size: int
+    max_len: int = 128
+    d_model: int = 64
+    n_heads: int = 4
+    d_head: int | None = None
+    n_layers: int = 2
+    d_ff: int = 256
+    norm: str = "pre"
+    activation: str = "gelu"
+    pos: str = "learned"
+    tie_embeddings: bool = False
+    final_norm: bool | None = None
+    emb_dropout: float = 0.0
+    attn_dropout: float = 0.0
+    resid_dropout: float = 0.0
+    ff_dropout: float = 0.0
+    bias: bool = True
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    seed: int = 0
+
+    def __post_init__(self):
+        self._check_common()
+        if self.final_norm is None:
+            self.final_norm = self.norm == "pre"
+
+    @classmethod
+    def tomczak(cls, vocab_size: int, max_len: int = 101, **overrides) -> "DecoderLMConfig":
+        """The reference ARM: D=64, 4 heads of width 64, 10 post-LN blocks, MLP 64-256-64
+        with GELU, dropout 0.1 on the embedding sum only, learned positions, untied."""
+        base = dict(vocab_size=vocab_size, max_len=max_len, d_model=64, n_heads=4, d_head=64,
+                    n_layers=10, d_ff=256, norm="post", activation="gelu", pos="learned",
+                    tie_embeddings=False, final_norm=False, emb_dropout=0.1)
+        base.update(overrides)
+        return cls(**base)
+
+
+class DecoderLM(Module):
+    """Decoder-only transformer language model. See the module docstring."""
+
+    def __init__(self, config: DecoderLMConfig):
+        self.config = c = config
+        self.rng = backend.RNG(c.seed)
+        self.embed = TokenEmbedder(c.vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout, self.rng)
+        self.blocks = ModuleList(
+            DecoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, norm=c.norm, activation=c.activation,
+                         attn_dropout=c.attn_dropout, resid_dropout=c.resid_dropout,
+                         ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng, cross_attention=False)
+            for _ in range(c.n_layers)
+        )
+        self.ln_f = LayerNorm(c.d_model) if c.final_norm else None
+        self.head = OutputProjection(c.d_model, c.vocab_size, c.bias, self.rng,
+                                     tied_to=self.embed.tok if c.tie_embeddings else None)
+        set_rng(self, self.rng)
+
+    def _check_ids(self, ids):
+        if ids.ndim != 2:
+            raise ValueError(f"DecoderLM: ids must have shape (B, T), got {tuple(ids.shape)}")
+        check_ids(ids, self.config.vocab_size, "DecoderLM")
+        if ids.shape[1] > self.config.max_len:
+            raise ValueError(
+                f"DecoderLM: sequence length {ids.shape[1]} exceeds max_len={self.config.max_len}"
+            )
+
+    # -- training-time forward / backward ---------------------------------------
+    def forward(self, ids):
+        """ids: (B, T) integer, BOS first, right-padded with pad_id. Returns logits (B, T, V)."""
+        self._check_ids(ids)
+        T = ids.shape[1]
+        mask = combine_masks(causal_mask(T), padding_mask(ids, self.config.pad_id))  # (B, 1, T, T)
+        h = self.embed(ids)  # (B, T, D)
+        for block in self.blocks:
+            h = block(h, mask=mask)  # (B, T, D)
+        if self.ln_f is not None:
+            h = self.ln_f(h)
+        self.cache = True
+        return self.head(h)  # (B, T, V)
+
+    def backward(self, dlogits):
+        """dlogits: (B, T, V). Accumulates every parameter's gradient; returns None."""
+        self._require_cache()
+        dh = self.head.backward(dlogits)  # (B, T, D)
+        if self.ln_f is not None:
+            dh = self.ln_f.backward(dh)
+        for block in reversed(list(self.blocks)):
+            dh = block.backward(dh)
+        self.embed.backward(dh)
+        return None
+
+    def log_prob(self, ids):
+        """Per-sequence log-likelihood :math:`\\sum_t \\log p(x_{t+1} \\mid x_{\\le t})`.
+
+        ids: (B, T) with BOS first, right-padded. Padding targets are not counted;
+        the EOS target is. Returns (B,) on the device. Runs in the current mode
+        (call ``eval()`` first for deterministic values).
+        """
+        logits = self.forward(ids[:, :-1])  # (B, T-1, V)
+        nll, _ = cross_entropy_forward(logits, ids[:, 1:], ignore_index=self.config.pad_id,
+                                       reduction="none")  # (B, T-1)
+        return -nll.sum(axis=1)  # (B,)
+
+    # -- incremental decoding with a KV cache -----------------------------------
+    def init_state(self):
+        """Empty decoding state: one KV cache per block and the next position."""
+        return {"caches": [KVCache() for _ in self.blocks], "pos": 0}
+
+    def step(self, ids_new, state):
+        """Feed new tokens (B, Tn) after those already in ``state``; returns logits of the
+        last new position (B, V). Only the new tokens are computed (keys and values of
+        earlier positions come from the cache). Inference only: no backward."""
+        Tn, start = ids_new.shape[1], state["pos"]
+        if start + Tn > self.config.max_len:
+            raise ValueError(f"DecoderLM: decoding past max_len={self.config.max_len}")
+        mask = causal_mask(Tn, start + Tn)  # (Tn, start+Tn): bottom rows of the triangle
+        h = self.embed(ids_new, offset=start)  # (B, Tn, D)
+        for block, kv in zip(self.blocks, state["caches"]):
+            h = block(h, mask=mask, kv_cache=kv)
+        if self.ln_f is not None:
+            h = self.ln_f(h)
+        state["pos"] = start + Tn
+        return self.head(h[:, -1:])[:, 0]  # (B, V)
+
+    def reorder_state(self, state, index):
+        """Keep batch rows ``index`` of the decoding state (beam search)."""
+        for kv in state["caches"]:
+            kv.reorder(index)

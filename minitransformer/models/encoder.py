@@ -1,0 +1,166 @@
+r"""``Encoder``: the bidirectional (BERT-like) transformer, with two heads.
+
+Every position attends to every non-padding position (no causal mask)::
+
+    h = dropout(E[ids] * s + P)
+    h = block_n( ... block_1(h, padding mask) )      # EncoderBlock
+    h = LN_f(h)                                      # optional (default on for pre-LN)
+
+Heads (chosen per call with ``forward(ids, head=...)``):
+
+* ``"mlm"``: masked-language-model logits (B, T, V) from every position, with the
+  projection optionally tied to the token embedding. :func:`mask_tokens` makes the
+  corrupted inputs and targets (the usual 80/10/10 rule).
+* ``"cls"``: a pooled head on the first token (the CLS / BOS position):
+  :math:`y = h_{:,0} W_c + b_c`, shape (B, n_outputs), for classification
+  (feed to a cross-entropy or sigmoid loss) or regression.
+* ``None``: the hidden states (B, T, D) themselves.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from minitransformer import backend
+from minitransformer.backend import xp
+from minitransformer.functional import check_ids, padding_mask
+from minitransformer.models.config import ConfigBase
+from minitransformer.models.embedder import TokenEmbedder
+from minitransformer.models.output import OutputProjection
+from minitransformer.nn import EncoderBlock, LayerNorm, Linear, Module, ModuleList, set_rng
+
+
+@dataclasses.dataclass
+class EncoderConfig(ConfigBase):
+    """Options of :class:`Encoder`. ``n_outputs`` > 0 adds the pooled CLS head;
+    ``mlm_head`` adds the masked-LM head (tied to the embedding if ``tie_embeddings``)."""
+
+    vocab_size: int
+    max_len: int = 128
+    d_model: int = 64
+    n_heads: int = 4
+    d_head: int | None = None
+    n_layers: int = 2
+    d_ff: int = 256
+    norm: str = "pre"
+    activation: str = "gelu"
+    pos: str = "learned"
+    tie_embeddings: bool = True
+    final_norm: bool | None = None
+    emb_dropout: float = 0.0
+    attn_dropout: float = 0.0
+    resid_dropout: float = 0.0
+    ff_dropout: float = 0.0
+    bias: bool = True
+    mlm_head: bool = True
+    n_outputs: int = 0
+    pad_id: int = 0
+    seed: int = 0
+
+    def __post_init__(self):
+        self._check_common()
+        if self.final_norm is None:
+            self.final_norm = self.norm == "pre"
+
+
+class Encoder(Module):
+    """Bidirectional transformer encoder with optional MLM and pooled heads."""
+
+    def __init__(self, config: EncoderConfig):
+        self.config = c = config
+        self.rng = backend.RNG(c.seed)
+        self.embed = TokenEmbedder(c.vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout, self.rng)
+        self.blocks = ModuleList(
+            EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, norm=c.norm, activation=c.activation,
+                         attn_dropout=c.attn_dropout, resid_dropout=c.resid_dropout,
+                         ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng)
+            for _ in range(c.n_layers)
+        )
+        self.ln_f = LayerNorm(c.d_model) if c.final_norm else None
+        self.mlm = (OutputProjection(c.d_model, c.vocab_size, c.bias, self.rng,
+                                     tied_to=self.embed.tok if c.tie_embeddings else None)
+                    if c.mlm_head else None)
+        self.cls = Linear(c.d_model, c.n_outputs, bias=True, rng=self.rng) if c.n_outputs > 0 else None
+        set_rng(self, self.rng)
+
+    def encode(self, ids):
+        """ids (B, T) -> hidden states (B, T, D), padding keys masked."""
+        if ids.ndim != 2:
+            raise ValueError(f"Encoder: ids must have shape (B, T), got {tuple(ids.shape)}")
+        check_ids(ids, self.config.vocab_size, "Encoder")
+        mask = padding_mask(ids, self.config.pad_id)  # (B, 1, 1, T)
+        h = self.embed(ids)  # (B, T, D)
+        for block in self.blocks:
+            h = block(h, mask=mask)
+        if self.ln_f is not None:
+            h = self.ln_f(h)
+        return h
+
+    def encode_backward(self, dh):
+        """dh: (B, T, D) gradient of the hidden states; accumulates parameter gradients."""
+        if self.ln_f is not None:
+            dh = self.ln_f.backward(dh)
+        for block in reversed(list(self.blocks)):
+            dh = block.backward(dh)
+        self.embed.backward(dh)
+
+    def forward(self, ids, head: str | None = None):
+        """Hidden states (head=None), MLM logits (B, T, V) or pooled outputs (B, n_outputs)."""
+        h = self.encode(ids)  # (B, T, D)
+        self.cache = (head, h.shape)
+        if head is None:
+            return h
+        if head == "mlm":
+            if self.mlm is None:
+                raise ValueError("Encoder: built with mlm_head=False; there is no 'mlm' head")
+            return self.mlm(h)  # (B, T, V)
+        if head == "cls":
+            if self.cls is None:
+                raise ValueError("Encoder: built with n_outputs=0; there is no 'cls' head")
+            return self.cls(h[:, 0])  # (B, n_outputs)
+        raise ValueError(f"Encoder: head must be None, 'mlm' or 'cls', got {head!r}")
+
+    def backward(self, dout):
+        """Gradient of whatever the last forward returned; returns None."""
+        head, shape = self._require_cache()
+        if head is None:
+            dh = dout
+        elif head == "mlm":
+            dh = self.mlm.backward(dout)  # (B, T, D)
+        else:
+            dh = xp.zeros(shape, dtype=dout.dtype)  # (B, T, D): only the first position is used
+            dh[:, 0] = self.cls.backward(dout)
+        self.encode_backward(dh)
+        return None
+
+
+def mask_tokens(ids, mask_id: int, vocab_size: int, rng: np.random.Generator, p: float = 0.15,
+                special_ids=(0, 1, 2), ignore_index: int = -100):
+    """BERT-style corruption for masked-language-model training (host NumPy arrays).
+
+    Each non-special token is selected with probability ``p``. A selected token is
+    replaced by ``mask_id`` 80% of the time, by a random non-special token 10% of
+    the time, and kept 10% of the time. Targets hold the original id at selected
+    positions and ``ignore_index`` everywhere else, so only they are scored.
+
+    Args:
+        ids: (B, T) integer NumPy array.
+        mask_id: id of the MASK token. vocab_size: V.
+        rng: a NumPy Generator (use ``backend.RNG.host()`` for a resumable stream).
+        special_ids: ids never selected (PAD, BOS/CLS, EOS, ...).
+
+    Returns:
+        corrupted (B, T) and targets (B, T), both int64 NumPy arrays.
+    """
+    ids = np.asarray(ids)
+    special = np.isin(ids, np.asarray(list(special_ids) + [mask_id]))  # (B, T)
+    selected = (rng.random(ids.shape) < p) & ~special  # (B, T)
+    roll = rng.random(ids.shape)  # (B, T): which of the three fates
+    corrupted = ids.copy()
+    corrupted[selected & (roll < 0.8)] = mask_id
+    normal = np.setdiff1d(np.arange(vocab_size), np.asarray(list(special_ids) + [mask_id]))
+    use_random = selected & (roll >= 0.8) & (roll < 0.9)
+    corrupted[use_random] = rng.choice(normal, size=int(use_random.sum()))
+    targets = np.where(selected, ids, ignore_index).astype(np.int64)  # (B, T)
+    return corrupted.astype(np.int64), targets

@@ -1,0 +1,177 @@
+r"""``Seq2Seq``: the encoder-decoder transformer (translation-style).
+
+::
+
+    memory = Encoder(src)                                  # (B, S, D), padding-masked
+    h      = dropout(E_tgt[tgt_in] * s + P)                # (B, T, D)
+    h      = dec_block_n(... dec_block_1(h, causal & tgt padding,
+                                        context=memory, context_mask=src padding))
+    logits = LN_f(h) @ W_out  (or @ E_tgt^T when tied)     # (B, T, V)
+
+Each decoder block attends causally to the target prefix and, through
+cross-attention, to the whole source; the source padding mask applies there.
+The memory's gradient is the sum of every decoder block's cross-attention
+context gradient, which then flows back through the encoder. With
+``share_embeddings`` source and target use one token table (one vocabulary), and
+that table collects gradients from both lookups (and from the output
+projection too, if ``tie_embeddings``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from minitransformer import backend
+from minitransformer.backend import xp
+from minitransformer.functional import causal_mask, check_ids, combine_masks, padding_mask
+from minitransformer.models.config import ConfigBase
+from minitransformer.models.embedder import TokenEmbedder
+from minitransformer.models.output import OutputProjection
+from minitransformer.nn import DecoderBlock, EncoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
+
+
+@dataclasses.dataclass
+class Seq2SeqConfig(ConfigBase):
+    """Options of :class:`Seq2Seq` (see ``transformer_fields`` for the shared ones)."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    max_len: int = 128
+    d_model: int = 64
+    n_heads: int = 4
+    d_head: int | None = None
+    n_enc_layers: int = 2
+    n_dec_layers: int = 2
+    d_ff: int = 256
+    norm: str = "pre"
+    activation: str = "gelu"
+    pos: str = "sinusoidal"
+    share_embeddings: bool = False
+    tie_embeddings: bool = False
+    final_norm: bool | None = None
+    emb_dropout: float = 0.0
+    attn_dropout: float = 0.0
+    resid_dropout: float = 0.0
+    ff_dropout: float = 0.0
+    bias: bool = True
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    seed: int = 0
+
+    def __post_init__(self):
+        self._check_common()
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "Seq2SeqConfig: share_embeddings needs one vocabulary, but src_vocab_size="
+                f"{self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}"
+            )
+        if self.final_norm is None:
+            self.final_norm = self.norm == "pre"
+
+
+class Seq2Seq(Module):
+    """Encoder-decoder transformer. See the module docstring."""
+
+    def __init__(self, config: Seq2SeqConfig):
+        self.config = c = config
+        self.rng = backend.RNG(c.seed)
+        block_kw = dict(norm=c.norm, activation=c.activation, attn_dropout=c.attn_dropout,
+                        resid_dropout=c.resid_dropout, ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng)
+        self.src_embed = TokenEmbedder(c.src_vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout, self.rng)
+        self.enc_blocks = ModuleList(EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, **block_kw)
+                                     for _ in range(c.n_enc_layers))
+        self.enc_ln = LayerNorm(c.d_model) if c.final_norm else None
+        self.tgt_embed = TokenEmbedder(c.tgt_vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout,
+                                       self.rng,
+                                       shared_weight=self.src_embed.tok.weight if c.share_embeddings else None)
+        self.dec_blocks = ModuleList(DecoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, **block_kw)
+                                     for _ in range(c.n_dec_layers))
+        self.dec_ln = LayerNorm(c.d_model) if c.final_norm else None
+        self.head = OutputProjection(c.d_model, c.tgt_vocab_size, c.bias, self.rng,
+                                     tied_to=self.tgt_embed.tok if c.tie_embeddings else None)
+        set_rng(self, self.rng)
+
+    # -- encoder -----------------------------------------------------------------
+    def encode(self, src):
+        """src (B, S) -> memory (B, S, D) and the source key mask (B, 1, 1, S)."""
+        if src.ndim != 2:
+            raise ValueError(f"Seq2Seq: src must have shape (B, S), got {tuple(src.shape)}")
+        check_ids(src, self.config.src_vocab_size, "Seq2Seq source")
+        src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
+        h = self.src_embed(src)  # (B, S, D)
+        for block in self.enc_blocks:
+            h = block(h, mask=src_mask)
+        if self.enc_ln is not None:
+            h = self.enc_ln(h)
+        return h, src_mask
+
+    def _encode_backward(self, dmem):
+        if self.enc_ln is not None:
+            dmem = self.enc_ln.backward(dmem)
+        for block in reversed(list(self.enc_blocks)):
+            dmem = block.backward(dmem)
+        self.src_embed.backward(dmem)
+
+    # -- training-time forward / backward ---------------------------------------
+    def forward(self, src, tgt_in):
+        """src (B, S), tgt_in (B, T) (BOS first, right-padded) -> logits (B, T, V_tgt)."""
+        if tgt_in.ndim != 2 or tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(
+                f"Seq2Seq: tgt_in must have shape (B, T) with B={src.shape[0]}, got {tuple(tgt_in.shape)}"
+            )
+        check_ids(tgt_in, self.config.tgt_vocab_size, "Seq2Seq target")
+        memory, src_mask = self.encode(src)  # (B, S, D)
+        T = tgt_in.shape[1]
+        tgt_mask = combine_masks(causal_mask(T), padding_mask(tgt_in, self.config.pad_id))  # (B, 1, T, T)
+        h = self.tgt_embed(tgt_in)  # (B, T, D)
+        for block in self.dec_blocks:
+            h = block(h, mask=tgt_mask, context=memory, context_mask=src_mask)
+        if self.dec_ln is not None:
+            h = self.dec_ln(h)
+        self.cache = memory.shape
+        return self.head(h)  # (B, T, V)
+
+    def backward(self, dlogits):
+        """dlogits (B, T, V). Accumulates all gradients; returns None."""
+        mem_shape = self._require_cache()
+        dh = self.head.backward(dlogits)  # (B, T, D)
+        if self.dec_ln is not None:
+            dh = self.dec_ln.backward(dh)
+        dmem = xp.zeros(mem_shape, dtype=dh.dtype)  # (B, S, D): every block's cross-attention adds here
+        for block in reversed(list(self.dec_blocks)):
+            dh, dctx = block.backward(dh)
+            dmem += dctx
+        self.tgt_embed.backward(dh)
+        self._encode_backward(dmem)
+        return None
+
+    # -- incremental decoding ------------------------------------------------------
+    def init_state(self, src):
+        """Encode ``src`` once; return the decoding state (memory, masks, KV caches).
+        The cross-attention keys/values are computed on the first step and reused."""
+        memory, src_mask = self.encode(src)
+        return {"memory": memory, "src_mask": src_mask, "pos": 0,
+                "caches": [KVCache() for _ in self.dec_blocks],
+                "cross": [KVCache() for _ in self.dec_blocks]}
+
+    def step(self, ids_new, state):
+        """Feed new target tokens (B, Tn); return logits of the last one (B, V)."""
+        Tn, start = ids_new.shape[1], state["pos"]
+        if start + Tn > self.config.max_len:
+            raise ValueError(f"Seq2Seq: decoding past max_len={self.config.max_len}")
+        mask = causal_mask(Tn, start + Tn)  # (Tn, start+Tn)
+        h = self.tgt_embed(ids_new, offset=start)  # (B, Tn, D)
+        for block, kv, cross in zip(self.dec_blocks, state["caches"], state["cross"]):
+            h = block(h, mask=mask, context=state["memory"], context_mask=state["src_mask"],
+                      kv_cache=kv, cross_cache=cross)
+        if self.dec_ln is not None:
+            h = self.dec_ln(h)
+        state["pos"] = start + Tn
+        return self.head(h[:, -1:])[:, 0]  # (B, V)
+
+    def reorder_state(self, state, index):
+        """Keep batch rows ``index`` (beam search)."""
+        state["memory"] = state["memory"][index]
+        state["src_mask"] = state["src_mask"][index]
+        for kv in state["caches"] + state["cross"]:
+            kv.reorder(index)
