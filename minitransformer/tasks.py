@@ -1,0 +1,152 @@
+"""Training tasks: how one batch becomes a loss, for each model family.
+
+The trainer (:mod:`minitransformer.train`) is generic; a task knows its data:
+
+* ``collate(examples) -> batch``: pad a list of examples to the longest one (so
+  padding is trimmed per batch) as host NumPy arrays;
+* ``length(example)``: used to group examples of similar length;
+* ``loss(model, batch, rng) -> (loss, n_tokens)``: forward pass and loss, the loss
+  a 0-d device array; ``rng`` is a NumPy generator for per-batch randomness;
+* ``backward(model)``: the backward pass of the last ``loss`` call;
+* ``evaluate(model, batches) -> dict``: validation metrics (model in eval mode).
+
+Teacher forcing everywhere: the model reads the true prefix ``x[:, :-1]`` and is
+scored on the next tokens ``x[:, 1:]`` (padding ignored by the loss).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minitransformer import backend
+from minitransformer.functional import cross_entropy_backward, cross_entropy_forward
+
+
+def pad_batch(seqs, pad_id: int) -> np.ndarray:
+    """Right-pad integer sequences to the longest: (B, T_max) int64 host array."""
+    T = max(len(s) for s in seqs)
+    out = np.full((len(seqs), T), pad_id, dtype=np.int64)  # (B, T)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s
+    return out
+
+
+class _TokenLossTask:
+    """Shared parts of tasks scored by a token-level cross-entropy."""
+
+    def __init__(self, pad_id: int = 0, label_smoothing: float = 0.0):
+        self.pad_id = pad_id
+        self.label_smoothing = label_smoothing
+        self._ce_cache = None
+
+    def _ce(self, logits, targets, smoothing):
+        loss, self._ce_cache = cross_entropy_forward(
+            logits, targets, ignore_index=self.pad_id, label_smoothing=smoothing)
+        return loss
+
+    def backward(self, model):
+        model.backward(cross_entropy_backward(self._ce_cache))  # (B, T, V) fused (p - q) / N
+
+    def _token_metrics(self, model, batches, run, ignore_index=None):
+        """Unsmoothed NLL per scored target token and argmax accuracy over those tokens."""
+        ignore = self.pad_id if ignore_index is None else ignore_index
+        total_nll, total_correct, total_tokens = 0.0, 0, 0
+        for batch in batches:
+            logits, targets = run(batch)  # (B, T, V), (B, T) device
+            nll, _ = cross_entropy_forward(logits, targets, ignore_index=ignore, reduction="sum")
+            keep = targets != ignore  # (B, T)
+            total_nll += float(nll)
+            total_correct += int(((logits.argmax(axis=-1) == targets) & keep).sum())
+            total_tokens += int(keep.sum())
+        n = max(total_tokens, 1)
+        return {"val_loss": total_nll / n, "val_acc": total_correct / n, "val_tokens": total_tokens}
+
+
+class LMTask(_TokenLossTask):
+    """Next-token prediction for :class:`~minitransformer.models.DecoderLM`.
+
+    An example is a list of token ids ``[BOS, x_1, ..., x_n, EOS]``.
+    """
+
+    def length(self, example) -> int:
+        return len(example)
+
+    def collate(self, examples):
+        return pad_batch(examples, self.pad_id)  # (B, T)
+
+    def loss(self, model, batch, rng=None):
+        ids = backend.asarray(batch)  # (B, T)
+        logits = model(ids[:, :-1])  # (B, T-1, V)
+        targets = ids[:, 1:]  # (B, T-1)
+        return self._ce(logits, targets, self.label_smoothing), int((batch[:, 1:] != self.pad_id).sum())
+
+    def evaluate(self, model, batches):
+        def run(batch):
+            ids = backend.asarray(batch)
+            return model(ids[:, :-1]), ids[:, 1:]
+        return self._token_metrics(model, batches, run)
+
+
+class Seq2SeqTask(_TokenLossTask):
+    """Translation-style training for :class:`~minitransformer.models.Seq2Seq`.
+
+    An example is a pair ``(src_ids, tgt_ids)``; the target starts with BOS and
+    ends with EOS.
+    """
+
+    def length(self, example) -> int:
+        return max(len(example[0]), len(example[1]))
+
+    def collate(self, examples):
+        return pad_batch([e[0] for e in examples], self.pad_id), pad_batch([e[1] for e in examples], self.pad_id)
+
+    def loss(self, model, batch, rng=None):
+        src, tgt = backend.asarray(batch[0]), backend.asarray(batch[1])  # (B, S), (B, T)
+        logits = model(src, tgt[:, :-1])  # (B, T-1, V)
+        return self._ce(logits, tgt[:, 1:], self.label_smoothing), int((batch[1][:, 1:] != self.pad_id).sum())
+
+    def evaluate(self, model, batches):
+        def run(batch):
+            src, tgt = backend.asarray(batch[0]), backend.asarray(batch[1])
+            return model(src, tgt[:, :-1]), tgt[:, 1:]
+        return self._token_metrics(model, batches, run)
+
+
+class MLMTask(_TokenLossTask):
+    """Masked-language-model pretraining for :class:`~minitransformer.models.Encoder`.
+
+    Each batch is corrupted afresh (80/10/10, see
+    :func:`~minitransformer.models.mask_tokens`); only selected positions are scored.
+    """
+
+    IGNORE = -100
+
+    def __init__(self, mask_id: int, vocab_size: int, pad_id: int = 0, special_ids=(0, 1, 2, 3),
+                 p: float = 0.15, label_smoothing: float = 0.0):
+        super().__init__(pad_id, label_smoothing)
+        self.mask_id, self.vocab_size, self.special_ids, self.p = mask_id, vocab_size, tuple(special_ids), p
+
+    def length(self, example) -> int:
+        return len(example)
+
+    def collate(self, examples):
+        return pad_batch(examples, self.pad_id)
+
+    def _corrupt(self, batch, rng):
+        from minitransformer.models.encoder import mask_tokens
+        return mask_tokens(batch, self.mask_id, self.vocab_size, rng, p=self.p,
+                           special_ids=self.special_ids, ignore_index=self.IGNORE)
+
+    def loss(self, model, batch, rng):
+        corrupted, targets = self._corrupt(batch, rng)  # (B, T) each, host
+        logits = model(backend.asarray(corrupted), head="mlm")  # (B, T, V)
+        loss, self._ce_cache = cross_entropy_forward(
+            logits, backend.asarray(targets), ignore_index=self.IGNORE, label_smoothing=self.label_smoothing)
+        return loss, int((targets != self.IGNORE).sum())
+
+    def evaluate(self, model, batches):
+        rng = np.random.default_rng(12345)  # the same corruption at every evaluation
+
+        def run(batch):
+            corrupted, targets = self._corrupt(batch, rng)
+            return model(backend.asarray(corrupted), head="mlm"), backend.asarray(targets)
+        return self._token_metrics(model, batches, run, ignore_index=self.IGNORE)

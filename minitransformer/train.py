@@ -1,0 +1,334 @@
+"""One training loop for every model: :func:`fit` (and the :class:`Trainer` behind it).
+
+Per step: plan -> collate -> forward + loss -> check finite -> zero_grad ->
+backward -> clip -> optimizer step. Per epoch: evaluate, record history, keep the
+best checkpoint, stop early when the validation metric stops improving.
+
+Reproducibility and exact resume
+    Randomness comes from three places, each resumable:
+
+    * batch order for epoch ``e``: a NumPy generator seeded with ``(seed, e)``;
+    * per-batch task randomness (MLM corruption): seeded with ``(seed, e, i)``;
+    * dropout: the model's :class:`~minitransformer.backend.RNG`, whose
+      ``(seed, counter)`` state is saved in every checkpoint.
+
+    So a checkpoint taken after step ``s`` (``last.npz``) holds everything needed to
+    continue: weights, optimizer moments and step, the dropout RNG, and the
+    position ``(epoch, batch)``. Training 2 steps, stopping, and resuming for 2
+    more gives exactly the losses of 4 straight steps.
+
+Safety
+    * A non-finite loss or gradient norm stops training *before* the update with
+      :class:`TrainingDiverged`, naming the epoch, step and batch and the last good
+      checkpoint. It never trains on NaN.
+    * Ctrl-C ends training cleanly: the loop stops, ``last.npz`` is not touched
+      mid-write (checkpoint writes are atomic), and ``best.npz`` stays usable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from minitransformer.checkpoint import load_checkpoint, restore, save_checkpoint
+from minitransformer.optim import clip_grad_norm
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the gradient became NaN or infinite; the message says where."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Options of :func:`fit`.
+
+    epochs: maximum number of passes over the training data.
+    batch_size: examples per batch.
+    clip: maximum global gradient norm (None: no clipping).
+    patience: stop after this many epochs without improvement of ``metric`` (None: never).
+    metric / mode: the validation metric that picks the best checkpoint, and whether
+        lower ("min") or higher ("max") is better.
+    seed: seeds batch order and per-batch task randomness.
+    bucket: group examples of similar length into batches (less padding).
+    max_steps: stop after this many optimizer steps in total (None: no limit).
+    max_time: stop at the end of the first epoch that ends after this many seconds.
+    eval_batch_size: batch size for evaluation (default: batch_size).
+    out_dir: where best.npz, last.npz and history.json go (None: keep nothing on disk).
+    quiet: no progress bar.
+    """
+
+    epochs: int = 10
+    batch_size: int = 64
+    clip: float | None = 1.0
+    patience: int | None = None
+    metric: str = "val_loss"
+    mode: str = "min"
+    seed: int = 0
+    bucket: bool = True
+    max_steps: int | None = None
+    max_time: float | None = None
+    eval_batch_size: int | None = None
+    out_dir: str | None = None
+    quiet: bool = False
+
+    def __post_init__(self):
+        if self.mode not in ("min", "max"):
+            raise ValueError(f"TrainConfig.mode must be 'min' or 'max', got {self.mode!r}")
+        if self.batch_size < 1 or self.epochs < 0:
+            raise ValueError("TrainConfig: batch_size must be >= 1 and epochs >= 0")
+
+
+def plan_batches(lengths, batch_size: int, rng: np.random.Generator, bucket: bool = True):
+    """Split example indices into batches, shuffled, grouping similar lengths.
+
+    With ``bucket``, the shuffled indices are cut into pools of 50 batches; each
+    pool is sorted by length and cut into batches, and the batch order is shuffled
+    again. Batches then hold similar lengths (little padding) while every epoch
+    still mixes differently. Returns a list of index arrays.
+    """
+    lengths = np.asarray(lengths)
+    perm = rng.permutation(len(lengths))  # (N,)
+    if bucket:
+        pool = batch_size * 50
+        chunks = [perm[i:i + pool] for i in range(0, len(perm), pool)]
+        perm = np.concatenate([c[np.argsort(lengths[c], kind="stable")] for c in chunks]) if chunks else perm
+    batches = [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
+    order = rng.permutation(len(batches))
+    return [batches[j] for j in order]
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+class Trainer:
+    """Holds the loop state; :func:`fit` is the usual entry point."""
+
+    def __init__(self, model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
+                 callbacks=(), vocab=None, extra_meta: dict | None = None):
+        self.model, self.task, self.optimizer = model, task, optimizer
+        self.train_data, self.val_data = train_data, val_data
+        self.config = config or TrainConfig()
+        self.callbacks = list(callbacks)
+        self.vocab, self.extra_meta = vocab, dict(extra_meta or {})
+        self.epoch, self.batch_index, self.step = 0, 0, 0
+        self.best, self.best_epoch, self.bad_epochs = None, None, 0
+        self.history: list[dict] = []
+        self.step_losses: list[float] = []
+        self.stop_reason: str | None = None
+        self.out_dir = Path(self.config.out_dir) if self.config.out_dir else None
+        if self.out_dir:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- data ----------------------------------------------------------------
+    def _examples(self, epoch: int):
+        data = self.train_data(epoch) if callable(self.train_data) else self.train_data
+        if len(data) == 0:
+            raise ValueError("fit: the training data is empty")
+        return data
+
+    def _plan(self, epoch: int, examples):
+        rng = np.random.default_rng([self.config.seed, epoch])
+        lengths = [self.task.length(e) for e in examples]
+        return plan_batches(lengths, self.config.batch_size, rng, self.config.bucket)
+
+    def _val_batches(self):
+        if not self.val_data:
+            return None
+        bs = self.config.eval_batch_size or self.config.batch_size
+        order = np.argsort([self.task.length(e) for e in self.val_data], kind="stable")
+        return [self.task.collate([self.val_data[j] for j in order[i:i + bs]])
+                for i in range(0, len(order), bs)]
+
+    # -- checkpoints ------------------------------------------------------------
+    def _state(self) -> dict:
+        return {"epoch": self.epoch, "batch": self.batch_index, "step": self.step, "best": self.best,
+                "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs, "history": self.history,
+                "stop_reason": self.stop_reason}
+
+    def save(self, name: str) -> Path | None:
+        if not self.out_dir:
+            return None
+        meta = dict(self.extra_meta)
+        meta["trainer"] = self._state()
+        meta["train_config"] = dataclasses.asdict(self.config)
+        return save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta)
+
+    def resume(self, path) -> None:
+        """Continue from a checkpoint written by :meth:`save` (weights, optimizer, RNG, position)."""
+        ckpt = load_checkpoint(path)
+        if "trainer" not in ckpt.meta:
+            raise ValueError(f"{path} has no trainer state; it cannot be resumed (it can still be loaded)")
+        restore(self.model, ckpt, self.optimizer)
+        st = ckpt.meta["trainer"]
+        self.epoch, self.batch_index, self.step = st["epoch"], st["batch"], st["step"]
+        self.best, self.best_epoch, self.bad_epochs = st["best"], st["best_epoch"], st["bad_epochs"]
+        self.history = list(st["history"])
+
+    def _last_good(self) -> str:
+        if not self.out_dir:
+            return "none (no out_dir was given)"
+        good = [p for p in (self.out_dir / "last.npz", self.out_dir / "best.npz") if p.exists()]
+        return ", ".join(str(p) for p in good) or "none saved yet"
+
+    # -- the loop ----------------------------------------------------------------
+    def _improved(self, value: float) -> bool:
+        if self.best is None:
+            return True
+        return value < self.best if self.config.mode == "min" else value > self.best
+
+    def _train_one_epoch(self, t_start: float) -> bool:
+        """Run the rest of the current epoch. Returns False if max_steps stopped it."""
+        cfg, model = self.config, self.model
+        examples = self._examples(self.epoch)
+        batches = self._plan(self.epoch, examples)
+        model.train()
+        bar = None
+        if not cfg.quiet:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(batches), initial=self.batch_index, desc=f"epoch {self.epoch + 1}",
+                       leave=False, dynamic_ncols=True)
+        tokens, t0, loss_sum, n_loss = 0, time.perf_counter(), 0.0, 0
+        try:
+            while self.batch_index < len(batches):
+                if cfg.max_steps is not None and self.step >= cfg.max_steps:
+                    self.stop_reason = "max_steps"
+                    return False
+                idx = batches[self.batch_index]
+                batch = self.task.collate([examples[j] for j in idx])
+                rng = np.random.default_rng([cfg.seed, self.epoch, self.batch_index])
+                loss, n_tok = self.task.loss(model, batch, rng)
+                loss_value = float(loss)
+                if not math.isfinite(loss_value):
+                    raise TrainingDiverged(
+                        f"non-finite loss ({loss_value}) at epoch {self.epoch + 1}, step {self.step + 1}, "
+                        f"batch {self.batch_index}; no update was made. Last good checkpoint: "
+                        f"{self._last_good()}. Try a lower learning rate or gradient clipping.")
+                model.zero_grad()
+                self.task.backward(model)
+                norm = clip_grad_norm(model, cfg.clip) if cfg.clip else None
+                if norm is not None and not math.isfinite(norm):
+                    raise TrainingDiverged(
+                        f"non-finite gradient norm ({norm}) at epoch {self.epoch + 1}, step {self.step + 1}, "
+                        f"batch {self.batch_index}; no update was made. Last good checkpoint: {self._last_good()}.")
+                self.optimizer.step()
+                self.step += 1
+                self.batch_index += 1
+                self.step_losses.append(loss_value)
+                tokens += n_tok
+                loss_sum, n_loss = loss_sum + loss_value, n_loss + 1
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss_value:.4f}",
+                                    tok_s=f"{tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
+        finally:
+            if bar is not None:
+                bar.close()
+        self._epoch_train = {"train_loss": loss_sum / max(n_loss, 1),
+                             "tokens_per_s": tokens / max(time.perf_counter() - t0, 1e-9)}
+        return True
+
+    def _end_epoch(self, t_start: float) -> bool:
+        """Evaluate, record, checkpoint; returns True if training should stop."""
+        cfg, model = self.config, self.model
+        metrics = {"epoch": self.epoch + 1, "step": self.step, "lr": float(self.optimizer.lr)}
+        metrics.update(self._epoch_train)
+        val_batches = self._val_batches()
+        if val_batches:
+            model.eval()
+            metrics.update(self.task.evaluate(model, val_batches))
+            model.train()
+        for cb in self.callbacks:
+            model.eval()
+            extra = cb(self, self.epoch, metrics)
+            model.train()
+            if extra:
+                metrics.update(extra)
+        metrics["time_s"] = time.perf_counter() - t_start
+        key = cfg.metric if cfg.metric in metrics else "train_loss"
+        value = metrics[key]
+        self.history.append(metrics)
+        self.epoch += 1
+        self.batch_index = 0
+        improved = self._improved(value)
+        if improved:
+            self.best, self.best_epoch, self.bad_epochs = value, self.epoch, 0
+            self.save("best.npz")
+        else:
+            self.bad_epochs += 1
+        if not cfg.quiet:
+            shown = {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in metrics.items()
+                     if k not in ("epoch",)}
+            print(f"epoch {self.epoch}: " + " ".join(f"{k}={v}" for k, v in shown.items())
+                  + ("  *" if improved else ""), flush=True)
+        stop = False
+        if cfg.patience is not None and self.bad_epochs >= cfg.patience:
+            self.stop_reason, stop = "early_stopping", True
+        elif cfg.max_time is not None and metrics["time_s"] >= cfg.max_time:
+            self.stop_reason, stop = "max_time", True
+        elif self.epoch >= cfg.epochs:
+            self.stop_reason, stop = "epochs", True
+        self.save("last.npz")
+        if self.out_dir:
+            _write_json_atomic(self.out_dir / "history.json", self.history)
+        return stop
+
+    def run(self):
+        """Train until epochs, patience, max_steps or max_time says stop (or Ctrl-C)."""
+        t_start = time.perf_counter() - (self.history[-1]["time_s"] if self.history else 0.0)
+        self.stop_reason = None
+        try:
+            while self.epoch < self.config.epochs:
+                if not self._train_one_epoch(t_start):
+                    self.save("last.npz")
+                    break
+                if self._end_epoch(t_start):
+                    break
+        except KeyboardInterrupt:
+            self.stop_reason = "interrupted"
+            best = self.out_dir / "best.npz" if self.out_dir else None
+            msg = f"\ntraining interrupted at epoch {self.epoch + 1}, step {self.step}."
+            if best is not None and best.exists():
+                msg += f" The best checkpoint so far (epoch {self.best_epoch}) is {best}."
+            print(msg, flush=True)
+        return self
+
+
+def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
+        callbacks: list[Callable] = (), resume=None, vocab=None, extra_meta: dict | None = None) -> Trainer:
+    """Train ``model`` on ``train_data`` with ``task`` and ``optimizer``.
+
+    Args:
+        model: a model with forward/backward (DecoderLM, Encoder, Seq2Seq).
+        task: an :mod:`minitransformer.tasks` object (LMTask, Seq2SeqTask, MLMTask ...).
+        optimizer: from :mod:`minitransformer.optim` (its schedule, if any, is applied per step).
+        train_data: a list of examples, or a callable ``epoch -> list`` for data that
+            changes every epoch (e.g. randomized SMILES); it must be deterministic in
+            ``epoch`` for exact resume.
+        val_data: a list of examples, evaluated at every epoch end.
+        config: :class:`TrainConfig`.
+        callbacks: callables ``(trainer, epoch, metrics) -> dict | None`` run at every
+            epoch end (model in eval mode); returned entries join the metrics and the
+            history, and may be the early-stopping metric.
+        resume: path of a checkpoint written by a previous run (``last.npz``).
+        vocab: saved into every checkpoint (anything with ``to_json()``, or JSON data).
+        extra_meta: more JSON metadata for every checkpoint.
+
+    Returns:
+        the :class:`Trainer`, with ``history`` (per-epoch metric dicts), ``step_losses``,
+        ``best``/``best_epoch`` and ``stop_reason``.
+    """
+    trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta)
+    if resume is not None:
+        trainer.resume(resume)
+    return trainer.run()
