@@ -86,7 +86,9 @@ def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
         weight = xp.ones(N, dtype=x.dtype)  # (N,)
     else:
         weight = keep.astype(x.dtype)  # (N,), 0 on ignored rows
-    loss_rows *= weight
+        # select, not multiply: an ignored row may have an infinite loss (a -inf logit at
+        # its placeholder class 0), and inf * 0 would make the whole reduction NaN
+        loss_rows = xp.where(keep, loss_rows, 0.0)  # (N,)
     if reduction == "mean":
         count = weight.sum()  # 0-d, number of kept rows (stays on the device)
         denom = xp.maximum(count, 1.0)
