@@ -1,0 +1,64 @@
+"""Lazy access to RDKit, and a switch that keeps its logger quiet.
+
+RDKit is an optional dependency: the tokenizer and the vocabulary are plain
+Python and must import without it. Every function that needs RDKit calls
+:func:`require_rdkit` at run time instead of importing RDKit at module level,
+so a missing installation surfaces as one clear :class:`ImportError` that says
+how to fix it, at the moment RDKit is actually needed.
+
+RDKit reports every SMILES it cannot parse on stderr. When thousands of
+strings are screened (data cleaning, validity of generated samples) those
+messages are expected and useless, so :func:`quiet_rdkit` silences them for
+the duration of a ``with`` block.
+"""
+from __future__ import annotations
+
+import contextlib
+
+INSTALL_HINT = "pip install 'minitransformer[chem]'  (or: pip install rdkit)"
+
+
+def require_rdkit():
+    """Import and return ``rdkit.Chem``, or raise an ImportError with an install hint."""
+    try:
+        from rdkit import Chem
+    except ImportError as exc:
+        raise ImportError(
+            "this part of minitransformer.chem needs RDKit, which is not installed. "
+            f"Install it with: {INSTALL_HINT}"
+        ) from exc
+    return Chem
+
+
+@contextlib.contextmanager
+def quiet_rdkit():
+    """Silence RDKit's log messages (parse errors, sanitization warnings) inside the block.
+
+    Uses ``rdBase.BlockLogs``, which restores the previous log state when it is
+    released, so an outer caller's logging configuration is left as it was.
+    """
+    require_rdkit()
+    from rdkit import rdBase
+
+    blocker = rdBase.BlockLogs()
+    try:
+        yield
+    finally:
+        del blocker
+
+
+def mol_from_smiles(smiles: str):
+    """Parse and sanitize one SMILES; return the RDKit molecule, or None.
+
+    None is returned for anything that is not a usable molecule: a string RDKit
+    cannot parse or sanitize, and also the empty string (RDKit parses ``""`` as
+    a molecule with zero atoms, which no metric should count as valid). Call it
+    inside :func:`quiet_rdkit` to keep the parse errors off stderr.
+    """
+    Chem = require_rdkit()
+    if not isinstance(smiles, str) or not smiles:
+        return None
+    mol = Chem.MolFromSmiles(smiles)
+    if mol is None or mol.GetNumAtoms() == 0:
+        return None
+    return mol

@@ -1,0 +1,205 @@
+"""A token vocabulary: the map between SMILES tokens and the integer ids a model sees.
+
+Layout
+------
+Four special tokens occupy the first ids, always in this order:
+
+====  =========  =================================================================
+id    token      role
+====  =========  =================================================================
+0     ``<pad>``  fills the tail of shorter sequences in a batch; ignored by the loss
+1     ``<bos>``  beginning of sequence: the first input of every sequence, so the
+                 model can predict the first real token
+2     ``<eos>``  end of sequence: the model emits it to stop generation
+3     ``<unk>``  stands for any token that was not in the training data
+====  =========  =================================================================
+
+The remaining ids are the SMILES tokens of the training set, ordered by
+descending frequency, ties broken by first appearance. The order therefore
+depends only on the data, never on hash seeds or dictionary iteration, and the
+same data always yields the same ids.
+
+Decoding
+--------
+:meth:`Vocab.decode` turns ids back into a SMILES string: ``<bos>`` and
+``<pad>`` are skipped, the first ``<eos>`` ends the string, and ``<unk>``
+renders as the empty string by default. Dropping ``<unk>`` rather than writing
+a placeholder keeps the output a plain SMILES candidate, so a sample that
+contained an unknown token is simply judged by the validity check like any
+other string.
+
+Serialization
+-------------
+:meth:`Vocab.to_json` returns a small dict of plain lists and strings that
+``json.dumps`` accepts as is, so a vocabulary travels inside a model
+checkpoint; :meth:`Vocab.from_json` rebuilds it.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from minitransformer.chem.tokenizer import tokenize
+
+__all__ = ["Vocab"]
+
+_FORMAT = "minitransformer.chem.Vocab"
+_VERSION = 1
+
+
+class Vocab:
+    """Token <-> id map with special tokens PAD=0, BOS=1, EOS=2, UNK=3.
+
+    Build one from training SMILES with :meth:`build`, or pass the ordinary
+    (non-special) tokens directly: ``Vocab(["C", "c", "("])``.
+    """
+
+    PAD = "<pad>"
+    BOS = "<bos>"
+    EOS = "<eos>"
+    UNK = "<unk>"
+    SPECIALS = (PAD, BOS, EOS, UNK)
+
+    pad_id = 0
+    bos_id = 1
+    eos_id = 2
+    unk_id = 3
+
+    def __init__(self, tokens: Iterable[str]):
+        ordinary = list(tokens)
+        seen = set(self.SPECIALS)
+        for tok in ordinary:
+            if not isinstance(tok, str) or not tok:
+                raise ValueError(f"vocabulary tokens must be non-empty strings, got {tok!r}")
+            if tok in seen:
+                raise ValueError(f"token {tok!r} appears twice (or clashes with a special token)")
+            seen.add(tok)
+        self._tokens = list(self.SPECIALS) + ordinary
+        self._ids = {tok: i for i, tok in enumerate(self._tokens)}
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def build(cls, smiles_list: Iterable[str], min_count: int = 1) -> "Vocab":
+        """Collect the tokens of ``smiles_list`` that occur at least ``min_count`` times.
+
+        Tokens are ordered by descending count; equal counts keep the order in
+        which the tokens first appear in the data. Tokens seen fewer than
+        ``min_count`` times are left out and will encode as ``<unk>``.
+        """
+        if min_count < 1:
+            raise ValueError(f"min_count must be >= 1, got {min_count}")
+        counts: Counter[str] = Counter()
+        first_seen: dict[str, int] = {}
+        for smiles in smiles_list:
+            for tok in tokenize(smiles):
+                counts[tok] += 1
+                first_seen.setdefault(tok, len(first_seen))
+        kept = [tok for tok in first_seen if counts[tok] >= min_count]
+        kept.sort(key=lambda tok: (-counts[tok], first_seen[tok]))
+        return cls(kept)
+
+    # ------------------------------------------------------------ inspection
+    @property
+    def tokens(self) -> list[str]:
+        """All tokens in id order, specials first (a copy)."""
+        return list(self._tokens)
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._ids
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vocab) and self._tokens == other._tokens
+
+    def __repr__(self) -> str:
+        preview = " ".join(self._tokens[4:14])
+        more = " ..." if len(self._tokens) > 14 else ""
+        return f"Vocab(size={len(self)}, tokens: {preview}{more})"
+
+    def token_to_id(self, token: str) -> int:
+        """The id of ``token``, or ``unk_id`` when it is not in the vocabulary."""
+        return self._ids.get(token, self.unk_id)
+
+    def id_to_token(self, index: int) -> str:
+        """The token with id ``index``; IndexError when the id is out of range."""
+        index = int(index)
+        if not 0 <= index < len(self._tokens):
+            raise IndexError(f"token id {index} is outside the vocabulary (size {len(self)})")
+        return self._tokens[index]
+
+    # -------------------------------------------------------------- encoding
+    def encode(self, smiles: str, bos: bool = True, eos: bool = True) -> list[int]:
+        """Token ids of ``smiles``, optionally framed by ``<bos>`` ... ``<eos>``."""
+        ids = [self.token_to_id(tok) for tok in tokenize(smiles)]
+        if bos:
+            ids.insert(0, self.bos_id)
+        if eos:
+            ids.append(self.eos_id)
+        return ids
+
+    def encode_batch(self, smiles_list: Sequence[str], bos: bool = True, eos: bool = True,
+                     pad_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Encode several SMILES into one padded matrix.
+
+        Returns ``(ids, lengths)``: ``ids`` is an ``int64`` array of shape
+        ``(B, T)`` whose row ``i`` holds the encoding of ``smiles_list[i]``
+        followed by ``<pad>``; ``lengths[i]`` (``int64``, shape ``(B,)``) is the
+        unpadded length of row ``i``. ``T`` is the longest encoding, or
+        ``pad_to`` when given (a longer encoding then raises ValueError).
+        """
+        encoded = [self.encode(s, bos=bos, eos=eos) for s in smiles_list]
+        lengths = np.array([len(e) for e in encoded], dtype=np.int64)
+        width = int(lengths.max()) if len(encoded) else 0
+        if pad_to is not None:
+            if width > pad_to:
+                worst = int(lengths.argmax())
+                raise ValueError(f"encoding of item {worst} has {width} ids, more than "
+                                 f"pad_to={pad_to}: {smiles_list[worst]!r}")
+            width = pad_to
+        ids = np.full((len(encoded), width), self.pad_id, dtype=np.int64)
+        for row, e in enumerate(encoded):
+            ids[row, :len(e)] = e
+        return ids, lengths
+
+    def decode(self, ids: Iterable[int], unk: str = "") -> str:
+        """Turn ids back into a SMILES string.
+
+        ``<bos>`` and ``<pad>`` are skipped, the first ``<eos>`` ends the
+        string, and ``<unk>`` is written as ``unk`` (nothing, by default).
+        Accepts any iterable of integers, including a 1-D NumPy array.
+        """
+        pieces = []
+        for index in ids:
+            index = int(index)
+            if index == self.eos_id:
+                break
+            if index in (self.bos_id, self.pad_id):
+                continue
+            pieces.append(unk if index == self.unk_id else self.id_to_token(index))
+        return "".join(pieces)
+
+    # --------------------------------------------------------- serialization
+    def to_json(self) -> dict:
+        """A JSON-ready dict describing the vocabulary (all tokens in id order)."""
+        return {"format": _FORMAT, "version": _VERSION, "tokens": list(self._tokens)}
+
+    @classmethod
+    def from_json(cls, data: dict | str) -> "Vocab":
+        """Rebuild a vocabulary from :meth:`to_json` output (the dict, or its JSON text)."""
+        if isinstance(data, str):
+            data = json.loads(data)
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            raise ValueError(f"not a serialized Vocab (expected a dict with format={_FORMAT!r})")
+        if data.get("version") != _VERSION:
+            raise ValueError(f"unsupported Vocab version {data.get('version')!r}; "
+                             f"this code reads version {_VERSION}")
+        tokens = list(data["tokens"])
+        if tuple(tokens[:len(cls.SPECIALS)]) != cls.SPECIALS:
+            raise ValueError(f"serialized Vocab must start with the special tokens {cls.SPECIALS}, "
+                             f"got {tokens[:len(cls.SPECIALS)]}")
+        return cls(tokens[len(cls.SPECIALS):])
