@@ -121,5 +121,6 @@ def cross_entropy_backward(cache, dloss=1.0):
         w = weight * dloss.reshape(-1)  # (N,), "none": one upstream value per row
     else:
         w = weight * dloss  # (N,)
-    d *= w[:, None]  # (N, V), zero rows for ignored targets
+    w = w[:, None]  # (N, 1)
+    d = xp.where(w != 0, d * w, 0.0)  # (N, V): ignored rows exactly 0 (selected, so NaN * 0 cannot leak)
     return d.reshape(shape)
