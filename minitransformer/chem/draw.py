@@ -1,0 +1,35 @@
+"""Draw molecules with RDKit: a PNG grid of structures with their SMILES as legends."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
+
+
+def molecule_grid(smiles, path, n: int = 24, per_row: int = 6, size: int = 250) -> int:
+    """Draw up to ``n`` parsable SMILES in a grid and write a PNG to ``path``.
+
+    Uses RDKit's Cairo drawer (no Pillow needed). Returns the number drawn.
+    """
+    require_rdkit()
+    from rdkit.Chem.Draw import rdMolDraw2D
+
+    mols, legends = [], []
+    with quiet_rdkit():
+        for s in smiles:
+            mol = mol_from_smiles(s)
+            if mol is not None and mol.GetNumAtoms() > 0:
+                mols.append(mol)
+                legends.append(s if len(s) <= 40 else s[:37] + "...")
+            if len(mols) == n:
+                break
+    if not mols:
+        return 0
+    rows = (len(mols) + per_row - 1) // per_row
+    cols = min(per_row, len(mols))
+    drawer = rdMolDraw2D.MolDraw2DCairo(cols * size, rows * size, size, size)
+    drawer.drawOptions().legendFontSize = 14
+    drawer.DrawMolecules(mols, legends=legends)
+    drawer.FinishDrawing()
+    Path(path).write_bytes(drawer.GetDrawingText())
+    return len(mols)

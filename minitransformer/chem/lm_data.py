@@ -1,0 +1,107 @@
+"""SMILES data for language modelling: load, clean, split, tokenize, augment.
+
+The pipeline of the molecules demo, reusable by the other chemistry demos:
+
+1. :func:`load_source` reads raw SMILES (Tox21, RDKit's drug-like set, or a file);
+2. :func:`clean_smiles` drops empty, over/under-length and unparsable rows (and says
+   how many of each);
+3. a split: in file order (6600 / 400 / rest, as the reference article) or random;
+4. a :class:`~minitransformer.chem.vocab.Vocab` built on the training split;
+5. encoding to ``[BOS, tokens..., EOS]`` id lists.
+
+:class:`RandomizedEpochs` supplies fresh randomized SMILES every epoch (the same
+molecules written from a random starting atom and atom order), deterministic in
+``(seed, epoch)`` so a resumed run sees the same strings.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from minitransformer.chem.data import (
+    clean_smiles, load_source, randomize_smiles, split_in_order, split_random,
+)
+from minitransformer.chem.vocab import Vocab
+
+
+@dataclass
+class SmilesSplits:
+    """Cleaned SMILES split three ways, the vocabulary, and where they came from."""
+
+    train: list
+    val: list
+    test: list
+    vocab: Vocab
+    description: str
+    clean_summary: str
+
+    def encode(self, smiles):
+        """[BOS, tokens..., EOS] id lists of ``smiles``."""
+        return [self.vocab.encode(s) for s in smiles]
+
+
+def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit: bool = True,
+                   split: str = "ordered", n_train: int = 6600, n_val: int = 400,
+                   fractions=(0.8, 0.1, 0.1), seed: int = 0, limit: int | None = None,
+                   download: bool = True, log=print) -> SmilesSplits:
+    """Load, clean and split SMILES; build the vocabulary on the training split.
+
+    Args:
+        data: ``"tox21"``, ``"druglike"``, a file path, or None (Tox21 if available,
+            else the drug-like set).
+        min_len, max_len: character-length limits (the reference keeps 10..100).
+        check_rdkit: drop strings RDKit cannot parse.
+        split: ``"ordered"`` (first n_train, next n_val, rest) or ``"random"`` (fractions).
+        limit: keep only the first ``limit`` cleaned SMILES (quick runs).
+    """
+    loaded = load_source(data, download=download)
+    kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=check_rdkit)
+    log(f"data: {loaded.description}")
+    log(f"cleaning: {report.summary()}")
+    if limit is not None:
+        kept = kept[:limit]
+    if split == "ordered":
+        if len(kept) <= n_train + n_val:  # a small file: keep the 80/10/10 proportions instead
+            n_train, n_val = int(0.8 * len(kept)), max(1, int(0.1 * len(kept)))
+            log(f"split: only {len(kept)} SMILES, so the ordered split is {n_train} / {n_val} / rest")
+        train, val, test = split_in_order(kept, n_train, n_val)
+    elif split == "random":
+        train, val, test = split_random(kept, fractions, seed)
+    else:
+        raise ValueError(f"split must be 'ordered' or 'random', got {split!r}")
+    if not train or not val:
+        raise ValueError(f"not enough molecules to split: {len(kept)} usable SMILES")
+    vocab = Vocab.build(train)
+    log(f"split: {len(train)} train / {len(val)} val / {len(test)} test; vocabulary of {len(vocab)} tokens")
+    return SmilesSplits(train, val, test, vocab, loaded.description, report.summary())
+
+
+class RandomizedEpochs:
+    """Callable ``epoch -> list of id lists``: each epoch, every training molecule is
+    written as a new random SMILES with probability ``p`` (otherwise as given).
+
+    A randomized string that contains a token outside the vocabulary, or that is
+    longer than ``max_tokens``, is replaced by the original string, so the model
+    never trains on UNK or on sequences it cannot hold.
+    """
+
+    def __init__(self, smiles, vocab: Vocab, seed: int = 0, p: float = 1.0, max_tokens: int | None = None):
+        self.smiles, self.vocab, self.seed, self.p, self.max_tokens = list(smiles), vocab, seed, p, max_tokens
+        self._plain = [vocab.encode(s) for s in self.smiles]
+        self._cache: tuple[int, list] | None = None
+
+    def __call__(self, epoch: int):
+        if self._cache is not None and self._cache[0] == epoch:
+            return self._cache[1]
+        rng = np.random.default_rng([self.seed, 7919, epoch])
+        out = []
+        for s, plain in zip(self.smiles, self._plain):
+            if self.p < 1.0 and rng.random() >= self.p:
+                out.append(plain)
+                continue
+            ids = self.vocab.encode(randomize_smiles(s, rng))
+            too_long = self.max_tokens is not None and len(ids) > self.max_tokens
+            out.append(plain if (too_long or self.vocab.unk_id in ids) else ids)
+        self._cache = (epoch, out)
+        return out
