@@ -241,5 +241,15 @@ def main(argv=None) -> int:
     return train_command(args)
 
 
+def cli() -> int:
+    """``main`` for the command line: known input errors print one clear line, not a traceback."""
+    from minitransformer.checkpoint import CheckpointError
+    try:
+        return main()
+    except (FileNotFoundError, ValueError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -1,0 +1,70 @@
+"""End-to-end: ``demos/molecules.py --quick`` writes every output, with sane metrics."""
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rdkit")
+pytest.importorskip("matplotlib")
+
+DEMO = Path(__file__).resolve().parents[2] / "demos" / "molecules.py"
+
+
+def _load_demo():
+    spec = importlib.util.spec_from_file_location("molecules_demo", DEMO)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("molecules")
+    demo = _load_demo()
+    # RDKit's drug-like set ships with RDKit, so this runs without Tox21 or a network.
+    code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--samples", "60", "--quiet"])
+    assert code == 0
+    return demo, out
+
+
+def test_quick_run_writes_every_output(quick_run):
+    _, out = quick_run
+    for name in ("metrics.json", "history.json", "config.json", "best.npz", "last.npz", "samples.smi",
+                 "curves.png", "molecules.png"):
+        path = out / name
+        assert path.exists() and path.stat().st_size > 0, f"missing or empty output: {name}"
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert len((out / "samples.smi").read_text().splitlines()) == 60
+
+
+def test_quick_run_metrics_are_fractions(quick_run):
+    _, out = quick_run
+    m = json.loads((out / "metrics.json").read_text())
+    for key in ("validity", "uniqueness", "novelty", "intdiv1", "intdiv2", "kl_score",
+                "test_acc_token", "test_rec_ref"):
+        assert 0.0 <= m[key] <= 1.0, f"{key} = {m[key]} is not in [0, 1]"
+    for key in ("test_nll_token", "test_nll_mol_ref", "wall_time_s"):
+        assert math.isfinite(m[key]) and m[key] > 0, f"{key} = {m[key]}"
+    history = json.loads((out / "history.json").read_text())
+    assert len(history) == m["epochs"] >= 1
+    assert all("val_nll_mol_ref" in h and "val_rec_ref" in h for h in history)
+
+
+def test_sample_command_reads_the_checkpoint(quick_run, tmp_path):
+    demo, out = quick_run
+    target = tmp_path / "more.smi"
+    assert demo.main(["sample", "--checkpoint", str(out / "best.npz"), "-n", "7", "--out", str(target)]) == 0
+    assert len(target.read_text().splitlines()) == 7
+
+
+def test_bad_data_path_is_a_clear_error(tmp_path):
+    demo = _load_demo()
+    with pytest.raises(FileNotFoundError, match="nope.csv"):
+        demo.main(["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o"), "--quiet"])
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,value\na,1\n")
+    with pytest.raises(ValueError, match="name"):
+        demo.main(["--quick", "--data", str(bad), "--out", str(tmp_path / "o2"), "--quiet"])
