@@ -34,10 +34,13 @@ def linear_forward(x, W, b=None):
             f"linear: input has last dimension {x.shape[-1]} but the weight expects "
             f"D_in={W.shape[0]} (weight shape {tuple(W.shape)})"
         )
-    y = x @ W  # (..., D_out)
+    lead = x.shape[:-1]
+    # One 2-D GEMM over all N = prod(lead) rows: NumPy's matmul on a 3-D x would run
+    # one small GEMM per leading index instead (several times slower).
+    y = x.reshape(-1, W.shape[0]) @ W  # (N, D_out)
     if b is not None:
-        y += b  # (..., D_out), in place: no second temporary
-    return y, (x, W, b is not None)
+        y += b  # (N, D_out), in place: no second temporary
+    return y.reshape(*lead, W.shape[1]), (x, W, b is not None)  # (..., D_out)
 
 
 def linear_backward(dy, cache):
@@ -54,7 +57,7 @@ def linear_backward(dy, cache):
     D_in, D_out = W.shape
     dy2 = dy.reshape(-1, D_out)  # (N, D_out), a view: rows are the flattened leading axes
     x2 = x.reshape(-1, D_in)  # (N, D_in), in the forward pass this was the input
-    dx = dy @ W.T  # (..., D_in)
+    dx = (dy2 @ W.T).reshape(x.shape)  # (..., D_in), one 2-D GEMM
     dW = x2.T @ dy2  # (D_in, D_out)
     db = dy2.sum(axis=0) if has_bias else None  # (D_out,)
     return dx, dW, db
