@@ -36,6 +36,11 @@ class Parameter:
         return f"Parameter(shape={tuple(self.data.shape)}, dtype={self.data.dtype})"
 
 
+def _shape(value) -> tuple:
+    """The shape of a host or device array (``np.shape`` refuses device arrays)."""
+    return tuple(value.shape) if hasattr(value, "shape") else tuple(np.shape(value))
+
+
 class Module:
     """Base class: parameter bookkeeping, train/eval mode, state dicts.
 
@@ -135,8 +140,8 @@ class Module:
         missing = sorted(set(own) - set(state))
         unexpected = sorted(set(state) - set(own))
         wrong = [
-            f"{n}: expected {tuple(own[n].shape)}, got {tuple(np.shape(state[n]))}"
-            for n in own if n in state and tuple(own[n].shape) != tuple(np.shape(state[n]))
+            f"{n}: expected {tuple(own[n].shape)}, got {_shape(state[n])}"
+            for n in own if n in state and tuple(own[n].shape) != _shape(state[n])
         ]
         if missing or unexpected or wrong:
             lines = []
@@ -151,7 +156,8 @@ class Module:
                 + "\n  ".join(lines)
             )
         for n, p in own.items():
-            p.data = backend.asarray(backend.to_numpy(state[n]), dtype=p.data.dtype)
+            # np.array copies: under NumPy asarray alone would alias the caller's array
+            p.data = backend.asarray(np.array(backend.to_numpy(state[n]), dtype=p.data.dtype))
             p.grad = xp.zeros_like(p.data)
 
 

@@ -1,0 +1,78 @@
+"""Model configs: JSON round trips, unknown keys, validation; a model rebuilt from a
+config's JSON has the same parameter names, shapes and (seeded) values."""
+import json
+
+import numpy as np
+import pytest
+
+from minitransformer.models import (
+    DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig,
+)
+
+CONFIGS = [
+    DecoderLMConfig(vocab_size=11),
+    DecoderLMConfig(vocab_size=11, d_model=8, n_heads=2, d_head=8, n_layers=1, d_ff=12, max_len=10,
+                    norm="post", activation="relu", pos="sinusoidal", tie_embeddings=True,
+                    emb_dropout=0.1, attn_dropout=0.2, resid_dropout=0.3, ff_dropout=0.4, bias=False,
+                    pad_id=3, bos_id=4, eos_id=5, seed=9),
+    DecoderLMConfig.tomczak(vocab_size=112),
+    EncoderConfig(vocab_size=11),
+    EncoderConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=1, d_ff=12, max_len=10, norm="post",
+                  activation="gelu_tanh", final_norm=True, mlm_head=False, n_outputs=3,
+                  tie_embeddings=False, seed=2),
+    Seq2SeqConfig(src_vocab_size=7, tgt_vocab_size=11),
+    Seq2SeqConfig(src_vocab_size=11, tgt_vocab_size=11, d_model=8, n_heads=2, d_head=3,
+                  n_enc_layers=1, n_dec_layers=3, d_ff=12, max_len=10, norm="post", pos="learned",
+                  share_embeddings=True, tie_embeddings=True, final_norm=False, seed=5),
+]
+BUILD = {DecoderLMConfig: DecoderLM, EncoderConfig: Encoder, Seq2SeqConfig: Seq2Seq}
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: type(c).__name__)
+def test_json_round_trip(cfg):
+    text = cfg.to_json()
+    data = json.loads(text)  # plain JSON
+    assert data == cfg.to_dict()
+    back = type(cfg).from_json(text)
+    assert back == cfg and back.to_json() == text
+    assert type(cfg).from_dict(cfg.to_dict()) == cfg
+    assert isinstance(back.final_norm, bool)  # resolved at construction, stored as a bool
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: type(c).__name__)
+def test_unknown_keys_raise(cfg):
+    data = cfg.to_dict()
+    data["n_experts"] = 4
+    data["rope"] = True
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['n_experts', 'rope'\]"):
+        type(cfg).from_dict(data)
+    with pytest.raises(ValueError, match="unknown option"):
+        type(cfg).from_json(json.dumps(data))
+
+
+def test_rebuilt_model_is_identical():
+    for cfg in CONFIGS:
+        if cfg.d_model > 64:
+            continue
+        small = type(cfg).from_dict({**cfg.to_dict(), "d_model": 8, "n_heads": 2, "d_ff": 12,
+                                     "max_len": 10})
+        a = BUILD[type(cfg)](small)
+        b = BUILD[type(cfg)](type(cfg).from_json(small.to_json()))
+        sa, sb = a.state_dict(), b.state_dict()
+        assert list(sa) == list(sb)
+        for n in sa:
+            np.testing.assert_array_equal(sa[n], sb[n], err_msg=n)
+
+
+@pytest.mark.parametrize("cls,base", [
+    (DecoderLMConfig, dict(vocab_size=11)),
+    (EncoderConfig, dict(vocab_size=11)),
+    (Seq2SeqConfig, dict(src_vocab_size=11, tgt_vocab_size=11)),
+])
+@pytest.mark.parametrize("bad", [
+    dict(norm="both"), dict(pos="alibi"), dict(activation="silu"), dict(d_model=10, n_heads=4),
+    dict(emb_dropout=-0.1), dict(ff_dropout=1.0),
+])
+def test_invalid_options_raise(cls, base, bad):
+    with pytest.raises(ValueError):
+        cls(**base, **bad)

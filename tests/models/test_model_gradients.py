@@ -1,0 +1,281 @@
+"""Whole-model gradient checks (float64, tiny models) through the full path, loss
+included: DecoderLM, Encoder and Seq2Seq with tied/untied outputs, pre/post-LN,
+learned/sinusoidal positions, padded batches, wide heads, shared embeddings and
+every Encoder head. Plus explicit proof that a tied matrix gets *both* gradients."""
+import numpy as np
+import pytest
+
+from minitransformer import backend
+from minitransformer.functional import cross_entropy_backward, cross_entropy_forward
+from minitransformer.gradcheck import GradcheckError, check_module, numerical_grad, relative_error
+from minitransformer.models import (
+    DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig,
+)
+
+SMALL = dict(d_model=8, n_heads=2, d_ff=12, max_len=10)
+V = 11
+PAD = 0
+IGNORE = -100
+
+
+def _dev(a):
+    return backend.asarray(np.asarray(a))
+
+
+def _host(a):
+    return backend.to_numpy(a)
+
+
+def _how():
+    """Per-tensor directional checks under NumPy. The strict backend runs the very same
+    NumPy arithmetic (it only refuses host conversions), so there one joint direction
+    set over all parameters proves the code path at a fraction of the cost."""
+    if backend.name() == "numpy":
+        return dict(mode="directional", n_directions=2)
+    return dict(mode="directional", n_directions=3, joint=True)
+
+
+def _checked_names(report):
+    names = set()
+    for c in report.checks:
+        if c.name.startswith("joint("):
+            names |= set(c.name[len("joint("):-1].split(", "))
+        else:
+            names.add(c.name)
+    return names
+
+
+def _ce_loss(targets, ignore_index=PAD, smoothing=0.1):
+    """loss_fn for check_module: smoothed cross-entropy (mean over kept rows) and its gradient."""
+    def loss_fn(logits):
+        loss, cache = cross_entropy_forward(logits, targets, ignore_index=ignore_index,
+                                            label_smoothing=smoothing)
+        return loss, cross_entropy_backward(cache)
+    return loss_fn
+
+
+def _perturb(model, seed=0, scale=0.1):
+    """Move LayerNorm gains/biases and zero biases off their initial values (so every
+    parameter's gradient is generic), keeping the model well conditioned."""
+    g = np.random.default_rng(seed)
+    for _, p in model.named_parameters():
+        p.data = p.data + _dev(g.standard_normal(tuple(p.shape)) * scale)
+
+
+# right-padded batches with BOS = 1 first: row 1 ends early, row 2 is longer
+LM_BATCH = np.array([[1, 5, 7, 3, 9, 2],
+                     [1, 4, 4, 2, 0, 0],
+                     [1, 10, 2, 0, 0, 0]])
+
+
+def _lm_check(cfg, **kw):
+    model = DecoderLM(cfg)
+    _perturb(model, seed=cfg.seed)
+    ids = _dev(LM_BATCH)
+    inputs, targets = ids[:, :-1], ids[:, 1:]
+    return model, check_module(model, inputs, _ce_loss(targets), **{**_how(), **kw})
+
+
+# -- DecoderLM ---------------------------------------------------------------------
+@pytest.mark.parametrize("opts", [
+    dict(norm="pre", pos="learned", tie_embeddings=False),
+    dict(norm="pre", pos="learned", tie_embeddings=True),
+    dict(norm="post", pos="sinusoidal", tie_embeddings=True, d_head=8),
+    dict(norm="post", pos="learned", tie_embeddings=False, activation="relu", d_head=3),
+    dict(norm="pre", pos="sinusoidal", tie_embeddings=False, activation="gelu_tanh", bias=False),
+], ids=["pre-learned-untied", "pre-learned-tied", "post-sin-tied-wide", "post-learned-relu-dh3",
+        "pre-sin-nobias"])
+def test_decoder_lm_gradcheck(any_backend, float64, opts):
+    cfg = DecoderLMConfig(vocab_size=V, n_layers=2, seed=3, **SMALL, **opts)
+    model, report = _lm_check(cfg)
+    names = _checked_names(report)
+    assert names == {n for n, _ in model.named_parameters()}
+    assert ("head.linear.weight" in names) != opts["tie_embeddings"]
+
+
+def test_decoder_lm_gradcheck_sum_loss(float64):
+    """The other scalarisation: sum(logits * R) over every position, padding included."""
+    model = DecoderLM(DecoderLMConfig(vocab_size=V, n_layers=2, tie_embeddings=True, seed=1, **SMALL))
+    _perturb(model)
+    check_module(model, _dev(LM_BATCH), mode="directional", n_directions=2)
+
+
+# -- Encoder -----------------------------------------------------------------------
+ENC_BATCH = np.array([[1, 5, 7, 3, 9, 2],
+                      [1, 4, 4, 6, 2, 0],
+                      [1, 10, 2, 0, 0, 0]])
+MLM_TARGETS = np.array([[IGNORE, 5, IGNORE, 3, IGNORE, IGNORE],
+                        [IGNORE, IGNORE, 4, IGNORE, IGNORE, IGNORE],
+                        [IGNORE, 10, IGNORE, IGNORE, IGNORE, IGNORE]])
+
+
+@pytest.mark.parametrize("head,opts", [
+    (None, dict(norm="pre", pos="learned", mlm_head=False)),
+    (None, dict(norm="post", pos="sinusoidal", d_head=8, mlm_head=False)),
+    ("mlm", dict(norm="post", pos="sinusoidal", tie_embeddings=True, d_head=8)),
+    ("mlm", dict(norm="pre", pos="learned", tie_embeddings=False, activation="relu")),
+    ("mlm", dict(norm="pre", pos="learned", tie_embeddings=True)),
+    ("cls", dict(norm="post", pos="learned", n_outputs=3, mlm_head=False)),
+    ("cls", dict(norm="pre", pos="sinusoidal", n_outputs=1, tie_embeddings=False)),
+], ids=["none-pre", "none-post-sin-wide", "mlm-post-sin-tied-wide", "mlm-pre-untied-relu",
+        "mlm-pre-tied", "cls-post", "cls-pre-sin-with-mlm"])
+def test_encoder_gradcheck(any_backend, float64, head, opts):
+    cfg = EncoderConfig(vocab_size=V, n_layers=2, seed=5, **SMALL, **opts)
+    model = Encoder(cfg)
+    _perturb(model, seed=2)
+    ids = _dev(ENC_BATCH)
+    loss_fn = _ce_loss(_dev(MLM_TARGETS), ignore_index=IGNORE) if head == "mlm" else None
+    params = None
+    if head == "cls" and model.mlm is not None and model.mlm.linear is not None:
+        # the unused MLM projection gets no gradient: check everything else
+        params = [n for n, _ in model.named_parameters() if not n.startswith("mlm.")]
+    report = check_module(model, ids, loss_fn, kwargs={"head": head}, params=params, **_how())
+    if params is None:
+        assert _checked_names(report) == {n for n, _ in model.named_parameters()}
+
+
+def test_encoder_cls_head_leaves_mlm_projection_without_gradient(float64):
+    model = Encoder(EncoderConfig(vocab_size=V, n_layers=1, n_outputs=2, tie_embeddings=False, **SMALL))
+    model(_dev(ENC_BATCH), head="cls")
+    model.backward(_dev(np.ones((3, 2))))
+    assert np.all(_host(model.mlm.linear.weight.grad) == 0)
+    assert np.any(_host(model.cls.weight.grad) != 0)
+
+
+# -- Seq2Seq -----------------------------------------------------------------------
+SRC = np.array([[1, 5, 7, 3, 2],
+                [1, 4, 2, 0, 0]])
+TGT = np.array([[1, 6, 8, 2, 0, 0],
+                [1, 9, 3, 10, 4, 2]])
+
+
+@pytest.mark.parametrize("opts", [
+    dict(norm="pre", pos="sinusoidal"),
+    dict(norm="post", pos="learned", share_embeddings=True),
+    dict(norm="pre", pos="learned", share_embeddings=True, tie_embeddings=True, d_head=8),
+    dict(norm="post", pos="sinusoidal", tie_embeddings=True, activation="relu"),
+    dict(norm="pre", pos="learned", src_vocab_size=7, d_head=3),
+], ids=["pre-sin", "post-learned-shared", "pre-learned-shared-tied-wide", "post-sin-tied-relu",
+        "pre-learned-smallsrc-dh3"])
+def test_seq2seq_gradcheck(any_backend, float64, opts):
+    opts = dict(opts)
+    src_v = opts.pop("src_vocab_size", V)
+    cfg = Seq2SeqConfig(src_vocab_size=src_v, tgt_vocab_size=V, n_enc_layers=2, n_dec_layers=2,
+                        seed=7, **SMALL, **opts)
+    model = Seq2Seq(cfg)
+    _perturb(model, seed=4)
+    src = _dev(np.where(SRC < src_v, SRC, 3))
+    tgt = _dev(TGT)
+    report = check_module(model, (src, tgt[:, :-1]), _ce_loss(tgt[:, 1:]), **_how())
+    names = _checked_names(report)
+    assert names == {n for n, _ in model.named_parameters()}
+    assert ("tgt_embed.tok.weight" in names) != cfg.share_embeddings
+
+
+# -- training mode: every dropout active, backward must reuse the forward's masks ---------
+class _Rewound:
+    """Rewinds the model's one random stream before each forward, so that every forward
+    of a training-mode gradient check draws the same dropout masks."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __getattr__(self, name):  # named_parameters, modules, zero_grad, backward ...
+        return getattr(self.model, name)
+
+    def forward(self, *args, **kwargs):
+        self.model.rng.counter = 0
+        return self.model.forward(*args, **kwargs)
+
+
+DROPOUTS = dict(emb_dropout=0.2, attn_dropout=0.2, resid_dropout=0.2, ff_dropout=0.2)
+
+
+def test_models_gradcheck_in_training_mode_with_dropout(float64):
+    lm = DecoderLM(DecoderLMConfig(vocab_size=V, n_layers=2, tie_embeddings=True, seed=1, **SMALL,
+                                   **DROPOUTS))
+    ids = _dev(LM_BATCH)
+    check_module(_Rewound(lm), ids[:, :-1], _ce_loss(ids[:, 1:]), mode="directional",
+                 n_directions=2, eval_mode=False)
+    enc = Encoder(EncoderConfig(vocab_size=V, n_layers=2, norm="post", seed=2, **SMALL, **DROPOUTS))
+    check_module(_Rewound(enc), _dev(ENC_BATCH), _ce_loss(_dev(MLM_TARGETS), ignore_index=IGNORE),
+                 kwargs={"head": "mlm"}, mode="directional", n_directions=2, eval_mode=False)
+    s2s = Seq2Seq(Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, n_enc_layers=1, n_dec_layers=2,
+                                share_embeddings=True, seed=3, **SMALL, **DROPOUTS))
+    src, tgt = _dev(SRC), _dev(TGT)
+    check_module(_Rewound(s2s), (src, tgt[:, :-1]), _ce_loss(tgt[:, 1:]), mode="directional",
+                 n_directions=2, eval_mode=False)
+    # the dropout was really on: two unrewound training forwards differ
+    s2s.train()
+    assert not np.allclose(_host(s2s(src, tgt)), _host(s2s(src, tgt)))
+
+
+# -- tied weights get both contributions ---------------------------------------------
+def test_tied_embedding_gradient_matches_numerical_and_needs_both_contributions(any_backend, float64):
+    cfg = DecoderLMConfig(vocab_size=V, n_layers=2, tie_embeddings=True, seed=11, **SMALL)
+    model = DecoderLM(cfg)
+    _perturb(model, seed=8)
+    model.eval()
+    ids = _dev(LM_BATCH)
+    inputs, targets = ids[:, :-1], ids[:, 1:]
+    loss_fn = _ce_loss(targets)
+    E = model.embed.tok.weight
+    assert model.head.linear is None and [n for n, _ in model.named_parameters()].count("embed.tok.weight") == 1
+
+    model.zero_grad()
+    _, dlogits = loss_fn(model(inputs))
+    model.backward(dlogits)
+    analytic = _host(E.grad).copy()
+    # the projection's contribution, computed independently: logits = h E^T -> dE = dlogits^T h
+    h = _host(model.head.cache[0]).reshape(-1, cfg.d_model)  # (N, D), the head's input
+    projection_only = _host(dlogits).reshape(-1, V).T @ h  # (V, D)
+    lookup_only = analytic - projection_only
+
+    numerical = numerical_grad(lambda: loss_fn(model(inputs))[0], E.data)
+    err = relative_error(analytic, numerical)
+    assert err.max() < 1e-5, f"tied embedding gradient off by {err.max():.2e}"
+    # sanity check of the test itself: either contribution alone is far off
+    assert np.abs(projection_only).max() > 1e-3 and np.abs(lookup_only).max() > 1e-3
+    assert relative_error(lookup_only, numerical).max() > 1e-2
+    assert relative_error(projection_only, numerical).max() > 1e-2
+    assert model.embed.tok.weight is E  # and nothing replaced the shared Parameter
+
+
+def test_whole_model_check_catches_a_missing_tied_contribution(float64, monkeypatch):
+    """If the tied output projection forgot to add its gradient into the embedding (or the
+    lookup forgot its own), the directional whole-model check fails on embed.tok.weight."""
+    from minitransformer.models.output import OutputProjection
+
+    cfg = DecoderLMConfig(vocab_size=V, n_layers=1, tie_embeddings=True, seed=2, **SMALL)
+
+    def forgetful_head(self, dlogits):  # returns dh but drops the dE^T contribution
+        from minitransformer.functional import linear_backward
+        dh, _, _ = linear_backward(dlogits, self._require_cache())
+        return dh
+
+    with monkeypatch.context() as mp:
+        mp.setattr(OutputProjection, "backward", forgetful_head)
+        with pytest.raises(GradcheckError, match="embed.tok.weight"):
+            _lm_check(cfg, params=["embed.tok.weight"], check_accumulation=False)
+
+    model = DecoderLM(cfg)
+    _perturb(model)
+    model.embed.tok.backward = lambda dout: None  # the lookup's contribution lost instead
+    ids = _dev(LM_BATCH)
+    with pytest.raises(GradcheckError, match="embed.tok.weight"):
+        check_module(model, ids[:, :-1], _ce_loss(ids[:, 1:]), mode="directional",
+                     params=["embed.tok.weight"], check_accumulation=False)
+
+
+def test_seq2seq_shared_tied_table_gets_all_three_contributions(float64):
+    """With share_embeddings and tie_embeddings one table feeds the source lookup, the
+    target lookup and the output projection; element-wise check of that one table."""
+    cfg = Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, n_enc_layers=1, n_dec_layers=1,
+                        share_embeddings=True, tie_embeddings=True, pos="learned", seed=3, **SMALL)
+    model = Seq2Seq(cfg)
+    _perturb(model, seed=6)
+    assert model.tgt_embed.tok.weight is model.src_embed.tok.weight
+    assert model.head._tied.weight is model.src_embed.tok.weight
+    src, tgt = _dev(SRC), _dev(TGT)
+    check_module(model, (src, tgt[:, :-1]), _ce_loss(tgt[:, 1:]), params=["src_embed.tok.weight"],
+                 mode="elementwise")
