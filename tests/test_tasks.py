@@ -1,0 +1,275 @@
+"""Tests for minitransformer.tasks: collation, target shifting, what the loss scores.
+
+The tasks are checked with small "recording" models that keep the inputs they
+receive and return logits chosen by the test, so the expected loss can be
+computed independently here in float64 NumPy.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minitransformer import backend
+from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
+from minitransformer.tasks import LMTask, MLMTask, Seq2SeqTask, pad_batch
+
+PAD, BOS, EOS, MASK = 0, 1, 2, 3
+V = 12
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+def host(a):
+    return np.asarray(backend.to_numpy(a))
+
+
+def ref_ce(logits, targets, ignore):
+    """Mean cross-entropy over non-ignored targets, float64 NumPy. Returns (loss, count)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    targets = np.asarray(targets)
+    keep = targets != ignore
+    z = logits - logits.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    safe = np.where(keep, targets, 0)
+    nll = -np.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
+    return float(nll[keep].sum() / max(keep.sum(), 1)), int(keep.sum())
+
+
+class RecordingModel:
+    """Returns fixed pseudo-random logits for any input; records forward inputs and
+    the gradient passed to backward."""
+
+    def __init__(self, vocab=V, seed=0):
+        self.vocab, self.seed = vocab, seed
+        self.inputs, self.dlogits, self.kwargs = None, None, None
+
+    def _logits(self, B, T):
+        rng = np.random.default_rng(self.seed)
+        return backend.asarray(rng.normal(size=(B, T, self.vocab)).astype(np.float32))
+
+    def __call__(self, *inputs, **kwargs):
+        self.inputs = [host(x) for x in inputs]
+        self.kwargs = kwargs
+        B, T = inputs[-1].shape
+        self.last_logits = self._logits(B, T)
+        return self.last_logits
+
+    def backward(self, dlogits):
+        self.dlogits = host(dlogits)
+
+
+LM_EXAMPLES = [[BOS, 5, 6, 7, EOS], [BOS, 8, EOS], [BOS, 4, 4, 4, 4, 9, EOS]]
+S2S_EXAMPLES = [([BOS, 5, 6, EOS], [BOS, 6, 5, EOS]),
+                ([BOS, 7, 8, 9, 10, EOS], [BOS, 10, EOS]),
+                ([BOS, 4, EOS], [BOS, 11, 4, 4, 4, 4, EOS])]
+
+
+# ---------------------------------------------------------------------------
+# collation
+# ---------------------------------------------------------------------------
+def test_pad_batch_right_pads_to_longest():
+    out = pad_batch([[1, 2], [3], [4, 5, 6]], pad_id=0)
+    assert out.dtype == np.int64 and out.shape == (3, 3)
+    np.testing.assert_array_equal(out, [[1, 2, 0], [3, 0, 0], [4, 5, 6]])
+    assert pad_batch([[7, 7]], pad_id=9).shape == (1, 2)  # no padding when all are as long
+
+
+def test_lm_collate_pads_only_to_the_batch_maximum():
+    task = LMTask(pad_id=PAD)
+    batch = task.collate(LM_EXAMPLES[:2])
+    assert isinstance(batch, np.ndarray) and batch.shape == (2, 5)
+    np.testing.assert_array_equal(batch, [[BOS, 5, 6, 7, EOS], [BOS, 8, EOS, PAD, PAD]])
+    assert task.collate(LM_EXAMPLES).shape == (3, 7)
+    assert [task.length(e) for e in LM_EXAMPLES] == [5, 3, 7]
+
+
+def test_seq2seq_collate_pads_source_and_target_separately():
+    task = Seq2SeqTask(pad_id=PAD)
+    src, tgt = task.collate(S2S_EXAMPLES[:2])
+    np.testing.assert_array_equal(src, [[BOS, 5, 6, EOS, PAD, PAD], [BOS, 7, 8, 9, 10, EOS]])
+    np.testing.assert_array_equal(tgt, [[BOS, 6, 5, EOS], [BOS, 10, EOS, PAD]])
+    assert [task.length(e) for e in S2S_EXAMPLES] == [4, 6, 7]  # the longer side
+
+
+# ---------------------------------------------------------------------------
+# target shifting and the loss
+# ---------------------------------------------------------------------------
+def test_lm_loss_reads_prefix_and_scores_next_tokens(any_backend):
+    task = LMTask(pad_id=PAD)
+    model = RecordingModel()
+    batch = task.collate(LM_EXAMPLES)  # (3, 7)
+    loss, n_tok = task.loss(model, batch, np.random.default_rng(0))
+    np.testing.assert_array_equal(model.inputs[0], batch[:, :-1])  # teacher forcing: the prefix
+    targets = batch[:, 1:]
+    expected, count = ref_ce(host(model.last_logits), targets, PAD)
+    assert n_tok == count == 4 + 2 + 6  # every real token after BOS, EOS included, no padding
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+    task.backward(model)
+    d = model.dlogits  # (3, 6, V)
+    assert d.shape == (3, 6, V)
+    assert np.all(d[targets == PAD] == 0)  # padding targets get no gradient
+    # the fused gradient of a mean CE: (softmax - onehot) / n_tok on every scored row
+    p = np.exp(host(model.last_logits).astype(np.float64))
+    p /= p.sum(-1, keepdims=True)
+    onehot = np.eye(V)[targets]
+    keep = targets != PAD
+    np.testing.assert_allclose(d[keep], ((p - onehot) / count)[keep], atol=1e-6)
+
+
+def test_lm_loss_with_a_real_model_matches_manual_shift():
+    cfg = DecoderLMConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=1, d_ff=32)
+    model = DecoderLM(cfg).eval()
+    task = LMTask(pad_id=PAD)
+    batch = task.collate(LM_EXAMPLES)
+    loss, _ = task.loss(model, batch)
+    logits = host(model(backend.asarray(batch[:, :-1])))
+    assert float(loss) == pytest.approx(ref_ce(logits, batch[:, 1:], PAD)[0], rel=1e-5)
+
+
+def test_seq2seq_loss_feeds_source_and_shifted_target(any_backend):
+    task = Seq2SeqTask(pad_id=PAD)
+    model = RecordingModel(seed=3)
+    src, tgt = task.collate(S2S_EXAMPLES)
+    loss, n_tok = task.loss(model, (src, tgt), None)
+    np.testing.assert_array_equal(model.inputs[0], src)  # the whole source
+    np.testing.assert_array_equal(model.inputs[1], tgt[:, :-1])  # the target prefix (BOS first)
+    expected, count = ref_ce(host(model.last_logits), tgt[:, 1:], PAD)
+    assert n_tok == count == 3 + 2 + 6
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    task.backward(model)
+    assert np.all(model.dlogits[tgt[:, 1:] == PAD] == 0)
+
+
+def test_seq2seq_loss_with_a_real_model():
+    cfg = Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, max_len=16, d_model=16, n_heads=2,
+                        n_enc_layers=1, n_dec_layers=1, d_ff=32)
+    model = Seq2Seq(cfg).eval()
+    task = Seq2SeqTask(pad_id=PAD)
+    src, tgt = task.collate(S2S_EXAMPLES)
+    loss, _ = task.loss(model, (src, tgt))
+    logits = host(model(backend.asarray(src), backend.asarray(tgt[:, :-1])))
+    assert float(loss) == pytest.approx(ref_ce(logits, tgt[:, 1:], PAD)[0], rel=1e-5)
+
+
+def test_label_smoothing_matches_reference():
+    """(1 - eps) * NLL of the target + eps / (V - 1) * NLL of every other class, averaged
+    over non-padding targets."""
+    eps = 0.1
+    batch = LMTask().collate(LM_EXAMPLES)
+    model = RecordingModel()
+    plain, _ = LMTask(pad_id=PAD).loss(model, batch)
+    smooth, _ = LMTask(pad_id=PAD, label_smoothing=eps).loss(model, batch)
+    logits = host(model.last_logits).astype(np.float64)
+    z = logits - logits.max(-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    targets = batch[:, 1:]
+    keep = targets != PAD
+    nll_t = -np.take_along_axis(logp, targets[..., None], -1)[..., 0]
+    nll_rest = -logp.sum(-1) - nll_t
+    expected = ((1 - eps) * nll_t + eps / (V - 1) * nll_rest)[keep].mean()
+    assert float(smooth) == pytest.approx(expected, rel=1e-5)
+    assert float(plain) == pytest.approx(nll_t[keep].mean(), rel=1e-5)
+
+
+@pytest.mark.parametrize("task_cls, examples", [(LMTask, LM_EXAMPLES), (Seq2SeqTask, S2S_EXAMPLES)])
+def test_evaluate_counts_tokens_and_accuracy(task_cls, examples):
+    """A model whose logits put all mass on the true next token scores accuracy 1 and
+    near-zero loss; evaluate counts only non-padding targets."""
+    task = task_cls(pad_id=PAD)
+    batches = [task.collate(examples[:2]), task.collate(examples[2:])]
+    targets_seq = [(b if task_cls is LMTask else b[1])[:, 1:] for b in batches]
+    calls = iter(targets_seq)  # evaluate runs the model once per batch, in order
+
+    def oracle(*inputs):
+        targets = next(calls)
+        assert inputs[-1].shape == targets.shape  # the model reads the prefix x[:, :-1]
+        return backend.asarray(np.where(np.eye(V, dtype=bool)[targets], 30.0, 0.0).astype(np.float32))
+
+    metrics = task.evaluate(oracle, batches)
+    assert metrics["val_tokens"] == sum(int((t != PAD).sum()) for t in targets_seq)
+    assert metrics["val_acc"] == 1.0
+    assert metrics["val_loss"] < 1e-6
+
+
+# ---------------------------------------------------------------------------
+# MLM
+# ---------------------------------------------------------------------------
+def _mlm_batch():
+    rng = np.random.default_rng(7)
+    rows = [[BOS] + list(rng.integers(4, V, size=n)) + [EOS] for n in (30, 24, 30, 12)]
+    return MLMTask(mask_id=MASK, vocab_size=V).collate(rows)
+
+
+def test_mlm_scores_only_selected_positions(any_backend):
+    task = MLMTask(mask_id=MASK, vocab_size=V, pad_id=PAD, special_ids=(PAD, BOS, EOS), p=0.3)
+    batch = _mlm_batch()
+    model = RecordingModel(seed=5)
+    loss, n_tok = task.loss(model, batch, np.random.default_rng(11))
+    assert model.kwargs == {"head": "mlm"}
+    corrupted = model.inputs[0]
+    # the same generator state reproduces the corruption exactly
+    corrupted2, targets = task._corrupt(batch, np.random.default_rng(11))
+    np.testing.assert_array_equal(corrupted, corrupted2)
+    selected = targets != MLMTask.IGNORE
+    assert 0 < n_tok == int(selected.sum()) < int((batch != PAD).sum())
+    np.testing.assert_array_equal(targets[selected], batch[selected])  # targets are the originals
+    assert not np.any(selected & np.isin(batch, [PAD, BOS, EOS]))  # specials are never selected
+    np.testing.assert_array_equal(corrupted[~selected], batch[~selected])  # the rest is untouched
+    assert np.mean(corrupted[selected] == MASK) > 0.5  # most selected tokens become MASK
+
+    logits = host(model.last_logits)
+    expected, count = ref_ce(logits, targets, MLMTask.IGNORE)
+    assert count == n_tok
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+    task.backward(model)
+    assert np.all(model.dlogits[~selected] == 0)  # unselected positions get no gradient
+    assert np.all(np.abs(model.dlogits[selected]).sum(-1) > 0)
+
+
+def test_mlm_loss_ignores_logits_at_unselected_positions():
+    task = MLMTask(mask_id=MASK, vocab_size=V, special_ids=(PAD, BOS, EOS))
+    batch = _mlm_batch()
+    _, targets = task._corrupt(batch, np.random.default_rng(1))
+    selected = targets != MLMTask.IGNORE
+
+    class Fixed(RecordingModel):
+        def __init__(self, noise):
+            super().__init__()
+            self.noise = noise
+
+        def _logits(self, B, T):
+            base = np.random.default_rng(0).normal(size=(B, T, V))
+            base[~selected] += self.noise * np.random.default_rng(99).normal(size=base[~selected].shape)
+            return backend.asarray(base.astype(np.float32))
+
+    l0, _ = task.loss(Fixed(0.0), batch, np.random.default_rng(1))
+    l1, _ = task.loss(Fixed(100.0), batch, np.random.default_rng(1))
+    assert float(l0) == float(l1)
+
+
+def test_mlm_corruption_differs_per_generator_and_evaluate_is_repeatable():
+    task = MLMTask(mask_id=MASK, vocab_size=V, special_ids=(PAD, BOS, EOS))
+    batch = _mlm_batch()
+    c1, _ = task._corrupt(batch, np.random.default_rng(1))
+    c2, _ = task._corrupt(batch, np.random.default_rng(2))
+    assert not np.array_equal(c1, c2)
+    model = Encoder(EncoderConfig(vocab_size=V, max_len=40, d_model=16, n_heads=2, n_layers=1, d_ff=32)).eval()
+    m1 = task.evaluate(model, [batch])
+    m2 = task.evaluate(model, [batch])
+    assert m1 == m2 and m1["val_tokens"] > 0
+
+
+def test_mlm_with_a_real_encoder_matches_manual_loss():
+    cfg = EncoderConfig(vocab_size=V, max_len=40, d_model=16, n_heads=2, n_layers=1, d_ff=32)
+    model = Encoder(cfg).eval()
+    task = MLMTask(mask_id=MASK, vocab_size=V, special_ids=(PAD, BOS, EOS))
+    batch = _mlm_batch()
+    loss, n_tok = task.loss(model, batch, np.random.default_rng(4))
+    corrupted, targets = task._corrupt(batch, np.random.default_rng(4))
+    logits = host(model(backend.asarray(corrupted), head="mlm"))
+    expected, count = ref_ce(logits, targets, MLMTask.IGNORE)
+    assert n_tok == count
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
