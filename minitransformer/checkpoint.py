@@ -123,6 +123,13 @@ def load_checkpoint(path) -> Checkpoint:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"PK\x03\x04":  # np.load would call any non-zip file "pickled data"
+        if b"PK\x03\x04".startswith(magic):
+            raise CheckpointError(f"{path} is truncated or corrupted ({len(magic)} bytes); use an earlier "
+                                  "checkpoint (the trainer keeps best.npz and last.npz)")
+        raise CheckpointError(f"{path} is not a minitransformer checkpoint (it is not an .npz archive)")
     try:
         with np.load(path, allow_pickle=False) as z:
             names = list(z.files)
@@ -150,6 +157,8 @@ def load_checkpoint(path) -> Checkpoint:
         meta = json.loads(data.pop(_META).tobytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{path}: its metadata is not valid JSON ({err})") from err
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path} is not a minitransformer checkpoint (its metadata is not a JSON object)")
     version = meta.get("format_version")
     if not isinstance(version, int):
         raise CheckpointError(f"{path} is not a minitransformer checkpoint (no format version)")

@@ -216,7 +216,7 @@ class Trainer:
                         f"{self._last_good()}. Try a lower learning rate or gradient clipping.")
                 model.zero_grad()
                 self.task.backward(model)
-                norm = clip_grad_norm(model, cfg.clip) if cfg.clip else None
+                norm = clip_grad_norm(model, cfg.clip if cfg.clip else math.inf)  # inf: measure only
                 if norm is not None and not math.isfinite(norm):
                     raise TrainingDiverged(
                         f"non-finite gradient norm ({norm}) at epoch {self.epoch + 1}, step {self.step + 1}, "
