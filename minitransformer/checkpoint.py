@@ -110,6 +110,9 @@ def save_checkpoint(path, model, optimizer=None, vocab=None, extra: dict | None 
             np.savez(f, **arrays)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; give it normal permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -108,7 +108,15 @@ def _write_json_atomic(path: Path, obj) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w") as f:
         json.dump(obj, f, indent=1)
+    os.chmod(tmp, _default_mode())
     os.replace(tmp, path)
+
+
+def _default_mode() -> int:
+    """The permissions an ordinary new file gets (mkstemp would make it private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 class Trainer:
@@ -266,7 +274,7 @@ class Trainer:
             self.save("best.npz")
         else:
             self.bad_epochs += 1
-        if not cfg.quiet:
+        if True:  # one line per epoch, also with quiet (which only hides the progress bar)
             shown = {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in metrics.items()
                      if k not in ("epoch",)}
             print(f"epoch {self.epoch}: " + " ".join(f"{k}={v}" for k, v in shown.items())
