@@ -275,8 +275,8 @@ class Trainer:
         else:
             self.bad_epochs += 1
         if True:  # one line per epoch, also with quiet (which only hides the progress bar)
-            shown = {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in metrics.items()
-                     if k not in ("epoch",)}
+            shown = {k: (f"{v:.0f}" if k in ("tokens_per_s", "time_s") else f"{v:.4g}" if isinstance(v, float)
+                         else v) for k, v in metrics.items() if k != "epoch"}
             print(f"epoch {self.epoch}: " + " ".join(f"{k}={v}" for k, v in shown.items())
                   + ("  *" if improved else ""), flush=True)
         stop = False
