@@ -93,6 +93,37 @@ def normal_cdf(x):
     return _normal_cdf_and_pdf(x, derivative=False)[0]
 
 
+# Element-wise work of about 50 array passes (exact GELU) runs several times faster
+# when done in blocks that stay in the CPU cache than over a large array at once.
+_BLOCK = 1 << 14
+
+
+def _blocked(fn, x):
+    """``fn(x) -> (y, dydx)`` for an element-wise ``fn``, evaluated in cache-sized blocks
+    on the CPU (a GPU gets the whole array: one launch per operation is cheaper there)."""
+    from minitransformer import backend  # late: the active backend may change
+    if x.size <= 2 * _BLOCK or backend.name() == "cupy":
+        return fn(x)
+    flat = x.reshape(-1)  # (N,)
+    y, dydx = xp.empty_like(flat), xp.empty_like(flat)  # (N,), (N,)
+    for i in range(0, flat.size, _BLOCK):  # a loop over memory blocks, not over batch/time
+        y[i:i + _BLOCK], dydx[i:i + _BLOCK] = fn(flat[i:i + _BLOCK])
+    return y.reshape(x.shape), dydx.reshape(x.shape)
+
+
+def _gelu_exact(x):
+    cdf, pdf = _normal_cdf_and_pdf(x, derivative=True)  # (...), (...)
+    return x * cdf, cdf + x * pdf  # y, and d/dx [x Phi(x)] = Phi(x) + x Phi'(x)
+
+
+def _gelu_tanh(x):
+    # y = x/2 (1 + th), th = tanh(u), u = c (x + 0.044715 x^3)
+    th = xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))  # (...)
+    du_dx = _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x)  # (...)
+    local = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du_dx  # (...), 1 - th^2 never overflows
+    return 0.5 * x * (1.0 + th), local
+
+
 def gelu_forward(x, approximate: str = "none"):
     """GELU activation.
 
@@ -107,14 +138,9 @@ def gelu_forward(x, approximate: str = "none"):
         forward has at hand anyway, so the backward is a single multiply.
     """
     if approximate == "none":
-        cdf, pdf = _normal_cdf_and_pdf(x, derivative=True)  # (...), (...)
-        return x * cdf, cdf + x * pdf  # d/dx [x Phi(x)] = Phi(x) + x Phi'(x)
+        return _blocked(_gelu_exact, x)
     if approximate == "tanh":
-        # y = x/2 (1 + th), th = tanh(u), u = c (x + 0.044715 x^3)
-        th = xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))  # (...)
-        du_dx = _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x)  # (...)
-        local = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du_dx  # (...), 1 - th^2 never overflows
-        return 0.5 * x * (1.0 + th), local
+        return _blocked(_gelu_tanh, x)
     raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
