@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=None, help="override the preset's number of epochs")
     p.add_argument("--max-minutes", type=float, default=None,
                    help="training time budget (the preset's by default; 0 = no limit)")
+    p.add_argument("--augment", type=float, default=None,
+                   help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--samples", type=int, default=2000, help="molecules to sample at the end")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--out", default="runs/molecules", help="run folder (created)")
@@ -82,6 +84,8 @@ def resolve_settings(args) -> dict:
             s["model"] = dict(QUICK["model"], norm="post", tie_embeddings=False)
     if args.epochs is not None:
         s["epochs"] = args.epochs
+    if args.augment is not None:
+        s["augment"] = args.augment
     if args.max_minutes is not None:
         s["max_time"] = args.max_minutes * 60 if args.max_minutes > 0 else None
     return s

@@ -80,7 +80,7 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
     s *= scale
     if mask is not None:
         _check_mask(mask, (B, H, Tq, Tk))
-        s = xp.where(mask, s, -xp.inf)  # (B, H, Tq, Tk), masked logits are exactly -inf
+        xp.copyto(s, -xp.inf, where=~mask)  # in place: masked logits are exactly -inf
     row_max = s.max(axis=-1, keepdims=True)  # (B, H, Tq, 1), -inf on fully masked rows
     if mask is not None:
         row_max = xp.where(xp.isneginf(row_max), 0.0, row_max)  # avoid -inf - -inf = NaN
