@@ -3,6 +3,20 @@
 Every model takes one config; ``cfg.to_dict()`` gives plain JSON types and
 ``Config.from_dict(d)`` rebuilds it, refusing unknown keys with a clear message
 (a checkpoint from a newer version with extra options fails loudly, not silently).
+
+Options shared by the three model configs:
+
+* ``d_model`` (D), ``n_heads`` (H), ``d_head`` (default D // H; may differ, e.g. the
+  reference molecules model uses heads as wide as D), ``n_layers``, ``d_ff``, ``max_len``;
+* ``norm``: ``"post"`` (LayerNorm after each residual sum, the original transformer)
+  or ``"pre"`` (before each sublayer, GPT-2 style);
+* ``activation``: ``"gelu"`` (exact), ``"gelu_tanh"`` or ``"relu"``;
+* ``pos``: ``"learned"`` or ``"sinusoidal"`` positions;
+* dropout, each set separately: ``emb_dropout`` (on the embedding sum),
+  ``attn_dropout`` (on attention probabilities), ``resid_dropout`` (on each
+  sublayer's output), ``ff_dropout`` (on the feed-forward hidden layer);
+* ``final_norm``: a LayerNorm after the last block (default: on for pre-LN, off for post-LN);
+* ``bias``, ``seed``, and the special token ids.
 """
 from __future__ import annotations
 
@@ -52,14 +66,3 @@ class ConfigBase:
             if not 0.0 <= p < 1.0:
                 raise ValueError(f"{type(self).__name__}.{name} must be in [0, 1), got {p}")
 
-
-def transformer_fields():
-    """Documentation of the options shared by all three model configs.
-
-    d_model (D), n_heads (H), d_head (default D // H), n_layers, d_ff, max_len,
-    norm ("post" | "pre"), activation ("gelu" | "gelu_tanh" | "relu"),
-    pos ("learned" | "sinusoidal"), emb_dropout (on the embedding sum),
-    attn_dropout (on attention probabilities), resid_dropout (on each sublayer's
-    output), ff_dropout (on the feed-forward hidden layer), final_norm (a LayerNorm
-    after the last block; default: on for pre-LN, off for post-LN), bias, seed.
-    """

@@ -34,7 +34,7 @@ from minitransformer.nn import DecoderBlock, KVCache, LayerNorm, Module, ModuleL
 
 @dataclasses.dataclass
 class DecoderLMConfig(ConfigBase):
-    """Options of :class:`DecoderLM`; see :func:`minitransformer.models.config.transformer_fields`."""
+    """Options of :class:`DecoderLM`; shared options: :mod:`minitransformer.models.config`."""
 
     vocab_size: int
     max_len: int = 128

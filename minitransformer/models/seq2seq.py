@@ -31,7 +31,7 @@ from minitransformer.nn import DecoderBlock, EncoderBlock, KVCache, LayerNorm, M
 
 @dataclasses.dataclass
 class Seq2SeqConfig(ConfigBase):
-    """Options of :class:`Seq2Seq` (see ``transformer_fields`` for the shared ones)."""
+    """Options of :class:`Seq2Seq` (shared options: :mod:`minitransformer.models.config`)."""
 
     src_vocab_size: int
     tgt_vocab_size: int
