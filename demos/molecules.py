@@ -25,20 +25,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from minitransformer import backend  # noqa: E402
 
 PRESETS = {
-    # Ours: pre-LN, dropout everywhere, AdamW with warmup + cosine, randomized SMILES.
+    # Ours: pre-LN, tied embeddings, AdamW with warmup + cosine, molecules written in
+    # Kekule form. Measured on Tox21 (see README): Kekule beats canonical SMILES on
+    # validity (0.78 vs 0.67); randomized-SMILES augmentation and dropout both slowed
+    # learning too much for a 15-minute budget (validity 0.51-0.60 at 20 epochs).
     "default": dict(
         model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, norm="pre", pos="learned",
-                   activation="gelu", tie_embeddings=True, emb_dropout=0.1, attn_dropout=0.1,
-                   resid_dropout=0.1),
-        optimizer="adamw", lr=1e-3, weight_decay=0.01, warmup=300, schedule="cosine",
-        batch_size=64, epochs=20, patience=None, label_smoothing=0.0, augment=1.0,
-        max_time=11 * 60, check_rdkit=True, metric="val_nll_token"),
+                   activation="gelu", tie_embeddings=True, emb_dropout=0.0, attn_dropout=0.0,
+                   resid_dropout=0.0),
+        optimizer="adamw", lr=2e-3, weight_decay=0.01, warmup=300, schedule="cosine",
+        batch_size=64, epochs=20, patience=None, label_smoothing=0.0, augment=0.0,
+        max_time=11 * 60, check_rdkit=True, metric="val_nll_token", form="kekule"),
     # J. Tomczak, "ARMs parameterized by Transformers": 10 post-LN blocks, heads as wide
     # as the model, dropout on the embedding sum only, Adamax, patience 10.
     "tomczak": dict(
         model="tomczak", optimizer="adamax", lr=1e-3, weight_decay=0.0, warmup=0, schedule="constant",
         batch_size=64, epochs=1000, patience=10, label_smoothing=0.0, augment=0.0,
-        max_time=None, check_rdkit=False, metric="val_nll_mol_ref"),
+        max_time=None, check_rdkit=False, metric="val_nll_mol_ref", form="as-is"),
 }
 QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", tie_embeddings=True),
              epochs=2, batch_size=32, warmup=10, patience=None, max_time=None, augment=0.5)
@@ -55,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training time budget (the preset's by default; 0 = no limit)")
     p.add_argument("--augment", type=float, default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
+    p.add_argument("--form", default=None, choices=["as-is", "canonical", "kekule"],
+                   help="how training molecules are written (default: the preset's)")
+    p.add_argument("--dropout", type=float, default=None, help="override every dropout of the model")
+    p.add_argument("--lr", type=float, default=None, help="override the peak learning rate")
     p.add_argument("--samples", type=int, default=2000, help="molecules to sample at the end")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--out", default="runs/molecules", help="run folder (created)")
@@ -84,6 +91,13 @@ def resolve_settings(args) -> dict:
             s["model"] = dict(QUICK["model"], norm="post", tie_embeddings=False)
     if args.epochs is not None:
         s["epochs"] = args.epochs
+    if args.form is not None:
+        s["form"] = args.form
+    if args.lr is not None:
+        s["lr"] = args.lr
+    if args.dropout is not None and isinstance(s["model"], dict):
+        s["model"] = dict(s["model"], emb_dropout=args.dropout, attn_dropout=args.dropout,
+                          resid_dropout=args.dropout)
     if args.augment is not None:
         s["augment"] = args.augment
     if args.max_minutes is not None:
@@ -139,7 +153,7 @@ def train_command(args) -> int:
     settings = resolve_settings(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data = prepare_smiles(args.data, check_rdkit=settings["check_rdkit"],
+    data = prepare_smiles(args.data, check_rdkit=settings["check_rdkit"], form=settings["form"],
                           limit=400 if args.quick else None)
     vocab = data.vocab
     model = make_model(settings, vocab, args.seed)

@@ -279,6 +279,25 @@ def canonical(smiles: str, isomeric: bool = True) -> str | None:
     return Chem.MolToSmiles(mol, isomericSmiles=isomeric)
 
 
+def kekule(smiles: str) -> str | None:
+    """The canonical SMILES of ``smiles`` in Kekule form (explicit single and double
+    bonds, no lowercase aromatic atoms), or None when it does not parse.
+
+    Same molecule, different spelling: a language model trained on Kekule forms
+    never has to produce an aromatic ring that RDKit cannot kekulize.
+    """
+    Chem = require_rdkit()
+    with quiet_rdkit():
+        mol = mol_from_smiles(smiles)
+        if mol is None:
+            return None
+        try:
+            Chem.Kekulize(mol, clearAromaticFlags=True)
+        except Exception:  # RDKit raises a KekulizeException subclass
+            return None
+    return Chem.MolToSmiles(mol, kekuleSmiles=True)
+
+
 def randomize_smiles(smiles: str, rng: np.random.Generator) -> str:
     """A random valid SMILES of the same molecule, determined by ``rng``.
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from minitransformer.chem.data import (
-    clean_smiles, load_source, randomize_smiles, split_in_order, split_random,
+    canonical, clean_smiles, kekule, load_source, randomize_smiles, split_in_order, split_random,
 )
 from minitransformer.chem.vocab import Vocab
 
@@ -44,7 +44,7 @@ class SmilesSplits:
 def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit: bool = True,
                    split: str = "ordered", n_train: int = 6600, n_val: int = 400,
                    fractions=(0.8, 0.1, 0.1), seed: int = 0, limit: int | None = None,
-                   download: bool = True, log=print) -> SmilesSplits:
+                   download: bool = True, form: str = "as-is", log=print) -> SmilesSplits:
     """Load, clean and split SMILES; build the vocabulary on the training split.
 
     Args:
@@ -54,6 +54,9 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
         check_rdkit: drop strings RDKit cannot parse.
         split: ``"ordered"`` (first n_train, next n_val, rest) or ``"random"`` (fractions).
         limit: keep only the first ``limit`` cleaned SMILES (quick runs).
+        form: how each molecule is written: ``"as-is"`` (the file's string),
+            ``"canonical"`` (RDKit canonical SMILES) or ``"kekule"`` (canonical Kekule form,
+            no aromatic lowercase atoms). Rewriting needs the RDKit check.
     """
     loaded = load_source(data, download=download)
     kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=check_rdkit)
@@ -61,6 +64,14 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
     log(f"cleaning: {report.summary()}")
     if limit is not None:
         kept = kept[:limit]
+    if form != "as-is":
+        if form not in ("canonical", "kekule"):
+            raise ValueError(f"form must be 'as-is', 'canonical' or 'kekule', got {form!r}")
+        rewrite = canonical if form == "canonical" else kekule
+        written = [rewrite(s) for s in kept]
+        dropped = sum(w is None or len(w) > max_len for w in written)
+        kept = [w for w in written if w is not None and len(w) <= max_len]
+        log(f"molecules written in {form} form ({dropped} dropped: not kekulizable or now too long)")
     if split == "ordered":
         if len(kept) <= n_train + n_val:  # a small file: keep the 80/10/10 proportions instead
             n_train, n_val = int(0.8 * len(kept)), max(1, int(0.1 * len(kept)))

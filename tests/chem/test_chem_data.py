@@ -244,3 +244,12 @@ def test_tokenizer_and_vocab_import_without_rdkit():
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_kekule_writes_the_same_molecule_without_aromatic_atoms():
+    from minitransformer.chem.data import canonical, kekule
+    for smiles in ["c1ccccc1O", "Cn1cnc2c1c(=O)n(C)c(=O)n2C", "c1ccc2[nH]ccc2c1", "CC(=O)Oc1ccccc1C(=O)O"]:
+        k = kekule(smiles)
+        assert k is not None and not any(ch in k for ch in "cnos"), f"{smiles} -> {k} still aromatic"
+        assert canonical(k) == canonical(smiles), f"{smiles} -> {k} is another molecule"
+    assert kekule("not a smiles") is None
