@@ -57,7 +57,7 @@ from minitransformer.backend import xp
 
 __all__ = [
     "Optimizer", "SGD", "Adam", "AdamW", "Adamax",
-    "Schedule", "ConstantLR", "NoamLR", "WarmupCosineLR",
+    "Schedule", "ConstantLR", "NoamLR", "WarmupCosineLR", "clip_grad_norm_on_device",
     "clip_grad_norm", "default_no_decay",
 ]
 
@@ -271,6 +271,28 @@ def clip_grad_norm(params, max_norm: float) -> float:
             p.grad *= scale
     return norm
 
+
+
+def clip_grad_norm_on_device(params, max_norm: float | None):
+    r""":func:`clip_grad_norm` without a host round trip, for GPU training loops.
+
+    Computes the global norm :math:`n` as a 0-d device array and multiplies every
+    gradient by :math:`s = \min(1, c / (n + 10^{-6}))` (or 1 when ``max_norm`` is
+    None). When :math:`n` is NaN or infinite, :math:`s = 0`: the step's gradients
+    are dropped, so the weights stay finite until the trainer's next check sees the
+    returned norm and stops. Returns :math:`n` (0-d, on the device).
+    """
+    plist = _parameter_list(params)
+    total = 0.0
+    for p in plist:
+        g = p.grad.ravel()                       # (numel,) a view
+        total = total + xp.vdot(g, g)            # () on the device
+    norm = xp.sqrt(total)                        # ()
+    scale = xp.ones_like(norm) if max_norm is None else xp.minimum(1.0, max_norm / (norm + 1e-6))  # ()
+    scale = xp.where(xp.isfinite(norm), scale, 0.0)  # ()
+    for p in plist:
+        p.grad *= scale.astype(p.grad.dtype)
+    return norm
 
 # ---------------------------------------------------------------------------
 # Optimizers

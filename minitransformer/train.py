@@ -38,7 +38,8 @@ from typing import Callable
 import numpy as np
 
 from minitransformer.checkpoint import load_checkpoint, restore, save_checkpoint
-from minitransformer.optim import clip_grad_norm
+from minitransformer import backend
+from minitransformer.optim import clip_grad_norm, clip_grad_norm_on_device
 
 
 class TrainingDiverged(RuntimeError):
@@ -61,7 +62,11 @@ class TrainConfig:
     max_time: stop at the end of the first epoch that ends after this many seconds.
     eval_batch_size: batch size for evaluation (default: batch_size).
     out_dir: where best.npz, last.npz and history.json go (None: keep nothing on disk).
-    quiet: no progress bar.
+    quiet: no progress bar and no per-epoch lines.
+    sync_every: read the loss and gradient norm back to the host every this many
+        steps (default: every step on the CPU, every 50 on a GPU, where each read
+        stalls the device). Between reads nothing leaves the device; a non-finite
+        step drops its gradients and the next read stops training.
     """
 
     epochs: int = 10
@@ -77,6 +82,7 @@ class TrainConfig:
     eval_batch_size: int | None = None
     out_dir: str | None = None
     quiet: bool = False
+    sync_every: int | None = None
 
     def __post_init__(self):
         if self.mode not in ("min", "max"):
@@ -207,44 +213,73 @@ class Trainer:
             bar = tqdm(total=len(batches), initial=self.batch_index, desc=f"epoch {self.epoch + 1}",
                        leave=False, dynamic_ncols=True)
         tokens, t0, loss_sum, n_loss = 0, time.perf_counter(), 0.0, 0
+        sync_every = cfg.sync_every or (50 if backend.name() == "cupy" else 1)
+        pending = []  # (step, loss, norm) not yet read back to the host
         try:
             while self.batch_index < len(batches):
                 if cfg.max_steps is not None and self.step >= cfg.max_steps:
                     self.stop_reason = "max_steps"
-                    return False
+                    break
                 idx = batches[self.batch_index]
                 batch = self.task.collate([examples[j] for j in idx])
                 rng = np.random.default_rng([cfg.seed, self.epoch, self.batch_index])
                 loss, n_tok = self.task.loss(model, batch, rng)
-                loss_value = float(loss)
-                if not math.isfinite(loss_value):
-                    raise TrainingDiverged(
-                        f"non-finite loss ({loss_value}) at epoch {self.epoch + 1}, step {self.step + 1}, "
-                        f"batch {self.batch_index}; no update was made. Last good checkpoint: "
-                        f"{self._last_good()}. Try a lower learning rate or gradient clipping.")
+                if sync_every == 1:
+                    self._check_finite(float(loss), "loss", self.step + 1)  # before any update
                 model.zero_grad()
                 self.task.backward(model)
-                norm = clip_grad_norm(model, cfg.clip if cfg.clip else math.inf)  # inf: measure only
-                if norm is not None and not math.isfinite(norm):
-                    raise TrainingDiverged(
-                        f"non-finite gradient norm ({norm}) at epoch {self.epoch + 1}, step {self.step + 1}, "
-                        f"batch {self.batch_index}; no update was made. Last good checkpoint: {self._last_good()}.")
+                if sync_every == 1:
+                    norm = clip_grad_norm(model, cfg.clip if cfg.clip else math.inf)  # inf: measure only
+                    self._check_finite(norm, "gradient norm", self.step + 1)
+                else:
+                    norm = clip_grad_norm_on_device(model, cfg.clip)  # no host round trip
                 self.optimizer.step()
+                if sync_every == 1:
+                    norm = None  # already checked
                 self.step += 1
                 self.batch_index += 1
-                self.step_losses.append(loss_value)
                 tokens += n_tok
-                loss_sum, n_loss = loss_sum + loss_value, n_loss + 1
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss_value:.4f}",
-                                    tok_s=f"{tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
+                pending.append((self.step, loss, norm))
+                if len(pending) >= sync_every or self.batch_index == len(batches):
+                    values = self._read_back(pending)
+                    pending = []
+                    loss_sum, n_loss = loss_sum + sum(values), n_loss + len(values)
+                    if bar is not None:
+                        bar.update(len(values))
+                        bar.set_postfix(loss=f"{values[-1]:.4f}",
+                                        tok_s=f"{tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
+            if pending:  # stopped by max_steps between two reads
+                self._read_back(pending)
         finally:
             if bar is not None:
                 bar.close()
+        if self.stop_reason == "max_steps":
+            return False
         self._epoch_train = {"train_loss": loss_sum / max(n_loss, 1),
                              "tokens_per_s": tokens / max(time.perf_counter() - t0, 1e-9)}
         return True
+
+    def _check_finite(self, value: float, what: str, step: int, deferred: bool = False) -> None:
+        if not math.isfinite(value):
+            how = ("its gradients were dropped (read back later, at step "
+                   f"{self.step})" if deferred else "no update was made with it")
+            raise TrainingDiverged(
+                f"non-finite {what} ({value}) at epoch {self.epoch + 1}, step {step}; {how}. "
+                f"Last good checkpoint: {self._last_good()}. Try a lower learning rate or "
+                "gradient clipping.")
+
+    def _read_back(self, pending) -> list:
+        """Copy the pending losses and norms to the host (one sync), record the losses,
+        and stop on the first non-finite one (its step's gradients were dropped)."""
+        values = []
+        for step, loss, norm in pending:
+            loss_value = float(loss)
+            if norm is not None:  # deferred: this step's numbers are seen only now
+                self._check_finite(loss_value, "loss", step, deferred=True)
+                self._check_finite(float(norm), "gradient norm", step, deferred=True)
+            values.append(loss_value)
+        self.step_losses.extend(values)
+        return values
 
     def _end_epoch(self, t_start: float) -> bool:
         """Evaluate, record, checkpoint; returns True if training should stop."""
@@ -274,7 +309,7 @@ class Trainer:
             self.save("best.npz")
         else:
             self.bad_epochs += 1
-        if True:  # one line per epoch, also with quiet (which only hides the progress bar)
+        if not cfg.quiet:
             shown = {k: (f"{v:.0f}" if k in ("tokens_per_s", "time_s") else f"{v:.4g}" if isinstance(v, float)
                          else v) for k, v in metrics.items() if k != "epoch"}
             print(f"epoch {self.epoch}: " + " ".join(f"{k}={v}" for k, v in shown.items())

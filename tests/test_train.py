@@ -528,3 +528,46 @@ def test_strict_backend_training_and_resume(tmp_path):
     assert rest.step_losses == full.step_losses[3:]
     assert_same_weights(weights(m3), weights(m1))
     assert all(math.isfinite(x) for x in full.step_losses)
+
+
+def test_deferred_checks_train_like_per_step_checks_and_still_stop_on_nan(any_backend, tmp_path):
+    """sync_every > 1 (the GPU default) reads losses back in groups: the same losses as
+    checking every step, and a NaN between two reads drops that step's gradients, keeps
+    the weights finite, and stops training at the next read."""
+    import numpy as np
+    from minitransformer import backend
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    from minitransformer.optim import Adam
+    from minitransformer.tasks import LMTask
+    from minitransformer.train import TrainConfig, TrainingDiverged, fit
+
+    rng = np.random.default_rng(0)
+    data = [[1] + list(rng.integers(3, 9, size=rng.integers(3, 7))) + [2] for _ in range(48)]
+
+    def run(sync_every, task=None):
+        model = DecoderLM(DecoderLMConfig(vocab_size=9, max_len=10, d_model=8, n_heads=2, n_layers=1, d_ff=16))
+        cfg = TrainConfig(epochs=1, batch_size=8, quiet=True, sync_every=sync_every, clip=None)
+        return model, fit(model, task or LMTask(0), Adam(model, lr=1e-2), data, config=cfg)
+
+    _, every = run(1)
+    _, grouped = run(4)
+    assert np.allclose(every.step_losses, grouped.step_losses, rtol=1e-6), "grouped reads changed the losses"
+
+    class PoisonAtStep3(LMTask):
+        calls = 0
+
+        def loss(self, model, batch, rng=None):
+            loss, n = super().loss(model, batch, rng)
+            PoisonAtStep3.calls += 1
+            return (loss * float("nan") if PoisonAtStep3.calls == 3 else loss), n
+
+    model = None
+    with pytest.raises(TrainingDiverged, match=r"step 3; its gradients were dropped \(read back later, at step 4\)"):
+        model, _ = run(4, PoisonAtStep3(0))
+    model = DecoderLM(DecoderLMConfig(vocab_size=9, max_len=10, d_model=8, n_heads=2, n_layers=1, d_ff=16))
+    PoisonAtStep3.calls = 0
+    trainer_cfg = TrainConfig(epochs=1, batch_size=8, quiet=True, sync_every=4, clip=None)
+    with pytest.raises(TrainingDiverged):
+        fit(model, PoisonAtStep3(0), Adam(model, lr=1e-2), data, config=trainer_cfg)
+    for name, p in model.named_parameters():
+        assert bool(backend.xp.isfinite(p.data).all()), f"{name} became non-finite"
