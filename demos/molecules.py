@@ -62,12 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how training molecules are written (default: the preset's)")
     p.add_argument("--dropout", type=float, default=None, help="override every dropout of the model")
     p.add_argument("--lr", type=float, default=None, help="override the peak learning rate")
+    p.add_argument("--batch-size", type=int, default=None, help="override the batch size")
     p.add_argument("--samples", type=int, default=2000, help="molecules to sample at the end")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--out", default="runs/molecules", help="run folder (created)")
     p.add_argument("--backend", default=None, choices=list(backend.BACKENDS)[:2],
                    help="numpy (default) or cupy")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", default=None,
+                   help="continue an interrupted run from its last.npz (same options as before)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -95,6 +98,8 @@ def resolve_settings(args) -> dict:
         s["form"] = args.form
     if args.lr is not None:
         s["lr"] = args.lr
+    if args.batch_size is not None:
+        s["batch_size"] = args.batch_size
     if args.dropout is not None and isinstance(s["model"], dict):
         s["model"] = dict(s["model"], emb_dropout=args.dropout, attn_dropout=args.dropout,
                           resid_dropout=args.dropout)
@@ -180,7 +185,8 @@ def train_command(args) -> int:
     (out / "config.json").write_text(json.dumps(
         {"model": model.config.to_dict(), "train": config.__dict__, "run": run_info}, indent=1, default=str))
     trainer = fit(model, LMTask(vocab.pad_id, settings["label_smoothing"]), optimizer, train_data,
-                  config=config, callbacks=[lm_metrics], vocab=vocab, extra_meta={"run": run_info})
+                  config=config, callbacks=[lm_metrics], vocab=vocab, extra_meta={"run": run_info},
+                  resume=args.resume)
     t_train = time.perf_counter() - t0
 
     # Evaluate the best checkpoint on the test split, then sample from it.
