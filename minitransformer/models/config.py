@@ -66,3 +66,31 @@ class ConfigBase:
             if not 0.0 <= p < 1.0:
                 raise ValueError(f"{type(self).__name__}.{name} must be in [0, 1), got {p}")
 
+
+
+@dataclasses.dataclass(kw_only=True)
+class TransformerOptions(ConfigBase):
+    """The options every model config shares (keyword-only; see the module docstring)."""
+
+    max_len: int = 128
+    d_model: int = 64
+    n_heads: int = 4
+    d_head: int | None = None
+    d_ff: int = 256
+    norm: str = "pre"
+    activation: str = "gelu"
+    pos: str = "learned"
+    tie_embeddings: bool = False
+    final_norm: bool | None = None
+    emb_dropout: float = 0.0
+    attn_dropout: float = 0.0
+    resid_dropout: float = 0.0
+    ff_dropout: float = 0.0
+    bias: bool = True
+    pad_id: int = 0
+    seed: int = 0
+
+    def __post_init__(self):
+        self._check_common()
+        if self.final_norm is None:
+            self.final_norm = self.norm == "pre"

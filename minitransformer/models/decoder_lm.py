@@ -26,42 +26,20 @@ from minitransformer import backend
 from minitransformer.functional import (
     causal_mask, check_ids, combine_masks, cross_entropy_forward, padding_mask,
 )
-from minitransformer.models.config import ConfigBase
+from minitransformer.models.config import TransformerOptions
 from minitransformer.models.embedder import TokenEmbedder
 from minitransformer.models.output import OutputProjection
 from minitransformer.nn import DecoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
 
 
-@dataclasses.dataclass
-class DecoderLMConfig(ConfigBase):
+@dataclasses.dataclass(kw_only=True)
+class DecoderLMConfig(TransformerOptions):
     """Options of :class:`DecoderLM`; shared options: :mod:`minitransformer.models.config`."""
 
-    vocab_size: int
-    max_len: int = 128
-    d_model: int = 64
-    n_heads: int = 4
-    d_head: int | None = None
+    vocab_size: int = dataclasses.field(kw_only=False)
     n_layers: int = 2
-    d_ff: int = 256
-    norm: str = "pre"
-    activation: str = "gelu"
-    pos: str = "learned"
-    tie_embeddings: bool = False
-    final_norm: bool | None = None
-    emb_dropout: float = 0.0
-    attn_dropout: float = 0.0
-    resid_dropout: float = 0.0
-    ff_dropout: float = 0.0
-    bias: bool = True
-    pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
-    seed: int = 0
-
-    def __post_init__(self):
-        self._check_common()
-        if self.final_norm is None:
-            self.final_norm = self.norm == "pre"
 
     @classmethod
     def tomczak(cls, vocab_size: int, max_len: int = 101, **overrides) -> "DecoderLMConfig":

@@ -25,43 +25,22 @@ import numpy as np
 from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.functional import check_ids, padding_mask
-from minitransformer.models.config import ConfigBase
+from minitransformer.models.config import TransformerOptions
 from minitransformer.models.embedder import TokenEmbedder
 from minitransformer.models.output import OutputProjection
 from minitransformer.nn import EncoderBlock, LayerNorm, Linear, Module, ModuleList, set_rng
 
 
-@dataclasses.dataclass
-class EncoderConfig(ConfigBase):
+@dataclasses.dataclass(kw_only=True)
+class EncoderConfig(TransformerOptions):
     """Options of :class:`Encoder`. ``n_outputs`` > 0 adds the pooled CLS head;
     ``mlm_head`` adds the masked-LM head (tied to the embedding if ``tie_embeddings``)."""
 
-    vocab_size: int
-    max_len: int = 128
-    d_model: int = 64
-    n_heads: int = 4
-    d_head: int | None = None
+    vocab_size: int = dataclasses.field(kw_only=False)
     n_layers: int = 2
-    d_ff: int = 256
-    norm: str = "pre"
-    activation: str = "gelu"
-    pos: str = "learned"
     tie_embeddings: bool = True
-    final_norm: bool | None = None
-    emb_dropout: float = 0.0
-    attn_dropout: float = 0.0
-    resid_dropout: float = 0.0
-    ff_dropout: float = 0.0
-    bias: bool = True
     mlm_head: bool = True
     n_outputs: int = 0
-    pad_id: int = 0
-    seed: int = 0
-
-    def __post_init__(self):
-        self._check_common()
-        if self.final_norm is None:
-            self.final_norm = self.norm == "pre"
 
 
 class Encoder(Module):

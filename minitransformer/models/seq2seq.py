@@ -23,50 +23,32 @@ import dataclasses
 from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.functional import causal_mask, check_ids, combine_masks, padding_mask
-from minitransformer.models.config import ConfigBase
+from minitransformer.models.config import TransformerOptions
 from minitransformer.models.embedder import TokenEmbedder
 from minitransformer.models.output import OutputProjection
 from minitransformer.nn import DecoderBlock, EncoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
 
 
-@dataclasses.dataclass
-class Seq2SeqConfig(ConfigBase):
+@dataclasses.dataclass(kw_only=True)
+class Seq2SeqConfig(TransformerOptions):
     """Options of :class:`Seq2Seq` (shared options: :mod:`minitransformer.models.config`)."""
 
-    src_vocab_size: int
-    tgt_vocab_size: int
-    max_len: int = 128
-    d_model: int = 64
-    n_heads: int = 4
-    d_head: int | None = None
+    src_vocab_size: int = dataclasses.field(kw_only=False)
+    tgt_vocab_size: int = dataclasses.field(kw_only=False)
+    pos: str = "sinusoidal"
     n_enc_layers: int = 2
     n_dec_layers: int = 2
-    d_ff: int = 256
-    norm: str = "pre"
-    activation: str = "gelu"
-    pos: str = "sinusoidal"
     share_embeddings: bool = False
-    tie_embeddings: bool = False
-    final_norm: bool | None = None
-    emb_dropout: float = 0.0
-    attn_dropout: float = 0.0
-    resid_dropout: float = 0.0
-    ff_dropout: float = 0.0
-    bias: bool = True
-    pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
-    seed: int = 0
 
     def __post_init__(self):
-        self._check_common()
+        super().__post_init__()
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "Seq2SeqConfig: share_embeddings needs one vocabulary, but src_vocab_size="
                 f"{self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}"
             )
-        if self.final_norm is None:
-            self.final_norm = self.norm == "pre"
 
 
 class Seq2Seq(Module):
