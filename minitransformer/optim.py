@@ -234,6 +234,15 @@ def _parameter_list(params) -> list:
 # ---------------------------------------------------------------------------
 # Gradient clipping
 # ---------------------------------------------------------------------------
+def _grad_norm_squared(plist):
+    """Sum of squares of every gradient, as a 0-d device array (no host sync)."""
+    total = 0.0
+    for p in plist:
+        g = p.grad.ravel()                       # (numel,) a view
+        total = total + xp.vdot(g, g)            # ()
+    return total
+
+
 def clip_grad_norm(params, max_norm: float) -> float:
     r"""Rescale all gradients together so that their global L2 norm is at most ``max_norm``.
 
@@ -260,10 +269,7 @@ def clip_grad_norm(params, max_norm: float) -> float:
     if not max_norm > 0:
         raise ValueError(f"max_norm must be > 0, got {max_norm}")
     plist = _parameter_list(params)
-    total = 0.0
-    for p in plist:
-        g = p.grad.ravel()                       # (numel,) a view
-        total = total + xp.vdot(g, g)            # () stays on the device: one sync below
+    total = _grad_norm_squared(plist)            # () on the device: one sync below
     norm = math.sqrt(float(total))
     if math.isfinite(norm) and norm > max_norm:
         scale = float(max_norm) / (norm + 1e-6)
@@ -283,10 +289,7 @@ def clip_grad_norm_on_device(params, max_norm: float | None):
     returned norm and stops. Returns :math:`n` (0-d, on the device).
     """
     plist = _parameter_list(params)
-    total = 0.0
-    for p in plist:
-        g = p.grad.ravel()                       # (numel,) a view
-        total = total + xp.vdot(g, g)            # () on the device
+    total = _grad_norm_squared(plist)            # () on the device
     norm = xp.sqrt(total)                        # ()
     scale = xp.ones_like(norm) if max_norm is None else xp.minimum(1.0, max_norm / (norm + 1e-6))  # ()
     scale = xp.where(xp.isfinite(norm), scale, 0.0)  # ()
@@ -297,6 +300,16 @@ def clip_grad_norm_on_device(params, max_norm: float | None):
 # ---------------------------------------------------------------------------
 # Optimizers
 # ---------------------------------------------------------------------------
+def _check_betas_eps(betas, eps) -> tuple[tuple[float, float], float]:
+    """Validate Adam-family hyperparameters; return them as Python floats."""
+    b1, b2 = (float(b) for b in betas)
+    if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+        raise ValueError(f"betas must be in [0, 1), got {betas}")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+    return (b1, b2), float(eps)
+
+
 class Optimizer:
     r"""Shared machinery: parameters by name, step counter, lr schedule, state I/O.
 
@@ -566,13 +579,7 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, no_decay=None):
-        b1, b2 = (float(b) for b in betas)
-        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
-            raise ValueError(f"betas must be in [0, 1), got {betas}")
-        if not eps > 0:
-            raise ValueError(f"eps must be > 0, got {eps}")
-        self.betas = (b1, b2)
-        self.eps = float(eps)
+        self.betas, self.eps = _check_betas_eps(betas, eps)
         super().__init__(params, lr, weight_decay, no_decay)
 
     def _decoupled_decay(self, name, p, lr) -> None:
@@ -674,13 +681,7 @@ class Adamax(Optimizer):
 
     def __init__(self, params, lr: float = 2e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, no_decay=None):
-        b1, b2 = (float(b) for b in betas)
-        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
-            raise ValueError(f"betas must be in [0, 1), got {betas}")
-        if not eps > 0:
-            raise ValueError(f"eps must be > 0, got {eps}")
-        self.betas = (b1, b2)
-        self.eps = float(eps)
+        self.betas, self.eps = _check_betas_eps(betas, eps)
         super().__init__(params, lr, weight_decay, no_decay)
 
     def _update(self, name, p, state, lr):
