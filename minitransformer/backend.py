@@ -169,11 +169,7 @@ def _binary(op):
     def reflected(self, other):
         return _wrap(op(_unwrap(other), self._a))
 
-    def inplace(self, other):
-        self._a = op(self._a, _unwrap(other))  # replaced below for true in-place ops
-        return self
-
-    return forward, reflected, inplace
+    return forward, reflected
 
 
 for _name, _op in [("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
@@ -181,7 +177,7 @@ for _name, _op in [("add", operator.add), ("sub", operator.sub), ("mul", operato
                    ("mod", operator.mod), ("pow", operator.pow), ("matmul", operator.matmul),
                    ("and", operator.and_), ("or", operator.or_), ("xor", operator.xor),
                    ("lshift", operator.lshift), ("rshift", operator.rshift)]:
-    _f, _r, _ = _binary(_op)
+    _f, _r = _binary(_op)
     setattr(StrictArray, f"__{_name}__", _f)
     setattr(StrictArray, f"__r{_name}__", _r)
 
