@@ -14,6 +14,13 @@ id    token      role
 3     ``<unk>``  stands for any token that was not in the training data
 ====  =========  =================================================================
 
+Models that need more special tokens ask for them with ``extras``: the encoder
+demos use ``Vocab.build(smiles, extras=(Vocab.CLS, Vocab.MASK))``, which puts
+``<cls>`` (the first input of a sequence classifier, whose final state is pooled)
+and ``<mask>`` (the masked-language-model placeholder) at ids 4 and 5, right after
+the four above. A plain vocabulary has neither, so the molecules demo's model
+never has to learn to avoid emitting them.
+
 The remaining ids are the SMILES tokens of the training set, ordered by
 descending frequency, ties broken by first appearance. The order therefore
 depends only on the data, never on hash seeds or dictionary iteration, and the
@@ -22,7 +29,8 @@ same data always yields the same ids.
 Decoding
 --------
 :meth:`Vocab.decode` turns ids back into a SMILES string: ``<bos>`` and
-``<pad>`` are skipped, the first ``<eos>`` ends the string, and ``<unk>``
+``<pad>`` (and ``<cls>``) are skipped, the first ``<eos>`` ends the string, and ``<unk>``
+(and ``<mask>``)
 renders as the empty string by default. Dropping ``<unk>`` rather than writing
 a placeholder keeps the output a plain SMILES candidate, so a sample that
 contained an unknown token is simply judged by the validity check like any
@@ -47,7 +55,7 @@ from minitransformer.chem.tokenizer import tokenize
 __all__ = ["Vocab"]
 
 _FORMAT = "minitransformer.chem.Vocab"
-_VERSION = 1
+_VERSION = 2  # version 1 had no extra special tokens; it still loads
 
 
 class Vocab:
@@ -62,32 +70,69 @@ class Vocab:
     EOS = "<eos>"
     UNK = "<unk>"
     SPECIALS = (PAD, BOS, EOS, UNK)
+    CLS = "<cls>"
+    MASK = "<mask>"
+    EXTRAS = (CLS, MASK)  # optional specials, asked for with ``extras=``
 
     pad_id = 0
     bos_id = 1
     eos_id = 2
     unk_id = 3
 
-    def __init__(self, tokens: Iterable[str]):
+    def __init__(self, tokens: Iterable[str], extras: Sequence[str] = ()):
+        extras = tuple(extras)
+        for tok in extras:
+            if tok not in self.EXTRAS:
+                raise ValueError(f"unknown extra special token {tok!r}; choose from {self.EXTRAS}")
+        if len(set(extras)) != len(extras):
+            raise ValueError(f"extra special tokens repeat: {extras}")
+        self.extras = extras
         ordinary = list(tokens)
-        seen = set(self.SPECIALS)
+        seen = set(self.SPECIALS) | set(self.EXTRAS)
         for tok in ordinary:
             if not isinstance(tok, str) or not tok:
                 raise ValueError(f"vocabulary tokens must be non-empty strings, got {tok!r}")
             if tok in seen:
                 raise ValueError(f"token {tok!r} appears twice (or clashes with a special token)")
             seen.add(tok)
-        self._tokens = list(self.SPECIALS) + ordinary
+        self._tokens = list(self.SPECIALS) + list(extras) + ordinary
         self._ids = {tok: i for i, tok in enumerate(self._tokens)}
+
+    @property
+    def n_specials(self) -> int:
+        """How many ids the special tokens take (4, plus the extras)."""
+        return len(self.SPECIALS) + len(self.extras)
+
+    @property
+    def special_ids(self) -> list[int]:
+        """Ids of every special token: never masked, never scored as chemistry."""
+        return list(range(self.n_specials))
+
+    def _extra_id(self, tok: str) -> int:
+        if tok not in self.extras:
+            raise ValueError(f"this vocabulary has no {tok} token; build it with "
+                             f"Vocab.build(smiles, extras=(Vocab.CLS, Vocab.MASK))")
+        return self._ids[tok]
+
+    @property
+    def cls_id(self) -> int:
+        """Id of ``<cls>`` (ValueError when the vocabulary was built without it)."""
+        return self._extra_id(self.CLS)
+
+    @property
+    def mask_id(self) -> int:
+        """Id of ``<mask>`` (ValueError when the vocabulary was built without it)."""
+        return self._extra_id(self.MASK)
 
     # ------------------------------------------------------------------ build
     @classmethod
-    def build(cls, smiles_list: Iterable[str], min_count: int = 1) -> "Vocab":
+    def build(cls, smiles_list: Iterable[str], min_count: int = 1, extras: Sequence[str] = ()) -> "Vocab":
         """Collect the tokens of ``smiles_list`` that occur at least ``min_count`` times.
 
         Tokens are ordered by descending count; equal counts keep the order in
         which the tokens first appear in the data. Tokens seen fewer than
         ``min_count`` times are left out and will encode as ``<unk>``.
+        ``extras`` adds optional special tokens (``<cls>``, ``<mask>``) after ``<unk>``.
         """
         if min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {min_count}")
@@ -99,7 +144,7 @@ class Vocab:
                 first_seen.setdefault(tok, len(first_seen))
         kept = [tok for tok in first_seen if counts[tok] >= min_count]
         kept.sort(key=lambda tok: (-counts[tok], first_seen[tok]))
-        return cls(kept)
+        return cls(kept, extras=extras)
 
     # ------------------------------------------------------------ inspection
     @property
@@ -114,11 +159,12 @@ class Vocab:
         return token in self._ids
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Vocab) and self._tokens == other._tokens
+        return isinstance(other, Vocab) and self._tokens == other._tokens and self.extras == other.extras
 
     def __repr__(self) -> str:
-        preview = " ".join(self._tokens[4:14])
-        more = " ..." if len(self._tokens) > 14 else ""
+        n = self.n_specials
+        preview = " ".join(self._tokens[n:n + 10])
+        more = " ..." if len(self._tokens) > n + 10 else ""
         return f"Vocab(size={len(self)}, tokens: {preview}{more})"
 
     def token_to_id(self, token: str) -> int:
@@ -133,17 +179,22 @@ class Vocab:
         return self._tokens[index]
 
     # -------------------------------------------------------------- encoding
-    def encode(self, smiles: str, bos: bool = True, eos: bool = True) -> list[int]:
-        """Token ids of ``smiles``, optionally framed by ``<bos>`` ... ``<eos>``."""
+    def encode(self, smiles: str, bos: bool = True, eos: bool = True, cls: bool = False) -> list[int]:
+        """Token ids of ``smiles``, optionally framed by ``<bos>`` ... ``<eos>``.
+
+        ``cls=True`` puts ``<cls>`` first instead of ``<bos>`` (sequence classifiers).
+        """
         ids = [self.token_to_id(tok) for tok in tokenize(smiles)]
-        if bos:
+        if cls:
+            ids.insert(0, self.cls_id)
+        elif bos:
             ids.insert(0, self.bos_id)
         if eos:
             ids.append(self.eos_id)
         return ids
 
     def encode_batch(self, smiles_list: Sequence[str], bos: bool = True, eos: bool = True,
-                     pad_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     pad_to: int | None = None, cls: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Encode several SMILES into one padded matrix.
 
         Returns ``(ids, lengths)``: ``ids`` is an ``int64`` array of shape
@@ -152,7 +203,7 @@ class Vocab:
         unpadded length of row ``i``. ``T`` is the longest encoding, or
         ``pad_to`` when given (a longer encoding then raises ValueError).
         """
-        encoded = [self.encode(s, bos=bos, eos=eos) for s in smiles_list]
+        encoded = [self.encode(s, bos=bos, eos=eos, cls=cls) for s in smiles_list]
         lengths = np.array([len(e) for e in encoded], dtype=np.int64)
         width = int(lengths.max()) if len(encoded) else 0
         if pad_to is not None:
@@ -174,19 +225,21 @@ class Vocab:
         Accepts any iterable of integers, including a 1-D NumPy array.
         """
         pieces = []
+        skip = {self.bos_id, self.pad_id} | ({self._ids[self.CLS]} if self.CLS in self.extras else set())
+        unknown = {self.unk_id} | ({self._ids[self.MASK]} if self.MASK in self.extras else set())
         for index in ids:
             index = int(index)
             if index == self.eos_id:
                 break
-            if index in (self.bos_id, self.pad_id):
+            if index in skip:
                 continue
-            pieces.append(unk if index == self.unk_id else self.id_to_token(index))
+            pieces.append(unk if index in unknown else self.id_to_token(index))
         return "".join(pieces)
 
     # --------------------------------------------------------- serialization
     def to_json(self) -> dict:
         """A JSON-ready dict describing the vocabulary (all tokens in id order)."""
-        return {"format": _FORMAT, "version": _VERSION, "tokens": list(self._tokens)}
+        return {"format": _FORMAT, "version": _VERSION, "tokens": list(self._tokens), "extras": list(self.extras)}
 
     @classmethod
     def from_json(cls, data: dict | str) -> "Vocab":
@@ -195,11 +248,13 @@ class Vocab:
             data = json.loads(data)
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise ValueError(f"not a serialized Vocab (expected a dict with format={_FORMAT!r})")
-        if data.get("version") != _VERSION:
+        if data.get("version") not in (1, _VERSION):
             raise ValueError(f"unsupported Vocab version {data.get('version')!r}; "
-                             f"this code reads version {_VERSION}")
+                             f"this code reads versions 1 to {_VERSION}")
         tokens = list(data["tokens"])
-        if tuple(tokens[:len(cls.SPECIALS)]) != cls.SPECIALS:
-            raise ValueError(f"serialized Vocab must start with the special tokens {cls.SPECIALS}, "
-                             f"got {tokens[:len(cls.SPECIALS)]}")
-        return cls(tokens[len(cls.SPECIALS):])
+        extras = tuple(data.get("extras", ()))
+        head = cls.SPECIALS + extras
+        if tuple(tokens[:len(head)]) != head:
+            raise ValueError(f"serialized Vocab must start with the special tokens {head}, "
+                             f"got {tokens[:len(head)]}")
+        return cls(tokens[len(head):], extras=extras)

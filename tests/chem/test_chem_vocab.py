@@ -107,3 +107,36 @@ def test_constructor_rejects_duplicates_and_specials():
     with pytest.raises(ValueError):
         Vocab([""])
     assert "C" in Vocab(["C"]) and "N" not in Vocab(["C"])
+
+
+# ---------------------------------------------------------------- extra specials
+def test_extras_sit_after_unk_and_frame_classifier_inputs():
+    v = Vocab.build(["CCO", "c1ccccc1"], extras=(Vocab.CLS, Vocab.MASK))
+    assert v.tokens[:6] == ["<pad>", "<bos>", "<eos>", "<unk>", "<cls>", "<mask>"], v.tokens
+    assert (v.cls_id, v.mask_id, v.n_specials) == (4, 5, 6)
+    assert v.special_ids == [0, 1, 2, 3, 4, 5]
+    c = v.token_to_id("C")
+    assert c >= 6
+    assert v.encode("CC", cls=True) == [v.cls_id, c, c, v.eos_id]
+    ids, _ = v.encode_batch(["CC", "C"], cls=True, eos=False)
+    np.testing.assert_array_equal(ids, [[v.cls_id, c, c], [v.cls_id, c, v.pad_id]])
+    # <cls> is skipped like <bos>; <mask> renders like <unk>
+    assert v.decode([v.cls_id, c, v.mask_id, c, v.eos_id]) == "CC"
+
+
+def test_plain_vocab_has_no_extras_and_says_how_to_get_them():
+    v = Vocab.build(["CCO"])
+    assert v.n_specials == 4 and v.tokens[4:] == ["C", "O"]
+    with pytest.raises(ValueError, match="extras"):
+        v.mask_id
+    with pytest.raises(ValueError, match="unknown extra special"):
+        Vocab(["C"], extras=("<sep>",))
+
+
+def test_extras_round_trip_through_json_and_version_1_still_loads():
+    v = Vocab.build(["CCO", "CN"], extras=(Vocab.CLS, Vocab.MASK))
+    back = Vocab.from_json(json.dumps(v.to_json()))
+    assert back == v and back.mask_id == 5
+    assert back != Vocab.build(["CCO", "CN"])
+    old = {"format": "minitransformer.chem.Vocab", "version": 1, "tokens": ["<pad>", "<bos>", "<eos>", "<unk>", "C"]}
+    assert Vocab.from_json(old).tokens == old["tokens"]
