@@ -15,7 +15,6 @@ everything to the run folder and print a summary.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -49,14 +48,10 @@ QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from minitransformer.chem.cli import add_common_arguments
     p = argparse.ArgumentParser(description="Train a transformer on SMILES and generate molecules.")
-    p.add_argument("--data", default=None,
-                   help="tox21, druglike, or a .csv/.csv.gz/.smi file (default: Tox21 if found, else druglike)")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS))
-    p.add_argument("--quick", action="store_true", help="tiny model and data: a smoke test under a minute")
-    p.add_argument("--epochs", type=int, default=None, help="override the preset's number of epochs")
-    p.add_argument("--max-minutes", type=float, default=None,
-                   help="training time budget (the preset's by default; 0 = no limit)")
+    add_common_arguments(p, out="runs/molecules")
     p.add_argument("--augment", type=float, default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--form", default=None, choices=["as-is", "canonical", "kekule"],
@@ -66,13 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="override the batch size")
     p.add_argument("--samples", type=int, default=2000, help="molecules to sample at the end")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--out", default="runs/molecules", help="run folder (created)")
-    p.add_argument("--backend", default=None, choices=list(backend.BACKENDS)[:2],
-                   help="numpy (default) or cupy")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", default=None,
                    help="continue an interrupted run from its last.npz (same options as before)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
 
@@ -88,6 +78,7 @@ def build_sample_parser() -> argparse.ArgumentParser:
 
 
 def resolve_settings(args) -> dict:
+    from minitransformer.chem.cli import max_time
     s = dict(PRESETS[args.preset])
     if args.quick:
         s.update(QUICK)
@@ -106,8 +97,7 @@ def resolve_settings(args) -> dict:
                           resid_dropout=args.dropout)
     if args.augment is not None:
         s["augment"] = args.augment
-    if args.max_minutes is not None:
-        s["max_time"] = args.max_minutes * 60 if args.max_minutes > 0 else None
+    s["max_time"] = max_time(args, s["max_time"])
     return s
 
 
@@ -148,6 +138,7 @@ def sample_smiles(model, vocab, n, temperature, seed, batch_size=500):
 
 def train_command(args) -> int:
     from minitransformer.chem import canonical, evaluate_samples
+    from minitransformer.chem.cli import write_json
     from minitransformer.chem.draw import molecule_grid
     from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles
     from minitransformer.chem.lm_metrics import batches_of, sequence_metrics
@@ -183,8 +174,7 @@ def train_command(args) -> int:
                          seed=args.seed, max_time=settings["max_time"], out_dir=str(out), quiet=args.quiet)
     run_info = {"preset": args.preset, "quick": args.quick, "settings": settings, "data": data.description,
                 "cleaning": data.clean_summary, "split": [len(data.train), len(data.val), len(data.test)]}
-    (out / "config.json").write_text(json.dumps(
-        {"model": model.config.to_dict(), "train": config.__dict__, "run": run_info}, indent=1, default=str))
+    write_json(out / "config.json", {"model": model.config.to_dict(), "train": config.__dict__, "run": run_info})
     trainer = fit(model, LMTask(vocab.pad_id, settings["label_smoothing"]), optimizer, train_data,
                   config=config, callbacks=[lm_metrics], vocab=vocab, extra_meta={"run": run_info},
                   resume=args.resume)
@@ -212,13 +202,14 @@ def train_command(args) -> int:
                     "stop_reason": trainer.stop_reason, "train_time_s": t_train, "sample_time_s": t_sample,
                     "wall_time_s": time.perf_counter() - t0, "parameters": model.num_parameters(),
                     "temperature": args.temperature, "preset": args.preset, "quick": args.quick})
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    write_json(out / "metrics.json", metrics)
     print_summary(metrics, out)
     return 0
 
 
 def print_summary(m, out) -> None:
-    rows = [
+    from minitransformer.chem.cli import print_table
+    print_table([
         ("wall time", f"{m['wall_time_s'] / 60:.1f} min ({m['epochs']} epochs, best {m['best_epoch']}, "
                       f"stopped: {m['stop_reason']})"),
         ("test NLL / molecule (ref. style)", f"{m.get('test_nll_mol_ref', float('nan')):.2f} nats"),
@@ -230,19 +221,14 @@ def print_summary(m, out) -> None:
         ("novelty", f"{m['novelty']:.3f}"),
         ("IntDiv1 / IntDiv2", f"{m['intdiv1']:.3f} / {m['intdiv2']:.3f}"),
         ("KL score", f"{m['kl_score']:.3f}"),
-    ]
-    width = max(len(r[0]) for r in rows)
-    print("\n" + "=" * (width + 40))
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
-    print("=" * (width + 40))
-    print(f"outputs in {out}/: metrics.json history.json config.json best.npz samples.smi curves.png molecules.png")
+    ], footer=f"outputs in {out}/: metrics.json history.json config.json best.npz samples.smi curves.png "
+              "molecules.png")
 
 
 def sample_command(argv) -> int:
+    from minitransformer.chem.cli import use_backend
     args = build_sample_parser().parse_args(argv)
-    if args.backend:
-        backend.use(args.backend)
+    use_backend(args)
     from minitransformer.chem import Vocab
     from minitransformer.checkpoint import model_from_checkpoint
     model, ckpt = model_from_checkpoint(args.checkpoint)
@@ -261,23 +247,19 @@ def sample_command(argv) -> int:
 
 
 def main(argv=None) -> int:
+    from minitransformer.chem.cli import use_backend
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "sample":
         return sample_command(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.backend:
-        backend.use(args.backend)
+    use_backend(args)
     return train_command(args)
 
 
 def cli() -> int:
     """``main`` for the command line: known input errors print one clear line, not a traceback."""
-    from minitransformer.checkpoint import CheckpointError
-    try:
-        return main()
-    except (FileNotFoundError, ValueError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    from minitransformer.chem.cli import run_cli
+    return run_cli(main)
 
 
 if __name__ == "__main__":
