@@ -5,6 +5,7 @@ from minitransformer.functional.activations import (
     erfc, gelu_backward, gelu_forward, normal_cdf, relu_backward, relu_forward,
 )
 from minitransformer.functional.attention import attention_backward, attention_forward
+from minitransformer.functional.bce import masked_bce_backward, masked_bce_forward
 from minitransformer.functional.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from minitransformer.functional.dropout import dropout_backward, dropout_forward, make_dropout_mask
 from minitransformer.functional.embedding import check_ids, embedding_backward, embedding_forward
@@ -18,6 +19,7 @@ __all__ = [
     "cross_entropy_backward", "cross_entropy_forward", "dropout_backward", "dropout_forward",
     "embedding_backward", "embedding_forward", "erfc", "gelu_backward", "gelu_forward",
     "layernorm_backward", "layernorm_forward", "linear_backward", "linear_forward",
-    "log_softmax", "make_dropout_mask", "normal_cdf", "padding_mask", "relu_backward",
-    "relu_forward", "softmax_backward", "softmax_forward",
+    "log_softmax", "make_dropout_mask", "masked_bce_backward", "masked_bce_forward",
+    "normal_cdf", "padding_mask", "relu_backward", "relu_forward", "softmax_backward",
+    "softmax_forward",
 ]
