@@ -93,7 +93,7 @@ def _attention_layers(model, kind: str, stack: str | None) -> tuple[str, list]:
         return stack, [b.attn for b in blocks]
     layers = [getattr(b, "cross", None) for b in blocks]
     if not blocks or any(layer is None for layer in layers):
-        hint = ("cross-attention lives in the decoder: use stack='decoder'" if "decoder" in stacks
+        hint = ("cross-attention lives in the decoder: use stack='decoder'" if len(stacks) == 2
                 else "its layers only attend to their own tokens: use kind='self'")
         raise ValueError(f"attention_maps: {name} has no cross-attention in its {stack} stack; {hint}")
     return stack, layers
@@ -286,8 +286,7 @@ def plot_attention(maps, query_tokens, key_tokens, path, layers=None, heads=None
     fig_h = rows * (panel_h + label_in + 0.35) + (0.5 if title else 0.1)  # + panel titles
     dpi = min(120.0, 9000.0 / max(fig_w, fig_h))  # keep the PNG under ~9000 px a side
 
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad(MASKED_COLOR)  # masked-array cells (probability exactly 0)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad=MASKED_COLOR)  # bad = masked cells (p = 0)
     fig, axes = plt.subplots(rows, cols, figsize=(fig_w, fig_h), squeeze=False, layout="constrained")
     image = None
     for r, li in enumerate(layer_ids):
