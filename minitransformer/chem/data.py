@@ -37,7 +37,7 @@ from minitransformer.chem.download import ChecksumError, DownloadError, find_tox
 
 __all__ = [
     "find_tox21", "druglike_path", "read_smiles", "load_source", "LoadedSmiles",
-    "clean_smiles", "CleanReport", "split_in_order", "split_random",
+    "clean_smiles", "clean_indices", "CleanReport", "split_in_order", "split_random",
     "randomize_smiles", "canonical",
 ]
 
@@ -210,13 +210,21 @@ def clean_smiles(smiles: Sequence[str], min_len: int | None = 10, max_len: int |
     is measured in characters of the string (not tokens); ``None`` disables a
     bound. ``check_rdkit=False`` skips parsing (no RDKit needed). Strings are
     stripped of surrounding white space; order is preserved. Raises
-    ValueError if nothing is left.
+    ValueError if nothing is left. :func:`clean_indices` gives the positions
+    of the kept strings instead (to keep labels aligned with them).
     """
+    index, report = clean_indices(smiles, min_len, max_len, check_rdkit)
+    return [smiles[i].strip() for i in index], report
+
+
+def clean_indices(smiles: Sequence[str], min_len: int | None = 10, max_len: int | None = 100,
+                  check_rdkit: bool = True) -> tuple[list[int], CleanReport]:
+    """The rules of :func:`clean_smiles`; returns the indices of the kept strings."""
     report = CleanReport(total=len(smiles), limits=(min_len, max_len))
     kept = []
     context = quiet_rdkit() if check_rdkit else contextlib.nullcontext()
     with context:
-        for s in smiles:
+        for i, s in enumerate(smiles):
             s = s.strip() if isinstance(s, str) else ""
             if not s:
                 report.empty += 1
@@ -227,7 +235,7 @@ def clean_smiles(smiles: Sequence[str], min_len: int | None = 10, max_len: int |
             elif check_rdkit and mol_from_smiles(s) is None:
                 report.invalid += 1
             else:
-                kept.append(s)
+                kept.append(i)
     report.kept = len(kept)
     if not kept:
         raise ValueError(f"no usable SMILES left after cleaning: {report.summary()}")

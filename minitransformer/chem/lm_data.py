@@ -94,12 +94,15 @@ class RandomizedEpochs:
 
     A randomized string that contains a token outside the vocabulary, or that is
     longer than ``max_tokens``, is replaced by the original string, so the model
-    never trains on UNK or on sequences it cannot hold.
+    never trains on UNK or on sequences it cannot hold. ``encode`` holds keyword
+    arguments for :meth:`Vocab.encode` (``dict(cls=True)`` for a classifier's input).
     """
 
-    def __init__(self, smiles, vocab: Vocab, seed: int = 0, p: float = 1.0, max_tokens: int | None = None):
+    def __init__(self, smiles, vocab: Vocab, seed: int = 0, p: float = 1.0, max_tokens: int | None = None,
+                 encode: dict | None = None):
         self.smiles, self.vocab, self.seed, self.p, self.max_tokens = list(smiles), vocab, seed, p, max_tokens
-        self._plain = [vocab.encode(s) for s in self.smiles]
+        self.encode = dict(encode or {})
+        self._plain = [vocab.encode(s, **self.encode) for s in self.smiles]
         self._cache: tuple[int, list] | None = None
 
     def __call__(self, epoch: int):
@@ -111,7 +114,7 @@ class RandomizedEpochs:
             if self.p < 1.0 and rng.random() >= self.p:
                 out.append(plain)
                 continue
-            ids = self.vocab.encode(randomize_smiles(s, rng))
+            ids = self.vocab.encode(randomize_smiles(s, rng), **self.encode)
             too_long = self.max_tokens is not None and len(ids) > self.max_tokens
             out.append(plain if (too_long or self.vocab.unk_id in ids) else ids)
         self._cache = (epoch, out)
