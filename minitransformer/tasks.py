@@ -18,7 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from minitransformer import backend
-from minitransformer.functional import cross_entropy_backward, cross_entropy_forward
+from minitransformer.functional import (
+    cross_entropy_backward, cross_entropy_forward, masked_bce_backward, masked_bce_forward,
+)
 
 
 def pad_batch(seqs, pad_id: int) -> np.ndarray:
@@ -150,3 +152,60 @@ class MLMTask(_TokenLossTask):
             corrupted, targets = self._corrupt(batch, rng)
             return model(backend.asarray(corrupted), head="mlm"), backend.asarray(targets)
         return self._token_metrics(model, batches, run, ignore_index=self.IGNORE)
+
+
+class PropertyTask:
+    """Multi-label property prediction for an :class:`~minitransformer.models.Encoder`
+    with a pooled ``"cls"`` head (one logit per task, read at the ``<cls>`` position).
+
+    An example is a pair ``(ids, labels)``: token ids starting with ``<cls>``, and a
+    float vector (K,) of 0/1 labels with NaN where a label is missing. The loss is the
+    masked sigmoid binary cross-entropy averaged over the labels present in the batch
+    (:func:`~minitransformer.functional.masked_bce_forward`); missing labels get exactly
+    zero gradient. ``pos_weight`` (K,) optionally up-weights the rare positives.
+    """
+
+    def __init__(self, pad_id: int = 0, pos_weight=None):
+        self.pad_id = pad_id
+        self.pos_weight = None if pos_weight is None else np.asarray(pos_weight, dtype=np.float64)
+        self._cache = None
+
+    def length(self, example) -> int:
+        return len(example[0])
+
+    def collate(self, examples):
+        ids = pad_batch([e[0] for e in examples], self.pad_id)  # (B, T)
+        labels = np.stack([np.asarray(e[1], dtype=np.float64) for e in examples])  # (B, K), NaN = missing
+        return ids, labels
+
+    def _forward(self, model, batch):
+        ids, labels = batch
+        logits = model(backend.asarray(ids), head="cls")  # (B, K)
+        y = backend.asarray(labels.astype(logits.dtype))  # (B, K), NaN = missing
+        pw = None if self.pos_weight is None else backend.asarray(self.pos_weight.astype(logits.dtype))  # (K,)
+        loss, cache = masked_bce_forward(logits, y, pos_weight=pw)
+        return loss, cache, logits
+
+    def loss(self, model, batch, rng=None):
+        loss, self._cache, _ = self._forward(model, batch)
+        return loss, int((~np.isnan(batch[1])).sum())
+
+    def backward(self, model):
+        model.backward(masked_bce_backward(self._cache))  # (B, K)
+
+    def evaluate(self, model, batches):
+        """Validation loss (mean over present labels) and mean ROC-AUC over the tasks.
+
+        The logits serve as the scores: ROC-AUC depends only on their order, which
+        the sigmoid does not change.
+        """
+        from minitransformer.metrics import multilabel_roc_auc
+        total, count, scores = 0.0, 0, []
+        for batch in batches:
+            loss, _, logits = self._forward(model, batch)
+            n = int((~np.isnan(batch[1])).sum())
+            total, count = total + float(loss) * n, count + n
+            scores.append(backend.to_numpy(logits))  # (B, K)
+        labels = np.concatenate([b[1] for b in batches])  # (N, K)
+        auc = multilabel_roc_auc(labels, np.concatenate(scores), mask=~np.isnan(labels))
+        return {"val_loss": total / max(count, 1), "val_auc": auc["mean"]}

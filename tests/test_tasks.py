@@ -273,3 +273,57 @@ def test_mlm_with_a_real_encoder_matches_manual_loss():
     expected, count = ref_ce(logits, targets, MLMTask.IGNORE)
     assert n_tok == count
     assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# PropertyTask: multi-label masked BCE through the pooled head, whole model
+# ---------------------------------------------------------------------------
+def test_property_task_whole_model_gradient_with_missing_labels(float64):
+    from minitransformer.tasks import PropertyTask
+    model = Encoder(EncoderConfig(vocab_size=V, max_len=8, d_model=8, n_heads=2, n_layers=2, d_ff=16,
+                                  mlm_head=False, n_outputs=3, pad_id=PAD, seed=3))
+    model.eval()
+    nan = np.nan
+    examples = [([4, 5, 6, 7], [1.0, nan, 0.0]), ([4, 8, 9], [nan, nan, 1.0]), ([4, 10], [0.0, 1.0, nan])]
+    task = PropertyTask(pad_id=PAD, pos_weight=[2.0, 1.0, 0.5])
+    batch = task.collate(examples)
+    assert batch[0].shape == (3, 4) and np.isnan(batch[1]).sum() == 4
+
+    def loss_value():
+        loss, n = task.loss(model, batch)
+        assert n == 5, "five labels are present"
+        return float(loss)
+
+    loss_value()
+    model.zero_grad()
+    task.backward(model)
+    rng = np.random.default_rng(0)
+    worst = (0.0, None)
+    for name, p in model.named_parameters():
+        flat = p.data.reshape(-1)
+        for i in rng.choice(flat.size, size=min(3, flat.size), replace=False):
+            old = float(flat[i])
+            flat[i] = old + 1e-6
+            up = loss_value()
+            flat[i] = old - 1e-6
+            down = loss_value()
+            flat[i] = old
+            numeric = (up - down) / 2e-6
+            analytic = float(host(p.grad).reshape(-1)[i])
+            err = abs(numeric - analytic) / max(1e-6, abs(numeric) + abs(analytic))
+            if err > worst[0]:
+                worst = (err, f"{name}[{i}]: analytic {analytic:.6g}, numeric {numeric:.6g}")
+    assert worst[0] < 1e-5, f"largest relative error {worst[0]:.2e} at {worst[1]}"
+
+
+def test_property_task_evaluate_reports_loss_and_auc():
+    from minitransformer.tasks import PropertyTask
+    model = Encoder(EncoderConfig(vocab_size=V, max_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=16,
+                                  mlm_head=False, n_outputs=2, pad_id=PAD, seed=0))
+    model.eval()
+    task = PropertyTask(pad_id=PAD)
+    examples = [([4, 5 + i % 5], [float(i % 2), np.nan if i == 3 else float(i % 3 == 0)]) for i in range(12)]
+    metrics = task.evaluate(model, [task.collate(examples[:6]), task.collate(examples[6:])])
+    assert set(metrics) == {"val_loss", "val_auc"}
+    assert np.isfinite(metrics["val_loss"]) and metrics["val_loss"] > 0
+    assert 0.0 <= metrics["val_auc"] <= 1.0

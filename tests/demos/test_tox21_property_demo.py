@@ -1,0 +1,86 @@
+"""End-to-end: ``demos/tox21_property.py --quick`` on a small labelled file."""
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rdkit")
+pytest.importorskip("matplotlib")
+
+DEMO = Path(__file__).resolve().parents[2] / "demos" / "tox21_property.py"
+
+
+def _load_demo():
+    spec = importlib.util.spec_from_file_location("tox21_property_demo", DEMO)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def labelled_csv(tmp_path_factory):
+    """300 drug-like molecules (they ship with RDKit) with three labels read off the string, some missing."""
+    from minitransformer.chem.data import druglike_path, read_smiles
+    smiles = read_smiles(druglike_path(), header=False)[:300]
+    rows = ["mol_id,smiles,aromatic_n,chlorine,carbonyl"]
+    for i, s in enumerate(smiles):
+        a = "" if i % 7 == 0 else str(int("n" in s))
+        rows.append(f"m{i},{s},{a},{int('Cl' in s)},{int('=O' in s)}")
+    path = tmp_path_factory.mktemp("data") / "labels.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory, labelled_csv):
+    out = tmp_path_factory.mktemp("tox21_property")
+    demo = _load_demo()
+    code = demo.main(["--quick", "--pretrain", "--data", str(labelled_csv), "--out", str(out), "--quiet",
+                      "--plot-attention"])
+    assert code == 0
+    return demo, out
+
+
+def test_quick_run_writes_every_output(quick_run):
+    _, out = quick_run
+    for name in ("metrics.json", "history.json", "config.json", "best.npz", "predictions.csv", "curves.png",
+                 "attention.png", "pretrain/history.json"):
+        path = out / name
+        assert path.exists() and path.stat().st_size > 0, f"missing or empty output: {name}"
+    for name in ("curves.png", "attention.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG", f"{name} is not a PNG"
+
+
+def test_quick_run_metrics(quick_run):
+    _, out = quick_run
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m["test_auc"]) == {"aromatic_n", "chlorine", "carbonyl"}
+    for key in ("test_auc_mean", "test_auc_mean_single_view", "val_auc_best"):
+        assert 0.0 <= m[key] <= 1.0, f"{key} = {m[key]} is not in [0, 1]"
+    for name, value in m["test_auc"].items():
+        assert value is None or 0.0 <= value <= 1.0, f"test AUC of {name} = {value}"
+    assert m["pretrain"] is True and m["pretrain_epochs"] == 1
+    assert math.isfinite(m["wall_time_s"])
+    history = json.loads((out / "history.json").read_text())
+    assert len(history) == m["epochs"] >= 1 and all("val_auc" in h for h in history)
+
+
+def test_predictions_file_lines_up_with_the_test_split(quick_run):
+    _, out = quick_run
+    lines = (out / "predictions.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    assert header[:4] == ["smiles", "p_aromatic_n", "p_chlorine", "p_carbonyl"]
+    probs = np.array([[float(v) for v in line.split(",")[1:4]] for line in lines[1:]])
+    assert ((probs >= 0) & (probs <= 1)).all()
+
+
+def test_label_sets_without_labels_or_files_are_clear_errors(tmp_path, capsys):
+    from minitransformer.chem.cli import run_cli
+    demo = _load_demo()
+    assert run_cli(demo.main, ["--quick", "--data", "druglike", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "no property labels" in capsys.readouterr().err
+    assert run_cli(demo.main, ["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path)]) == 2
+    assert "nope.csv" in capsys.readouterr().err
