@@ -195,6 +195,8 @@ def train_command(args) -> int:
     valid = [s for s in samples if canonical(s) is not None]
     molecule_grid(valid, out / "molecules.png", n=24)
     plot_curves(trainer.history, out / "curves.png")
+    if args.plot_attention:
+        plot_attention_example(model, vocab, valid or data.test or data.train, out)
 
     metrics = {f"test_{k}": v for k, v in test.items()}
     metrics.update(chem)
@@ -205,6 +207,17 @@ def train_command(args) -> int:
     write_json(out / "metrics.json", metrics)
     print_summary(metrics, out)
     return 0
+
+
+def plot_attention_example(model, vocab, smiles, out) -> None:
+    """Causal self-attention maps of every layer and head for a short molecule."""
+    import numpy as np
+    from minitransformer.viz import plot_decoder_attention
+    example = min(smiles[:50], key=len)
+    ids = vocab.encode(example)[:-1]  # (T,): BOS + tokens, the model's input when it predicts EOS
+    tokens = [vocab.id_to_token(i) for i in ids]
+    path = plot_decoder_attention(model, np.asarray(ids), tokens, out / "attention.png", layers=[0, -1])
+    print(f"attention maps of {example} (first and last layer) in {path}")
 
 
 def print_summary(m, out) -> None:

@@ -25,7 +25,8 @@ def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("molecules")
     demo = _load_demo()
     # RDKit's drug-like set ships with RDKit, so this runs without Tox21 or a network.
-    code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--samples", "60", "--quiet"])
+    code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--samples", "60", "--quiet",
+                      "--plot-attention"])
     assert code == 0
     return demo, out
 
@@ -33,7 +34,7 @@ def quick_run(tmp_path_factory):
 def test_quick_run_writes_every_output(quick_run):
     _, out = quick_run
     for name in ("metrics.json", "history.json", "config.json", "best.npz", "last.npz", "samples.smi",
-                 "curves.png", "molecules.png"):
+                 "curves.png", "molecules.png", "attention.png"):
         path = out / name
         assert path.exists() and path.stat().st_size > 0, f"missing or empty output: {name}"
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
