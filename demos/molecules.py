@@ -210,10 +210,11 @@ def train_command(args) -> int:
 
 
 def plot_attention_example(model, vocab, smiles, out) -> None:
-    """Causal self-attention maps of every layer and head for a short molecule."""
+    """Causal self-attention maps (first and last layer, every head) of one molecule."""
     import numpy as np
     from minitransformer.viz import plot_decoder_attention
-    example = min(smiles[:50], key=len)
+    from minitransformer.chem.cli import attention_example
+    example = attention_example(smiles)
     ids = vocab.encode(example)[:-1]  # (T,): BOS + tokens, the model's input when it predicts EOS
     tokens = [vocab.id_to_token(i) for i in ids]
     path = plot_decoder_attention(model, np.asarray(ids), tokens, out / "attention.png", layers=[0, -1])

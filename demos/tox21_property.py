@@ -224,7 +224,8 @@ def train_command(args) -> int:
 
     per_task = {name: None if np.isnan(v) else v for name, v in auc["per_label"].items()}  # JSON: no NaN
     metrics = {"test_auc_mean": auc["mean"], "test_auc_mean_single_view": single["mean"],
-               "test_auc": per_task, "test_skipped": auc["skipped"], "val_auc_best": trainer.best, "split": args.split,
+               "test_auc": per_task, "test_skipped": auc["skipped"], "val_auc_best": trainer.best,
+               "split": args.split,
                "pretrain": args.pretrain, "epochs": len(trainer.history), "best_epoch": trainer.best_epoch,
                "stop_reason": trainer.stop_reason, "pretrain_epochs": len(pre_history),
                "pretrain_time_s": t_pre, "train_time_s": t_train, "wall_time_s": time.perf_counter() - t0,
@@ -255,10 +256,11 @@ def write_predictions(path, test, probs) -> None:
 
 
 def plot_attention_example(model, vocab, smiles, out) -> None:
-    """Heatmaps of every layer and head for a short test molecule (the shortest of the first 50)."""
+    """Self-attention maps of every layer and head for one test molecule."""
     from minitransformer.chem.tokenizer import tokenize
     from minitransformer.viz import plot_encoder_attention
-    example = min(smiles[:50], key=len)
+    from minitransformer.chem.cli import attention_example
+    example = attention_example(smiles)
     ids = vocab.encode(example, cls=True)
     tokens = [vocab.id_to_token(i) for i in ids]
     path = plot_encoder_attention(model, np.asarray(ids), tokens, out / "attention.png")

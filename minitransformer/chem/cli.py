@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 
 from minitransformer import backend
 
-__all__ = ["add_common_arguments", "use_backend", "run_cli", "write_json", "print_table"]
+__all__ = ["add_common_arguments", "use_backend", "max_time", "run_cli", "write_json", "print_table",
+           "attention_example"]
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, out: str) -> argparse.ArgumentParser:
@@ -84,3 +85,12 @@ def print_table(rows: Sequence[tuple[str, str]], footer: str | None = None) -> N
     print(rule)
     if footer:
         print(footer)
+
+
+def attention_example(smiles: Sequence[str], lo: int = 20, hi: int = 45) -> str:
+    """A molecule to draw attention maps for: the first with ``lo..hi`` characters (readable
+    tick labels, yet long enough to show structure), else the longest of the first 50."""
+    for s in smiles:
+        if lo <= len(s) <= hi:
+            return s
+    return max(smiles[:50], key=len)
