@@ -249,7 +249,7 @@ class Gemm:
       projection output (q, k or v: ``split_heads(qkv[..., :H*dh], H)``);
     * ``"qkv.T"``: the same with the last two axes swapped (``k.swapaxes(-1, -2)``);
     * ``"heads"``: a (B, H, T, dh) head view of a contiguous (B, T, H*dh) array
-      (the output gradient entering the attention backward).
+      (the output gradient entering the attention backward, the scaled queries).
     """
 
     name: str
@@ -282,17 +282,19 @@ def linear_gemms(name: str, B: int, T: int, d_in: int, d_out: int, count: int) -
 
 def attention_gemms(B: int, H: int, T: int, dh: int, count: int) -> list[Gemm]:
     """The six per-head products of attention (see functional/attention.py), each
-    batched over (B, H): forward ``S = Q K^T`` and ``O = P V``; backward
-    ``dV = P^T dO``, ``dP = dO V^T``, ``dQ = dS K``, ``dK = dS^T Q``."""
+    batched over (B, H): forward ``S = (sQ) K^T`` and ``O = P V``; backward
+    ``dV = P^T dO``, ``dP = dO V^T``, ``dQ = dS K``, ``dK = dS^T (sQ)``. The scaled
+    queries ``sQ = q * scale`` keep the memory order of their input, a head view
+    (NumPy's element-wise results do), so they are a "heads" operand."""
     qk, tt = (B, H, T, dh), (B, H, T, T)
     kt = (B, H, dh, T)
     return [
-        Gemm("attn scores Q@K^T fwd", "fwd", qk, "qkv", kt, "qkv.T", count),
+        Gemm("attn scores Q@K^T fwd", "fwd", qk, "heads", kt, "qkv.T", count),
         Gemm("attn values P@V fwd", "fwd", tt, "C", qk, "qkv", count),
         Gemm("attn dV = P^T@dO", "bwd", tt, "C.T", qk, "heads", count),
         Gemm("attn dP = dO@V^T", "bwd", qk, "heads", kt, "qkv.T", count),
         Gemm("attn dQ = dS@K", "bwd", tt, "C", qk, "qkv", count),
-        Gemm("attn dK = dS^T@Q", "bwd", tt, "C.T", qk, "qkv", count),
+        Gemm("attn dK = dS^T@Q", "bwd", tt, "C.T", qk, "heads", count),
     ]
 
 

@@ -18,11 +18,20 @@ Backward, with :math:`dO` given:
 
 .. math::
     dV = P^\top dO,\quad dP = dO\,V^\top,\quad
-    dS = P \odot (dP - \mathrm{rowsum}(dP\odot P)),\quad
-    dQ = s\,dS\,K,\quad dK = s\,dS^\top Q .
+    dS = P \odot (dP - \delta),\quad
+    dQ = s\,dS\,K,\quad dK = s\,dS^\top Q = dS^\top (sQ),
+
+where :math:`\delta_i = \sum_j dP_{ij} P_{ij}` is one number per query row. It
+equals :math:`dO_i \cdot O_i`, because
+:math:`\sum_j dP_{ij} P_{ij} = \sum_j (dO_i \cdot V_j) P_{ij} = dO_i \cdot \sum_j P_{ij} V_j`,
+so the code forms it from two (Tq, Dv) arrays instead of a (Tq, Tk) product.
+
+The scale is applied to :math:`Q` (a (Tq, d) array) rather than to the (Tq, Tk)
+logits: :math:`S = (sQ)K^\top`, and :math:`sQ` is kept for :math:`dK`.
 
 (With attention dropout, :math:`O = (P \odot M) V` for a scaled keep-mask
-:math:`M`, and :math:`dP` picks up the same factor :math:`M`.)
+:math:`M`, and :math:`dP` picks up the same factor :math:`M`; the identity for
+:math:`\delta` still holds, since then :math:`\sum_j (dP_{ij} M_{ij}) P_{ij} = dO_i \cdot O_i`.)
 """
 from __future__ import annotations
 
@@ -58,9 +67,11 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
 
     Returns:
         out: (B, H, Tq, Dv).
-        cache: dict with ``q, k, v`` (for dQ, dK, dV), ``p`` (B, H, Tq, Tk) the attention
-        probabilities (also what the attention-map plots read), ``pd`` the probabilities
-        after dropout (or ``p`` itself), ``dropout_mask`` and ``scale``.
+        cache: dict with ``qs`` (the scaled queries), ``k``, ``v`` (for dQ, dK, dV), ``p``
+        (B, H, Tq, Tk) the attention probabilities (also what the attention-map plots
+        read), ``pd`` the probabilities after dropout (or ``p`` itself), ``out`` (the
+        returned array itself: do not modify it in place before the backward),
+        ``dropout_mask`` and ``scale``.
     """
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
@@ -76,8 +87,8 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
     Tk = k.shape[2]
     scale = 1.0 / math.sqrt(Dh) if scale is None else float(scale)
 
-    s = q @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk), raw logits
-    s *= scale
+    qs = q * scale  # (B, H, Tq, Dh), the scaled queries: cheaper than scaling (Tq, Tk) logits
+    s = qs @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk), the logits s q k^T
     if mask is not None:
         _check_mask(mask, (B, H, Tq, Tk))
         xp.copyto(s, -xp.inf, where=~mask)  # in place: masked logits are exactly -inf
@@ -89,10 +100,11 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
     denom = p.sum(axis=-1, keepdims=True)  # (B, H, Tq, 1), 0 on fully masked rows
     if mask is not None:
         denom = xp.where(denom == 0, 1.0, denom)  # fully masked row: 0 / 1 = 0, not NaN
-    p /= denom
+    p *= 1.0 / denom  # one reciprocal per row, then a multiply per entry
     pd = p if dropout_mask is None else p * dropout_mask  # (B, H, Tq, Tk)
     out = pd @ v  # (B, H, Tq, Dv)
-    cache = {"q": q, "k": k, "v": v, "p": p, "pd": pd, "dropout_mask": dropout_mask, "scale": scale}
+    cache = {"qs": qs, "k": k, "v": v, "p": p, "pd": pd, "out": out, "dropout_mask": dropout_mask,
+             "scale": scale}
     return out, cache
 
 
@@ -106,17 +118,17 @@ def attention_backward(dout, cache):
     Returns:
         dq: (B, H, Tq, Dh); dk: (B, H, Tk, Dh); dv: (B, H, Tk, Dv).
     """
-    q, k, v, p, pd = cache["q"], cache["k"], cache["v"], cache["p"], cache["pd"]
+    qs, k, v, p, pd, out = cache["qs"], cache["k"], cache["v"], cache["p"], cache["pd"], cache["out"]
     scale, dropout_mask = cache["scale"], cache["dropout_mask"]
     dv = pd.swapaxes(-1, -2) @ dout  # (B, H, Tk, Dv), in the forward pass out = pd @ v
     dp = dout @ v.swapaxes(-1, -2)  # (B, H, Tq, Tk)
     if dropout_mask is not None:
         dp *= dropout_mask  # in the forward pass pd = p * dropout_mask
     # softmax backward: ds = p * (dp - rowsum(dp * p)); masked entries have p = 0 -> ds = 0
-    inner = (dp * p).sum(axis=-1, keepdims=True)  # (B, H, Tq, 1)
+    inner = xp.einsum("bhqd,bhqd->bhq", dout, out)[..., None]  # (B, H, Tq, 1), = rowsum(dp * p)
     dp -= inner
-    dp *= p  # (B, H, Tq, Tk), now the gradient of the scaled logits
-    dp *= scale  # in the forward pass s = scale * q k^T
+    dp *= p  # (B, H, Tq, Tk), now the gradient of the logits (qs) k^T
     dq = dp @ k  # (B, H, Tq, Dh)
-    dk = dp.swapaxes(-1, -2) @ q  # (B, H, Tk, Dh)
+    dq *= scale  # in the forward pass qs = scale * q
+    dk = dp.swapaxes(-1, -2) @ qs  # (B, H, Tk, Dh)
     return dq, dk, dv
