@@ -1,0 +1,142 @@
+"""Paired SMILES for translation: a randomized SMILES in, the canonical SMILES out.
+
+Used by ``demos/canonicalize.py``; built from the same pieces as the molecules
+demo's pipeline (:mod:`~minitransformer.chem.data`, :mod:`~minitransformer.chem.lm_data`):
+
+1. load and clean the raw SMILES (:func:`~minitransformer.chem.data.load_source`,
+   :func:`~minitransformer.chem.data.clean_smiles`: 10..100 characters, RDKit parses);
+2. write every molecule as its RDKit canonical SMILES and **drop repeats**: two rows
+   of the file with the same canonical SMILES are one molecule, so the split below
+   can never put a test molecule into training under another spelling;
+3. a seeded random 80/10/10 split of the unique molecules
+   (:func:`~minitransformer.chem.data.split_random`);
+4. one shared vocabulary for both sides, built from the training molecules'
+   canonical SMILES **and** ``vocab_draws`` randomized writings of each (randomized
+   strings use tokens canonical ones rarely do, e.g. ring-closure labels ``%10``,
+   or ``[C@H]`` where the canonical string has ``[C@@H]``);
+5. the pairs ``(randomized SMILES ids, canonical SMILES ids)``, both framed as
+   ``[BOS, tokens..., EOS]``:
+
+   * training: :class:`PairEpochs` writes every training molecule afresh each epoch
+     (a :class:`~minitransformer.chem.lm_data.RandomizedEpochs` draw), deterministic
+     in ``(seed, epoch)`` so a resumed run sees the same pairs;
+   * validation and test: one fixed, seeded randomized writing per molecule.
+
+A randomized writing that contains a token outside the vocabulary, or that is
+longer than ``max_tokens``, is replaced by the canonical SMILES itself (the rule
+of ``RandomizedEpochs``): the model never trains on ``<unk>`` and never sees a
+source it cannot hold. That happens to very few strings. :attr:`PairSplits.test_copies`
+counts the test sources identical to their target (a fallback, or a small molecule
+whose random writing happens to be the canonical one): translating those is a copy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from minitransformer.chem.data import canonical, clean_smiles, load_source, randomize_smiles, split_random
+from minitransformer.chem.lm_data import RandomizedEpochs
+from minitransformer.chem.tokenizer import tokenize
+from minitransformer.chem.vocab import Vocab
+
+__all__ = ["PairSplits", "PairEpochs", "prepare_pairs", "VAL_DRAW", "TEST_DRAW"]
+
+#: The "epochs" of :class:`RandomizedEpochs` whose draws are the fixed validation and
+#: test sources. Training never runs that many epochs, so they are never reused.
+VAL_DRAW = 1_000_000
+TEST_DRAW = 1_000_001
+
+
+@dataclass
+class PairSplits:
+    """Unique molecules split three ways, their fixed sources, and the shared vocabulary.
+
+    ``train``, ``val``, ``test`` hold canonical SMILES (the targets). ``val_src`` and
+    ``test_src`` hold the fixed randomized SMILES (the sources), aligned with them.
+    """
+
+    train: list
+    val: list
+    test: list
+    val_src: list
+    test_src: list
+    vocab: Vocab
+    description: str
+    clean_summary: str
+    duplicates: int
+    test_copies: int
+    max_tokens: int
+
+    def pairs(self, split: str) -> list:
+        """``(src_ids, tgt_ids)`` pairs of the fixed ``"val"`` or ``"test"`` sources."""
+        targets, sources = (self.val, self.val_src) if split == "val" else (self.test, self.test_src)
+        return [(self.vocab.encode(s), self.vocab.encode(t)) for s, t in zip(sources, targets)]
+
+
+class PairEpochs:
+    """Callable ``epoch -> list of (src_ids, tgt_ids)``: every training molecule
+    written as a fresh randomized SMILES (the source) next to its canonical SMILES
+    (the target). The same ``(seed, epoch)`` always gives the same pairs."""
+
+    def __init__(self, smiles, vocab: Vocab, seed: int = 0, max_tokens: int | None = None):
+        self.sources = RandomizedEpochs(smiles, vocab, seed=seed, p=1.0, max_tokens=max_tokens)
+        self.targets = [vocab.encode(s) for s in smiles]
+
+    def __call__(self, epoch: int) -> list:
+        return list(zip(self.sources(epoch), self.targets))
+
+
+def fixed_sources(smiles, vocab: Vocab, seed: int, draw: int, max_tokens: int | None) -> list:
+    """One randomized SMILES per molecule, fixed by ``(seed, draw)`` (see :data:`VAL_DRAW`).
+
+    Where the draw fell back to the canonical string, that string is returned as it
+    is (any token outside the vocabulary stays in the text and encodes as ``<unk>``).
+    """
+    ids = RandomizedEpochs(smiles, vocab, seed=seed, p=1.0, max_tokens=max_tokens)(draw)
+    return [s if row == vocab.encode(s) else vocab.decode(row) for s, row in zip(smiles, ids)]
+
+
+def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: int = 10, max_len: int = 100,
+                  max_tokens: int = 128, vocab_draws: int = 5, limit: int | None = None,
+                  download: bool = True, log=print) -> PairSplits:
+    """Load, clean, canonicalize, de-duplicate and split molecules; build the shared
+    vocabulary and the fixed validation/test sources (see the module docstring).
+
+    Args:
+        data: ``"tox21"``, ``"druglike"``, a file path, or None (Tox21 if available).
+        seed: seeds the split, the vocabulary's randomized writings and the fixed sources.
+        min_len, max_len: character-length window of the cleaning step (on the file's strings).
+        max_tokens: the longest source or target, in ids with BOS and EOS (the model's
+            ``max_len``); longer randomized writings fall back to the canonical string.
+        vocab_draws: randomized writings per training molecule that feed the vocabulary.
+        limit: keep only the first ``limit`` cleaned SMILES (quick runs).
+    """
+    loaded = load_source(data, download=download)
+    kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=True)
+    log(f"data: {loaded.description}")
+    log(f"cleaning: {report.summary()}")
+    if limit is not None:
+        kept = kept[:limit]
+    written = [canonical(s) for s in kept]
+    unique = list(dict.fromkeys(w for w in written if w is not None))  # first occurrence, file order
+    duplicates = len(written) - len(unique)
+    fits = [len(tokenize(s)) + 2 <= max_tokens for s in unique]  # tokens + BOS + EOS
+    too_long = len(fits) - sum(fits)
+    unique = [s for s, ok in zip(unique, fits) if ok]
+    log(f"molecules: {len(unique)} unique canonical SMILES ({duplicates} repeats of a molecule dropped"
+        + (f", {too_long} longer than {max_tokens} tokens" if too_long else "") + ")")
+    train, val, test = split_random(unique, fractions, seed)
+    if not train or not val or not test:
+        raise ValueError(f"not enough molecules to split: {len(unique)} unique molecules")
+
+    rng = np.random.default_rng([seed, 104729])  # the vocabulary's writings, independent of the epochs
+    writings = list(train) + [randomize_smiles(s, rng) for _ in range(vocab_draws) for s in train]
+    vocab = Vocab.build(writings)
+    val_src = fixed_sources(val, vocab, seed, VAL_DRAW, max_tokens)
+    test_src = fixed_sources(test, vocab, seed, TEST_DRAW, max_tokens)
+    copies = sum(s == t for s, t in zip(test_src, test))
+    log(f"split: {len(train)} train / {len(val)} val / {len(test)} test molecules; shared vocabulary of "
+        f"{len(vocab)} tokens (canonical + {vocab_draws} randomized writings of each training molecule)")
+    return PairSplits(train, val, test, val_src, test_src, vocab, loaded.description, report.summary(),
+                      duplicates, copies, max_tokens)
