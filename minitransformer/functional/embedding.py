@@ -6,7 +6,8 @@ upstream gradient into row ``i`` of :math:`dW`,
 .. math:: dW_i = \sum_{(b,t):\ ids_{bt} = i} dout_{bt}.
 
 Repeated ids must *sum*, which is why this uses ``backend.scatter_add``
-(``np.add.at`` / ``cupyx.scatter_add``) rather than ``dW[ids] += dout``.
+(sort + ``add.reduceat`` on the CPU, ``cupyx.scatter_add`` on the GPU) rather than
+``dW[ids] += dout``.
 """
 from __future__ import annotations
 

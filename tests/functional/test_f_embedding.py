@@ -44,3 +44,17 @@ def test_out_of_range_id_raises_naming_id_and_vocab(any_backend, float64, randn,
 def test_float_ids_raise(any_backend, float64, randn):
     with pytest.raises(ValueError, match="integer array.*float64"):
         embedding_forward(backend.asarray(np.array([0.0, 1.0])), randn(5, 2))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 500])
+def test_scatter_add_matches_add_at(any_backend, float64, n):
+    """backend.scatter_add (sort + reduceat on the CPU) sums repeated rows like np.add.at."""
+    rng = np.random.default_rng(n)
+    ids = rng.integers(0, 9, size=n)  # (n,) with repeats, some rows never hit
+    vals = rng.standard_normal((n, 4))  # (n, 4)
+    start = rng.standard_normal((9, 4))  # (9, 4) a non-zero target: scatter_add adds to it
+    want = start.copy()
+    np.add.at(want, ids, vals)
+    got = backend.asarray(start)
+    backend.scatter_add(got, backend.asarray(ids), backend.asarray(vals))
+    np.testing.assert_allclose(backend.to_numpy(got), want, rtol=1e-13, atol=1e-13)
