@@ -53,7 +53,7 @@ def _check_mask(mask, shape):
         )
 
 
-def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_mask=None):
+def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_mask=None, out=None):
     """Multi-head scaled dot-product attention.
 
     Args:
@@ -64,6 +64,9 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
         scale: multiplies the logits; default ``1/sqrt(Dh)``.
         dropout_mask: optional (B, H, Tq, Tk) keep-mask already divided by (1 - p)
             (attention dropout); None = no dropout.
+        out: optional (B, H, Tq, Dv) array to write the output into, for instance the
+            head view of a (B, Tq, H*Dv) buffer, so that merging the heads is a free
+            reshape instead of a copy. None = a new array.
 
     Returns:
         out: (B, H, Tq, Dv).
@@ -97,30 +100,34 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
         row_max = xp.where(xp.isneginf(row_max), 0.0, row_max)  # avoid -inf - -inf = NaN
     s -= row_max
     p = xp.exp(s, out=s)  # (B, H, Tq, Tk), exp(-inf) = 0 exactly
-    denom = p.sum(axis=-1, keepdims=True)  # (B, H, Tq, 1), 0 on fully masked rows
+    denom = xp.einsum("bhqk->bhq", p)[..., None]  # (B, H, Tq, 1) row sums, 0 on fully masked rows
     if mask is not None:
         denom = xp.where(denom == 0, 1.0, denom)  # fully masked row: 0 / 1 = 0, not NaN
     p *= 1.0 / denom  # one reciprocal per row, then a multiply per entry
     pd = p if dropout_mask is None else p * dropout_mask  # (B, H, Tq, Tk)
-    out = pd @ v  # (B, H, Tq, Dv)
+    out = xp.matmul(pd, v, out=out)  # (B, H, Tq, Dv), O = P V
     cache = {"qs": qs, "k": k, "v": v, "p": p, "pd": pd, "out": out, "dropout_mask": dropout_mask,
              "scale": scale}
     return out, cache
 
 
-def attention_backward(dout, cache):
+def attention_backward(dout, cache, out=None):
     """Gradients of :func:`attention_forward`.
 
     Args:
         dout: (B, H, Tq, Dv).
         cache: from the forward pass.
+        out: optional ``(dq, dk, dv)`` arrays to write the gradients into, for instance
+            head views of one (B, T, 3, H, dh) buffer that the fused QKV projection's
+            backward reads (no copies). None = new arrays.
 
     Returns:
         dq: (B, H, Tq, Dh); dk: (B, H, Tk, Dh); dv: (B, H, Tk, Dv).
     """
+    dq, dk, dv = (None, None, None) if out is None else out  # where to write, or None
     qs, k, v, p, pd, out = cache["qs"], cache["k"], cache["v"], cache["p"], cache["pd"], cache["out"]
     scale, dropout_mask = cache["scale"], cache["dropout_mask"]
-    dv = pd.swapaxes(-1, -2) @ dout  # (B, H, Tk, Dv), in the forward pass out = pd @ v
+    dv = xp.matmul(pd.swapaxes(-1, -2), dout, out=dv)  # (B, H, Tk, Dv), in the forward pass out = pd @ v
     dp = dout @ v.swapaxes(-1, -2)  # (B, H, Tq, Tk)
     if dropout_mask is not None:
         dp *= dropout_mask  # in the forward pass pd = p * dropout_mask
@@ -128,7 +135,7 @@ def attention_backward(dout, cache):
     inner = xp.einsum("bhqd,bhqd->bhq", dout, out)[..., None]  # (B, H, Tq, 1), = rowsum(dp * p)
     dp -= inner
     dp *= p  # (B, H, Tq, Tk), now the gradient of the logits (qs) k^T
-    dq = dp @ k  # (B, H, Tq, Dh)
+    dq = xp.matmul(dp, k, out=dq)  # (B, H, Tq, Dh)
     dq *= scale  # in the forward pass qs = scale * q
-    dk = dp.swapaxes(-1, -2) @ qs  # (B, H, Tk, Dh)
+    dk = xp.matmul(dp.swapaxes(-1, -2), qs, out=dk)  # (B, H, Tk, Dh)
     return dq, dk, dv

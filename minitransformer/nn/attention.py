@@ -160,8 +160,11 @@ class MultiHeadAttention(Module):
         if self.training and self.p_drop > 0:
             shape = (q.shape[0], H, q.shape[2], k.shape[2])
             drop = make_dropout_mask(shape, self.p_drop, self.rng, q.dtype)  # (B, H, Tq, Tk)
-        o, attn_cache = attention_forward(q, k, v, mask=mask, dropout_mask=drop)  # (B, H, Tq, dh)
-        y = self.proj(merge_heads(o))  # (B, Tq, D)
+        B, Tq, dv = q.shape[0], q.shape[2], v.shape[3]
+        o_merged = xp.empty((B, Tq, H, dv), dtype=q.dtype)  # (B, Tq, H, dh): heads side by side per token
+        o, attn_cache = attention_forward(q, k, v, mask=mask, dropout_mask=drop,
+                                          out=o_merged.transpose(0, 2, 1, 3))  # (B, H, Tq, dh), a view
+        y = self.proj(o_merged.reshape(B, Tq, H * dv))  # (B, Tq, D), merging the heads is a reshape
         self.cache = {"cross": context is not None, "lin": lin_caches, "attn": attn_cache,
                       "inner": inner}
         return y
@@ -178,19 +181,20 @@ class MultiHeadAttention(Module):
         do = self.proj.backward(dy)  # (B, Tq, H*dh)
         B, Tq, _ = do.shape
         do = do.reshape(B, Tq, H, -1).transpose(0, 2, 1, 3)  # (B, H, Tq, dh), in the forward pass o
-        dq, dk, dv = attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
         gW = self.qkv.weight.grad
         gb = None if self.qkv.bias is None else self.qkv.bias.grad
         if not cache["cross"]:
+            # The products write dq, dk, dv straight into the fused projection's gradient
+            # dqkv, laid out as its output qkv was: (B, Tq, [q|k|v], H, dh).
             dqkv = xp.empty((B, Tq, 3, H, self.d_head), dtype=dy.dtype)  # (B, Tq, 3, H, dh)
-            dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
-            dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
-            dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
+            views = tuple(dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # 3 x (B, H, Tq, dh)
+            attention_backward(do, cache["attn"], out=views)
             dx, dW, db = linear_backward(dqkv.reshape(B, Tq, 3 * inner), cache["lin"][0])  # (B, Tq, D)
             gW += dW
             if gb is not None:
                 gb += db
             return dx
+        dq, dk, dv = attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
         q_cache, kv_cache = cache["lin"]
         if kv_cache is None:
             raise RuntimeError("MultiHeadAttention: backward through a cached (decoding) cross-attention")
