@@ -1,18 +1,20 @@
 # minitransformer developer commands.
 #
-#   make demo   build .venv with the [chem,plot] extras, run demos/molecules.py
+#   make demo   build .venv with the [chem,plot] extras, run demos/$(DEMO).py
 #   make test   build .venv with the [all] extras, run the test suite
 #   make clean  remove .venv and build/test caches
 #
 # Knobs (set on the command line, e.g. `make test PYTEST_ARGS="-k attention"`):
 #   PYTHON       interpreter used to create the venv (default: python3, needs >= 3.10)
 #   VENV         where the virtualenv lives (default: .venv)
-#   ARGS         extra arguments for demos/molecules.py
+#   DEMO         which demo `make demo` runs: molecules (default), tox21_property, canonicalize
+#   ARGS         extra arguments for the demo
 #   PYTEST_ARGS  extra arguments for pytest
 #   PIP_ARGS     extra arguments for `pip install`
 
 PYTHON      ?= python3
 VENV        ?= .venv
+DEMO        ?= molecules
 ARGS        ?=
 PYTEST_ARGS ?=
 PIP_ARGS    ?=
@@ -35,7 +37,7 @@ help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
 
 demo: $(VENV)/.installed-demo
-	$(VENV_PY) demos/molecules.py $(ARGS)
+	$(VENV_PY) demos/$(DEMO).py $(ARGS)
 
 test: $(VENV)/.installed-test
 	$(VENV_PY) -m pytest $(PYTEST_ARGS)
