@@ -35,16 +35,19 @@ PRESETS = {
                    resid_dropout=0.0),
         optimizer="adamw", lr=1.5e-3, weight_decay=0.01, warmup=300, schedule="cosine",
         batch_size=32, epochs=20, patience=None, label_smoothing=0.0, augment=0.0,
-        max_time=11 * 60, check_rdkit=True, metric="val_nll_token", form="kekule"),
+        max_time=11 * 60, check_rdkit=True, metric="val_nll_token", form="kekule",
+        pretrain_data=None, pretrain_epochs=0),
     # J. Tomczak, "ARMs parameterized by Transformers": 10 post-LN blocks, heads as wide
     # as the model, dropout on the embedding sum only, Adamax, patience 10.
     "tomczak": dict(
         model="tomczak", optimizer="adamax", lr=1e-3, weight_decay=0.0, warmup=0, schedule="constant",
         batch_size=64, epochs=1000, patience=10, label_smoothing=0.0, augment=0.0,
-        max_time=None, check_rdkit=False, metric="val_nll_mol_ref", form="as-is"),
+        max_time=None, check_rdkit=False, metric="val_nll_mol_ref", form="as-is",
+        pretrain_data=None, pretrain_epochs=0),
 }
 QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", tie_embeddings=True),
-             epochs=2, batch_size=32, warmup=10, patience=None, max_time=None, augment=0.5)
+             epochs=2, batch_size=32, warmup=10, patience=None, max_time=None, augment=0.5,
+             pretrain_epochs=1, pretrain_limit=300)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,8 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="override the batch size")
     p.add_argument("--samples", type=int, default=2000, help="molecules to sample at the end")
     p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--pretrain-data", default=None,
+                   help="pretrain on these molecules first (druglike, a file, or none; default: the preset's)")
+    p.add_argument("--pretrain-epochs", type=int, default=None)
     p.add_argument("--resume", default=None,
-                   help="continue an interrupted run from its last.npz (same options as before)")
+                   help="continue an interrupted run from its last.npz, or from pretrain/last.npz when it "
+                        "stopped while pretraining (same options as before)")
     return p
 
 
@@ -97,6 +104,12 @@ def resolve_settings(args) -> dict:
                           resid_dropout=args.dropout)
     if args.augment is not None:
         s["augment"] = args.augment
+    if args.pretrain_data is not None:
+        s["pretrain_data"] = None if args.pretrain_data.lower() == "none" else args.pretrain_data
+    if args.pretrain_epochs is not None:
+        s["pretrain_epochs"] = args.pretrain_epochs
+    if not s["pretrain_data"]:
+        s["pretrain_epochs"] = 0
     s["max_time"] = max_time(args, s["max_time"])
     return s
 
@@ -138,9 +151,12 @@ def sample_smiles(model, vocab, n, temperature, seed, batch_size=500):
 
 def train_command(args) -> int:
     from minitransformer.chem import canonical, evaluate_samples
+    from minitransformer.chem.metrics import novelty
     from minitransformer.chem.cli import write_json
     from minitransformer.chem.draw import molecule_grid
-    from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles
+    from minitransformer.chem import Vocab
+    from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles, pretraining_smiles
+    from minitransformer.checkpoint import load_checkpoint
     from minitransformer.chem.lm_metrics import batches_of, sequence_metrics
     from minitransformer.plots import plot_curves
     from minitransformer.tasks import LMTask
@@ -152,10 +168,36 @@ def train_command(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     data = prepare_smiles(args.data, check_rdkit=settings["check_rdkit"], form=settings["form"],
                           limit=400 if args.quick else None)
+    extra = []
+    if settings["pretrain_epochs"] > 0:
+        extra = pretraining_smiles(settings["pretrain_data"], exclude={canonical(x) for x in data.val + data.test},
+                                   form=settings["form"])[:settings.get("pretrain_limit")]
+        data.vocab = Vocab.build(data.train + extra)  # one vocabulary for both phases
     vocab = data.vocab
     model = make_model(settings, vocab, args.seed)
     print(f"model: {model.num_parameters():,} weights; preset {args.preset}{' (quick)' if args.quick else ''}")
+    run_info = {"preset": args.preset, "quick": args.quick, "settings": settings, "data": data.description,
+                "cleaning": data.clean_summary, "split": [len(data.train), len(data.val), len(data.test)],
+                "pretrain_molecules": len(extra)}
+    val_batches = batches_of(data.encode(data.val), 128, vocab.pad_id)
 
+    def lm_metrics(trainer, epoch, metrics):
+        return {f"val_{k}": v for k, v in sequence_metrics(trainer.model, val_batches, vocab.pad_id).items()}
+
+    # Phase 1 (optional): pretrain on the extra molecules. Skipped when resuming phase 2.
+    resume_phase = load_checkpoint(args.resume).meta.get("phase", "train") if args.resume else None
+    if extra and resume_phase != "train":
+        print(f"pretraining on {len(extra)} molecules for {settings['pretrain_epochs']} epochs")
+        steps = -(-len(extra) // settings["batch_size"]) * settings["pretrain_epochs"]
+        pre_config = TrainConfig(epochs=settings["pretrain_epochs"], batch_size=settings["batch_size"], clip=1.0,
+                                 seed=args.seed, out_dir=str(out / "pretrain"), quiet=args.quiet)
+        fit(model, LMTask(vocab.pad_id), make_optimizer(settings, model, max(2, steps)), data.encode(extra),
+            config=pre_config, callbacks=[lm_metrics], vocab=vocab,
+            extra_meta={"run": run_info, "phase": "pretrain"},
+            resume=args.resume if resume_phase == "pretrain" else None)
+    t_pre = time.perf_counter() - t0
+
+    # Phase 2: train on the main set (fine-tune, when phase 1 ran).
     train_ids = data.encode(data.train)
     if settings["augment"] > 0:
         train_data = RandomizedEpochs(data.train, vocab, seed=args.seed, p=settings["augment"],
@@ -164,20 +206,14 @@ def train_command(args) -> int:
         train_data = train_ids
     steps_per_epoch = -(-len(train_ids) // settings["batch_size"])
     optimizer = make_optimizer(settings, model, max(2, steps_per_epoch * settings["epochs"]))
-    val_batches = batches_of(data.encode(data.val), 128, vocab.pad_id)
-
-    def lm_metrics(trainer, epoch, metrics):
-        return {f"val_{k}": v for k, v in sequence_metrics(trainer.model, val_batches, vocab.pad_id).items()}
-
+    budget = None if settings["max_time"] is None else max(60.0, settings["max_time"] - t_pre)
     config = TrainConfig(epochs=settings["epochs"], batch_size=settings["batch_size"], clip=1.0,
                          patience=settings["patience"], metric=settings["metric"], mode="min",
-                         seed=args.seed, max_time=settings["max_time"], out_dir=str(out), quiet=args.quiet)
-    run_info = {"preset": args.preset, "quick": args.quick, "settings": settings, "data": data.description,
-                "cleaning": data.clean_summary, "split": [len(data.train), len(data.val), len(data.test)]}
+                         seed=args.seed, max_time=budget, out_dir=str(out), quiet=args.quiet)
     write_json(out / "config.json", {"model": model.config.to_dict(), "train": config.__dict__, "run": run_info})
     trainer = fit(model, LMTask(vocab.pad_id, settings["label_smoothing"]), optimizer, train_data,
-                  config=config, callbacks=[lm_metrics], vocab=vocab, extra_meta={"run": run_info},
-                  resume=args.resume)
+                  config=config, callbacks=[lm_metrics], vocab=vocab, extra_meta={"run": run_info, "phase": "train"},
+                  resume=args.resume if resume_phase == "train" else None)
     t_train = time.perf_counter() - t0
 
     # Evaluate the best checkpoint on the test split, then sample from it.
@@ -192,6 +228,8 @@ def train_command(args) -> int:
     t_sample = time.perf_counter() - t1
     (out / "samples.smi").write_text("\n".join(samples) + "\n")
     chem = evaluate_samples(samples, data.train, seed=args.seed)
+    if extra:  # novelty above is against the main training set (the definition); this one counts phase 1 too
+        chem["novelty_vs_all_training"] = novelty(samples, data.train + extra)
     valid = [s for s in samples if canonical(s) is not None]
     molecule_grid(valid, out / "molecules.png", n=24)
     plot_curves(trainer.history, out / "curves.png")
@@ -201,7 +239,8 @@ def train_command(args) -> int:
     metrics = {f"test_{k}": v for k, v in test.items()}
     metrics.update(chem)
     metrics.update({"epochs": len(trainer.history), "best_epoch": trainer.best_epoch,
-                    "stop_reason": trainer.stop_reason, "train_time_s": t_train, "sample_time_s": t_sample,
+                    "stop_reason": trainer.stop_reason, "pretrain_time_s": t_pre, "train_time_s": t_train,
+                    "sample_time_s": t_sample,
                     "wall_time_s": time.perf_counter() - t0, "parameters": model.num_parameters(),
                     "temperature": args.temperature, "preset": args.preset, "quick": args.quick})
     write_json(out / "metrics.json", metrics)

@@ -119,3 +119,26 @@ class RandomizedEpochs:
             out.append(plain if (too_long or self.vocab.unk_id in ids) else ids)
         self._cache = (epoch, out)
         return out
+
+
+def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, form: str = "as-is",
+                       log=print) -> list:
+    """Extra molecules to pretrain a language model on, before it is fine-tuned on the main set.
+
+    ``data`` is a source of :func:`load_source` (``"druglike"``: RDKit's 10,000
+    drug-like SMILES). The same cleaning and ``form`` as the main set apply, and
+    every molecule whose canonical SMILES is in ``exclude`` (the main set's
+    validation and test molecules) is dropped, so the held-out splits stay unseen.
+    """
+    loaded = load_source(data)
+    kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=True)
+    if form != "as-is":
+        rewrite = canonical if form == "canonical" else kekule
+        kept = [w for w in (rewrite(s) for s in kept) if w is not None and len(w) <= max_len]
+    exclude = set(exclude)
+    out = [s for s in kept if canonical(s) not in exclude]
+    log(f"pretraining data: {loaded.description}; {report.summary()}; {len(kept) - len(out)} held-out "
+        f"molecules removed; {len(out)} left")
+    if not out:
+        raise ValueError(f"no pretraining molecules left from {data!r}")
+    return out

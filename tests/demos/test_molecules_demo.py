@@ -26,7 +26,7 @@ def quick_run(tmp_path_factory):
     demo = _load_demo()
     # RDKit's drug-like set ships with RDKit, so this runs without Tox21 or a network.
     code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--samples", "60", "--quiet",
-                      "--plot-attention"])
+                      "--plot-attention", "--pretrain-data", "druglike"])
     assert code == 0
     return demo, out
 
@@ -34,7 +34,7 @@ def quick_run(tmp_path_factory):
 def test_quick_run_writes_every_output(quick_run):
     _, out = quick_run
     for name in ("metrics.json", "history.json", "config.json", "best.npz", "last.npz", "samples.smi",
-                 "curves.png", "molecules.png", "attention.png"):
+                 "curves.png", "molecules.png", "attention.png", "pretrain/history.json", "pretrain/last.npz"):
         path = out / name
         assert path.exists() and path.stat().st_size > 0, f"missing or empty output: {name}"
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
@@ -49,6 +49,7 @@ def test_quick_run_metrics_are_fractions(quick_run):
         assert 0.0 <= m[key] <= 1.0, f"{key} = {m[key]} is not in [0, 1]"
     for key in ("test_nll_token", "test_nll_mol_ref", "wall_time_s"):
         assert math.isfinite(m[key]) and m[key] > 0, f"{key} = {m[key]}"
+    assert 0.0 <= m["novelty_vs_all_training"] <= m["novelty"], "pretraining molecules can only lower novelty"
     history = json.loads((out / "history.json").read_text())
     assert len(history) == m["epochs"] >= 1
     assert all("val_nll_mol_ref" in h and "val_rec_ref" in h for h in history)
@@ -69,3 +70,13 @@ def test_bad_data_path_is_a_clear_error(tmp_path):
     bad.write_text("name,value\na,1\n")
     with pytest.raises(ValueError, match="name"):
         demo.main(["--quick", "--data", str(bad), "--out", str(tmp_path / "o2"), "--quiet"])
+
+
+def test_resuming_the_second_phase_skips_pretraining(quick_run, capsys):
+    demo, out = quick_run
+    capsys.readouterr()
+    code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--samples", "10", "--quiet",
+                      "--pretrain-data", "druglike", "--resume", str(out / "last.npz")])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "pretraining on" not in printed, "a finished phase 1 must not run again on resume"
