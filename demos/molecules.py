@@ -36,18 +36,18 @@ PRESETS = {
         optimizer="adamw", lr=1.5e-3, weight_decay=0.01, warmup=300, schedule="cosine",
         batch_size=32, epochs=20, patience=None, label_smoothing=0.0, augment=0.0,
         max_time=11 * 60, check_rdkit=True, metric="val_nll_token", form="kekule",
-        pretrain_data=None, pretrain_epochs=0),
+        pretrain_data=None, pretrain_epochs=0, pretrain_mix=0),
     # J. Tomczak, "ARMs parameterized by Transformers": 10 post-LN blocks, heads as wide
     # as the model, dropout on the embedding sum only, Adamax, patience 10.
     "tomczak": dict(
         model="tomczak", optimizer="adamax", lr=1e-3, weight_decay=0.0, warmup=0, schedule="constant",
         batch_size=64, epochs=1000, patience=10, label_smoothing=0.0, augment=0.0,
         max_time=None, check_rdkit=False, metric="val_nll_mol_ref", form="as-is",
-        pretrain_data=None, pretrain_epochs=0),
+        pretrain_data=None, pretrain_epochs=0, pretrain_mix=0),
 }
 QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", tie_embeddings=True),
              epochs=2, batch_size=32, warmup=10, patience=None, max_time=None, augment=0.5,
-             pretrain_epochs=1, pretrain_limit=300)
+             pretrain_epochs=1, pretrain_limit=300, pretrain_mix=50)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pretrain-data", default=None,
                    help="pretrain on these molecules first (druglike, a file, or none; default: the preset's)")
     p.add_argument("--pretrain-epochs", type=int, default=None)
+    p.add_argument("--pretrain-mix", type=int, default=None,
+                   help="keep this many phase-1 molecules in the phase-2 training set (against over-fitting)")
     p.add_argument("--resume", default=None,
                    help="continue an interrupted run from its last.npz, or from pretrain/last.npz when it "
                         "stopped while pretraining (same options as before)")
@@ -108,6 +110,8 @@ def resolve_settings(args) -> dict:
         s["pretrain_data"] = None if args.pretrain_data.lower() == "none" else args.pretrain_data
     if args.pretrain_epochs is not None:
         s["pretrain_epochs"] = args.pretrain_epochs
+    if args.pretrain_mix is not None:
+        s["pretrain_mix"] = args.pretrain_mix
     if not s["pretrain_data"]:
         s["pretrain_epochs"] = 0
     s["max_time"] = max_time(args, s["max_time"])
@@ -162,6 +166,7 @@ def train_command(args) -> int:
     from minitransformer.tasks import LMTask
     from minitransformer.train import TrainConfig, fit
 
+    import numpy as np
     t0 = time.perf_counter()
     settings = resolve_settings(args)
     out = Path(args.out)
@@ -178,7 +183,7 @@ def train_command(args) -> int:
     print(f"model: {model.num_parameters():,} weights; preset {args.preset}{' (quick)' if args.quick else ''}")
     run_info = {"preset": args.preset, "quick": args.quick, "settings": settings, "data": data.description,
                 "cleaning": data.clean_summary, "split": [len(data.train), len(data.val), len(data.test)],
-                "pretrain_molecules": len(extra)}
+                "pretrain_molecules": len(extra), "pretrain_mix": min(len(extra), settings["pretrain_mix"])}
     val_batches = batches_of(data.encode(data.val), 128, vocab.pad_id)
 
     def lm_metrics(trainer, epoch, metrics):
@@ -197,10 +202,14 @@ def train_command(args) -> int:
             resume=args.resume if resume_phase == "pretrain" else None)
     t_pre = time.perf_counter() - t0
 
-    # Phase 2: train on the main set (fine-tune, when phase 1 ran).
-    train_ids = data.encode(data.train)
+    # Phase 2: train on the main set (fine-tune, when phase 1 ran), optionally with a fixed
+    # random subset of the phase-1 molecules mixed in, which keeps the model from memorising.
+    mix = [extra[i] for i in np.sort(np.random.default_rng([args.seed, 2]).permutation(len(extra))
+                                     [:settings["pretrain_mix"]])] if extra else []
+    train_smiles = data.train + mix
+    train_ids = data.encode(train_smiles)
     if settings["augment"] > 0:
-        train_data = RandomizedEpochs(data.train, vocab, seed=args.seed, p=settings["augment"],
+        train_data = RandomizedEpochs(train_smiles, vocab, seed=args.seed, p=settings["augment"],
                                       max_tokens=model.config.max_len)
     else:
         train_data = train_ids
@@ -231,7 +240,8 @@ def train_command(args) -> int:
     if extra:  # novelty above is against the main training set (the definition); this one counts phase 1 too
         chem["novelty_vs_all_training"] = novelty(samples, data.train + extra)
     valid = [s for s in samples if canonical(s) is not None]
-    molecule_grid(valid, out / "molecules.png", n=24)
+    if molecule_grid(valid, out / "molecules.png", n=24) == 0:
+        print(f"no valid molecule among the {len(samples)} samples, so there is no molecules.png to draw")
     plot_curves(trainer.history, out / "curves.png")
     if args.plot_attention:
         plot_attention_example(model, vocab, valid or data.test or data.train, out)

@@ -34,10 +34,12 @@ def quick_run(tmp_path_factory):
 def test_quick_run_writes_every_output(quick_run):
     _, out = quick_run
     for name in ("metrics.json", "history.json", "config.json", "best.npz", "last.npz", "samples.smi",
-                 "curves.png", "molecules.png", "attention.png", "pretrain/history.json", "pretrain/last.npz"):
+                 "curves.png", "attention.png", "pretrain/history.json", "pretrain/last.npz"):
         path = out / name
         assert path.exists() and path.stat().st_size > 0, f"missing or empty output: {name}"
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    if json.loads((out / "metrics.json").read_text())["n_valid"] > 0:  # a 2-epoch model may draw none
+        assert (out / "molecules.png").read_bytes()[:4] == b"\x89PNG"
     assert len((out / "samples.smi").read_text().splitlines()) == 60
 
 

@@ -1,0 +1,19 @@
+"""molecule_grid: a PNG of the parsable molecules, nothing for none."""
+import pytest
+
+pytest.importorskip("rdkit")
+
+from minitransformer.chem.draw import molecule_grid  # noqa: E402
+
+
+def test_grid_draws_only_parsable_molecules(tmp_path):
+    path = tmp_path / "grid.png"
+    drawn = molecule_grid(["CCO", "not a molecule", "c1ccccc1", "C1CC"], path, n=24)
+    assert drawn == 2, "the invalid SMILES and the unclosed ring must be skipped"
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_grid_stops_at_n_and_writes_nothing_without_molecules(tmp_path):
+    assert molecule_grid(["C" * k for k in range(1, 30)], tmp_path / "a.png", n=5) == 5
+    assert molecule_grid(["((", ""], tmp_path / "b.png") == 0
+    assert not (tmp_path / "b.png").exists()
