@@ -25,18 +25,21 @@ from minitransformer import backend  # noqa: E402
 
 PRESETS = {
     # Ours: pre-LN, tied embeddings, AdamW with warmup + cosine, molecules written in
-    # Kekule form, batch 32. Measured on Tox21 (see README): Kekule beats canonical
-    # SMILES on validity (0.78 vs 0.67 at batch 64); batch 32 trades 0.03 validity for
-    # uniqueness and novelty above 0.95 / 0.80; randomized-SMILES augmentation and
-    # dropout slowed learning too much for a 15-minute budget (validity 0.51-0.60).
+    # Kekule form, batch 32, and two phases: 5 epochs on RDKit's 10,000 drug-like
+    # molecules teach the SMILES grammar, then 12 epochs on Tox21 with 3,000 of those
+    # molecules mixed in, which keeps the model from memorising the small Tox21 set.
+    # Measured on Tox21 (see README): validity 0.749 -> 0.857 against Tox21 alone, with
+    # uniqueness and novelty up too (0.953 -> 0.973, 0.811 -> 0.866). Kekule beats
+    # canonical SMILES on validity; randomized-SMILES augmentation and dropout slowed
+    # learning too much for a 15-minute budget (validity 0.51-0.60).
     "default": dict(
         model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, norm="pre", pos="learned",
                    activation="gelu", tie_embeddings=True, emb_dropout=0.0, attn_dropout=0.0,
                    resid_dropout=0.0),
         optimizer="adamw", lr=1.5e-3, weight_decay=0.01, warmup=300, schedule="cosine",
-        batch_size=32, epochs=20, patience=None, label_smoothing=0.0, augment=0.0,
-        max_time=11 * 60, check_rdkit=True, metric="val_nll_token", form="kekule",
-        pretrain_data=None, pretrain_epochs=0, pretrain_mix=0),
+        batch_size=32, epochs=12, patience=None, label_smoothing=0.0, augment=0.0,
+        max_time=13 * 60, check_rdkit=True, metric="val_nll_token", form="kekule",
+        pretrain_data="druglike", pretrain_epochs=5, pretrain_mix=3000),
     # J. Tomczak, "ARMs parameterized by Transformers": 10 post-LN blocks, heads as wide
     # as the model, dropout on the embedding sum only, Adamax, patience 10.
     "tomczak": dict(
