@@ -365,13 +365,8 @@ def translate_command(argv) -> int:
 
 
 def main(argv=None) -> int:
-    from minitransformer.chem.cli import use_backend
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "translate":
-        return translate_command(argv[1:])
-    args = build_parser().parse_args(argv)
-    use_backend(args)
-    return train_command(args)
+    from minitransformer.chem.cli import demo_main
+    return demo_main(argv, build_parser, train_command, {"translate": translate_command})
 
 
 def cli() -> int:

@@ -313,13 +313,8 @@ def sample_command(argv) -> int:
 
 
 def main(argv=None) -> int:
-    from minitransformer.chem.cli import use_backend
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "sample":
-        return sample_command(argv[1:])
-    args = build_parser().parse_args(argv)
-    use_backend(args)
-    return train_command(args)
+    from minitransformer.chem.cli import demo_main
+    return demo_main(argv, build_parser, train_command, {"sample": sample_command})
 
 
 def cli() -> int:

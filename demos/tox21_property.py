@@ -272,10 +272,8 @@ def plot_attention_example(model, vocab, smiles, out) -> None:
 
 
 def main(argv=None) -> int:
-    from minitransformer.chem.cli import use_backend
-    args = build_parser().parse_args(argv)
-    use_backend(args)
-    return train_command(args)
+    from minitransformer.chem.cli import demo_main
+    return demo_main(argv, build_parser, train_command)
 
 
 def cli() -> int:

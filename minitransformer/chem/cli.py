@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 from minitransformer import backend
 
 __all__ = ["add_common_arguments", "use_backend", "max_time", "run_cli", "write_json", "print_table",
-           "attention_example"]
+           "attention_example", "demo_main"]
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, out: str) -> argparse.ArgumentParser:
@@ -94,3 +94,15 @@ def attention_example(smiles: Sequence[str], lo: int = 20, hi: int = 45) -> str:
         if lo <= len(s) <= hi:
             return s
     return max(smiles[:50], key=len)
+
+
+def demo_main(argv, build_parser, train_command, subcommands: dict | None = None) -> int:
+    """A demo's ``main``: ``argv[0]`` may name a subcommand (e.g. ``sample``), which gets
+    the remaining arguments; otherwise parse the training options, choose the backend
+    and train. ``argv=None`` reads ``sys.argv``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and subcommands and argv[0] in subcommands:
+        return subcommands[argv[0]](argv[1:])
+    args = build_parser().parse_args(argv)
+    use_backend(args)
+    return train_command(args)
