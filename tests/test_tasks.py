@@ -310,7 +310,9 @@ def test_property_task_whole_model_gradient_with_missing_labels(float64):
             flat[i] = old
             numeric = (up - down) / 2e-6
             analytic = float(host(p.grad).reshape(-1)[i])
-            err = abs(numeric - analytic) / max(1e-6, abs(numeric) + abs(analytic))
+            # relative error, with an absolute floor: the key bias's true gradient is exactly 0
+            # (softmax ignores a shift shared by all keys), and differencing leaves ~1e-10 noise
+            err = abs(numeric - analytic) / max(1e-4, abs(numeric) + abs(analytic))
             if err > worst[0]:
                 worst = (err, f"{name}[{i}]: analytic {analytic:.6g}, numeric {numeric:.6g}")
     assert worst[0] < 1e-5, f"largest relative error {worst[0]:.2e} at {worst[1]}"

@@ -145,7 +145,9 @@ def _gelu_exact(x):
     s = v  # (n,)
     s -= k  # position inside the cell, in [0, 1)
     k += _K_MAX + 1  # table row j = k + 641, in [0, 1281]
-    c = xp.take(_table(x.dtype), k.astype(xp.int32), axis=0)  # (n, 4) the cells' coefficients
+    j = k.astype(xp.int32)  # (n,) table rows
+    xp.clip(j, 0, 2 * _K_MAX + 1, out=j)  # only a NaN input lands outside; its output stays NaN (s is NaN)
+    c = xp.take(_table(x.dtype), j, axis=0)  # (n, 4) the cells' coefficients
     c0, c1, c2, c3 = c[:, 0], c[:, 1], c[:, 2], c[:, 3]  # (n,) each
     c3s = c3 * s  # (n,)
     cdf = c3s + c2  # (n,)

@@ -82,3 +82,15 @@ def test_relu_values_and_gradcheck(any_backend, float64):
 def test_relu_gradient_at_zero_is_zero(any_backend, float64):
     _, cache = relu_forward(backend.asarray(np.array([0.0, 1.0])))
     np.testing.assert_array_equal(backend.to_numpy(relu_backward(backend.asarray(np.ones(2)), cache)), [0.0, 1.0])
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_propagates_nan_and_inf_without_raising(any_backend, approximate):
+    # A diverging model feeds NaN into GELU; the trainer must see NaN, not an IndexError.
+    x = backend.asarray(np.array([np.nan, 1.0, -np.inf, np.inf, -2.0, np.nan], dtype=np.float32))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 inside tanh GELU is expected here
+        y, cache = gelu_forward(x, approximate=approximate)
+        dx = gelu_backward(backend.asarray(np.ones(6, np.float32)), cache)
+    y, dx = backend.to_numpy(y), backend.to_numpy(dx)
+    assert np.isnan(y[[0, 5]]).all() and np.isnan(dx[[0, 5]]).all(), f"NaN must stay NaN, got y={y}, dx={dx}"
+    assert np.isfinite(y[[1, 4]]).all() and y[3] == np.inf, f"got y={y}"
