@@ -1,8 +1,6 @@
 """``demos/canonicalize.py``: the paired data, a ``--quick`` end-to-end run, clear errors."""
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,15 +12,6 @@ from minitransformer.chem import canonical, randomize_smiles, read_smiles  # noq
 from minitransformer.chem.cli import run_cli  # noqa: E402
 from minitransformer.chem.data import druglike_path  # noqa: E402
 from minitransformer.chem.seq2seq_data import PairEpochs, prepare_pairs  # noqa: E402
-
-DEMO = Path(__file__).resolve().parents[2] / "demos" / "canonicalize.py"
-
-
-def _load_demo():
-    spec = importlib.util.spec_from_file_location("canonicalize_demo", DEMO)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _quiet(*_):
@@ -81,9 +70,9 @@ def test_no_test_molecule_is_trained_on_even_under_another_spelling(tmp_path):
 
 # --------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
+def quick_run(tmp_path_factory, load_demo):
     out = tmp_path_factory.mktemp("canonicalize")
-    demo = _load_demo()
+    demo = load_demo("canonicalize")
     # RDKit's drug-like set ships with RDKit, so this runs without Tox21 or a network.
     code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--quiet", "--plot-attention"])
     assert code == 0
@@ -131,8 +120,8 @@ def test_translate_command_reads_the_checkpoint(quick_run, capsys):
 
 
 # --------------------------------------------------------------------------- bad input
-def test_missing_data_file_is_a_clear_error(tmp_path, capsys):
-    demo = _load_demo()
+def test_missing_data_file_is_a_clear_error(tmp_path, capsys, load_demo):
+    demo = load_demo("canonicalize")
     argv = ["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o"), "--quiet"]
     assert run_cli(demo.main, argv) == 2
     err = capsys.readouterr().err

@@ -1,29 +1,17 @@
 """End-to-end: ``demos/molecules.py --quick`` writes every output, with sane metrics."""
-import importlib.util
 import json
 import math
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
 
-DEMO = Path(__file__).resolve().parents[2] / "demos" / "molecules.py"
-
-
-def _load_demo():
-    spec = importlib.util.spec_from_file_location("molecules_demo", DEMO)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
+def quick_run(tmp_path_factory, load_demo):
     out = tmp_path_factory.mktemp("molecules")
-    demo = _load_demo()
+    demo = load_demo("molecules")
     # RDKit's drug-like set ships with RDKit, so this runs without Tox21 or a network.
     code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--samples", "60", "--quiet",
                       "--plot-attention", "--pretrain-data", "druglike"])
@@ -64,8 +52,8 @@ def test_sample_command_reads_the_checkpoint(quick_run, tmp_path):
     assert len(target.read_text().splitlines()) == 7
 
 
-def test_bad_data_path_is_a_clear_error(tmp_path):
-    demo = _load_demo()
+def test_bad_data_path_is_a_clear_error(tmp_path, load_demo):
+    demo = load_demo("molecules")
     with pytest.raises(FileNotFoundError, match="nope.csv"):
         demo.main(["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o"), "--quiet"])
     bad = tmp_path / "bad.csv"

@@ -1,23 +1,12 @@
 """End-to-end: ``demos/tox21_property.py --quick`` on a small labelled file."""
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
-
-DEMO = Path(__file__).resolve().parents[2] / "demos" / "tox21_property.py"
-
-
-def _load_demo():
-    spec = importlib.util.spec_from_file_location("tox21_property_demo", DEMO)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +24,9 @@ def labelled_csv(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory, labelled_csv):
+def quick_run(tmp_path_factory, labelled_csv, load_demo):
     out = tmp_path_factory.mktemp("tox21_property")
-    demo = _load_demo()
+    demo = load_demo("tox21_property")
     code = demo.main(["--quick", "--pretrain", "--data", str(labelled_csv), "--out", str(out), "--quiet",
                       "--plot-attention"])
     assert code == 0
@@ -77,9 +66,9 @@ def test_predictions_file_lines_up_with_the_test_split(quick_run):
     assert ((probs >= 0) & (probs <= 1)).all()
 
 
-def test_label_sets_without_labels_or_files_are_clear_errors(tmp_path, capsys):
+def test_label_sets_without_labels_or_files_are_clear_errors(tmp_path, capsys, load_demo):
     from minitransformer.chem.cli import run_cli
-    demo = _load_demo()
+    demo = load_demo("tox21_property")
     assert run_cli(demo.main, ["--quick", "--data", "druglike", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "no property labels" in capsys.readouterr().err
     assert run_cli(demo.main, ["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path)]) == 2
