@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--augment", type=float, default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--tta", type=int, default=None,
-                   help="random SMILES averaged per test molecule (1 = the canonical string only)")
+                   help="random SMILES averaged per test molecule (1 = the SMILES as written in the file)")
     return p
 
 
