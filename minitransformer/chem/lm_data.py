@@ -41,6 +41,31 @@ class SmilesSplits:
         return [self.vocab.encode(s) for s in smiles]
 
 
+def load_and_clean(data=None, min_len: int | None = 10, max_len: int | None = 100, check_rdkit: bool = True,
+                   limit: int | None = None, download: bool = True, log=print):
+    """:func:`load_source` then :func:`clean_smiles`, logging where the data came from and
+    what cleaning dropped; ``limit`` keeps the first cleaned SMILES (quick runs).
+
+    Returns ``(kept SMILES, LoadedSmiles, CleanReport)``.
+    """
+    loaded = load_source(data, download=download)
+    kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=check_rdkit)
+    log(f"data: {loaded.description}")
+    log(f"cleaning: {report.summary()}")
+    return (kept if limit is None else kept[:limit]), loaded, report
+
+
+def rewrite_smiles(smiles, form: str, max_len: int | None = None) -> tuple[list, int]:
+    """Write every molecule in ``form`` (``"canonical"`` or ``"kekule"``); returns the rewritten
+    strings and how many were dropped (RDKit could not write them, or longer than ``max_len``)."""
+    if form not in ("canonical", "kekule"):
+        raise ValueError(f"form must be 'as-is', 'canonical' or 'kekule', got {form!r}")
+    rewrite = canonical if form == "canonical" else kekule
+    written = [rewrite(s) for s in smiles]
+    kept = [w for w in written if w is not None and (max_len is None or len(w) <= max_len)]
+    return kept, len(written) - len(kept)
+
+
 def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit: bool = True,
                    split: str = "ordered", n_train: int = 6600, n_val: int = 400,
                    fractions=(0.8, 0.1, 0.1), seed: int = 0, limit: int | None = None,
@@ -58,19 +83,9 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
             ``"canonical"`` (RDKit canonical SMILES) or ``"kekule"`` (canonical Kekule form,
             no aromatic lowercase atoms). Rewriting needs the RDKit check.
     """
-    loaded = load_source(data, download=download)
-    kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=check_rdkit)
-    log(f"data: {loaded.description}")
-    log(f"cleaning: {report.summary()}")
-    if limit is not None:
-        kept = kept[:limit]
+    kept, loaded, report = load_and_clean(data, min_len, max_len, check_rdkit, limit, download, log)
     if form != "as-is":
-        if form not in ("canonical", "kekule"):
-            raise ValueError(f"form must be 'as-is', 'canonical' or 'kekule', got {form!r}")
-        rewrite = canonical if form == "canonical" else kekule
-        written = [rewrite(s) for s in kept]
-        dropped = sum(w is None or len(w) > max_len for w in written)
-        kept = [w for w in written if w is not None and len(w) <= max_len]
+        kept, dropped = rewrite_smiles(kept, form, max_len)
         log(f"molecules written in {form} form ({dropped} dropped: not kekulizable or now too long)")
     if split == "ordered":
         if len(kept) <= n_train + n_val:  # a small file: keep the 80/10/10 proportions instead
@@ -130,15 +145,12 @@ def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, 
     every molecule whose canonical SMILES is in ``exclude`` (the main set's
     validation and test molecules) is dropped, so the held-out splits stay unseen.
     """
-    loaded = load_source(data)
-    kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=True)
+    kept, _, _ = load_and_clean(data, min_len, max_len, log=lambda line: log(f"pretraining {line}"))
     if form != "as-is":
-        rewrite = canonical if form == "canonical" else kekule
-        kept = [w for w in (rewrite(s) for s in kept) if w is not None and len(w) <= max_len]
+        kept, _ = rewrite_smiles(kept, form, max_len)
     exclude = set(exclude)
     out = [s for s in kept if canonical(s) not in exclude]
-    log(f"pretraining data: {loaded.description}; {report.summary()}; {len(kept) - len(out)} held-out "
-        f"molecules removed; {len(out)} left")
+    log(f"pretraining: {len(kept) - len(out)} held-out molecules removed; {len(out)} left")
     if not out:
         raise ValueError(f"no pretraining molecules left from {data!r}")
     return out

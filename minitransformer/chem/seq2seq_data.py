@@ -3,8 +3,8 @@
 Used by ``demos/canonicalize.py``; built from the same pieces as the molecules
 demo's pipeline (:mod:`~minitransformer.chem.data`, :mod:`~minitransformer.chem.lm_data`):
 
-1. load and clean the raw SMILES (:func:`~minitransformer.chem.data.load_source`,
-   :func:`~minitransformer.chem.data.clean_smiles`: 10..100 characters, RDKit parses);
+1. load and clean the raw SMILES (:func:`~minitransformer.chem.lm_data.load_and_clean`:
+   10..100 characters, RDKit parses);
 2. write every molecule as its RDKit canonical SMILES and **drop repeats**: two rows
    of the file with the same canonical SMILES are one molecule, so the split below
    can never put a test molecule into training under another spelling;
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minitransformer.chem.data import canonical, clean_smiles, load_source, randomize_smiles, split_random
-from minitransformer.chem.lm_data import RandomizedEpochs
+from minitransformer.chem.data import canonical, randomize_smiles, split_random
+from minitransformer.chem.lm_data import RandomizedEpochs, load_and_clean
 from minitransformer.chem.tokenizer import tokenize
 from minitransformer.chem.vocab import Vocab
 
@@ -112,12 +112,7 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
         vocab_draws: randomized writings per training molecule that feed the vocabulary.
         limit: keep only the first ``limit`` cleaned SMILES (quick runs).
     """
-    loaded = load_source(data, download=download)
-    kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=True)
-    log(f"data: {loaded.description}")
-    log(f"cleaning: {report.summary()}")
-    if limit is not None:
-        kept = kept[:limit]
+    kept, loaded, report = load_and_clean(data, min_len, max_len, True, limit, download, log)
     written = [canonical(s) for s in kept]
     unique = list(dict.fromkeys(w for w in written if w is not None))  # first occurrence, file order
     duplicates = len(written) - len(unique)
