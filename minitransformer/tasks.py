@@ -168,6 +168,7 @@ class PropertyTask:
     def __init__(self, pad_id: int = 0, pos_weight=None):
         self.pad_id = pad_id
         self.pos_weight = None if pos_weight is None else np.asarray(pos_weight, dtype=np.float64)
+        self._pw_device = {}  # dtype -> pos_weight on the device, copied once rather than every batch
         self._cache = None
 
     def length(self, example) -> int:
@@ -182,7 +183,12 @@ class PropertyTask:
         ids, labels = batch
         logits = model(backend.asarray(ids), head="cls")  # (B, K)
         y = backend.asarray(labels.astype(logits.dtype))  # (B, K), NaN = missing
-        pw = None if self.pos_weight is None else backend.asarray(self.pos_weight.astype(logits.dtype))  # (K,)
+        pw = None
+        if self.pos_weight is not None:
+            key = (backend.name(), str(logits.dtype))
+            if key not in self._pw_device:
+                self._pw_device[key] = backend.asarray(self.pos_weight.astype(logits.dtype))  # (K,)
+            pw = self._pw_device[key]
         loss, cache = masked_bce_forward(logits, y, pos_weight=pw)
         return loss, cache, logits
 
