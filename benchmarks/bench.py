@@ -47,10 +47,12 @@ DEFAULT_THREADS = 2
 
 
 def set_blas_threads(n: int) -> None:
-    """Set the BLAS/OpenMP thread-count variables. BLAS reads them once, when NumPy
+    """Set the BLAS/OpenMP thread-count variables, and let OpenBLAS's idle threads
+    sleep at once (see minitransformer/parallel.py). BLAS reads them once, when NumPy
     is first imported, so this must run before ``import numpy``."""
     for var in THREAD_VARIABLES:
         os.environ[var] = str(n)
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 
 def _threads_from_argv(argv) -> int:
@@ -69,7 +71,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # benchmark the checkout, installed or not
 
-from minitransformer import backend  # noqa: E402
+from minitransformer import backend, parallel  # noqa: E402
 from minitransformer.backend import xp  # noqa: E402
 from minitransformer.functional import cross_entropy_backward, cross_entropy_forward  # noqa: E402
 from minitransformer.generate import sample  # noqa: E402
@@ -259,6 +261,12 @@ class Gemm:
     b_shape: tuple
     b_layout: str
     count: int  # times per step: n_layers for a block's products, 1 for the vocab head
+    pieces: int = 1  # the model runs it as this many equal slices of the batch axis, together
+    #                  on the CPU pool (attention: minitransformer.parallel); 1 = one call
+
+    def piece_shapes(self) -> tuple:
+        """(a, b) shapes of one piece: the leading (batch) axis divided by ``pieces``."""
+        return tuple((s[0] // self.pieces,) + tuple(s[1:]) for s in (self.a_shape, self.b_shape))
 
     @property
     def flops(self) -> int:
@@ -284,17 +292,22 @@ def attention_gemms(B: int, H: int, T: int, dh: int, count: int) -> list[Gemm]:
     """The six per-head products of attention (see functional/attention.py), each
     batched over (B, H): forward ``S = (sQ) K^T`` and ``O = P V``; backward
     ``dV = P^T dO``, ``dP = dO V^T``, ``dQ = dS K``, ``dK = dS^T (sQ)``. The scaled
-    queries ``sQ = q * scale`` keep the memory order of their input, a head view
-    (NumPy's element-wise results do), so they are a "heads" operand."""
+    queries ``sQ`` are a contiguous array of their own ("C"). The model runs each
+    product in the batch slices of ``parallel.batch_slices``, together on the CPU
+    pool, and so does the limit (:func:`gemm_task`)."""
     qk, tt = (B, H, T, dh), (B, H, T, T)
     kt = (B, H, dh, T)
+    slices = parallel.batch_slices(B, H * T * T * 4)  # as attention_forward cuts a float32 batch
+    pieces = len(slices)
+    if any(sl.stop - sl.start != B // pieces for sl in slices):
+        raise ValueError(f"attention_gemms: B={B} does not split into {pieces} equal pieces")
     return [
-        Gemm("attn scores Q@K^T fwd", "fwd", qk, "heads", kt, "qkv.T", count),
-        Gemm("attn values P@V fwd", "fwd", tt, "C", qk, "qkv", count),
-        Gemm("attn dV = P^T@dO", "bwd", tt, "C.T", qk, "heads", count),
-        Gemm("attn dP = dO@V^T", "bwd", qk, "heads", kt, "qkv.T", count),
-        Gemm("attn dQ = dS@K", "bwd", tt, "C", qk, "qkv", count),
-        Gemm("attn dK = dS^T@Q", "bwd", tt, "C.T", qk, "heads", count),
+        Gemm("attn scores Q@K^T fwd", "fwd", qk, "C", kt, "qkv.T", count, pieces),
+        Gemm("attn values P@V fwd", "fwd", tt, "C", qk, "qkv", count, pieces),
+        Gemm("attn dV = P^T@dO", "bwd", tt, "C.T", qk, "heads", count, pieces),
+        Gemm("attn dP = dO@V^T", "bwd", qk, "heads", kt, "qkv.T", count, pieces),
+        Gemm("attn dQ = dS@K", "bwd", tt, "C", qk, "qkv", count, pieces),
+        Gemm("attn dK = dS^T@Q", "bwd", tt, "C.T", qk, "C", count, pieces),
     ]
 
 
@@ -340,20 +353,31 @@ def make_operand(shape: tuple, layout: str, rng: backend.RNG):
 
 
 def gemm_task(gemm: Gemm, rng: backend.RNG):
-    """A callable that runs ``xp.matmul(a, b)`` ``inner`` times in a row (the output
-    allocated each time, as in the model), and ``inner``.
+    """A callable that runs the product ``inner`` times in a row (the output allocated
+    each time, as in the model), and ``inner``. A product in ``pieces`` runs as the
+    model runs it: one ``xp.matmul`` per batch slice, the slices together on the
+    CPU pool with BLAS on one thread meanwhile (``parallel.parallel_for``).
 
     ``inner`` makes one call last about MIN_GEMM_SECONDS, so microsecond products
     are not lost in timer noise; divide the call's time by it.
     """
     a = make_operand(gemm.a_shape, gemm.a_layout, rng)
     b = make_operand(gemm.b_shape, gemm.b_layout, rng)
-    first = time_call(lambda: xp.matmul(a, b))  # a first estimate (and a warm-up)
+    if gemm.pieces == 1:
+        def product():
+            xp.matmul(a, b)
+    else:
+        size = gemm.a_shape[0] // gemm.pieces
+        slices = [slice(i, i + size) for i in range(0, gemm.a_shape[0], size)]
+
+        def product():
+            parallel.parallel_for(lambda sl: xp.matmul(a[sl], b[sl]), slices, uses_blas=True)
+    first = time_call(product)  # a first estimate (and a warm-up)
     inner = max(1, min(1000, math.ceil(MIN_GEMM_SECONDS / max(first, 1e-7))))
 
     def run():
         for _ in range(inner):
-            xp.matmul(a, b)
+            product()
 
     return run, inner
 
@@ -369,6 +393,7 @@ def gemm_summary(gemms: list[Gemm], seconds: list[float], tokens: int) -> dict:
         fwd_s += per_step if g.phase == "fwd" else 0.0
         rows.append({"name": g.name, "phase": g.phase, "a": list(g.a_shape), "a_layout": g.a_layout,
                      "b": list(g.b_shape), "b_layout": g.b_layout, "count": g.count,
+                     "pieces": g.pieces,
                      "gflop": g.flops / 1e9, "seconds": per_step, "gflop_per_s": g.flops / 1e9 / per_step})
     return {"train_seconds": train_s, "fwd_seconds": fwd_s,
             "train_tokens_per_s": tokens / train_s, "fwd_tokens_per_s": tokens / fwd_s,
@@ -458,7 +483,8 @@ def check_gemm_list(name: str, B: int, T: int) -> bool:
     cfg = make_config(name, T)
     expected = Counter()
     for g in step_gemms(cfg, B, T):
-        expected[(g.a_shape, g.a_layout, g.b_shape, g.b_layout)] += g.count
+        a_piece, b_piece = g.piece_shapes()
+        expected[(a_piece, g.a_layout, b_piece, g.b_layout)] += g.count * g.pieces
     seen = Counter(recorded_gemms(cfg, B, T))
     missing, extra = expected - seen, seen - expected
     print(f"{name} {B}x{T}: {sum(seen.values())} products recorded, {sum(expected.values())} listed: "
@@ -685,8 +711,9 @@ def format_gemm_list(name: str, B: int, T: int) -> str:
     out = [f"{name} {B}x{T}: D={cfg.d_model} H={cfg.n_heads} dh={d_head(cfg)} F={cfg.d_ff} "
            f"L={cfg.n_layers} V={cfg.vocab_size}"]
     for g in gemms:
+        split = f" in {g.pieces} pieces" if g.pieces > 1 else ""
         out.append(f"  {g.name:24s} {g.phase}  {str(g.a_shape):20s} {g.a_layout:5s} @ "
-                   f"{str(g.b_shape):20s} {g.b_layout:5s} x{g.count:<2d} {g.flops / 1e9:8.3f} GFLOP")
+                   f"{str(g.b_shape):20s} {g.b_layout:5s} x{g.count:<2d} {g.flops / 1e9:8.3f} GFLOP{split}")
     train = sum(g.flops for g in gemms)
     fwd = sum(g.flops for g in gemms if g.phase == "fwd")
     out.append(f"  total per step: {train / 1e9:.3f} GFLOP training, {fwd / 1e9:.3f} GFLOP forward")

@@ -42,6 +42,7 @@ import math
 import numpy as np
 
 from minitransformer.backend import xp
+from minitransformer.parallel import parallel_for
 
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -168,22 +169,26 @@ def _gelu_exact(x):
 
 
 # Element-wise work of about 20 array passes (exact GELU) runs faster when done in
-# blocks that stay in the CPU cache than over a large array at once.
-_BLOCK = 1 << 15
+# blocks that stay in the CPU cache than over a large array at once, and the blocks
+# are independent, so the CPU's cores can share them (see minitransformer.parallel).
+_BLOCK = 1 << 17  # elements: 512 KiB of float32, large enough that threads rarely wait for the GIL
 
 
 def _blocked(fn, x):
     """``fn(x) -> (y, dydx)`` for an element-wise ``fn`` of a 1-D array, evaluated in
-    cache-sized blocks on the CPU (a GPU gets the whole array: one launch per operation
-    is cheaper there). x: (...) -> y, dydx: (...)."""
+    cache-sized blocks spread over the CPU threads (a GPU gets the whole array: one
+    launch per operation is cheaper there). x: (...) -> y, dydx: (...)."""
     from minitransformer import backend  # late: the active backend may change
     flat = x.reshape(-1)  # (N,)
     if x.size <= 2 * _BLOCK or backend.name() == "cupy":
         y, dydx = fn(flat)  # (N,), (N,)
         return y.reshape(x.shape), dydx.reshape(x.shape)
     y, dydx = xp.empty_like(flat), xp.empty_like(flat)  # (N,), (N,)
-    for i in range(0, flat.size, _BLOCK):  # a loop over memory blocks, not over batch/time
+
+    def block(i):  # one block of memory, flat[i : i + _BLOCK]
         y[i:i + _BLOCK], dydx[i:i + _BLOCK] = fn(flat[i:i + _BLOCK])
+
+    parallel_for(block, range(0, flat.size, _BLOCK))  # over memory blocks, not over batch/time
     return y.reshape(x.shape), dydx.reshape(x.shape)
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 
 from minitransformer.backend import xp
+from minitransformer.parallel import batch_slices, parallel_for
 
 
 def _check_mask(mask, shape):
@@ -89,26 +90,53 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
     B, H, Tq, Dh = q.shape
     Tk = k.shape[2]
     scale = 1.0 / math.sqrt(Dh) if scale is None else float(scale)
-
-    qs = q * scale  # (B, H, Tq, Dh), the scaled queries: cheaper than scaling (Tq, Tk) logits
-    s = qs @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk), the logits s q k^T
     if mask is not None:
         _check_mask(mask, (B, H, Tq, Tk))
-        xp.copyto(s, -xp.inf, where=~mask)  # in place: masked logits are exactly -inf
-    row_max = s.max(axis=-1, keepdims=True)  # (B, H, Tq, 1), -inf on fully masked rows
-    if mask is not None:
-        row_max = xp.where(xp.isneginf(row_max), 0.0, row_max)  # avoid -inf - -inf = NaN
-    s -= row_max
-    p = xp.exp(s, out=s)  # (B, H, Tq, Tk), exp(-inf) = 0 exactly
-    denom = xp.einsum("bhqk->bhq", p)[..., None]  # (B, H, Tq, 1) row sums, 0 on fully masked rows
-    if mask is not None:
-        denom = xp.where(denom == 0, 1.0, denom)  # fully masked row: 0 / 1 = 0, not NaN
-    p *= 1.0 / denom  # one reciprocal per row, then a multiply per entry
-    pd = p if dropout_mask is None else p * dropout_mask  # (B, H, Tq, Tk)
-    out = xp.matmul(pd, v, out=out)  # (B, H, Tq, Dv), O = P V
+    qs = xp.empty(q.shape, dtype=q.dtype)  # (B, H, Tq, Dh), the scaled queries
+    p = xp.empty((B, H, Tq, Tk), dtype=q.dtype)  # (B, H, Tq, Tk), the probabilities
+    pd = p if dropout_mask is None else xp.empty_like(p)  # (B, H, Tq, Tk), after dropout
+    if out is None:
+        out = xp.empty((B, H, Tq, v.shape[3]), dtype=q.dtype)  # (B, H, Tq, Dv)
+
+    def rows(b):  # one block of sequences: b is a slice of the batch axis
+        drop = _batch_part(dropout_mask, b)
+        _forward_block(q[b], k[b], v[b], _batch_part(mask, b), scale, drop,
+                       qs[b], p[b], pd[b], out[b])
+
+    parallel_for(rows, batch_slices(B, H * Tq * Tk * p.itemsize), uses_blas=True)
     cache = {"qs": qs, "k": k, "v": v, "p": p, "pd": pd, "out": out, "dropout_mask": dropout_mask,
              "scale": scale}
     return out, cache
+
+
+def _batch_part(a, b):
+    """The part of a mask (or None) for batch slice ``b``; masks without a batch axis
+    of their own (ndim < 4, or a batch axis of 1 that broadcasts) serve every block."""
+    if a is None or a.ndim < 4 or a.shape[0] == 1:
+        return a
+    return a[b]
+
+
+def _forward_block(q, k, v, mask, scale, dropout_mask, qs, p, pd, out):
+    """The forward pass on one block of sequences, written into ``qs``, ``p``, ``pd``
+    and ``out`` (views of the caller's full arrays; ``pd`` is ``p`` without dropout).
+    Shapes as in :func:`attention_forward` with b sequences instead of B."""
+    xp.multiply(q, scale, out=qs)  # (b, H, Tq, Dh), scaling q is cheaper than scaling (Tq, Tk) logits
+    s = xp.matmul(qs, k.swapaxes(-1, -2), out=p)  # (b, H, Tq, Tk), the logits s q k^T
+    if mask is not None:
+        xp.copyto(s, -xp.inf, where=~mask)  # in place: masked logits are exactly -inf
+    row_max = s.max(axis=-1, keepdims=True)  # (b, H, Tq, 1), -inf on fully masked rows
+    if mask is not None:
+        xp.copyto(row_max, 0.0, where=xp.isneginf(row_max))  # avoid -inf - -inf = NaN
+    s -= row_max
+    xp.exp(s, out=s)  # (b, H, Tq, Tk), exp(-inf) = 0 exactly
+    denom = xp.einsum("bhqk->bhq", s)[..., None]  # (b, H, Tq, 1) row sums, 0 on fully masked rows
+    if mask is not None:
+        xp.copyto(denom, 1.0, where=denom == 0)  # fully masked row: 0 / 1 = 0, not NaN
+    s *= 1.0 / denom  # now p: one reciprocal per row, then a multiply per entry
+    if dropout_mask is not None:
+        xp.multiply(p, dropout_mask, out=pd)  # (b, H, Tq, Tk)
+    xp.matmul(pd, v, out=out)  # (b, H, Tq, Dv), O = P V
 
 
 def attention_backward(dout, cache, out=None):
@@ -125,17 +153,33 @@ def attention_backward(dout, cache, out=None):
         dq: (B, H, Tq, Dh); dk: (B, H, Tk, Dh); dv: (B, H, Tk, Dv).
     """
     dq, dk, dv = (None, None, None) if out is None else out  # where to write, or None
-    qs, k, v, p, pd, out = cache["qs"], cache["k"], cache["v"], cache["p"], cache["pd"], cache["out"]
-    scale, dropout_mask = cache["scale"], cache["dropout_mask"]
-    dv = xp.matmul(pd.swapaxes(-1, -2), dout, out=dv)  # (B, H, Tk, Dv), in the forward pass out = pd @ v
-    dp = dout @ v.swapaxes(-1, -2)  # (B, H, Tq, Tk)
+    qs, k, v, p, pd, o = cache["qs"], cache["k"], cache["v"], cache["p"], cache["pd"], cache["out"]
+    dropout_mask = cache["dropout_mask"]
+    B, H, Tq, Tk = p.shape
+    dq = xp.empty(qs.shape, dtype=p.dtype) if dq is None else dq  # (B, H, Tq, Dh)
+    dk = xp.empty(k.shape, dtype=p.dtype) if dk is None else dk  # (B, H, Tk, Dh)
+    dv = xp.empty(v.shape, dtype=p.dtype) if dv is None else dv  # (B, H, Tk, Dv)
+
+    def rows(b):  # one block of sequences: b is a slice of the batch axis
+        drop = _batch_part(dropout_mask, b)
+        _backward_block(dout[b], qs[b], k[b], v[b], p[b], pd[b], o[b], drop, cache["scale"],
+                        dq[b], dk[b], dv[b])
+
+    parallel_for(rows, batch_slices(B, H * Tq * Tk * p.itemsize), uses_blas=True)
+    return dq, dk, dv
+
+
+def _backward_block(dout, qs, k, v, p, pd, out, dropout_mask, scale, dq, dk, dv):
+    """The backward pass on one block of sequences, written into ``dq``, ``dk``, ``dv``.
+    Shapes as in :func:`attention_backward` with b sequences instead of B."""
+    xp.matmul(pd.swapaxes(-1, -2), dout, out=dv)  # (b, H, Tk, Dv), in the forward pass out = pd @ v
+    dp = dout @ v.swapaxes(-1, -2)  # (b, H, Tq, Tk)
     if dropout_mask is not None:
         dp *= dropout_mask  # in the forward pass pd = p * dropout_mask
     # softmax backward: ds = p * (dp - rowsum(dp * p)); masked entries have p = 0 -> ds = 0
-    inner = xp.einsum("bhqd,bhqd->bhq", dout, out)[..., None]  # (B, H, Tq, 1), = rowsum(dp * p)
+    inner = xp.einsum("bhqd,bhqd->bhq", dout, out)[..., None]  # (b, H, Tq, 1), = rowsum(dp * p)
     dp -= inner
-    dp *= p  # (B, H, Tq, Tk), now the gradient of the logits (qs) k^T
-    dq = xp.matmul(dp, k, out=dq)  # (B, H, Tq, Dh)
+    dp *= p  # (b, H, Tq, Tk), now the gradient of the logits (qs) k^T
+    xp.matmul(dp, k, out=dq)  # (b, H, Tq, Dh)
     dq *= scale  # in the forward pass qs = scale * q
-    dk = xp.matmul(dp.swapaxes(-1, -2), qs, out=dk)  # (B, H, Tk, Dh)
-    return dq, dk, dv
+    xp.matmul(dp.swapaxes(-1, -2), qs, out=dk)  # (b, H, Tk, Dh)

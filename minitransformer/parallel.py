@@ -1,0 +1,187 @@
+r"""Independent pieces of array work, spread over the CPU's cores.
+
+NumPy runs every element-wise operation (``exp``, ``*``, ``max``, ...) on one
+core; only BLAS spreads a large matrix product over several. So on a 2-core
+machine a transformer step spends its GEMMs on both cores and everything else
+on one. Some of that work splits into pieces that do not touch each other:
+
+* attention, one block of sequences at a time (each sequence attends only to
+  itself), with its small per-head GEMMs, which BLAS would run on one core;
+* GELU, one block of memory at a time (it is element-wise).
+
+NumPy releases Python's global lock inside its loops, so pieces handed to a few
+threads really run at the same time. :func:`parallel_for` does that. Each piece
+also touches less memory than the whole array, so it runs from the CPU cache:
+even on one thread, blocks are faster than one pass over a large array.
+
+While pieces that multiply matrices run on the pool, BLAS is told to use one
+thread (OpenBLAS's ``openblas_set_num_threads_local``, which sets the count for
+the whole process and returns the old one, restored right after): the pool
+already occupies the cores, and each piece's GEMM starting BLAS threads of its
+own would have them fight over the cores. The calling thread only waits
+meanwhile, so its own large GEMMs, before and after, keep all of BLAS's threads.
+Where that call is not available (another BLAS), such pieces run one after
+another on the calling thread instead (still in cache-sized blocks).
+
+On a GPU the whole array is one kernel launch per operation, which is cheaper
+than several smaller ones: :func:`parallel_for` then calls the work once, on
+everything. The results never depend on the number of threads: each piece writes
+its own part of the output, and no sum runs across pieces.
+
+**Idle BLAS threads.** After each product, OpenBLAS's threads by default keep
+spinning for about 2^28 cycles (0.1 s) before they sleep, and meanwhile they
+hold a core that the pool needs: a pool of 2 on 2 cores then runs *slower* than
+one thread. ``OPENBLAS_THREAD_TIMEOUT=4`` (2^4 cycles) makes them sleep at once.
+OpenBLAS reads it only when it loads, so ``import minitransformer`` sets it when
+NumPy is not loaded yet (it never overrides a value you set).
+
+**How many threads.** ``MINITRANSFORMER_THREADS`` if set; else the BLAS thread
+count (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, else
+the CPUs this process may use), provided the BLAS is OpenBLAS and its idle
+threads sleep promptly (``OPENBLAS_THREAD_TIMEOUT`` at most 16); otherwise 1,
+which still runs the pieces in cache-sized blocks. :func:`set_threads` overrides it.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from minitransformer import backend
+
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+BLOCK_BYTES = 1 << 19  # aim for pieces of about this many bytes of their largest array (512 KiB)
+
+_state = {"threads": None, "pool": None, "blas_setter": None}
+_in_worker = threading.local()  # .active is True inside a pool thread: no nested pools
+
+
+def _cpus() -> int:
+    """CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _default_threads() -> int:
+    value = os.environ.get("MINITRANSFORMER_THREADS", "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(
+                f"MINITRANSFORMER_THREADS={value!r} is not a positive integer; "
+                "set it to the number of CPU threads to use (e.g. 2), or unset it"
+            )
+        return int(value)
+    blas_threads = _cpus()
+    for var in _THREAD_VARIABLES:
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) >= 1:
+            blas_threads = int(value)
+            break
+    if blas_threads > 1 and not _blas_sleeps_promptly():
+        return 1  # spinning BLAS threads would take the pool's cores (module notes)
+    return blas_threads
+
+
+def _blas_sleeps_promptly() -> bool:
+    """True for OpenBLAS with ``OPENBLAS_THREAD_TIMEOUT`` <= 16 (see the module notes)."""
+    value = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "").strip()
+    return value.isdigit() and int(value) <= 16 and _blas_setter() is not None
+
+
+def threads() -> int:
+    """How many threads :func:`parallel_for` uses on the CPU."""
+    if _state["threads"] is None:
+        _state["threads"] = _default_threads()
+    return _state["threads"]
+
+
+def set_threads(n: int) -> None:
+    """Use ``n`` (>= 1) CPU threads from now on (1 = everything on the calling thread)."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_threads: need a positive integer, got {n!r}")
+    if _state["pool"] is not None:
+        _state["pool"].shutdown(wait=True)
+    _state["threads"], _state["pool"] = n, None
+
+
+def _openblas_local_setter():
+    """OpenBLAS's ``openblas_set_num_threads_local`` from the library NumPy loaded, or None."""
+    import numpy
+
+    here = os.path.dirname(numpy.__file__)
+    candidates = []
+    if os.path.exists("/proc/self/maps"):  # Linux: the libraries this process has loaded
+        with open("/proc/self/maps") as maps:
+            candidates = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()
+                                 and line.split()[-1].startswith("/")})
+    for folder in (os.path.join(here, "..", "numpy.libs"), os.path.join(here, ".dylibs")):
+        candidates += sorted(glob.glob(os.path.join(folder, "*openblas*")))
+    for path in candidates:
+        try:
+            setter = ctypes.CDLL(path).openblas_set_num_threads_local
+        except (OSError, AttributeError):
+            continue
+        setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+        return setter
+    return None
+
+
+def _start_worker() -> None:
+    """Runs once in each pool thread: mark it (no pools inside the pool)."""
+    _in_worker.active = True
+
+
+def _pool():
+    if _state["pool"] is None:
+        _state["pool"] = ThreadPoolExecutor(threads(), thread_name_prefix="minitransformer",
+                                            initializer=_start_worker)
+    return _state["pool"]
+
+
+def _blas_setter():
+    """The BLAS thread-count setter (see the module notes), looked up once; None if absent."""
+    if _state["blas_setter"] is None:
+        _state["blas_setter"] = _openblas_local_setter() or False
+    return _state["blas_setter"] or None
+
+
+def batch_slices(n: int, bytes_per_item: int) -> list[slice]:
+    """Split ``range(n)`` into consecutive slices for :func:`parallel_for`.
+
+    Each piece holds about :data:`BLOCK_BYTES` of its largest array
+    (``bytes_per_item`` per index), and there are at least as many pieces as
+    threads (when ``n`` allows). On a GPU: one slice, everything.
+    """
+    if backend.name() == "cupy" or n <= 1:
+        return [slice(0, n)]
+    pieces = max(threads(), math.ceil(n * bytes_per_item / BLOCK_BYTES))
+    size = math.ceil(n / min(n, pieces))  # items per piece
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def parallel_for(fn, pieces: list, uses_blas: bool = False) -> None:
+    """Call ``fn(piece)`` for every piece, on the CPU thread pool when that pays.
+
+    ``fn`` must write its results into arrays it shares with the caller and return
+    nothing; pieces must not write to the same memory. ``uses_blas``: ``fn``
+    multiplies matrices: BLAS runs on one thread meanwhile (or, where that cannot
+    be set, the pieces run one after another here). Exceptions from a piece are
+    raised here.
+    """
+    blas = _blas_setter() if uses_blas else None
+    if (len(pieces) == 1 or threads() == 1 or getattr(_in_worker, "active", False)
+            or backend.name() == "cupy" or (uses_blas and blas is None)):
+        for piece in pieces:
+            fn(piece)
+        return
+    previous = blas(1) if blas else None  # one BLAS thread per piece while the pool runs
+    try:
+        for future in [_pool().submit(fn, piece) for piece in pieces]:
+            future.result()
+    finally:
+        if blas:
+            blas(previous)
