@@ -154,9 +154,11 @@ def batch_slices(n: int, bytes_per_item: int) -> list[slice]:
 
     Each piece holds about :data:`BLOCK_BYTES` of its largest array
     (``bytes_per_item`` per index), and there are at least as many pieces as
-    threads (when ``n`` allows). On a GPU: one slice, everything.
+    threads (when ``n`` allows). Work smaller than one block (a decoding step)
+    stays whole: handing it to a thread would cost more than it saves. On a GPU:
+    one slice, everything.
     """
-    if backend.name() == "cupy" or n <= 1:
+    if backend.name() == "cupy" or n <= 1 or n * bytes_per_item < BLOCK_BYTES:
         return [slice(0, n)]
     pieces = max(threads(), math.ceil(n * bytes_per_item / BLOCK_BYTES))
     size = math.ceil(n / min(n, pieces))  # items per piece
