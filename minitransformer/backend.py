@@ -16,7 +16,10 @@ Three backends exist:
     A CPU stand-in for CuPy, used by the tests. It is NumPy underneath, but its
     arrays refuse implicit conversion to host NumPy arrays, exactly as CuPy
     arrays do. Code that mixes ``np.`` calls into device arrays fails here, on a
-    laptop or in CI, instead of first failing on a GPU.
+    laptop or in CI, instead of first failing on a GPU. Inside
+    :func:`forbid_host_sync` it also refuses every read of a device value that
+    would make a GPU wait (``float(a)``, ``a.item()``, ``to_numpy(a)``, a boolean
+    mask index ...), so tests prove that a training step never waits.
 
 Besides ``xp`` this module provides the default float dtype, one seeded random
 generator type (:class:`RNG`) whose state is two integers (so it round-trips
@@ -34,6 +37,7 @@ import numpy as _np
 __all__ = [
     "xp", "use", "name", "is_device_array", "to_numpy", "asarray", "scatter_add",
     "get_dtype", "set_dtype", "dtype_scope", "RNG", "synchronize", "BACKENDS",
+    "forbid_host_sync", "HostSyncError", "values_on_host",
 ]
 
 BACKENDS = ("numpy", "cupy", "strict")
@@ -52,6 +56,60 @@ def _refuse(what: str):
         "allowed (CuPy refuses it too). Use backend.to_numpy(a) to copy to the host, "
         "backend.asarray(a) to copy to the device, and xp.* instead of np.* for array math."
     )
+
+
+class HostSyncError(RuntimeError):
+    """Raised inside :func:`forbid_host_sync` where a GPU would have to wait for the
+    device to read a value back to the host."""
+
+
+_sync = {"forbidden": 0}  # > 0 inside forbid_host_sync()
+
+
+def _host_sync(what: str) -> None:
+    """Called by the strict backend wherever CuPy would synchronise with the device."""
+    if _sync["forbidden"]:
+        raise HostSyncError(
+            f"{what} reads a device value back to the host inside forbid_host_sync(); on a GPU "
+            "this stalls until all queued work is done. Keep the value on the device, or read it "
+            "only every N steps (see TrainConfig.sync_every)."
+        )
+
+
+@contextlib.contextmanager
+def forbid_host_sync():
+    """``with forbid_host_sync(): ...`` fails at the first device-to-host read.
+
+    Strict backend: :class:`HostSyncError` from ``float()``, ``int()``, ``bool()``,
+    ``.item()``, ``.get()``, ``.tolist()``, :func:`to_numpy`, boolean-mask
+    indexing and ``nonzero``-like functions (their output size depends on the
+    data). CuPy: ``cupyx.allow_synchronize(False)``, CuPy's own check. NumPy:
+    nothing (there is no device).
+    """
+    _sync["forbidden"] += 1
+    try:
+        if _state["name"] == "cupy":
+            import cupyx
+            with cupyx.allow_synchronize(False):
+                yield
+        else:
+            yield
+    finally:
+        _sync["forbidden"] -= 1
+
+
+@contextlib.contextmanager
+def _sync_allowed():
+    """Lift :func:`forbid_host_sync` for strict-backend code that stands in for a
+    CuPy routine that does not synchronise (the CPU scatter-add)."""
+    saved, _sync["forbidden"] = _sync["forbidden"], 0
+    try:
+        yield
+    finally:
+        _sync["forbidden"] = saved
+
+
+_DATA_DEPENDENT_SHAPE = {"nonzero", "flatnonzero", "argwhere", "unique", "extract", "compress"}
 
 
 def _unwrap(obj, allow_host: bool = False):
@@ -123,12 +181,15 @@ class StrictArray:
 
     def get(self):
         """CuPy's explicit device-to-host copy."""
+        _host_sync(".get()")
         return self._a.copy()
 
     def item(self):
+        _host_sync(".item()")
         return self._a.item()
 
     def tolist(self):
+        _host_sync(".tolist()")
         return self._a.tolist()
 
     def __len__(self):
@@ -138,27 +199,35 @@ class StrictArray:
         return (_wrap(x) for x in self._a)
 
     def __getitem__(self, idx):
+        parts = idx if isinstance(idx, tuple) else (idx,)
+        if any(isinstance(i, StrictArray) and i._a.dtype == bool for i in parts):
+            _host_sync("boolean-mask indexing (its size depends on the data)")
         return _wrap(self._a[_unwrap(idx)])
 
     def __setitem__(self, idx, value):
         self._a[_unwrap(idx)] = _unwrap(value)
 
     def __float__(self):
+        _host_sync("float()")
         return float(self._a)
 
     def __int__(self):
+        _host_sync("int()")
         return int(self._a)
 
     def __index__(self):
+        _host_sync("using a device array as an index")
         return operator.index(self._a)
 
     def __bool__(self):
+        _host_sync("bool() (an `if` on a device value)")
         return bool(self._a)
 
     def __repr__(self):
         return "strict_" + repr(self._a)
 
     def __format__(self, spec):
+        _host_sync("formatting")
         return format(self._a.item() if self._a.ndim == 0 else self._a, spec)
 
 
@@ -217,6 +286,8 @@ class _StrictFunction:
         self.__name__ = getattr(fn, "__name__", "function")
 
     def __call__(self, *args, **kwargs):
+        if self.__name__ in _DATA_DEPENDENT_SHAPE:
+            _host_sync(f"xp.{self.__name__}() (its output size depends on the data)")
         args = _unwrap(args, self._allow_host)
         kwargs = _unwrap(kwargs, self._allow_host)
         return _wrap(self._fn(*args, **kwargs))
@@ -311,6 +382,7 @@ def is_device_array(a) -> bool:
 def to_numpy(a):
     """Copy an array of any backend to a host ``numpy.ndarray`` (explicitly)."""
     if isinstance(a, StrictArray):
+        _host_sync("to_numpy()")
         return a._a.copy()
     if isinstance(a, _np.ndarray):
         return a
@@ -319,9 +391,22 @@ def to_numpy(a):
     return _np.asarray(a)
 
 
+def values_on_host(a) -> bool:
+    """True when reading the values of ``a`` costs no device round trip: a host NumPy
+    array, or any array under the numpy backend.
+
+    Checks on input *values* (token ids in range, labels in [0, 1]) run only then.
+    On a GPU they would stall every training step, so there the tasks check each
+    batch on the host, before copying it to the device.
+    """
+    return _state["name"] == "numpy" or type(a) is _np.ndarray
+
+
 def asarray(a, dtype=None):
     """Copy host data (a NumPy array, list or scalar) to the active backend."""
-    return xp.asarray(to_numpy(a) if isinstance(a, StrictArray) else a, dtype=dtype)
+    if isinstance(a, StrictArray) and _state["name"] != "strict":
+        a = to_numpy(a)  # a strict array made before a backend switch
+    return xp.asarray(a, dtype=dtype)  # a device array stays on the device
 
 
 def scatter_add(target, indices, values) -> None:
@@ -342,6 +427,12 @@ def scatter_add(target, indices, values) -> None:
         return
     if indices.size == 0:
         return
+    with _sync_allowed():  # stands in for cupyx.scatter_add, which does not synchronise
+        _sort_and_reduce(target, indices, values)
+
+
+def _sort_and_reduce(target, indices, values) -> None:
+    """The CPU scatter-add of :func:`scatter_add`."""
     order = xp.argsort(indices, kind="stable")  # (N,) rows grouped by index, in input order
     idx = indices[order]  # (N,) sorted indices
     starts = xp.flatnonzero(idx[1:] != idx[:-1]) + 1  # (R-1,) where each later run begins

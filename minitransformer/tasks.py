@@ -6,7 +6,9 @@ The trainer (:mod:`minitransformer.train`) is generic; a task knows its data:
   padding is trimmed per batch) as host NumPy arrays;
 * ``length(example)``: used to group examples of similar length;
 * ``loss(model, batch, rng) -> (loss, n_tokens)``: forward pass and loss, the loss
-  a 0-d device array; ``rng`` is a NumPy generator for per-batch randomness;
+  a 0-d device array; ``rng`` is a NumPy generator for per-batch randomness. The
+  batch's values (token ids, labels) are checked on the host, before the copy to
+  the device: on a GPU, checking them there would stall every step;
 * ``backward(model)``: the backward pass of the last ``loss`` call;
 * ``evaluate(model, batches) -> dict``: validation metrics (model in eval mode).
 
@@ -19,7 +21,8 @@ import numpy as np
 
 from minitransformer import backend
 from minitransformer.functional import (
-    cross_entropy_backward, cross_entropy_forward, masked_bce_backward, masked_bce_forward,
+    check_ids, cross_entropy_backward, cross_entropy_forward, ids_to_device, masked_bce_backward,
+    masked_bce_forward,
 )
 
 
@@ -76,14 +79,14 @@ class LMTask(_TokenLossTask):
         return pad_batch(examples, self.pad_id)  # (B, T)
 
     def loss(self, model, batch, rng=None):
-        ids = backend.asarray(batch)  # (B, T)
+        ids = ids_to_device(batch, model.config.vocab_size, "LMTask batch")  # (B, T)
         logits = model(ids[:, :-1])  # (B, T-1, V)
         targets = ids[:, 1:]  # (B, T-1)
         return self._ce(logits, targets, self.label_smoothing), int((batch[:, 1:] != self.pad_id).sum())
 
     def evaluate(self, model, batches):
         def run(batch):
-            ids = backend.asarray(batch)
+            ids = ids_to_device(batch, model.config.vocab_size, "LMTask batch")
             return model(ids[:, :-1]), ids[:, 1:]
         return self._token_metrics(model, batches, run)
 
@@ -101,14 +104,20 @@ class Seq2SeqTask(_TokenLossTask):
     def collate(self, examples):
         return pad_batch([e[0] for e in examples], self.pad_id), pad_batch([e[1] for e in examples], self.pad_id)
 
+    @staticmethod
+    def _to_device(model, batch):
+        """(src, tgt) host ids, checked, as device arrays (B, S), (B, T)."""
+        return (ids_to_device(batch[0], model.config.src_vocab_size, "Seq2SeqTask source"),
+                ids_to_device(batch[1], model.config.tgt_vocab_size, "Seq2SeqTask target"))
+
     def loss(self, model, batch, rng=None):
-        src, tgt = backend.asarray(batch[0]), backend.asarray(batch[1])  # (B, S), (B, T)
+        src, tgt = self._to_device(model, batch)  # (B, S), (B, T)
         logits = model(src, tgt[:, :-1])  # (B, T-1, V)
         return self._ce(logits, tgt[:, 1:], self.label_smoothing), int((batch[1][:, 1:] != self.pad_id).sum())
 
     def evaluate(self, model, batches):
         def run(batch):
-            src, tgt = backend.asarray(batch[0]), backend.asarray(batch[1])
+            src, tgt = self._to_device(model, batch)
             return model(src, tgt[:, :-1]), tgt[:, 1:]
         return self._token_metrics(model, batches, run)
 
@@ -134,7 +143,10 @@ class MLMTask(_TokenLossTask):
         return pad_batch(examples, self.pad_id)
 
     def _corrupt(self, batch, rng):
+        """(corrupted, targets) host arrays (B, T); the batch is checked first (the
+        replacements that corruption makes are valid ids by construction)."""
         from minitransformer.models.encoder import mask_tokens
+        check_ids(batch, self.vocab_size, "MLMTask batch")
         return mask_tokens(batch, self.mask_id, self.vocab_size, rng, p=self.p,
                            special_ids=self.special_ids, ignore_index=self.IGNORE)
 
@@ -168,6 +180,8 @@ class PropertyTask:
     def __init__(self, pad_id: int = 0, pos_weight=None):
         self.pad_id = pad_id
         self.pos_weight = None if pos_weight is None else np.asarray(pos_weight, dtype=np.float64)
+        if self.pos_weight is not None and not (np.isfinite(self.pos_weight) & (self.pos_weight >= 0)).all():
+            raise ValueError(f"PropertyTask: pos_weight must be finite and >= 0, got {self.pos_weight}")
         self._pw_device = {}  # dtype -> pos_weight on the device, copied once rather than every batch
         self._cache = None
 
@@ -181,7 +195,11 @@ class PropertyTask:
 
     def _forward(self, model, batch):
         ids, labels = batch
-        logits = model(backend.asarray(ids), head="cls")  # (B, K)
+        present = labels[~np.isnan(labels)]  # host: checked here, not on the device (module notes)
+        if present.size and not ((present >= 0) & (present <= 1)).all():
+            bad = present[(present < 0) | (present > 1)][0]
+            raise ValueError(f"PropertyTask: labels must lie in [0, 1] (NaN = missing), got {bad!r}")
+        logits = model(ids_to_device(ids, model.config.vocab_size, "PropertyTask batch"), head="cls")  # (B, K)
         y = backend.asarray(labels.astype(logits.dtype))  # (B, K), NaN = missing
         pw = None
         if self.pos_weight is not None:

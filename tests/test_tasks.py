@@ -6,6 +6,8 @@ computed independently here in float64 NumPy.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -38,11 +40,13 @@ def ref_ce(logits, targets, ignore):
 
 class RecordingModel:
     """Returns fixed pseudo-random logits for any input; records forward inputs and
-    the gradient passed to backward."""
+    the gradient passed to backward. ``config`` gives the vocabulary sizes the tasks
+    check the batch's ids against."""
 
     def __init__(self, vocab=V, seed=0):
         self.vocab, self.seed = vocab, seed
         self.inputs, self.dlogits, self.kwargs = None, None, None
+        self.config = SimpleNamespace(vocab_size=vocab, src_vocab_size=vocab, tgt_vocab_size=vocab)
 
     def _logits(self, B, T):
         rng = np.random.default_rng(self.seed)
@@ -187,6 +191,7 @@ def test_evaluate_counts_tokens_and_accuracy(task_cls, examples):
         assert inputs[-1].shape == targets.shape  # the model reads the prefix x[:, :-1]
         return backend.asarray(np.where(np.eye(V, dtype=bool)[targets], 30.0, 0.0).astype(np.float32))
 
+    oracle.config = RecordingModel().config  # the vocabulary sizes the task checks ids against
     metrics = task.evaluate(oracle, batches)
     assert metrics["val_tokens"] == sum(int((t != PAD).sum()) for t in targets_seq)
     assert metrics["val_acc"] == 1.0
@@ -329,3 +334,75 @@ def test_property_task_evaluate_reports_loss_and_auc():
     assert set(metrics) == {"val_loss", "val_auc"}
     assert np.isfinite(metrics["val_loss"]) and metrics["val_loss"] > 0
     assert 0.0 <= metrics["val_auc"] <= 1.0
+
+
+# ---------------------------------------------------------------------------
+# A training step never waits for the device (the strict backend proves it)
+# ---------------------------------------------------------------------------
+def _step_cases():
+    from minitransformer.tasks import PropertyTask
+    small = dict(max_len=16, d_model=16, n_heads=2, d_ff=32, emb_dropout=0.1, attn_dropout=0.1,
+                 resid_dropout=0.1, ff_dropout=0.1)  # every kind of dropout draws its masks
+    lm = DecoderLM(DecoderLMConfig(vocab_size=V, n_layers=2, tie_embeddings=True, **small))
+    s2s = Seq2Seq(Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, n_enc_layers=1, n_dec_layers=1, **small))
+    mlm = Encoder(EncoderConfig(vocab_size=V, n_layers=1, **small))
+    prop = Encoder(EncoderConfig(vocab_size=V, n_layers=1, mlm_head=False, n_outputs=3, **small))
+    nan = np.nan
+    prop_examples = [([4, 5, 6], [1.0, nan, 0.0]), ([4, 7], [nan, 0.0, 1.0]), ([4, 8, 9, 10], [0.0, 1.0, 1.0])]
+    return [("LMTask", lm, LMTask(pad_id=PAD, label_smoothing=0.1), LM_EXAMPLES),
+            ("Seq2SeqTask", s2s, Seq2SeqTask(pad_id=PAD), S2S_EXAMPLES),
+            ("MLMTask", mlm, MLMTask(mask_id=MASK, vocab_size=V, special_ids=(PAD, BOS, EOS)), LM_EXAMPLES),
+            ("PropertyTask", prop, PropertyTask(pad_id=PAD, pos_weight=[2.0, 1.0, 1.0]), prop_examples)]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_training_step_never_reads_the_device(case):
+    """Loss, backward, clipping on the device and an Adam step under forbid_host_sync:
+    the strict backend raises at any device-to-host read (float(), .item(), a boolean
+    mask index ...), as CuPy would stall there."""
+    from minitransformer.optim import Adam, clip_grad_norm_on_device
+    backend.use("strict")
+    name, model, task, examples = _step_cases()[case]
+    model.train()
+    optimizer = Adam(model, lr=1e-3)
+    batch = task.collate(examples)  # host arrays, as the trainer makes them
+    for step in range(2):  # the second step also covers Adam's moments being non-zero
+        with backend.forbid_host_sync():
+            loss, n_tokens = task.loss(model, batch, np.random.default_rng(step))
+            model.zero_grad()
+            task.backward(model)
+            norm = clip_grad_norm_on_device(model, 1.0)
+            optimizer.step()
+        assert np.isfinite(float(loss)) and np.isfinite(float(norm)), f"{name}: step {step} not finite"
+        assert n_tokens > 0, f"{name}: nothing scored"
+
+
+def test_forbid_host_sync_catches_each_kind_of_read():
+    backend.use("strict")
+    a = backend.asarray(np.arange(6.0))
+    reads = {"float": lambda: float(a[0]), "item": lambda: a[0].item(), "bool": lambda: bool(a[0] > 1),
+             "int": lambda: int(a[1]), "to_numpy": lambda: backend.to_numpy(a), "get": lambda: a.get(),
+             "mask index": lambda: a[a > 2], "nonzero": lambda: backend.xp.flatnonzero(a)}
+    for what, read in reads.items():
+        with backend.forbid_host_sync(), pytest.raises(backend.HostSyncError):
+            read()
+        read()  # allowed again outside the block
+
+
+@pytest.mark.parametrize("task_name", ["LMTask", "Seq2SeqTask", "MLMTask", "PropertyTask"])
+def test_bad_batch_values_are_caught_on_the_host_before_the_copy(task_name):
+    """On a GPU backend the device never checks values, so the host must: an id
+    outside the vocabulary (or a label outside [0, 1]) fails with a clear error."""
+    backend.use("strict")
+    name, model, task, examples = {c[0]: c for c in _step_cases()}[task_name]
+    if name == "PropertyTask":
+        bad_examples = [([4, 5], [1.0, 2.0, nan]) for nan in [np.nan]]
+        match = "labels must lie in \\[0, 1\\]"
+    elif name == "Seq2SeqTask":
+        bad_examples = [([BOS, V + 3, EOS], [BOS, 5, EOS])]
+        match = f"token id {V + 3} is out of range"
+    else:
+        bad_examples = [[BOS, 5, V, EOS]]
+        match = f"token id {V} is out of range"
+    with pytest.raises(ValueError, match=match):
+        task.loss(model, task.collate(bad_examples), np.random.default_rng(0))

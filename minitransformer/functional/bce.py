@@ -74,6 +74,8 @@ def masked_bce_forward(logits, targets, mask=None, pos_weight=None, reduction: s
         ValueError: for a bad ``reduction``, non-float or non-2-D logits, a shape
             mismatch of targets, mask or pos_weight, a mask that is not 0/1, a
             present target outside [0, 1], or a negative or non-finite pos_weight.
+            The last three read values, so on a GPU backend (where that would stall
+            the device) they are not checked here; check the host data first.
     """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"masked_bce: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
@@ -91,6 +93,9 @@ def masked_bce_forward(logits, targets, mask=None, pos_weight=None, reduction: s
             f"masked_bce: targets of shape {tuple(targets.shape)} do not match logits of shape "
             f"{shape}; expected targets of shape {shape}, one label per logit"
         )
+    # Value checks read device data back, which a GPU training step must not do: on a GPU
+    # they run on the host batch before the copy instead (PropertyTask.collate).
+    check_values = backend.values_on_host(logits)
     y = targets.astype(logits.dtype)  # (B, K), a copy in the logits' dtype
     present = ~xp.isnan(y)  # (B, K) bool, NaN targets are missing
     if mask is not None:
@@ -99,18 +104,19 @@ def masked_bce_forward(logits, targets, mask=None, pos_weight=None, reduction: s
                 f"masked_bce: mask of shape {tuple(mask.shape)} does not match logits of shape "
                 f"{shape}; expected a (B, K) mask, true where the label is present"
             )
-        if mask.dtype.kind != "b" and bool(((mask != 0) & (mask != 1)).any()):
+        if mask.dtype.kind != "b" and check_values and bool(((mask != 0) & (mask != 1)).any()):
             raise ValueError(
                 "masked_bce: mask must be boolean or hold only 0 and 1, got "
                 + _first_bad((mask != 0) & (mask != 1), "value", mask, K)
             )
         present &= mask != 0  # (B, K) bool
-    bad = present & ((y < 0) | (y > 1))  # (B, K) bool
-    if bool(bad.any()):
-        raise ValueError(
-            "masked_bce: present targets must lie in [0, 1], got " + _first_bad(bad, "target", y, K)
-            + "; mark missing labels with mask= or NaN instead of a placeholder value"
-        )
+    if check_values:
+        bad = present & ((y < 0) | (y > 1))  # (B, K) bool
+        if bool(bad.any()):
+            raise ValueError(
+                "masked_bce: present targets must lie in [0, 1], got " + _first_bad(bad, "target", y, K)
+                + "; mark missing labels with mask= or NaN instead of a placeholder value"
+            )
     pw = None
     if pos_weight is not None:
         pw = backend.asarray(pos_weight, dtype=logits.dtype)  # (K,)
@@ -119,7 +125,7 @@ def masked_bce_forward(logits, targets, mask=None, pos_weight=None, reduction: s
                 f"masked_bce: pos_weight must have shape (K,) = ({K},), one weight per label, "
                 f"got shape {tuple(pw.shape)}"
             )
-        if not bool(((pw >= 0) & xp.isfinite(pw)).all()):
+        if check_values and not bool(((pw >= 0) & xp.isfinite(pw)).all()):
             raise ValueError("masked_bce: pos_weight must be finite and >= 0 (it scales each label's "
                              "positive term; use 1 for no reweighting)")
 

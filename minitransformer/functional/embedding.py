@@ -11,16 +11,24 @@ Repeated ids must *sum*, which is why this uses ``backend.scatter_add``
 """
 from __future__ import annotations
 
+import numpy as np
+
 from minitransformer import backend
 from minitransformer.backend import xp
 
 
 def check_ids(ids, vocab_size: int, what: str = "embedding"):
-    """Raise ValueError unless ``ids`` is an integer array with values in [0, vocab_size)."""
+    """Raise ValueError unless ``ids`` is an integer array with values in [0, vocab_size).
+
+    The values are read only where that needs no device round trip
+    (:func:`backend.values_on_host`): on the CPU always, on a GPU only for host
+    arrays. A GPU checks each batch on the host before the copy instead
+    (:func:`ids_to_device`, which the tasks use), so the training step never waits.
+    """
     if not hasattr(ids, "dtype") or ids.dtype.kind not in "iu":
         dtype = getattr(ids, "dtype", type(ids).__name__)
         raise ValueError(f"{what}: token ids must be an integer array, got dtype {dtype}")
-    if ids.size == 0:
+    if ids.size == 0 or not backend.values_on_host(ids):
         return
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 0 or hi >= vocab_size:
@@ -29,6 +37,14 @@ def check_ids(ids, vocab_size: int, what: str = "embedding"):
             f"{what}: token id {bad} is out of range for a vocabulary of size {vocab_size} "
             f"(valid ids are 0..{vocab_size - 1})"
         )
+
+
+def ids_to_device(ids, vocab_size: int, what: str = "batch"):
+    """Check host token ids (a NumPy array) with :func:`check_ids`, then copy them to
+    the active backend. ids: (...) integers. Returns the device array (...)."""
+    host = np.asarray(ids)  # (...), already on the host: no device involved yet
+    check_ids(host, vocab_size, what)
+    return backend.asarray(host)
 
 
 def embedding_forward(ids, W):

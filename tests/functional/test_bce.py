@@ -278,7 +278,8 @@ def test_shape_mismatches_raise(any_backend, float64, randn):
         masked_bce_forward(randn(12), _dev(TARGETS.reshape(-1)))
 
 
-def test_targets_outside_0_1_raise_with_value_and_position(any_backend, float64, randn):
+def test_targets_outside_0_1_raise_with_value_and_position(float64, randn):
+    """Value checks run where reading values is free (NumPy); a GPU checks the host batch."""
     y = TARGETS.copy()
     y[1, 2] = -1.0
     with pytest.raises(ValueError, match=r"targets must lie in \[0, 1\], got target -1\.0 at \[1, 2\]; "
@@ -298,9 +299,24 @@ def test_bad_options_raise(any_backend, float64, randn):
         masked_bce_forward(z, y, reduction="avg")
     with pytest.raises(ValueError, match="logits must be a floating-point array, got dtype int64"):
         masked_bce_forward(_dev(np.zeros((3, 4), dtype=np.int64)), y)
+
+
+def test_bad_values_raise(float64, randn):
+    """Value checks run where reading values is free (NumPy); a GPU checks the host batch."""
+    z, y = randn(3, 4), _dev(TARGETS)
     with pytest.raises(ValueError, match=r"mask must be boolean or hold only 0 and 1, got value 2\.0 at \[0, 1\]"):
         masked_bce_forward(z, y, _dev(np.array([[1, 2, 0, 1]] * 3)))
     with pytest.raises(ValueError, match="pos_weight must be finite and >= 0"):
         masked_bce_forward(z, y, pos_weight=np.array([1.0, -1.0, 1.0, 1.0]))
     with pytest.raises(ValueError, match="pos_weight must be finite and >= 0"):
         masked_bce_forward(z, y, pos_weight=np.array([1.0, np.nan, 1.0, 1.0]))
+
+
+def test_device_values_are_not_read_back(randn):
+    """On a GPU backend (strict stands in) the forward never reads values back: the
+    checks above would stall the device, so they are left to the host batch."""
+    backend.use("strict")
+    z, y = backend.asarray(np.zeros((3, 4), np.float32)), backend.asarray(TARGETS.astype(np.float32))
+    with backend.forbid_host_sync():
+        loss, cache = masked_bce_forward(z, y, _dev(MASK), pos_weight=backend.asarray(np.ones(4, np.float32)))
+        masked_bce_backward(cache)

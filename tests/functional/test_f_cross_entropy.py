@@ -155,7 +155,7 @@ def test_targets_shape_mismatch_raises(any_backend, float64, randn):
         cross_entropy_forward(randn(2, 3, 5), _dev(np.zeros((2, 4), dtype=np.int64)))
 
 
-def test_out_of_range_and_float_targets_raise(any_backend, float64, randn):
+def test_out_of_range_and_float_targets_raise(float64, randn):  # values are read on NumPy only
     with pytest.raises(ValueError, match="token id 5 is out of range for a vocabulary of size 5"):
         cross_entropy_forward(randn(2, 5), _dev(np.array([0, 5])))
     with pytest.raises(ValueError, match="integer array"):

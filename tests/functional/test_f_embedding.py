@@ -36,9 +36,19 @@ def test_repeated_ids_sum(any_backend, float64, randn):
 
 
 @pytest.mark.parametrize("bad", [7, 5, -1])
-def test_out_of_range_id_raises_naming_id_and_vocab(any_backend, float64, randn, bad):
+def test_out_of_range_id_raises_naming_id_and_vocab(float64, randn, bad):
+    """On NumPy, where reading the ids costs nothing (a GPU checks the host batch instead)."""
     with pytest.raises(ValueError, match=rf"token id {bad} .*vocabulary of size 5"):
         embedding_forward(_ids([[0, bad]]), randn(5, 2))
+
+
+@pytest.mark.parametrize("bad", [7, -1])
+def test_host_ids_are_checked_before_the_copy(any_backend, bad):
+    from minitransformer.functional import ids_to_device
+    with pytest.raises(ValueError, match=rf"batch: token id {bad} is out of range .*size 5"):
+        ids_to_device(np.array([[0, bad]]), 5)
+    ids = ids_to_device(np.array([[0, 4]]), 5)
+    assert backend.is_device_array(ids) and backend.to_numpy(ids).tolist() == [[0, 4]]
 
 
 def test_float_ids_raise(any_backend, float64, randn):

@@ -127,10 +127,11 @@ def test_input_errors(any_backend):
     model = _model()
     with pytest.raises(ValueError, match="integer array, got dtype float"):
         model(_dev(np.array([[1.0, 2.0]])))
-    with pytest.raises(ValueError, match=r"token id 11 is out of range .*0\.\.10"):
-        model(_dev(np.array([[1, 11]])))
-    with pytest.raises(ValueError, match=r"token id -1 is out of range"):
-        model(_dev(np.array([[1, -1]])))
+    if backend.name() == "numpy":  # values are read only where that is free (check_ids)
+        with pytest.raises(ValueError, match=r"token id 11 is out of range .*0\.\.10"):
+            model(_dev(np.array([[1, 11]])))
+        with pytest.raises(ValueError, match=r"token id -1 is out of range"):
+            model(_dev(np.array([[1, -1]])))
     with pytest.raises(ValueError, match="sequence length 11 exceeds max_len=10"):
         model(_dev(np.ones((1, 11), dtype=np.int64)))
     with pytest.raises(ValueError, match=r"ids must have shape \(B, T\), got \(4,\)"):

@@ -50,8 +50,9 @@ def test_encoder_heads_shapes_and_errors(any_backend, float64):
         _encoder(mlm_head=False)(ids, head="mlm")
     with pytest.raises(ValueError, match="integer array"):
         model(_dev(np.ones((2, 3))))
-    with pytest.raises(ValueError, match=r"token id 11 is out of range"):
-        model(_dev(np.array([[1, 11]])))
+    if backend.name() == "numpy":  # values are read only where that is free (check_ids)
+        with pytest.raises(ValueError, match=r"token id 11 is out of range"):
+            model(_dev(np.array([[1, 11]])))
     with pytest.raises(ValueError, match="exceed max_len=10"):
         model(_dev(np.ones((1, 11), dtype=np.int64)))
     with pytest.raises(RuntimeError, match="before forward"):
@@ -208,8 +209,9 @@ def test_seq2seq_input_errors(any_backend):
         model(src, _dev(TGT.astype(np.float64)))
     with pytest.raises(ValueError, match="Seq2Seq source: token ids must be an integer array"):
         model(_dev(SRC.astype(np.float32)), tgt)
-    with pytest.raises(ValueError, match=r"Seq2Seq source: token id 11 is out of range"):
-        model(_dev(np.array([[1, 11], [1, 2]])), tgt)
+    if backend.name() == "numpy":  # values are read only where that is free (check_ids)
+        with pytest.raises(ValueError, match=r"Seq2Seq source: token id 11 is out of range"):
+            model(_dev(np.array([[1, 11], [1, 2]])), tgt)
     with pytest.raises(ValueError, match="exceed max_len=10"):
         model(_dev(np.ones((2, 11), dtype=np.int64)), tgt)
     with pytest.raises(ValueError, match="exceed max_len=10"):
