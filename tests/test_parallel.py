@@ -93,7 +93,9 @@ def test_spinning_blas_threads_mean_one_thread(monkeypatch):
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
     assert parallel._default_threads() == 1
-    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "4")
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "28")  # OpenBLAS's default: 0.1 s of spinning
+    assert parallel._default_threads() == 1
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "18")
     assert parallel._default_threads() == (2 if parallel._blas_setter() is not None else 1)
 
 
