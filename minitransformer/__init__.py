@@ -8,6 +8,6 @@ import os as _os
 import sys as _sys
 
 if "numpy" not in _sys.modules:  # only OpenBLAS's loading reads this: see minitransformer/parallel.py
-    _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "18")
+    _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
 
 __version__ = "0.1.0"

@@ -31,17 +31,18 @@ its own part of the output, and no sum runs across pieces.
 **Idle BLAS threads.** After each product, OpenBLAS's threads by default keep
 spinning for 2^28 cycles (about 0.1 s) before they sleep, and meanwhile they
 hold a core that the pool needs: a pool of 2 on 2 cores then runs *slower* than
-one thread. ``OPENBLAS_THREAD_TIMEOUT=18`` (2^18 cycles, about 0.1 ms) lets
+one thread. ``OPENBLAS_THREAD_TIMEOUT=22`` (2^22 cycles, about 1.5 ms) lets
 them sleep soon after the products end, yet still catch the next one of a quick
-series (decoding runs many small products back to back; 2^4, sleeping at once,
-made those up to 1.5x slower). OpenBLAS reads it only when it loads, so
-``import minitransformer`` sets it when NumPy is not loaded yet (it never
-overrides a value you set).
+series: decoding runs small products with a little attention work between them,
+and there 2^18 (about 0.1 ms) was 1.3-1.8x slower than 2^22 and 2^4 (sleeping
+at once) up to 2x; the training steps did not get slower from 2^18 to 2^22.
+OpenBLAS reads it only when it loads, so ``import minitransformer`` sets it when
+NumPy is not loaded yet (it never overrides a value you set).
 
 **How many threads.** ``MINITRANSFORMER_THREADS`` if set; else the BLAS thread
 count (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, else
 the CPUs this process may use), provided the BLAS is OpenBLAS and its idle
-threads sleep soon (``OPENBLAS_THREAD_TIMEOUT`` at most 18); otherwise 1,
+threads sleep soon (``OPENBLAS_THREAD_TIMEOUT`` at most 22); otherwise 1,
 which still runs the pieces in cache-sized blocks. :func:`set_threads` overrides it.
 """
 from __future__ import annotations
@@ -90,9 +91,9 @@ def _default_threads() -> int:
 
 
 def _blas_sleeps_promptly() -> bool:
-    """True for OpenBLAS with ``OPENBLAS_THREAD_TIMEOUT`` <= 18 (see the module notes)."""
+    """True for OpenBLAS with ``OPENBLAS_THREAD_TIMEOUT`` <= 22 (see the module notes)."""
     value = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "").strip()
-    return value.isdigit() and int(value) <= 18 and _blas_setter() is not None
+    return value.isdigit() and int(value) <= 22 and _blas_setter() is not None
 
 
 def threads() -> int:

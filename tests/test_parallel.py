@@ -95,7 +95,7 @@ def test_spinning_blas_threads_mean_one_thread(monkeypatch):
     assert parallel._default_threads() == 1
     monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "28")  # OpenBLAS's default: 0.1 s of spinning
     assert parallel._default_threads() == 1
-    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "18")
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "22")
     assert parallel._default_threads() == (2 if parallel._blas_setter() is not None else 1)
 
 
