@@ -660,7 +660,9 @@ def machine_description(args) -> dict:
         "python": platform.python_version(), "platform": platform.platform(),
         "numpy": np.__version__, "blas": blas_info(), "gpu": gpu_info(),
         "backend": backend.name(), "threads": args.threads,
-        "thread_env": {v: os.environ.get(v) for v in THREAD_VARIABLES},
+        "thread_env": {v: os.environ.get(v) for v in THREAD_VARIABLES + ("OPENBLAS_THREAD_TIMEOUT",
+                                                                       "MINITRANSFORMER_THREADS")},
+        "pool_threads": parallel.threads(),
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
