@@ -52,7 +52,7 @@ import glob
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from minitransformer import backend
 
@@ -61,6 +61,7 @@ BLOCK_BYTES = 1 << 19  # aim for pieces of about this many bytes of their larges
 
 _state = {"threads": None, "pool": None, "blas_setter": None}
 _in_worker = threading.local()  # .active is True inside a pool thread: no nested pools
+_section = threading.Lock()  # held while a parallel section runs (callers from several threads)
 
 
 def _cpus() -> int:
@@ -184,10 +185,13 @@ def parallel_for(fn, pieces: list, uses_blas: bool = False) -> None:
         for piece in pieces:
             fn(piece)
         return
-    previous = blas(1) if blas else None  # one BLAS thread per piece while the pool runs
-    try:
-        for future in [_pool().submit(fn, piece) for piece in pieces]:
-            future.result()
-    finally:
-        if blas:
-            blas(previous)
+    with _section:  # one parallel section at a time: the BLAS setting is the process's
+        previous = blas(1) if blas else None  # one BLAS thread per piece while the pool runs
+        try:
+            futures = [_pool().submit(fn, piece) for piece in pieces]
+            wait(futures)  # every piece has finished (or failed) before anything is restored
+        finally:
+            if blas:
+                blas(previous)
+    for future in futures:
+        future.result()  # the first piece's error, if any, is raised here

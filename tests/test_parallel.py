@@ -135,3 +135,40 @@ def test_gelu_is_identical_on_one_and_two_threads(any_backend, two_threads):
         runs.append([backend.to_numpy(a) for a in gelu_forward(x)])
     for name, a, b in zip(("y", "dy/dx"), *runs):
         assert np.array_equal(a, b), f"GELU {name} differs between 1 and 2 threads: max |diff| {np.max(np.abs(a - b)):.3g}"
+
+
+def test_callers_on_several_threads_leave_blas_as_it_was(two_threads):
+    """Two user threads running parallel sections at once must not leave BLAS on one
+    thread (each section saves and restores the count; they take turns)."""
+    import threading
+    setter = parallel._blas_setter()
+    if setter is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS with openblas_set_num_threads_local")
+    before = setter(2)
+    try:
+        def user():
+            for _ in range(20):
+                parallel.parallel_for(lambda i: np.ones((32, 32)) @ np.ones((32, 32)), range(4), uses_blas=True)
+        workers = [threading.Thread(target=user) for _ in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert setter(before) == 2, "concurrent parallel sections left BLAS's thread count changed"
+    finally:
+        setter(before)
+
+
+def test_a_failing_piece_lets_the_others_finish(two_threads):
+    import time
+    done = np.zeros(6, dtype=bool)
+
+    def piece(i):
+        if i == 0:
+            raise RuntimeError("piece 0 failed")
+        time.sleep(0.01)
+        done[i] = True
+
+    with pytest.raises(RuntimeError, match="piece 0 failed"):
+        parallel.parallel_for(piece, range(6))
+    assert done[1:].all(), "parallel_for returned while pieces were still running"
