@@ -72,3 +72,29 @@ def xp_pad(d, shape):
     out = backend.xp.zeros(shape, dtype=d.dtype)
     out[:, :-1] = d
     return out
+
+
+def test_lm_training_step_does_not_synchronise_on_the_gpu():
+    """CuPy's own check (cupyx.allow_synchronize(False), through forbid_host_sync)
+    around a whole training step; tests/test_tasks.py proves the same on the strict
+    stand-in for every task without a GPU."""
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    from minitransformer.optim import Adam, clip_grad_norm_on_device
+    from minitransformer.tasks import LMTask
+
+    backend.use("cupy")
+    try:
+        model = DecoderLM(DecoderLMConfig(vocab_size=11, max_len=8, d_model=8, n_heads=2, n_layers=2, d_ff=16,
+                                          attn_dropout=0.1, resid_dropout=0.1))
+        task, optimizer = LMTask(pad_id=0), Adam(model, lr=1e-3)
+        batch = task.collate([[1, 4, 5, 6, 2], [1, 7, 8, 2]])
+        for step in range(2):
+            with backend.forbid_host_sync():
+                loss, _ = task.loss(model, batch, np.random.default_rng(step))
+                model.zero_grad()
+                task.backward(model)
+                clip_grad_norm_on_device(model, 1.0)
+                optimizer.step()
+            assert np.isfinite(float(loss))
+    finally:
+        backend.use("numpy")
