@@ -128,8 +128,9 @@ def _table(dtype):
     return _TABLES[key]
 
 
-def _gelu_exact(x):
-    r"""``(y, dy/dx)`` of :math:`y = x\tilde\Phi(x)`, one cubic per element.
+def _gelu_exact(x, y, dydx):
+    r"""Write :math:`y = x\tilde\Phi(x)` into ``y`` and dy/dx into ``dydx``, one cubic
+    per element. x, y, dydx: (n,).
 
     With :math:`v = x/h` (exact: h is a power of 2), the cell is
     :math:`k = \lfloor v\rfloor` and :math:`s = v - k \in [0, 1)` (also exact).
@@ -163,9 +164,8 @@ def _gelu_exact(x):
     pdf += c1
     pdf *= _CELLS_PER_UNIT  # Phi~'(x) = (dPhi~/ds) / h
     pdf *= x
-    pdf += cdf  # dy/dx = Phi~ + x Phi~'
-    cdf *= x  # y = x Phi~
-    return cdf, pdf
+    xp.add(pdf, cdf, out=dydx)  # dy/dx = Phi~ + x Phi~'
+    xp.multiply(cdf, x, out=y)  # y = x Phi~
 
 
 # Element-wise work of about 20 array passes (exact GELU) runs faster when done in
@@ -175,29 +175,30 @@ _BLOCK = 1 << 17  # elements: 512 KiB of float32, large enough that threads rare
 
 
 def _blocked(fn, x):
-    """``fn(x) -> (y, dydx)`` for an element-wise ``fn`` of a 1-D array, evaluated in
-    cache-sized blocks spread over the CPU threads (a GPU gets the whole array: one
-    launch per operation is cheaper there). x: (...) -> y, dydx: (...)."""
+    """Run an element-wise ``fn(x, y, dydx)``, which writes y and dy/dx of a 1-D array,
+    in cache-sized blocks spread over the CPU threads (a GPU gets the whole array: one
+    launch per operation is cheaper there). x: (...). Returns y, dydx: (...)."""
     from minitransformer import backend  # late: the active backend may change
     flat = x.reshape(-1)  # (N,)
-    if x.size <= 2 * _BLOCK or backend.name() == "cupy":
-        y, dydx = fn(flat)  # (N,), (N,)
-        return y.reshape(x.shape), dydx.reshape(x.shape)
     y, dydx = xp.empty_like(flat), xp.empty_like(flat)  # (N,), (N,)
+    if x.size <= 2 * _BLOCK or backend.name() == "cupy":
+        fn(flat, y, dydx)
+    else:
+        def block(i):  # one block of memory, flat[i : i + _BLOCK]
+            fn(flat[i:i + _BLOCK], y[i:i + _BLOCK], dydx[i:i + _BLOCK])
 
-    def block(i):  # one block of memory, flat[i : i + _BLOCK]
-        y[i:i + _BLOCK], dydx[i:i + _BLOCK] = fn(flat[i:i + _BLOCK])
-
-    parallel_for(block, range(0, flat.size, _BLOCK))  # over memory blocks, not over batch/time
+        parallel_for(block, range(0, flat.size, _BLOCK))  # over memory blocks, not over batch/time
     return y.reshape(x.shape), dydx.reshape(x.shape)
 
 
-def _gelu_tanh(x):
+def _gelu_tanh(x, y, dydx):
+    """Write the tanh-approximate GELU of x into ``y`` and its derivative into ``dydx``.
+    x, y, dydx: (n,)."""
     # y = x/2 (1 + th), th = tanh(u), u = c (x + 0.044715 x^3)
-    th = xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))  # (...)
-    du_dx = _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x)  # (...)
-    local = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du_dx  # (...), 1 - th^2 never overflows
-    return 0.5 * x * (1.0 + th), local
+    th = xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))  # (n,)
+    du_dx = _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x)  # (n,)
+    xp.add(0.5 * (1.0 + th), 0.5 * x * (1.0 - th * th) * du_dx, out=dydx)  # 1 - th^2 never overflows
+    xp.multiply(0.5 * x, 1.0 + th, out=y)
 
 
 def gelu_forward(x, approximate: str = "none"):
