@@ -90,8 +90,10 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
     B, H, Tq, Dh = q.shape
     Tk = k.shape[2]
     scale = 1.0 / math.sqrt(Dh) if scale is None else float(scale)
+    blocked = None  # where attending is not allowed: built once, shared by every block
     if mask is not None:
         _check_mask(mask, (B, H, Tq, Tk))
+        blocked = ~mask  # broadcastable to (B, H, Tq, Tk), bool
     qs = xp.empty(q.shape, dtype=q.dtype)  # (B, H, Tq, Dh), the scaled queries
     p = xp.empty((B, H, Tq, Tk), dtype=q.dtype)  # (B, H, Tq, Tk), the probabilities
     pd = p if dropout_mask is None else xp.empty_like(p)  # (B, H, Tq, Tk), after dropout
@@ -100,7 +102,7 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
 
     def rows(b):  # one block of sequences: b is a slice of the batch axis
         drop = _batch_part(dropout_mask, b)
-        _forward_block(q[b], k[b], v[b], _batch_part(mask, b), scale, drop,
+        _forward_block(q[b], k[b], v[b], _batch_part(blocked, b), scale, drop,
                        qs[b], p[b], pd[b], out[b])
 
     parallel_for(rows, batch_slices(B, H * Tq * Tk * p.itemsize), uses_blas=True)
@@ -110,28 +112,30 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
 
 
 def _batch_part(a, b):
-    """The part of a mask (or None) for batch slice ``b``; masks without a batch axis
-    of their own (ndim < 4, or a batch axis of 1 that broadcasts) serve every block."""
+    """The part of a mask (or None) for batch slice ``b``: a (B, ...) mask gives
+    (b, ...); masks without a batch axis of their own ((Tq, Tk), (H, Tq, Tk), or a
+    leading axis of 1 that broadcasts) serve every block as they are."""
     if a is None or a.ndim < 4 or a.shape[0] == 1:
         return a
     return a[b]
 
 
-def _forward_block(q, k, v, mask, scale, dropout_mask, qs, p, pd, out):
+def _forward_block(q, k, v, blocked, scale, dropout_mask, qs, p, pd, out):
     """The forward pass on one block of sequences, written into ``qs``, ``p``, ``pd``
     and ``out`` (views of the caller's full arrays; ``pd`` is ``p`` without dropout).
-    Shapes as in :func:`attention_forward` with b sequences instead of B."""
+    ``blocked`` is the negated mask (True = may not attend) or None. Shapes as in
+    :func:`attention_forward` with b sequences instead of B."""
     xp.multiply(q, scale, out=qs)  # (b, H, Tq, Dh), scaling q is cheaper than scaling (Tq, Tk) logits
     s = xp.matmul(qs, k.swapaxes(-1, -2), out=p)  # (b, H, Tq, Tk), the logits s q k^T
-    if mask is not None:
-        xp.copyto(s, -xp.inf, where=~mask)  # in place: masked logits are exactly -inf
+    if blocked is not None:
+        xp.copyto(s, -xp.inf, where=blocked)  # in place: masked logits are exactly -inf
     row_max = s.max(axis=-1, keepdims=True)  # (b, H, Tq, 1), -inf on fully masked rows
-    if mask is not None:
+    if blocked is not None:
         xp.copyto(row_max, 0.0, where=xp.isneginf(row_max))  # avoid -inf - -inf = NaN
     s -= row_max
     xp.exp(s, out=s)  # (b, H, Tq, Tk), exp(-inf) = 0 exactly
     denom = xp.einsum("bhqk->bhq", s)[..., None]  # (b, H, Tq, 1) row sums, 0 on fully masked rows
-    if mask is not None:
+    if blocked is not None:
         xp.copyto(denom, 1.0, where=denom == 0)  # fully masked row: 0 / 1 = 0, not NaN
     s *= 1.0 / denom  # now p: one reciprocal per row, then a multiply per entry
     if dropout_mask is not None:
