@@ -48,8 +48,9 @@ DEFAULT_THREADS = 2
 
 def set_blas_threads(n: int) -> None:
     """Set the BLAS/OpenMP thread-count variables, and let OpenBLAS's idle threads
-    sleep after about 1.5 ms instead of 0.1 s (see minitransformer/parallel.py). BLAS reads them once, when NumPy
-    is first imported, so this must run before ``import numpy``."""
+    sleep after about 1.5 ms instead of 0.1 s (see minitransformer/parallel.py).
+    BLAS reads them once, when NumPy is first imported, so this must run before
+    ``import numpy``."""
     for var in THREAD_VARIABLES:
         os.environ[var] = str(n)
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
