@@ -20,7 +20,13 @@ test time the predictions of several writings of each molecule are averaged.
 """
 from __future__ import annotations
 
-import argparse
+import os
+
+# Before NumPy loads: idle OpenBLAS threads sleep after ~1.5 ms, so the library's
+# CPU thread pool gets the cores (minitransformer/fast/parallel.py explains).
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
+
+import argparse  # noqa: E402
 import sys
 import time
 from pathlib import Path

@@ -2,12 +2,12 @@
 
 No autograd: every layer has an explicit ``forward`` that keeps a small cache
 and a handwritten ``backward``. Array math goes through
-:mod:`minitransformer.backend` (NumPy on the CPU, CuPy on a GPU).
+:mod:`minitransformer.backend` (NumPy on the CPU, CuPy on a GPU), and the layers
+call their kernels through :mod:`minitransformer.kernels` (the plain reference
+set, or the fast set: ``MINITRANSFORMER_KERNELS``).
 """
-import os as _os
-import sys as _sys
-
-if "numpy" not in _sys.modules:  # only OpenBLAS's loading reads this: see minitransformer/parallel.py
-    _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
-
 __version__ = "0.1.0"
+
+from minitransformer import kernels as _kernels  # noqa: E402 (after the version, for setup.cfg)
+
+_kernels.use_from_environment()

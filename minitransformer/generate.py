@@ -69,7 +69,8 @@ import numpy as np
 
 from minitransformer import backend
 from minitransformer.backend import xp
-from minitransformer.functional import check_ids, log_softmax
+from minitransformer import kernels
+from minitransformer.nn.embedding import check_ids
 from minitransformer.models.decoder_lm import DecoderLM
 from minitransformer.models.seq2seq import Seq2Seq
 
@@ -531,7 +532,7 @@ def beam_search(model, src=None, batch_size=None, prompt=None, beam_size: int = 
         while t < L:
             logits = decode_step_logits(state, ids[:, :t])  # (N, V)
             V = logits.shape[1]
-            logp = _ban_pad(log_softmax(logits.astype(xp.float64)), cfg)  # (N, V)
+            logp = _ban_pad(kernels.log_softmax(logits.astype(xp.float64)), cfg)  # (N, V)
             cand = (live.reshape(N, 1) + logp).reshape(B, K * V)  # (B, K*V)
             top = xp.argsort(-cand, axis=1, kind="stable")[:, :K]  # (B, K), best first
             top_score = xp.take_along_axis(cand, top, axis=1)  # (B, K)

@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from minitransformer import backend
-from minitransformer.functional import (
-    check_ids, cross_entropy_backward, cross_entropy_forward, ids_to_device, masked_bce_backward,
-    masked_bce_forward,
-)
+from minitransformer import backend, kernels
+from minitransformer.nn.embedding import check_ids, ids_to_device
 
 
 def pad_batch(seqs, pad_id: int) -> np.ndarray:
@@ -44,12 +41,12 @@ class _TokenLossTask:
         self._ce_cache = None
 
     def _ce(self, logits, targets, smoothing):
-        loss, self._ce_cache = cross_entropy_forward(
+        loss, self._ce_cache = kernels.cross_entropy_forward(
             logits, targets, ignore_index=self.pad_id, label_smoothing=smoothing)
         return loss
 
     def backward(self, model):
-        model.backward(cross_entropy_backward(self._ce_cache))  # (B, T, V) fused (p - q) / N
+        model.backward(kernels.cross_entropy_backward(1.0, self._ce_cache))  # (B, T, V) fused (p - q) / N
 
     def _token_metrics(self, model, batches, run, ignore_index=None):
         """Unsmoothed NLL per scored target token and argmax accuracy over those tokens."""
@@ -57,7 +54,7 @@ class _TokenLossTask:
         total_nll, total_correct, total_tokens = 0.0, 0, 0
         for batch in batches:
             logits, targets = run(batch)  # (B, T, V), (B, T) device
-            nll, _ = cross_entropy_forward(logits, targets, ignore_index=ignore, reduction="sum")
+            nll, _ = kernels.cross_entropy_forward(logits, targets, ignore_index=ignore, reduction="sum")
             keep = targets != ignore  # (B, T)
             total_nll += float(nll)
             total_correct += int(((logits.argmax(axis=-1) == targets) & keep).sum())
@@ -153,7 +150,7 @@ class MLMTask(_TokenLossTask):
     def loss(self, model, batch, rng):
         corrupted, targets = self._corrupt(batch, rng)  # (B, T) each, host
         logits = model(backend.asarray(corrupted), head="mlm")  # (B, T, V)
-        loss, self._ce_cache = cross_entropy_forward(
+        loss, self._ce_cache = kernels.cross_entropy_forward(
             logits, backend.asarray(targets), ignore_index=self.IGNORE, label_smoothing=self.label_smoothing)
         return loss, int((targets != self.IGNORE).sum())
 
@@ -207,7 +204,7 @@ class PropertyTask:
             if key not in self._pw_device:
                 self._pw_device[key] = backend.asarray(self.pos_weight.astype(logits.dtype))  # (K,)
             pw = self._pw_device[key]
-        loss, cache = masked_bce_forward(logits, y, pos_weight=pw)
+        loss, cache = kernels.masked_bce_forward(logits, y, pos_weight=pw)
         return loss, cache, logits
 
     def loss(self, model, batch, rng=None):
@@ -215,7 +212,7 @@ class PropertyTask:
         return loss, int((~np.isnan(batch[1])).sum())
 
     def backward(self, model):
-        model.backward(masked_bce_backward(self._cache))  # (B, K)
+        model.backward(kernels.masked_bce_backward(1.0, self._cache))  # (B, K)
 
     def evaluate(self, model, batches):
         """Validation loss (mean over present labels) and mean ROC-AUC over the tasks.

@@ -275,7 +275,7 @@ class TinyCrossAttention(Module):
         return out[:, 0]
 
     def backward(self, dout):
-        dq, dk, dv = attention_backward(dout[:, None], self._require_cache())
+        dq, dk, dv, _ = attention_backward(dout[:, None], self._require_cache())
         dx = self.q.backward(dq[:, 0])
         dcontext = self.kv.backward(xp.concatenate([dk[:, 0], dv[:, 0]], axis=-1))
         if self.bug == "context":

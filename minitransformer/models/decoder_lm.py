@@ -22,13 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from minitransformer import backend
-from minitransformer.functional import (
-    causal_mask, check_ids, combine_masks, cross_entropy_forward, padding_mask,
-)
+from minitransformer import backend, kernels
 from minitransformer.models.config import TransformerOptions
-from minitransformer.models.embedder import TokenEmbedder
-from minitransformer.models.output import OutputProjection
+from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
+from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_ids
 from minitransformer.nn import DecoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
 
 
@@ -112,7 +109,7 @@ class DecoderLM(Module):
         (call ``eval()`` first for deterministic values).
         """
         logits = self.forward(ids[:, :-1])  # (B, T-1, V)
-        nll, _ = cross_entropy_forward(logits, ids[:, 1:], ignore_index=self.config.pad_id,
+        nll, _ = kernels.cross_entropy_forward(logits, ids[:, 1:], ignore_index=self.config.pad_id,
                                        reduction="none")  # (B, T-1)
         return -nll.sum(axis=1)  # (B,)
 

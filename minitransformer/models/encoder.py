@@ -24,10 +24,9 @@ import numpy as np
 
 from minitransformer import backend
 from minitransformer.backend import xp
-from minitransformer.functional import check_ids, padding_mask
 from minitransformer.models.config import TransformerOptions
-from minitransformer.models.embedder import TokenEmbedder
-from minitransformer.models.output import OutputProjection
+from minitransformer.nn.attention import padding_mask
+from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_ids
 from minitransformer.nn import EncoderBlock, LayerNorm, Linear, Module, ModuleList, set_rng
 
 

@@ -22,10 +22,9 @@ import dataclasses
 
 from minitransformer import backend
 from minitransformer.backend import xp
-from minitransformer.functional import causal_mask, check_ids, combine_masks, padding_mask
 from minitransformer.models.config import TransformerOptions
-from minitransformer.models.embedder import TokenEmbedder
-from minitransformer.models.output import OutputProjection
+from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
+from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_ids
 from minitransformer.nn import DecoderBlock, EncoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
 
 

@@ -1,17 +1,22 @@
-"""Stateful layers: thin wrappers over :mod:`minitransformer.functional` that own
-parameters, caches and train/eval mode."""
-from minitransformer.nn.activations import GELU, ReLU, make_activation
+"""The layers, each file one concept: its reference kernels (``*_forward`` above
+``*_backward``, the book's math) and the module that owns its parameters.
+
+Reading order: module, linear, embedding, softmax (and cross-entropy), attention,
+layernorm, elementwise (GELU, ReLU, dropout), blocks. ``bce`` is the loss of the
+property models."""
 from minitransformer.nn.attention import KVCache, MultiHeadAttention
-from minitransformer.nn.blocks import DecoderBlock, EncoderBlock
-from minitransformer.nn.dropout import Dropout, set_rng
-from minitransformer.nn.embedding import Embedding, PositionalEmbedding, SinusoidalPositionalEncoding
-from minitransformer.nn.feedforward import FeedForward
+from minitransformer.nn.blocks import DecoderBlock, EncoderBlock, FeedForward
+from minitransformer.nn.elementwise import GELU, Dropout, ReLU, make_activation, set_rng
+from minitransformer.nn.embedding import (
+    Embedding, OutputProjection, PositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedder,
+)
 from minitransformer.nn.layernorm import LayerNorm
 from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module, ModuleList, Parameter
 
 __all__ = [
     "DecoderBlock", "Dropout", "Embedding", "EncoderBlock", "FeedForward", "GELU", "KVCache",
-    "LayerNorm", "Linear", "Module", "ModuleList", "MultiHeadAttention", "Parameter",
-    "PositionalEmbedding", "ReLU", "SinusoidalPositionalEncoding", "make_activation", "set_rng",
+    "LayerNorm", "Linear", "Module", "ModuleList", "MultiHeadAttention", "OutputProjection",
+    "Parameter", "PositionalEmbedding", "ReLU", "SinusoidalPositionalEncoding", "TokenEmbedder",
+    "make_activation", "set_rng",
 ]

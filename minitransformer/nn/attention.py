@@ -1,29 +1,195 @@
-r"""Multi-head attention: projections, head split/merge, and a KV cache.
+r"""Attention: masks, scaled dot-product attention, multi-head attention, the KV cache.
 
-With input :math:`X \in \mathbb{R}^{B\times T\times D}`, H heads of width
-:math:`d_h` (which may differ from D/H), one fused projection
-:math:`W_{qkv} \in \mathbb{R}^{D\times 3Hd_h}` gives queries, keys and values:
+**Masks** are boolean, ``True`` = "this query may attend to this key", shaped to
+broadcast against the scores (B, H, Tq, Tk): :func:`causal_mask` gives (Tq, Tk)
+(query ``i`` sees keys ``0 .. i + Tk - Tq``; with Tq < Tk these are the bottom
+rows of the triangle, which KV-cached decoding needs), :func:`padding_mask`
+gives (B, 1, 1, Tk) (no query sees a padded key), :func:`combine_masks` ANDs them.
+
+**Scaled dot-product attention**, for one head with queries
+:math:`Q \in \mathbb{R}^{T_q\times d}`, keys :math:`K \in \mathbb{R}^{T_k\times d}`
+and values :math:`V \in \mathbb{R}^{T_k\times d_v}`:
 
 .. math::
-    [Q\,|\,K\,|\,V] = X W_{qkv} + b_{qkv},\qquad
-    O_h = \mathrm{softmax}\!\Big(\tfrac{Q_h K_h^\top}{\sqrt{d_h}} + \text{mask}\Big) V_h,\qquad
-    Y = [O_1|\dots|O_H]\, W_o + b_o .
+    S = s\,Q K^\top + A,\qquad
+    P = \mathrm{softmax}_{\text{rows}}(S \text{ with masked entries} = -\infty),\qquad
+    O = P V,
 
-For cross-attention the queries come from X and the keys and values from a
-``context`` (the encoder output). The *same* weight serves both uses: its first
-:math:`Hd_h` columns project queries, the other :math:`2Hd_h` keys and values.
-So one parameter set names ``qkv.weight`` whatever the use, and self-attention
-still runs a single fused matmul.
+with :math:`s = 1/\sqrt d` and an optional additive bias :math:`A` (a
+relative-position bias, say). Masked keys get :math:`-\infty`, so their
+probability is exactly zero; a query whose keys are *all* masked gets a row of
+zeros (see :mod:`minitransformer.nn.softmax`), so it outputs zeros, not NaN.
+Backward, with :math:`dO` given:
+
+.. math::
+    dV = P^\top dO,\quad dP = dO\,V^\top,\quad
+    dS = P \odot \big(dP - \textstyle\sum_j dP_{ij}P_{ij}\big),\quad
+    dQ = s\,dS\,K,\quad dK = s\,dS^\top Q,\quad dA = dS .
+
+With attention dropout, :math:`O = (P \odot M) V` for a scaled keep-mask
+:math:`M`, and :math:`dP` is multiplied by the same :math:`M`.
+
+**Multi-head attention**: one fused projection
+:math:`W_{qkv} \in \mathbb{R}^{D\times 3Hd_h}` gives queries, keys and values,
+each split into H heads of width :math:`d_h`; the heads' outputs are put side by
+side and projected back, :math:`Y = [O_1|\dots|O_H]\, W_o + b_o`. For
+cross-attention the queries come from X and the keys and values from a
+``context`` (the encoder output); the *same* weight serves, its first
+:math:`Hd_h` columns projecting queries and the other :math:`2Hd_h` keys and values.
 """
 from __future__ import annotations
 
-from minitransformer import backend
+import math
+from typing import NamedTuple
+
+from minitransformer import backend, kernels
 from minitransformer.backend import xp
-from minitransformer.functional import (
-    attention_backward, attention_forward, linear_backward, linear_forward, make_dropout_mask,
-)
+from minitransformer.nn.elementwise import make_dropout_mask
 from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module
+from minitransformer.nn.softmax import SoftmaxCache, softmax_backward, softmax_forward
+
+
+_CAUSAL_CACHE: dict = {}
+
+
+def causal_mask(T: int, Tk: int | None = None):
+    """Lower-triangular (Tq, Tk) boolean mask; ``Tk`` defaults to ``T``.
+
+    Masks are cached per (backend, T, Tk), since every layer of every step asks
+    for the same one. Treat the result as read-only.
+    """
+    Tk = T if Tk is None else Tk
+    if Tk < T:
+        raise ValueError(f"causal_mask: Tk={Tk} must be >= Tq={T} (queries are the last Tq positions)")
+    from minitransformer import backend  # late: the active backend may change
+    key = (backend.name(), backend.get_dtype(), T, Tk)
+    mask = _CAUSAL_CACHE.get(key)
+    if mask is None:
+        q_pos = xp.arange(Tk - T, Tk)[:, None]  # (Tq, 1), absolute query positions
+        k_pos = xp.arange(Tk)[None, :]  # (1, Tk)
+        mask = k_pos <= q_pos  # (Tq, Tk)
+        if len(_CAUSAL_CACHE) > 64:
+            _CAUSAL_CACHE.clear()
+        _CAUSAL_CACHE[key] = mask
+    return mask
+
+
+def padding_mask(ids, pad_id: int):
+    """(B, 1, 1, T) mask that is False at the padded key positions of ``ids`` (B, T)."""
+    if ids.ndim != 2:
+        raise ValueError(f"padding_mask: ids must have shape (B, T), got {tuple(ids.shape)}")
+    return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
+
+
+def combine_masks(*masks):
+    """Logical AND of broadcastable boolean masks; ``None`` means "no mask"."""
+    out = None
+    for m in masks:
+        if m is None:
+            continue
+        out = m if out is None else (out & m)
+    return out
+
+
+def check_attention_inputs(q, k, v, mask, bias) -> None:
+    """Raise ValueError unless q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv) fit
+    together and the mask (boolean) and bias broadcast to (B, H, Tq, Tk)."""
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            "attention: q, k, v must be 4-D (B, H, T, Dh); got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1] or k.shape[:3] != v.shape[:3] or q.shape[:2] != k.shape[:2]:
+        raise ValueError(
+            "attention: expected q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv); got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])  # (B, H, Tq, Tk)
+    for what, a in (("mask", mask), ("bias", bias)):
+        if a is None:
+            continue
+        if what == "mask" and a.dtype != bool:
+            raise ValueError(f"attention: mask must be boolean (True = may attend), got dtype {a.dtype}")
+        if a.ndim > 4 or any(m not in (1, s) for m, s in zip(a.shape[::-1], scores[::-1])):
+            raise ValueError(
+                f"attention: {what} of shape {tuple(a.shape)} does not broadcast to the scores' "
+                f"shape (B, H, Tq, Tk) = {scores}; use (Tq, Tk), (B, 1, 1, Tk) or (B, H, Tq, Tk)"
+            )
+
+
+class AttentionCache(NamedTuple):
+    """What :func:`attention_backward` needs from the forward pass."""
+
+    q: object  # (B, H, Tq, Dh) queries: dK = s dS^T Q
+    k: object  # (B, H, Tk, Dh) keys: dQ = s dS K
+    v: object  # (B, H, Tk, Dv) values: dP = dO V^T
+    p: object  # (B, H, Tq, Tk) probabilities: the softmax backward (and attention maps)
+    pd: object  # (B, H, Tq, Tk) probabilities after dropout (p itself without): dV = pd^T dO
+    dropout_mask: object  # (B, H, Tq, Tk) scaled keep-mask, or None
+    scale: float  # s
+    bias_shape: tuple | None  # the bias's shape (dA is summed to it), or None without a bias
+
+
+def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_mask=None, bias=None):
+    """Multi-head scaled dot-product attention.
+
+    Args:
+        q: (B, H, Tq, Dh) queries.
+        k: (B, H, Tk, Dh) keys.
+        v: (B, H, Tk, Dv) values.
+        mask: boolean, broadcastable to (B, H, Tq, Tk); True = may attend. None = no mask.
+        scale: multiplies the logits; default ``1/sqrt(Dh)``.
+        dropout_mask: (B, H, Tq, Tk) keep-mask already divided by (1 - p), or None.
+        bias: added to the scaled logits, broadcastable to (B, H, Tq, Tk), or None.
+
+    Returns:
+        out: (B, H, Tq, Dv); cache: :class:`AttentionCache`.
+    """
+    check_attention_inputs(q, k, v, mask, bias)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    s = (q @ k.swapaxes(-1, -2)) * scale  # (B, H, Tq, Tk) the logits
+    if bias is not None:
+        s = s + bias  # (B, H, Tq, Tk)
+    if mask is not None:
+        s = xp.where(mask, s, -xp.inf)  # (B, H, Tq, Tk) masked logits are exactly -inf
+    p, _ = softmax_forward(s)  # (B, H, Tq, Tk) a fully masked row is all zeros
+    pd = p if dropout_mask is None else p * dropout_mask  # (B, H, Tq, Tk)
+    out = pd @ v  # (B, H, Tq, Dv)
+    bias_shape = None if bias is None else tuple(bias.shape)
+    return out, AttentionCache(q, k, v, p, pd, dropout_mask, scale, bias_shape)
+
+
+def attention_backward(dout, cache: AttentionCache):
+    """Gradients of :func:`attention_forward`.
+
+    Args:
+        dout: (B, H, Tq, Dv).
+        cache: from the forward pass.
+
+    Returns:
+        dq: (B, H, Tq, Dh); dk: (B, H, Tk, Dh); dv: (B, H, Tk, Dv); dbias: the bias's
+        shape, or None when there was no bias.
+    """
+    q, k, v, p, pd, dropout_mask, scale, bias_shape = cache
+    dv = pd.swapaxes(-1, -2) @ dout  # (B, H, Tk, Dv), in the forward pass out = pd @ v
+    dp = dout @ v.swapaxes(-1, -2)  # (B, H, Tq, Tk)
+    if dropout_mask is not None:
+        dp = dp * dropout_mask  # (B, H, Tq, Tk), in the forward pass pd = p * dropout_mask
+    ds = softmax_backward(dp, SoftmaxCache(p, -1))  # (B, H, Tq, Tk); 0 where p = 0 (masked)
+    dq = (ds @ k) * scale  # (B, H, Tq, Dh), in the forward pass s = scale * q k^T
+    dk = (ds.swapaxes(-1, -2) @ q) * scale  # (B, H, Tk, Dh)
+    dbias = None if bias_shape is None else sum_to_shape(ds, bias_shape)  # the bias's shape
+    return dq, dk, dv, dbias
+
+
+def sum_to_shape(a, shape: tuple):
+    """Sum ``a`` over the axes that a broadcast of ``shape`` to ``a.shape`` stretched:
+    the gradient of a broadcast array. a: (...); returns (shape)."""
+    lead = a.ndim - len(shape)
+    a = a.sum(axis=tuple(range(lead))) if lead else a  # drop leading axes the shape lacks
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and a.shape[i] != 1)
+    return a.sum(axis=axes, keepdims=True) if axes else a  # (shape)
 
 
 class KVCache:
@@ -88,14 +254,14 @@ class MultiHeadAttention(Module):
         d_head: width of each head (default D // H). The reference molecules
             model uses heads as wide as D, so H * d_head may exceed D.
         bias: use biases in the projections.
-        dropout: dropout on the attention probabilities.
+        attn_dropout: dropout probability on the attention probabilities.
 
     Parameters: ``qkv.weight`` (D, 3*H*d_head), ``qkv.bias``, ``proj.weight``
     (H*d_head, D), ``proj.bias``.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int | None = None, bias: bool = True,
-                 dropout: float = 0.0, rng: backend.RNG | None = None):
+                 attn_dropout: float = 0.0, rng: backend.RNG | None = None):
         if d_head is None:
             if d_model % n_heads:
                 raise ValueError(
@@ -103,13 +269,14 @@ class MultiHeadAttention(Module):
                     "pass d_head explicitly"
                 )
             d_head = d_model // n_heads
-        rng = rng or backend.RNG(0)
+        if not 0.0 <= attn_dropout < 1.0:
+            raise ValueError(f"MultiHeadAttention: attn_dropout must be in [0, 1), got {attn_dropout}")
+        self.rng = rng or backend.RNG(0)
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
-        self.p_drop = float(dropout)
-        self.rng = rng
+        self.attn_dropout = float(attn_dropout)
         inner = n_heads * d_head
-        self.qkv = Linear(d_model, 3 * inner, bias=bias, rng=rng)
-        self.proj = Linear(inner, d_model, bias=bias, rng=rng)
+        self.qkv = Linear(d_model, 3 * inner, bias=bias, rng=self.rng)
+        self.proj = Linear(inner, d_model, bias=bias, rng=self.rng)
 
     def _check_input(self, x, what):
         if x.ndim != 3 or x.shape[-1] != self.d_model:
@@ -117,6 +284,21 @@ class MultiHeadAttention(Module):
                 f"MultiHeadAttention: {what} must have shape (B, T, d_model={self.d_model}), "
                 f"got {tuple(x.shape)}"
             )
+
+    def _project_cross(self, x, context, kv_cache):
+        """Cross-attention's projections: queries from x with the weight's first H*dh
+        columns, keys and values from the context with the other 2*H*dh (computed once
+        and kept in ``kv_cache`` when decoding). Returns q, k, v and the linear caches."""
+        H, inner = self.n_heads, self.n_heads * self.d_head
+        W, b = self.qkv.weight.data, None if self.qkv.bias is None else self.qkv.bias.data
+        q, q_lin = kernels.linear_forward(x, W[:, :inner], None if b is None else b[:inner])  # (B, Tq, H*dh)
+        if kv_cache is not None and kv_cache.static:
+            return split_heads(q, H), kv_cache.k, kv_cache.v, (q_lin, None)
+        kv, kv_lin = kernels.linear_forward(context, W[:, inner:], None if b is None else b[inner:])  # (B, Tk, 2*H*dh)
+        k, v = split_heads(kv[..., :inner], H), split_heads(kv[..., inner:], H)  # (B, H, Tk, dh) each
+        if kv_cache is not None:
+            kv_cache.set_static(k, v)
+        return split_heads(q, H), k, v, (q_lin, kv_lin)
 
     def forward(self, x, context=None, mask=None, kv_cache: KVCache | None = None):
         """Attend from ``x`` (B, Tq, D) to itself or to ``context`` (B, Tk, D).
@@ -134,77 +316,48 @@ class MultiHeadAttention(Module):
         """
         self._check_input(x, "x")
         H, inner = self.n_heads, self.n_heads * self.d_head
-        W, b = self.qkv.weight.data, None if self.qkv.bias is None else self.qkv.bias.data
         if context is None:
-            qkv, lin_cache = linear_forward(x, W, b)  # (B, Tq, 3*H*dh), one fused matmul
-            q, k, v = (split_heads(t, H) for t in (qkv[..., :inner], qkv[..., inner:2 * inner],
-                                                   qkv[..., 2 * inner:]))  # 3 x (B, H, Tq, dh)
-            lin_caches = (lin_cache,)
+            qkv = self.qkv(x)  # (B, Tq, 3*H*dh), one product for q, k and v
+            q = split_heads(qkv[..., :inner], H)  # (B, H, Tq, dh)
+            k = split_heads(qkv[..., inner:2 * inner], H)  # (B, H, Tq, dh)
+            v = split_heads(qkv[..., 2 * inner:], H)  # (B, H, Tq, dh)
             if kv_cache is not None:
-                k, v = kv_cache.append(k, v)  # (B, H, Tpast+Tq, dh)
+                k, v = kv_cache.append(k, v)  # (B, H, Tpast+Tq, dh) each
+            linear_caches = None  # self.qkv keeps its own
         else:
             self._check_input(context, "context")
-            q2, q_cache = linear_forward(x, W[:, :inner], None if b is None else b[:inner])  # (B, Tq, H*dh)
-            q = split_heads(q2, H)  # (B, H, Tq, dh)
-            if kv_cache is not None and kv_cache.static:
-                k, v, kv_lin_cache = kv_cache.k, kv_cache.v, None
-            else:
-                kv2, kv_lin_cache = linear_forward(
-                    context, W[:, inner:], None if b is None else b[inner:])  # (B, Tk, 2*H*dh)
-                k, v = split_heads(kv2[..., :inner], H), split_heads(kv2[..., inner:], H)  # (B, H, Tk, dh)
-                if kv_cache is not None:
-                    kv_cache.set_static(k, v)
-            lin_caches = (q_cache, kv_lin_cache)
-
+            q, k, v, linear_caches = self._project_cross(x, context, kv_cache)
         drop = None
-        if self.training and self.p_drop > 0:
-            shape = (q.shape[0], H, q.shape[2], k.shape[2])
-            drop = make_dropout_mask(shape, self.p_drop, self.rng, q.dtype)  # (B, H, Tq, Tk)
-        B, Tq, dv = q.shape[0], q.shape[2], v.shape[3]
-        o_merged = xp.empty((B, Tq, H, dv), dtype=q.dtype)  # (B, Tq, H, dh): heads side by side per token
-        o, attn_cache = attention_forward(q, k, v, mask=mask, dropout_mask=drop,
-                                          out=o_merged.transpose(0, 2, 1, 3))  # (B, H, Tq, dh), a view
-        y = self.proj(o_merged.reshape(B, Tq, H * dv))  # (B, Tq, D), merging the heads is a reshape
-        self.cache = {"cross": context is not None, "lin": lin_caches, "attn": attn_cache,
-                      "inner": inner}
+        if self.training and self.attn_dropout > 0:
+            shape = (q.shape[0], H, q.shape[2], k.shape[2])  # (B, H, Tq, Tk)
+            drop = make_dropout_mask(shape, self.attn_dropout, self.rng, q.dtype)  # (B, H, Tq, Tk)
+        o, attn_cache = kernels.attention_forward(q, k, v, mask=mask, dropout_mask=drop)  # (B, H, Tq, dh)
+        y = self.proj(merge_heads(o))  # (B, Tq, D)
+        self.cache = {"cross": context is not None, "linear": linear_caches, "attn": attn_cache}
         return y
 
     @property
     def attention_probs(self):
         """(B, H, Tq, Tk) probabilities of the last forward (read from the cache, for plots)."""
-        return None if self.cache is None else self.cache["attn"]["p"]
+        return None if self.cache is None else self.cache["attn"].p
 
     def backward(self, dy):
         """dy: (B, Tq, D). Returns dx (B, Tq, D), or (dx, dcontext) for cross-attention."""
         cache = self._require_cache()
-        H, inner = self.n_heads, cache["inner"]
-        do = self.proj.backward(dy)  # (B, Tq, H*dh)
-        B, Tq, _ = do.shape
-        do = do.reshape(B, Tq, H, -1).transpose(0, 2, 1, 3)  # (B, H, Tq, dh), in the forward pass o
-        gW = self.qkv.weight.grad
-        gb = None if self.qkv.bias is None else self.qkv.bias.grad
+        H, inner = self.n_heads, self.n_heads * self.d_head
+        do = split_heads(self.proj.backward(dy), H)  # (B, H, Tq, dh), in the forward pass o
+        dq, dk, dv, _ = kernels.attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
+        dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (B, T*, H*dh) each
         if not cache["cross"]:
-            # The products write dq, dk, dv straight into the fused projection's gradient
-            # dqkv, laid out as its output qkv was: (B, Tq, [q|k|v], H, dh).
-            dqkv = xp.empty((B, Tq, 3, H, self.d_head), dtype=dy.dtype)  # (B, Tq, 3, H, dh)
-            views = tuple(dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # 3 x (B, H, Tq, dh)
-            attention_backward(do, cache["attn"], out=views)
-            dx, dW, db = linear_backward(dqkv.reshape(B, Tq, 3 * inner), cache["lin"][0])  # (B, Tq, D)
-            gW += dW
-            if gb is not None:
-                gb += db
-            return dx
-        dq, dk, dv = attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
-        q_cache, kv_cache = cache["lin"]
-        if kv_cache is None:
+            return self.qkv.backward(xp.concatenate([dq, dk, dv], axis=-1))  # (B, Tq, D)
+        q_lin, kv_lin = cache["linear"]
+        if kv_lin is None:
             raise RuntimeError("MultiHeadAttention: backward through a cached (decoding) cross-attention")
-        dx, dWq, dbq = linear_backward(merge_heads(dq), q_cache)  # (B, Tq, D)
-        Tk = dk.shape[2]
-        dkv = xp.concatenate([merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, Tk, 2*H*dh)
-        dctx, dWkv, dbkv = linear_backward(dkv, kv_cache)  # (B, Tk, D)
-        gW[:, :inner] += dWq
-        gW[:, inner:] += dWkv
-        if gb is not None:
-            gb[:inner] += dbq
-            gb[inner:] += dbkv
+        dx, dWq, dbq = kernels.linear_backward(dq, q_lin)  # (B, Tq, D)
+        dctx, dWkv, dbkv = kernels.linear_backward(xp.concatenate([dk, dv], axis=-1), kv_lin)  # (B, Tk, D)
+        self.qkv.weight.grad[:, :inner] += dWq
+        self.qkv.weight.grad[:, inner:] += dWkv
+        if self.qkv.bias is not None:
+            self.qkv.bias.grad[:inner] += dbq
+            self.qkv.bias.grad[inner:] += dbkv
         return dx, dctx

@@ -17,15 +17,50 @@ Backward of one residual sublayer, given :math:`dy`:
 
 * post-LN: :math:`ds = \mathrm{LN}'^\top dy`; then :math:`dx = ds + F'^\top \delta'^\top ds`;
 * pre-LN: :math:`dx = dy + \mathrm{LN}'^\top F'^\top \delta'^\top dy`.
+
+The feed-forward sublayer is the same two-layer MLP at every position,
+
+.. math:: \mathrm{FFN}(x) = \mathrm{act}(x W_1 + b_1)\,W_2 + b_2,
+          \qquad W_1 \in \mathbb{R}^{D\times d_{ff}},\ W_2 \in \mathbb{R}^{d_{ff}\times D},
+
+with optional dropout on the hidden activation.
 """
 from __future__ import annotations
 
 from minitransformer import backend
 from minitransformer.nn.attention import MultiHeadAttention
-from minitransformer.nn.dropout import Dropout
-from minitransformer.nn.feedforward import FeedForward
+from minitransformer.nn.elementwise import Dropout, make_activation
 from minitransformer.nn.layernorm import LayerNorm
+from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module
+
+
+class FeedForward(Module):
+    """``fc2(dropout(act(fc1(x))))``; x: (..., d_model) -> (..., d_model)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", ff_dropout: float = 0.0,
+                 bias: bool = True, rng: backend.RNG | None = None):
+        rng = rng or backend.RNG(0)
+        self.fc1 = Linear(d_model, d_ff, bias=bias, rng=rng)
+        self.act = make_activation(activation)
+        self.drop = Dropout(ff_dropout, rng=rng)
+        self.fc2 = Linear(d_ff, d_model, bias=bias, rng=rng)
+
+    def forward(self, x):
+        """x: (..., d_model) -> (..., d_model)."""
+        h = self.fc1(x)  # (..., d_ff)
+        h = self.act(h)  # (..., d_ff)
+        h = self.drop(h)  # (..., d_ff)
+        self.cache = True
+        return self.fc2(h)  # (..., d_model)
+
+    def backward(self, dy):
+        """dy: (..., d_model) -> dx (..., d_model)."""
+        self._require_cache()
+        dh = self.fc2.backward(dy)  # (..., d_ff)
+        dh = self.drop.backward(dh)
+        dh = self.act.backward(dh)
+        return self.fc1.backward(dh)  # (..., d_model)
 
 
 def _check_norm(norm: str) -> str:
@@ -47,12 +82,12 @@ class EncoderBlock(Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, d_head: int | None = None,
-                 norm: str = "post", activation: str = "gelu", attn_dropout: float = 0.0,
+                 norm: str = "pre", activation: str = "gelu", attn_dropout: float = 0.0,
                  resid_dropout: float = 0.0, ff_dropout: float = 0.0, bias: bool = True,
                  rng: backend.RNG | None = None):
         rng = rng or backend.RNG(0)
         self.norm = _check_norm(norm)
-        self.attn = MultiHeadAttention(d_model, n_heads, d_head, bias=bias, dropout=attn_dropout, rng=rng)
+        self.attn = MultiHeadAttention(d_model, n_heads, d_head, bias=bias, attn_dropout=attn_dropout, rng=rng)
         self.ln1 = LayerNorm(d_model)
         self.drop1 = Dropout(resid_dropout, rng=rng)
         self._init_extra(d_model, n_heads, d_head, bias, attn_dropout, resid_dropout, rng)
@@ -112,7 +147,7 @@ class DecoderBlock(EncoderBlock):
 
     def _init_extra(self, d_model, n_heads, d_head, bias, attn_dropout, resid_dropout, rng):
         if self._cross:
-            self.cross = MultiHeadAttention(d_model, n_heads, d_head, bias=bias, dropout=attn_dropout, rng=rng)
+            self.cross = MultiHeadAttention(d_model, n_heads, d_head, bias=bias, attn_dropout=attn_dropout, rng=rng)
             self.ln_cross = LayerNorm(d_model)
             self.drop_cross = Dropout(resid_dropout, rng=rng)
 

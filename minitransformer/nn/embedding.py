@@ -1,23 +1,105 @@
-r"""Token and position embeddings.
+r"""Embeddings: token ids in, vectors out; and the projection back to the vocabulary.
+
+Token embedding: a row lookup ``out[b, t] = W[ids[b, t]]``. Its backward is a
+scatter-add: every occurrence of token ``i`` adds its upstream gradient into row
+``i`` of :math:`dW`, and repeated ids must *sum*:
+
+.. math:: dW_i = \sum_{(b,t):\ ids_{bt} = i} dout_{bt}.
+
+The modules:
 
 * :class:`Embedding` (V, D): a learned row per token, initialised N(0, init_std^2).
 * :class:`PositionalEmbedding` (max_len, D): a learned row per position.
-* :class:`SinusoidalPositionalEncoding` (max_len, D): the fixed code of the original
-  transformer, no parameters:
+* :class:`SinusoidalPositionalEncoding` (max_len, D): the fixed code of the
+  original transformer, no parameters:
+  :math:`PE_{t,2i} = \sin(t / 10000^{2i/D})`, :math:`PE_{t,2i+1} = \cos(t / 10000^{2i/D})`.
+* :class:`TokenEmbedder`: what every model puts at its input,
+  :math:`h_0 = \mathrm{dropout}(s\,E[\text{ids}] + P_{0..T-1})`, with ``s`` = 1 for
+  learned positions and :math:`\sqrt D` for sinusoidal ones (token vectors start
+  with std :math:`1/\sqrt D`, so they are comparable with the unit sin/cos code).
+  With ``pos="relative"`` there is no position vector here: the attention layers
+  add a relative-position bias to their logits instead.
+* :class:`OutputProjection`: hidden states to vocabulary logits, with its own
+  weight or *tied* to the token embedding (:math:`\text{logits} = h E^\top`); the
+  tied table then receives two gradients, both added into one ``Parameter.grad``.
 
-.. math:: PE_{t,2i} = \sin\!\big(t / 10000^{2i/D}\big),\qquad
-          PE_{t,2i+1} = \cos\!\big(t / 10000^{2i/D}\big).
-
-Both position modules take the token ids' shape (B, T) and a start offset (for
-KV-cached decoding, where the new token sits at position ``offset``) and return
-a (1, T, D) array to add to the token embeddings.
+Both position modules take a length T and a start offset (for KV-cached
+decoding, where the new token sits at position ``offset``) and return a
+(1, T, D) array to add to the token embeddings.
 """
 from __future__ import annotations
 
-from minitransformer import backend
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from minitransformer import backend, kernels
 from minitransformer.backend import xp
-from minitransformer.functional import embedding_backward, embedding_forward
+from minitransformer.nn.elementwise import Dropout
+from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module, Parameter
+
+
+def check_ids(ids, vocab_size: int, what: str = "embedding"):
+    """Raise ValueError unless ``ids`` is an integer array with values in [0, vocab_size).
+
+    The values are read only where that needs no device round trip
+    (:func:`backend.values_on_host`): on the CPU always, on a GPU only for host
+    arrays. A GPU checks each batch on the host before the copy instead
+    (:func:`ids_to_device`, which the tasks use), so the training step never waits.
+    """
+    if not hasattr(ids, "dtype") or ids.dtype.kind not in "iu":
+        dtype = getattr(ids, "dtype", type(ids).__name__)
+        raise ValueError(f"{what}: token ids must be an integer array, got dtype {dtype}")
+    if ids.size == 0 or not backend.values_on_host(ids):
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(
+            f"{what}: token id {bad} is out of range for a vocabulary of size {vocab_size} "
+            f"(valid ids are 0..{vocab_size - 1})"
+        )
+
+
+def ids_to_device(ids, vocab_size: int, what: str = "batch"):
+    """Check host token ids (a NumPy array) with :func:`check_ids`, then copy them to
+    the active backend. ids: (...) integers. Returns the device array (...)."""
+    host = np.asarray(ids)  # (...), already on the host: no device involved yet
+    check_ids(host, vocab_size, what)
+    return backend.asarray(host)
+
+
+class EmbeddingCache(NamedTuple):
+    """What :func:`embedding_backward` needs: where each row went, not the rows."""
+
+    ids: object  # (...) the token ids that were looked up
+    shape: tuple  # (V, D) the table's shape, for dW
+    dtype: object  # the table's dtype, for dW
+
+
+def embedding_forward(ids, W):
+    """Look up rows of ``W``.
+
+    Args:
+        ids: (...) integer token ids in [0, V).
+        W: (V, D) embedding table.
+
+    Returns:
+        out: (..., D); cache: :class:`EmbeddingCache`.
+    """
+    check_ids(ids, W.shape[0])
+    out = W[ids]  # (..., D)
+    return out, EmbeddingCache(ids, W.shape, W.dtype)
+
+
+def embedding_backward(dout, cache: EmbeddingCache):
+    """Gradient of the lookup with respect to the table. dout: (..., D). Returns dW (V, D)."""
+    ids, shape, dtype = cache
+    dW = xp.zeros(shape, dtype=dtype)  # (V, D)
+    backend.scatter_add(dW, ids.reshape(-1), dout.reshape(-1, shape[1]))  # repeated ids sum
+    return dW
 
 
 class Embedding(Module):
@@ -29,12 +111,12 @@ class Embedding(Module):
         self.weight = Parameter(rng.normal((n, d), std=init_std))  # (n, d)
 
     def forward(self, ids):
-        out, self.cache = embedding_forward(ids, self.weight.data)
+        out, self.cache = kernels.embedding_forward(ids, self.weight.data)
         return out
 
     def backward(self, dout):
         """Accumulates weight.grad; returns None (integer ids have no gradient)."""
-        self.weight.grad += embedding_backward(dout, self._require_cache())
+        self.weight.grad += kernels.embedding_backward(dout, self._require_cache())
         return None
 
 
@@ -95,3 +177,67 @@ class SinusoidalPositionalEncoding(Module):
         self._require_cache()
         return None  # fixed code: nothing to learn
 
+
+class TokenEmbedder(Module):
+    """ids (B, T) -> (B, T, D): scaled token embedding plus position code, then dropout."""
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, pos: str, emb_dropout: float,
+                 rng: backend.RNG, shared_weight: Parameter | None = None):
+        if pos == "sinusoidal":
+            self.scale = math.sqrt(d_model)
+            std = 1.0 / math.sqrt(d_model)
+        else:
+            self.scale, std = 1.0, 0.02
+        self.tok = Embedding(vocab_size, d_model, init_std=std, rng=rng)
+        if shared_weight is not None:
+            # Share the table, not the module: each lookup keeps its own cache, and both
+            # backward passes add into the one Parameter.grad.
+            self.tok.weight = shared_weight
+        if pos == "learned":
+            self.pos = PositionalEmbedding(max_len, d_model, init_std=0.02, rng=rng)
+        else:
+            self.pos = SinusoidalPositionalEncoding(max_len, d_model)
+        self.drop = Dropout(emb_dropout, rng=rng)
+
+    def forward(self, ids, offset: int = 0):
+        """ids: (B, T) integer; offset: position of the first token (KV-cached decoding)."""
+        x = self.tok(ids)  # (B, T, D)
+        if self.scale != 1.0:
+            x *= self.scale
+        x += self.pos(ids.shape[1], offset)  # (B, T, D), broadcast over the batch
+        self.cache = True
+        return self.drop(x)  # (B, T, D)
+
+    def backward(self, dout):
+        """dout: (B, T, D). Accumulates the token (and learned position) gradients."""
+        self._require_cache()
+        dx = self.drop.backward(dout)  # (B, T, D)
+        self.pos.backward(dx)
+        self.tok.backward(dx * self.scale if self.scale != 1.0 else dx)
+        return None
+
+
+class OutputProjection(Module):
+    """h (..., D) -> logits (..., V), own weights or tied to ``tied_to.weight``."""
+
+    def __init__(self, d_model: int, vocab_size: int, bias: bool, rng: backend.RNG,
+                 tied_to: Embedding | None = None):
+        self._tied = tied_to  # not a child: its Parameter belongs to the embedder
+        self.linear = None if tied_to is not None else Linear(d_model, vocab_size, bias=bias, rng=rng)
+
+    def named_children(self):
+        if self.linear is not None:
+            yield "linear", self.linear
+
+    def forward(self, h):
+        if self.linear is not None:
+            return self.linear(h)  # (..., V)
+        logits, self.cache = kernels.linear_forward(h, self._tied.weight.data.T)  # (..., V), W = E^T: a view
+        return logits
+
+    def backward(self, dlogits):
+        if self.linear is not None:
+            return self.linear.backward(dlogits)
+        dh, dWt, _ = kernels.linear_backward(dlogits, self._require_cache())  # dWt: (D, V), the gradient of E^T
+        self._tied.weight.grad += dWt.T  # (V, D): the tied matrix's second contribution
+        return dh  # (..., D)

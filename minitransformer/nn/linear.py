@@ -1,20 +1,85 @@
-"""``Linear``: the stateful wrapper over :func:`~minitransformer.functional.linear_forward`.
+r"""The affine map ``y = x W + b``, the workhorse of every transformer layer.
 
-Initialisation: weight ~ U(-1/sqrt(d_in), 1/sqrt(d_in)) (so each output starts
-with variance about 1/3 of the input's), bias = 0.
+Forward, for ``x`` of shape (..., D_in) and ``W`` of shape (D_in, D_out):
+
+.. math:: y = x W + b
+
+Backward, given :math:`dy = \partial L/\partial y`, with the leading axes of
+``x`` and ``dy`` flattened into N rows:
+
+.. math::
+    \frac{\partial L}{\partial x} = dy\, W^\top, \qquad
+    \frac{\partial L}{\partial W} = x^\top dy, \qquad
+    \frac{\partial L}{\partial b} = \textstyle\sum_{n} dy_n .
+
+:class:`Linear` owns ``W`` and ``b`` and calls the kernels through
+:mod:`minitransformer.kernels`. Initialisation: W ~ U(-1/sqrt(D_in), 1/sqrt(D_in)),
+b = 0.
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
-from minitransformer import backend
+from minitransformer import backend, kernels
 from minitransformer.backend import xp
-from minitransformer.functional import linear_backward, linear_forward
 from minitransformer.nn.module import Module, Parameter
 
 
+class LinearCache(NamedTuple):
+    """What :func:`linear_backward` needs from the forward pass."""
+
+    x: object  # (..., D_in) the input: dW = x^T dy
+    W: object  # (D_in, D_out) the weight: dx = dy W^T
+    has_bias: bool  # whether there is a db to return
+
+
+def linear_forward(x, W, b=None):
+    """``y = x @ W + b``.
+
+    Args:
+        x: (..., D_in) input.
+        W: (D_in, D_out) weight, stored input-major so the forward is a plain matmul.
+        b: (D_out,) bias, or None.
+
+    Returns:
+        y: (..., D_out); cache: :class:`LinearCache`.
+    """
+    if x.shape[-1] != W.shape[0]:
+        raise ValueError(
+            f"linear: input has last dimension {x.shape[-1]} but the weight expects "
+            f"D_in={W.shape[0]} (weight shape {tuple(W.shape)})"
+        )
+    x2 = x.reshape(-1, W.shape[0])  # (N, D_in): one 2-D product over all rows
+    y = x2 @ W  # (N, D_out)
+    if b is not None:
+        y = y + b  # (N, D_out)
+    y = y.reshape(*x.shape[:-1], W.shape[1])  # (..., D_out)
+    return y, LinearCache(x, W, b is not None)
+
+
+def linear_backward(dy, cache: LinearCache):
+    """Gradients of ``y = x @ W + b``.
+
+    Args:
+        dy: (..., D_out) upstream gradient.
+        cache: from :func:`linear_forward`.
+
+    Returns:
+        dx: (..., D_in); dW: (D_in, D_out); db: (D_out,), or None without a bias.
+    """
+    x, W, has_bias = cache
+    D_in, D_out = W.shape
+    dy2 = dy.reshape(-1, D_out)  # (N, D_out)
+    x2 = x.reshape(-1, D_in)  # (N, D_in), in the forward pass this was the input
+    dx = (dy2 @ W.T).reshape(x.shape)  # (..., D_in)
+    dW = x2.T @ dy2  # (D_in, D_out)
+    db = dy2.sum(axis=0) if has_bias else None  # (D_out,)
+    return dx, dW, db
+
+
 def uniform_init(shape, bound: float, rng: backend.RNG):
-    """U(-bound, bound) of the given shape in the default dtype."""
+    """U(-bound, bound) of the given shape, in the default dtype."""
     return (rng.random(shape) * 2.0 - 1.0) * bound  # (shape)
 
 
@@ -29,12 +94,13 @@ class Linear(Module):
 
     def forward(self, x):
         """x: (..., d_in) -> (..., d_out)."""
-        y, self.cache = linear_forward(x, self.weight.data, None if self.bias is None else self.bias.data)
+        b = None if self.bias is None else self.bias.data
+        y, self.cache = kernels.linear_forward(x, self.weight.data, b)
         return y
 
     def backward(self, dy):
-        """dy: (..., d_out) -> dx (..., d_in); accumulates weight.grad and bias.grad."""
-        dx, dW, db = linear_backward(dy, self._require_cache())
+        """dy: (..., d_out) -> dx (..., d_in); adds into weight.grad and bias.grad."""
+        dx, dW, db = kernels.linear_backward(dy, self._require_cache())
         self.weight.grad += dW
         if self.bias is not None:
             self.bias.grad += db

@@ -27,7 +27,7 @@ def _host(a):
 
 
 def _backward(dout, cache):
-    return masked_bce_backward(cache, dout)
+    return masked_bce_backward(dout, cache)
 
 
 def _assert_close(name, actual, expected, rtol=1e-12, atol=1e-14):
@@ -99,7 +99,7 @@ def test_missing_entries_get_exactly_zero_even_with_inf_logits_and_nan_targets(a
     loss, cache = masked_bce_forward(_dev(z), _dev(y), _dev(mask), pos_weight=_dev(POS_WEIGHT),
                                      reduction=reduction)
     dloss = _dev(np.where(present, 1.5, np.nan)) if reduction == "none" else 1.0  # NaN upstream too
-    d = _host(masked_bce_backward(cache, dloss))
+    d = _host(masked_bce_backward(dloss, cache))
     assert (d[~present] == 0.0).all(), f"dlogits at missing entries: {d[~present]}"
     assert np.isfinite(d).all() and (d[present] != 0.0).all()
     exp_loss, exp_grad = _naive(np.where(present, z, 0.0), np.where(present, y, 0.0), present, POS_WEIGHT)
@@ -124,7 +124,7 @@ def test_all_missing_is_zero_loss_and_zero_gradient(any_backend, float64, randn,
     loss, cache = masked_bce_forward(z, _dev(y), mask, reduction=reduction)
     assert (_host(loss) == 0.0).all()
     dloss = _dev(np.ones((2, 3))) if reduction == "none" else 1.0
-    d = _host(masked_bce_backward(cache, dloss))
+    d = _host(masked_bce_backward(dloss, cache))
     assert d.shape == (2, 3) and (d == 0.0).all()
 
 
@@ -138,8 +138,8 @@ def test_nan_targets_mean_the_same_as_a_mask(any_backend, float64, randn):
                                    pos_weight=POS_WEIGHT)
         _assert_close(f"loss ({reduction}), NaN vs 0/1 mask", _host(a), _host(b), rtol=0)
         dl = _dev(np.ones((3, 4))) if reduction == "none" else 1.0
-        _assert_close(f"dlogits ({reduction}), NaN vs 0/1 mask", _host(masked_bce_backward(ca, dl)),
-                      _host(masked_bce_backward(cb, dl)), rtol=0)
+        _assert_close(f"dlogits ({reduction}), NaN vs 0/1 mask", _host(masked_bce_backward(dl, ca)),
+                      _host(masked_bce_backward(dl, cb)), rtol=0)
 
 
 # -- reductions, weights, upstream gradient ------------------------------------------
@@ -150,8 +150,8 @@ def test_mean_divides_by_the_number_of_present_labels(any_backend, float64, rand
     mean, cache = masked_bce_forward(z, y, m, reduction="mean")
     _assert_close("sum vs none.sum()", float(total), _host(rows).sum(), rtol=1e-14)
     _assert_close("mean vs sum / 8", float(mean), float(total) / 8, rtol=1e-14)
-    d_sum = _host(masked_bce_backward(masked_bce_forward(z, y, m, reduction="sum")[1]))
-    _assert_close("mean gradient vs sum gradient / 8", _host(masked_bce_backward(cache)), d_sum / 8,
+    d_sum = _host(masked_bce_backward(1.0, masked_bce_forward(z, y, m, reduction="sum")[1]))
+    _assert_close("mean gradient vs sum gradient / 8", _host(masked_bce_backward(1.0, cache)), d_sum / 8,
                   rtol=1e-14)
 
 
@@ -161,8 +161,8 @@ def test_unit_pos_weight_changes_nothing_and_scales_only_positives(any_backend, 
     ones, co = masked_bce_forward(z, y, m, reduction="none", pos_weight=np.ones(4))
     _assert_close("loss with pos_weight=1", _host(ones), _host(plain), rtol=0)
     dl = _dev(np.ones((3, 4)))
-    _assert_close("dlogits with pos_weight=1", _host(masked_bce_backward(co, dl)),
-                  _host(masked_bce_backward(cp, dl)), rtol=1e-15)
+    _assert_close("dlogits with pos_weight=1", _host(masked_bce_backward(dl, co)),
+                  _host(masked_bce_backward(dl, cp)), rtol=1e-15)
     weighted, _ = masked_bce_forward(z, y, m, reduction="none", pos_weight=POS_WEIGHT)
     expected = np.where(TARGETS == 1, POS_WEIGHT, 1.0) * _host(plain)  # hard labels: one term each
     _assert_close("loss with pos_weight", _host(weighted), expected, rtol=1e-14)
@@ -170,10 +170,10 @@ def test_unit_pos_weight_changes_nothing_and_scales_only_positives(any_backend, 
 
 def test_backward_is_linear_in_dloss_and_repeatable(any_backend, float64, randn):
     loss, cache = masked_bce_forward(randn(3, 4), _dev(TARGETS), _dev(MASK), pos_weight=POS_WEIGHT)
-    d1 = _host(masked_bce_backward(cache))
-    _assert_close("second backward", _host(masked_bce_backward(cache)), d1, rtol=0)
-    _assert_close("backward(2.5)", _host(masked_bce_backward(cache, 2.5)), 2.5 * d1, rtol=1e-15)
-    _assert_close("backward(0-d 2.5)", _host(masked_bce_backward(cache, _dev(np.array(2.5)))), 2.5 * d1,
+    d1 = _host(masked_bce_backward(1.0, cache))
+    _assert_close("second backward", _host(masked_bce_backward(1.0, cache)), d1, rtol=0)
+    _assert_close("backward(2.5)", _host(masked_bce_backward(2.5, cache)), 2.5 * d1, rtol=1e-15)
+    _assert_close("backward(0-d 2.5)", _host(masked_bce_backward(_dev(np.array(2.5)), cache)), 2.5 * d1,
                   rtol=1e-15)
 
 
@@ -182,7 +182,7 @@ def test_forward_does_not_touch_its_inputs(any_backend, float64, randn):
     y = np.where(MASK, TARGETS, np.nan)
     z0, y_dev, m_dev = _host(z).copy(), _dev(y), _dev(MASK)
     _, cache = masked_bce_forward(z, y_dev, m_dev, pos_weight=POS_WEIGHT)
-    masked_bce_backward(cache)
+    masked_bce_backward(1.0, cache)
     np.testing.assert_array_equal(_host(z), z0)
     np.testing.assert_array_equal(_host(y_dev), y)
     np.testing.assert_array_equal(backend.to_numpy(m_dev), MASK)
@@ -205,11 +205,11 @@ def test_agrees_with_the_naive_float64_formula(any_backend, B, K, seed, scale, k
     rows, cache = masked_bce_forward(_dev(z), _dev(y), _dev(mask), pos_weight=pw, reduction="none")
     _assert_close("loss (none)", _host(rows), exp_loss, rtol=1e-10, atol=1e-13)
     dl = g.standard_normal((B, K))
-    _assert_close("dlogits (none)", _host(masked_bce_backward(cache, _dev(dl))), exp_grad * dl,
+    _assert_close("dlogits (none)", _host(masked_bce_backward(_dev(dl), cache)), exp_grad * dl,
                   rtol=1e-10, atol=1e-13)
     mean, cache = masked_bce_forward(_dev(z), _dev(y), _dev(mask), pos_weight=pw)
     _assert_close("loss (mean)", float(mean), exp_loss.sum() / n, rtol=1e-10, atol=1e-13)
-    _assert_close("dlogits (mean)", _host(masked_bce_backward(cache)), exp_grad / n, rtol=1e-10, atol=1e-13)
+    _assert_close("dlogits (mean)", _host(masked_bce_backward(1.0, cache)), exp_grad / n, rtol=1e-10, atol=1e-13)
 
 
 @SETTINGS
@@ -220,7 +220,7 @@ def test_loss_is_nonnegative_and_gradient_bounded(any_backend, seed, log_scale):
     y = (g.random((4, 3)) < 0.5).astype(np.float64)
     pw = g.uniform(0.0, 4.0, 3)
     rows, cache = masked_bce_forward(_dev(z), _dev(y), pos_weight=pw, reduction="none")
-    d = _host(masked_bce_backward(cache, _dev(np.ones((4, 3)))))
+    d = _host(masked_bce_backward(_dev(np.ones((4, 3))), cache))
     loss = _host(rows)
     assert np.isfinite(loss).all() and (loss >= 0).all()
     bound = np.where(y == 1, pw, 1.0)
@@ -239,10 +239,10 @@ def test_logits_of_size_1e4_stay_finite_and_exact(any_backend, dtype):
     rows, cache = masked_bce_forward(_dev(z), _dev(y), pos_weight=pw, reduction="none")
     # right answers cost nothing; wrong ones cost |z| (times pos_weight for a missed positive)
     _assert_close("loss at |z| = 1e4", _host(rows), [[0.0, 0.0, 1e4, 3e4]], rtol=1e-7)
-    d = _host(masked_bce_backward(cache, _dev(np.ones((1, 4), dtype=dtype))))
+    d = _host(masked_bce_backward(_dev(np.ones((1, 4), dtype=dtype)), cache))
     _assert_close("dlogits at |z| = 1e4", d, [[0.0, 0.0, 1.0, -3.0]], rtol=0)
     mean, cache = masked_bce_forward(_dev(z), _dev(y))
-    assert np.isfinite(float(mean)) and np.isfinite(_host(masked_bce_backward(cache))).all()
+    assert np.isfinite(float(mean)) and np.isfinite(_host(masked_bce_backward(1.0, cache))).all()
 
 
 def test_float32_stays_float32(any_backend):
@@ -253,7 +253,7 @@ def test_float32_stays_float32(any_backend):
         loss, cache = masked_bce_forward(z, y, pos_weight=POS_WEIGHT, reduction=reduction)
         assert loss.dtype == np.float32
         dloss = _dev(np.ones((3, 4), dtype=np.float32)) if reduction == "none" else 1.0
-        d = masked_bce_backward(cache, dloss)
+        d = masked_bce_backward(dloss, cache)
         assert d.dtype == np.float32 and d.shape == (3, 4)
 
 
@@ -319,4 +319,4 @@ def test_device_values_are_not_read_back(randn):
     z, y = backend.asarray(np.zeros((3, 4), np.float32)), backend.asarray(TARGETS.astype(np.float32))
     with backend.forbid_host_sync():
         loss, cache = masked_bce_forward(z, y, _dev(MASK), pos_weight=backend.asarray(np.ones(4, np.float32)))
-        masked_bce_backward(cache)
+        masked_bce_backward(1.0, cache)

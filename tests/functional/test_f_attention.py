@@ -92,8 +92,8 @@ def test_fully_masked_row_gives_exact_zeros_and_no_nan(any_backend, float64, hos
     m[0, 1, 2] = False
     m[1, 0, 0] = False
     out, cache = attention_forward(q, k, v, mask=_dev(m))
-    dq, dk, dv = attention_backward(_dev(host_rng.standard_normal((2, 2, 3, 2))), cache)
-    out, p, dq = backend.to_numpy(out), backend.to_numpy(cache["p"]), backend.to_numpy(dq)
+    dq, dk, dv, _ = attention_backward(_dev(host_rng.standard_normal((2, 2, 3, 2))), cache)
+    out, p, dq = backend.to_numpy(out), backend.to_numpy(cache.p), backend.to_numpy(dq)
     for a in (out, p, dq, backend.to_numpy(dk), backend.to_numpy(dv)):
         assert not np.isnan(a).any()
     for b, h, t in [(0, 1, 2), (1, 0, 0)]:
@@ -110,12 +110,12 @@ def test_masked_keys_get_zero_probability_next_to_huge_logits(any_backend, float
     v = _dev(np.arange(8.0).reshape(1, 1, 4, 2))
     m = np.array([[True, True, True, False], [False, True, True, True]])
     out, cache = attention_forward(q, k, v, mask=_dev(m), scale=1.0)
-    p = backend.to_numpy(cache["p"])[0, 0]
+    p = backend.to_numpy(cache.p)[0, 0]
     assert (p[~m] == 0.0).all()
     np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-15)
     assert np.isfinite(backend.to_numpy(out)).all()
     np.testing.assert_array_equal(backend.to_numpy(out)[0, 0, 0], [0.0, 1.0])  # all weight on key 0
-    grads = attention_backward(_dev(np.ones((1, 1, 2, 2))), cache)
+    grads = attention_backward(_dev(np.ones((1, 1, 2, 2))), cache)[:3]
     assert all(np.isfinite(backend.to_numpy(g)).all() for g in grads)
 
 
@@ -125,7 +125,7 @@ def test_masked_keys_with_huge_logits_are_ignored(any_backend, float64, host_rng
     v = _dev(host_rng.standard_normal((1, 1, 4, 3)))
     m = _dev(np.array([True, False, True, False]))[None, None, None, :]
     out, cache = attention_forward(q, k, v, mask=m, scale=1.0)
-    p = backend.to_numpy(cache["p"])[0, 0]
+    p = backend.to_numpy(cache.p)[0, 0]
     assert (p[:, [1, 3]] == 0.0).all()
     e = np.exp([0.5, -0.5])
     np.testing.assert_allclose(p[:, [0, 2]], np.broadcast_to(e / e.sum(), (2, 2)), rtol=1e-14)
@@ -179,8 +179,8 @@ def test_no_nan_with_fully_masked_rows(any_backend, d, data):
     m[dead] = False
     q, k, v = (_dev(g.standard_normal((B, H, T, D)) * 10.0) for _ in range(3))
     out, cache = attention_forward(q, k, v, mask=_dev(m))
-    grads = attention_backward(_dev(g.standard_normal((B, H, T, D))), cache)
-    arrays = [backend.to_numpy(a) for a in (out, cache["p"], *grads)]
+    grads = attention_backward(_dev(g.standard_normal((B, H, T, D))), cache)[:3]
+    arrays = [backend.to_numpy(a) for a in (out, cache.p, *grads)]
     assert all(np.isfinite(a).all() for a in arrays)
     empty = ~m.any(-1)
     assert (arrays[0][empty] == 0.0).all() and (arrays[2][empty] == 0.0).all()

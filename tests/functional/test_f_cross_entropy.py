@@ -18,7 +18,7 @@ def _dev(a):
 
 
 def _backward(dout, cache):
-    return cross_entropy_backward(cache, dout)
+    return cross_entropy_backward(dout, cache)
 
 
 def _host_log_softmax(x):
@@ -80,7 +80,7 @@ def test_ignored_rows_get_exactly_zero_gradient(any_backend, float64, randn, red
     logits, t = randn(5, 4, scale=3.0), _dev(np.array([3, 1, 1, 0, 1]))
     loss, cache = cross_entropy_forward(logits, t, ignore_index=1, label_smoothing=0.1, reduction=reduction)
     dloss = randn(5) if reduction == "none" else 1.0
-    d = backend.to_numpy(cross_entropy_backward(cache, dloss))
+    d = backend.to_numpy(cross_entropy_backward(dloss, cache))
     assert (d[[1, 2, 4]] == 0.0).all()
     assert (d[[0, 3]] != 0.0).all()
     if reduction == "none":
@@ -91,7 +91,7 @@ def test_all_rows_ignored_is_zero_not_nan(any_backend, float64, randn):
     logits = randn(3, 4)
     loss, cache = cross_entropy_forward(logits, _dev(np.array([0, 0, 0])), ignore_index=0)
     assert float(loss) == 0.0
-    assert (backend.to_numpy(cross_entropy_backward(cache)) == 0.0).all()
+    assert (backend.to_numpy(cross_entropy_backward(1.0, cache)) == 0.0).all()
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -104,7 +104,7 @@ def test_ignored_rows_with_infinite_logits_do_not_poison_the_loss(any_backend, f
     loss, cache = cross_entropy_forward(_dev(x), _dev(t), ignore_index=0)
     kept = _closed_form_rows(x[[0, 2], 1:], np.array([1, 0]), 0.0)  # class 0 has probability 0
     np.testing.assert_allclose(float(loss), kept.mean(), rtol=1e-14)
-    assert np.isfinite(backend.to_numpy(cross_entropy_backward(cache))).all()
+    assert np.isfinite(backend.to_numpy(cross_entropy_backward(1.0, cache))).all()
     if eps:  # smoothing puts mass on the banned class: the kept rows' loss is +inf, still not NaN
         loss, _ = cross_entropy_forward(_dev(x), _dev(t), ignore_index=0, label_smoothing=eps)
         assert float(loss) == np.inf
@@ -132,7 +132,7 @@ def test_huge_logits_give_no_nan(any_backend, dtype, scale):
     t = _dev(np.array([1, 0, 4, 2]))
     for kw in ({}, {"label_smoothing": 0.1, "ignore_index": 0}):
         loss, cache = cross_entropy_forward(logits, t, **kw)
-        d = backend.to_numpy(cross_entropy_backward(cache))
+        d = backend.to_numpy(cross_entropy_backward(1.0, cache))
         assert not np.isnan(float(loss)) and np.isfinite(d).all()
 
 
@@ -145,7 +145,7 @@ def test_float32_stays_float32(any_backend):
         assert loss.dtype == np.float32
         assert cache[0].dtype == np.float32  # the (N, V) softmax kept for backward
         dloss = _dev(np.ones((2, 3), dtype=np.float32)) if reduction == "none" else 1.0
-        d = cross_entropy_backward(cache, dloss)
+        d = cross_entropy_backward(dloss, cache)
         assert d.dtype == np.float32 and d.shape == (2, 3, 6)
 
 

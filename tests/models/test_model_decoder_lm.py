@@ -174,7 +174,7 @@ def test_tomczak_config_builds_about_one_million_weights():
     assert blk.norm == "post" and blk.attn.d_head == 64 and blk.attn.n_heads == 4
     assert blk.attn.qkv.weight.shape == (64, 768) and blk.attn.proj.weight.shape == (256, 64)
     assert model.embed.drop.p == 0.1 and blk.drop1.p == 0.0 and blk.ff.drop.p == 0.0
-    assert blk.attn.p_drop == 0.0
+    assert blk.attn.attn_dropout == 0.0
     assert cfg.to_dict()["max_len"] == 101
     assert DecoderLMConfig.tomczak(112, n_layers=2).n_layers == 2
 
@@ -219,7 +219,7 @@ def test_backward_twice_identical_and_accumulates(any_backend, float64, tie):
     ids = _dev(BATCH)
     loss, cache = cross_entropy_forward(model(ids[:, :-1]), ids[:, 1:], ignore_index=0,
                                         label_smoothing=0.1)
-    dlogits = cross_entropy_backward(cache)
+    dlogits = cross_entropy_backward(1.0, cache)
     d_before = _host(dlogits).copy()
     assert model.backward(dlogits) is None
     first = {n: _host(p.grad).copy() for n, p in model.named_parameters()}

@@ -226,7 +226,7 @@ def test_seq2seq_backward_twice_identical_and_accumulates(any_backend, float64, 
     src, tgt = _dev(SRC), _dev(TGT)
     _, cache = cross_entropy_forward(model(src, tgt[:, :-1]), tgt[:, 1:], ignore_index=0,
                                      label_smoothing=0.1)
-    d = cross_entropy_backward(cache)
+    d = cross_entropy_backward(1.0, cache)
     model.backward(d)
     first = {n: _host(p.grad).copy() for n, p in model.named_parameters()}
     model.zero_grad()

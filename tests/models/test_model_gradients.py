@@ -50,7 +50,7 @@ def _ce_loss(targets, ignore_index=PAD, smoothing=0.1):
     def loss_fn(logits):
         loss, cache = cross_entropy_forward(logits, targets, ignore_index=ignore_index,
                                             label_smoothing=smoothing)
-        return loss, cross_entropy_backward(cache)
+        return loss, cross_entropy_backward(1.0, cache)
     return loss_fn
 
 
@@ -244,7 +244,7 @@ def test_tied_embedding_gradient_matches_numerical_and_needs_both_contributions(
 def test_whole_model_check_catches_a_missing_tied_contribution(float64, monkeypatch):
     """If the tied output projection forgot to add its gradient into the embedding (or the
     lookup forgot its own), the directional whole-model check fails on embed.tok.weight."""
-    from minitransformer.models.output import OutputProjection
+    from minitransformer.nn.embedding import OutputProjection
 
     cfg = DecoderLMConfig(vocab_size=V, n_layers=1, tie_embeddings=True, seed=2, **SMALL)
 

@@ -143,7 +143,7 @@ class _Rewound(Module):
 
 @pytest.mark.parametrize("cross", [False, True])
 def test_attention_dropout_gradcheck_in_training_mode(any_backend, float64, cross):
-    m = MultiHeadAttention(4, 2, dropout=0.4, rng=backend.RNG(3))
+    m = MultiHeadAttention(4, 2, attn_dropout=0.4, rng=backend.RNG(3))
     inputs = {"x": _randn(2, 3, 4)}
     if cross:
         inputs["context"] = _randn(2, 4, 4, seed=1)
@@ -153,8 +153,8 @@ def test_attention_dropout_gradcheck_in_training_mode(any_backend, float64, cros
     # dropout really acted: the probabilities after dropout differ from the plain ones
     wrapped(*inputs.values())
     cache = m.cache["attn"]
-    assert cache["dropout_mask"] is not None
-    assert not np.allclose(_host(cache["pd"]), _host(cache["p"]))
+    assert cache.dropout_mask is not None
+    assert not np.allclose(_host(cache.pd), _host(cache.p))
 
 
 # -- properties --------------------------------------------------------------------

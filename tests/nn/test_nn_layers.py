@@ -234,7 +234,7 @@ def test_feedforward_without_bias(any_backend, float64):
 
 
 def test_feedforward_dropout_in_train_only(any_backend, float64):
-    ff = FeedForward(4, 8, dropout=0.5)
+    ff = FeedForward(4, 8, ff_dropout=0.5)
     x = _randn(2, 3, 4)
     ff.eval()
     a, b = _host(ff(x)), _host(ff(x))

@@ -1,12 +1,14 @@
-"""minitransformer.parallel: pieces cover the work exactly once, results do not depend
+"""minitransformer.fast.parallel: pieces cover the work exactly once, results do not depend
 on the thread count, errors surface, BLAS's thread count comes back, and the
 attention and GELU kernels that use it give the same numbers on 1 and 2 threads."""
 import numpy as np
 import pytest
 
-from minitransformer import backend, parallel
-from minitransformer.functional import attention_backward, attention_forward, causal_mask
-from minitransformer.functional.activations import gelu_forward
+from minitransformer import backend
+from minitransformer.fast import parallel
+from minitransformer.fast.attention import attention_backward, attention_forward
+from minitransformer.nn.attention import causal_mask
+from minitransformer.fast.activations import gelu_forward
 
 
 @pytest.fixture
@@ -105,8 +107,8 @@ def _attention_run(rng, mask, drop):
     dropout = None if not drop else backend.asarray(
         (rng.random((B, H, T, T)) > 0.2) / 0.8, dtype=np.float32)
     out, cache = attention_forward(q, k, v, mask=mask, dropout_mask=dropout)
-    grads = attention_backward(do, cache)
-    return [backend.to_numpy(a) for a in (out, cache["p"], *grads)]
+    grads = attention_backward(do, cache)[:3]
+    return [backend.to_numpy(a) for a in (out, cache.p, *grads)]
 
 
 @pytest.mark.parametrize("mask_kind", ["none", "causal", "per-sequence"])

@@ -36,8 +36,20 @@ divided by :math:`n` for the mean, and exactly zero on missing entries.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from minitransformer import backend
 from minitransformer.backend import xp
+
+
+class BCECache(NamedTuple):
+    """What :func:`masked_bce_backward` needs."""
+
+    z: object  # (B, K) the logits, 0 on missing entries
+    y: object  # (B, K) the targets, 0 on missing entries
+    pos_weight: object  # (K,) the positive-class weights, or None
+    present: object  # (B, K) bool, where a label is present
+    weight: object  # (B, K) each entry's share of the loss: 0 if missing, 1/n for "mean"
 
 
 def _first_bad(bad, what: str, values, K: int) -> str:
@@ -65,10 +77,7 @@ def masked_bce_forward(logits, targets, mask=None, pos_weight=None, reduction: s
 
     Returns:
         loss: 0-d array (or (B, K) for ``"none"``), kept on the device.
-        cache: ``(z, y, pw, present, weight)``: the logits and targets with missing
-        entries replaced by 0 (B, K), the positive weights (K,) or None, the
-        present mask (B, K) bool, and each entry's backward weight (B, K) (0 where
-        missing, 1/n for "mean").
+        cache: :class:`BCECache`.
 
     Raises:
         ValueError: for a bad ``reduction``, non-float or non-2-D logits, a shape
@@ -152,16 +161,16 @@ def masked_bce_forward(logits, targets, mask=None, pos_weight=None, reduction: s
         loss = loss_el.sum()
     else:
         loss = loss_el  # (B, K)
-    return loss, (z, y, pw, present, weight)
+    return loss, BCECache(z, y, pw, present, weight)
 
 
-def masked_bce_backward(cache, dloss=1.0):
+def masked_bce_backward(dloss, cache: BCECache):
     """Fused gradient ``((1 - y) sigmoid(z) - pos_weight * y * sigmoid(-z)) * weight``.
 
     Args:
-        cache: from :func:`masked_bce_forward`.
         dloss: upstream gradient of the loss: a scalar (or 0-d array) for
             "mean"/"sum", or a (B, K) array for "none".
+        cache: from :func:`masked_bce_forward`.
 
     Returns:
         dlogits: (B, K), exactly 0 on missing entries.

@@ -1,39 +1,23 @@
-r"""Element-wise activations: GELU (exact and tanh forms) and ReLU.
+r"""Fast GELU: the exact form through a table, in cache-sized blocks on the thread pool.
 
-Exact GELU is :math:`x\,\Phi(x)` with :math:`\Phi` the standard normal CDF,
+The reference (:mod:`minitransformer.nn.elementwise`) evaluates :math:`\Phi` with
+SciPy's ``erf``. Here :math:`\Phi` is :math:`\tilde\Phi`, the piecewise-cubic
+Hermite interpolant of :math:`\Phi` on the grid :math:`x_k = k h`,
+:math:`h = 1/64`, over :math:`[-10, 10]`: on each cell the cubic that matches
+:math:`\Phi` and its density :math:`\varphi` at both ends (values computed once
+with Python's ``math.erfc``, kept in a small table). Outside the grid
+:math:`\tilde\Phi` is 0 or 1. Per element this is one table lookup and two short
+polynomials, about 20 array passes instead of an ``erf`` and an ``exp``.
 
-.. math:: \Phi(x) = \tfrac12\,\mathrm{erfc}\!\left(-x/\sqrt2\right),\qquad
-          \frac{d}{dx}\,x\Phi(x) = \Phi(x) + x\,\Phi'(x).
+**The documented bound.** :math:`|\tilde\Phi - \Phi| < 10^{-10}` (the Hermite
+bound :math:`h^4 \max|\Phi^{(4)}| / 384`) and :math:`|\tilde\Phi' - \varphi| < 2\cdot10^{-8}`,
+so the fast exact GELU differs from the reference by at most :math:`10^{-10}|x|`
+in y and :math:`2\cdot10^{-8}|x| + 10^{-10}` in dy/dx (``tests/fast`` checks
+both). The backward differentiates the *interpolant*, so forward and backward
+describe one and the same function and finite-difference checks pass.
 
-NumPy has no ``erf``, and SciPy is not a dependency. The exact GELU therefore
-evaluates :math:`\tilde\Phi`, the piecewise-cubic Hermite interpolant of
-:math:`\Phi` on the grid :math:`x_k = k h`, :math:`h = 1/64`, over
-:math:`[-10, 10]`: on each cell the cubic that matches :math:`\Phi` and its
-density :math:`\varphi` at both ends (values computed once with Python's
-``math.erfc``, kept in a small table). Outside the grid :math:`\tilde\Phi` is 0
-or 1. Its error is below 1e-10 (the Hermite bound
-:math:`h^4 \max|\Phi^{(4)}| / 384`), and that of :math:`\tilde\Phi'` below 2e-8.
-Per element this is one table lookup and two short polynomials, several times
-cheaper than an ``exp``-based fit.
-
-The backward differentiates the *interpolant* (the cubic's derivative), so
-forward and backward describe one and the same function and finite-difference
-checks of whole models pass at the default tolerance (1e-5 relative).
-:math:`\tilde\Phi` is continuous with a continuous derivative, knots included.
-
-:func:`erfc` and :func:`normal_cdf` are stand-alone utilities (forward only): a
-Chebyshev-fitted erfc with relative error below 1.2e-7 for every real input
-(W. H. Press et al., *Numerical Recipes*, the ``erfcc`` fit), accurate in the
-tails.
-
-The tanh form is :math:`\tfrac12 x\,(1+\tanh u)` with
-:math:`u=\sqrt{2/\pi}\,(x+0.044715x^3)`.
-
-Both backward passes are finite for :math:`|x|` up to 1e4 (and beyond): the
-exact form clamps the table index, so far out it reads a constant cell
-(:math:`\tilde\Phi` = 0 or 1, :math:`\tilde\Phi' = 0`); the tanh form uses
-:math:`1-\tanh^2 u`, never :math:`\cosh` or :math:`e^{+x}`. Each forward returns
-the local derivative :math:`dy/dx` as its cache, so the backward is one multiply.
+The tanh form is computed as in the reference, with ``out=`` into the result,
+and both run in blocks of 512 KiB (:func:`_blocked`).
 """
 from __future__ import annotations
 
@@ -42,50 +26,10 @@ import math
 import numpy as np
 
 from minitransformer.backend import xp
-from minitransformer.parallel import parallel_for
+from minitransformer.fast.parallel import parallel_for
 
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-# Coefficients c_0 .. c_9 of the erfc fit (Horner order below).
-_ERFC_COEF = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
-              0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-_ERFC_AT_0 = 0.0  # log of the raw fit at a = 0 (t = 1), summed in Horner order like the arrays
-for _c in reversed(_ERFC_COEF):
-    _ERFC_AT_0 = _ERFC_AT_0 * 1.0 + _c  # so subtracting it makes erfc(0) = 1 exactly
-
-
-def _horner(coef, t):
-    """sum_k coef[k] t^k, element-wise (a loop over ~10 scalars, not over data)."""
-    out = xp.full_like(t, coef[-1])  # (...)
-    for c in reversed(coef[:-1]):
-        out *= t
-        out += c
-    return out
-
-
-def _erfc_nonneg(a):
-    r"""The fitted :math:`\mathrm{erfc}(a)` for :math:`a \ge 0`.
-
-    :math:`\tilde r(a) = t\,e^{-a^2 + P(t) - P(1)}` with :math:`t = 1/(1 + a/2)`
-    (dividing by the raw fit's value at 0 makes :math:`\tilde r(0) = 1` exactly).
-    """
-    t = 1.0 / (1.0 + 0.5 * a)  # (...)
-    return t * xp.exp(-a * a + _horner(_ERFC_COEF, t) - _ERFC_AT_0)  # (...), underflows to 0 far out
-
-
-def erfc(z):
-    """Complementary error function, element-wise, for any real ``z`` (any shape).
-
-    Relative error below about 1.2e-7 everywhere, including both tails.
-    """
-    r = _erfc_nonneg(xp.abs(z))  # (...), erfc(|z|)
-    return xp.where(z >= 0, r, 2.0 - r)  # erfc(-a) = 2 - erfc(a)
-
-
-def normal_cdf(x):
-    """Standard normal CDF :math:`\\Phi(x)`, element-wise, accurate in both tails (the erfc fit)."""
-    half_r = 0.5 * _erfc_nonneg(xp.abs(x) * _SQRT_HALF)  # (...), erfc(|x| / sqrt 2) / 2
-    return xp.where(x >= 0, 1.0 - half_r, half_r)  # (...)
 
 
 # ---------------------------------------------------------------------------
@@ -170,7 +114,7 @@ def _gelu_exact(x, y, dydx):
 
 # Element-wise work of about 20 array passes (exact GELU) runs faster when done in
 # blocks that stay in the CPU cache than over a large array at once, and the blocks
-# are independent, so the CPU's cores can share them (see minitransformer.parallel).
+# are independent, so the CPU's cores can share them (see minitransformer.fast.parallel).
 _BLOCK = 1 << 17  # elements: 512 KiB of float32, large enough that threads rarely wait for the GIL
 
 
@@ -202,36 +146,10 @@ def _gelu_tanh(x, y, dydx):
 
 
 def gelu_forward(x, approximate: str = "none"):
-    """GELU activation.
-
-    Args:
-        x: (...) input.
-        approximate: ``"none"`` for the exact :math:`x\\Phi(x)`, ``"tanh"`` for the
-            tanh approximation.
-
-    Returns:
-        y: (...) output.
-        cache: the local derivative dy/dx (...), computed here from values the
-        forward has at hand anyway, so the backward is a single multiply.
-    """
+    """As :func:`minitransformer.nn.elementwise.gelu_forward` (exact form: within the
+    documented bound of the module docstring)."""
     if approximate == "none":
         return _blocked(_gelu_exact, x)
     if approximate == "tanh":
         return _blocked(_gelu_tanh, x)
     raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-
-
-def gelu_backward(dy, cache):
-    """Gradient of GELU: ``dy * dy/dx``. ``dy``: (...), same shape as the input. Returns dx (...)."""
-    return dy * cache
-
-
-def relu_forward(x):
-    """``max(x, 0)``. x: (...). Returns y (...) and the cache ``x > 0`` (bool, ...)."""
-    positive = x > 0  # (...)
-    return x * positive, positive
-
-
-def relu_backward(dy, cache):
-    """Gradient of ReLU: pass ``dy`` where the input was positive (the derivative at 0 is taken as 0)."""
-    return dy * cache

@@ -36,8 +36,11 @@ them sleep soon after the products end, yet still catch the next one of a quick
 series: decoding runs small products with a little attention work between them,
 and there 2^18 (about 0.1 ms) was 1.3-1.8x slower than 2^22 and 2^4 (sleeping
 at once) up to 2x; the training steps did not get slower from 2^18 to 2^22.
-OpenBLAS reads it only when it loads, so ``import minitransformer`` sets it when
-NumPy is not loaded yet (it never overrides a value you set).
+OpenBLAS reads it only when it loads, so it must be in the environment before
+NumPy is imported. The library never changes your environment; the demos and
+the benchmarks set it first thing in their own process (unless you set it), and
+a program of yours can do the same:
+``os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")`` before any import.
 
 **How many threads.** ``MINITRANSFORMER_THREADS`` if set; else the BLAS thread
 count (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, else
@@ -57,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from minitransformer import backend
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
 BLOCK_BYTES = 1 << 19  # aim for pieces of about this many bytes of their largest array (512 KiB)
 
 _state = {"threads": None, "pool": None, "blas_setter": None}

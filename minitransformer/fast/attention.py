@@ -1,0 +1,137 @@
+r"""Fast attention: the math of :mod:`minitransformer.nn.attention`, in blocks of
+sequences spread over the CPU thread pool, with fewer passes over memory.
+
+What differs from the reference (the results agree to rounding; ``tests/fast``):
+
+* The scale is applied to :math:`Q` (a (Tq, d) array) rather than to the (Tq, Tk)
+  logits: :math:`S = (sQ)K^\top`, and :math:`sQ` is kept for :math:`dK = dS^\top (sQ)`.
+* The softmax runs in place in the logits' buffer, with one reciprocal per row.
+* The softmax backward's row term :math:`\delta_i = \sum_j dP_{ij}P_{ij}` is formed as
+  :math:`dO_i \cdot O_i` from two (Tq, Dv) arrays instead of the (Tq, Tk) product,
+  since :math:`\sum_j (dO_i \cdot V_j) P_{ij} = dO_i \cdot \sum_j P_{ij} V_j`
+  (with dropout the same holds for :math:`P \odot M`).
+* The output is written head by head into a (B, Tq, H, Dv) buffer and returned as
+  its (B, H, Tq, Dv) view, so that putting the heads side by side afterwards
+  (``merge_heads``) is a free reshape, not a copy.
+* The batch is cut into blocks of about 512 KiB of scores that stay in the CPU
+  cache, handed to the thread pool (:mod:`minitransformer.fast.parallel`).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from minitransformer.backend import xp
+from minitransformer.fast.parallel import batch_slices, parallel_for
+from minitransformer.nn.attention import check_attention_inputs, sum_to_shape
+
+
+class FastAttentionCache(NamedTuple):
+    """What the fast backward needs (``p`` as in the reference cache, for plots)."""
+
+    qs: object  # (B, H, Tq, Dh) the scaled queries
+    k: object  # (B, H, Tk, Dh)
+    v: object  # (B, H, Tk, Dv)
+    p: object  # (B, H, Tq, Tk) probabilities
+    pd: object  # (B, H, Tq, Tk) after dropout (p itself without)
+    out: object  # (B, H, Tq, Dv) the output, for the row term dO . O
+    dropout_mask: object  # (B, H, Tq, Tk) or None
+    scale: float
+    bias: object  # the additive bias (its shape is dA's), or None
+
+
+def _batch_part(a, b):
+    """The part of a mask or bias (or None) for batch slice ``b``: one with a batch axis
+    of its own ((B, ...)) gives (b, ...); others serve every block as they are."""
+    if a is None or a.ndim < 4 or a.shape[0] == 1:
+        return a
+    return a[b]
+
+
+def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_mask=None, bias=None):
+    """As :func:`minitransformer.nn.attention.attention_forward`."""
+    check_attention_inputs(q, k, v, mask, bias)
+    B, H, Tq, Dh = q.shape
+    Tk, Dv = k.shape[2], v.shape[3]
+    scale = 1.0 / math.sqrt(Dh) if scale is None else float(scale)
+    blocked = None if mask is None else ~mask  # True = may not attend; built once for every block
+    qs = xp.empty(q.shape, dtype=q.dtype)  # (B, H, Tq, Dh)
+    p = xp.empty((B, H, Tq, Tk), dtype=q.dtype)  # (B, H, Tq, Tk)
+    pd = p if dropout_mask is None else xp.empty_like(p)  # (B, H, Tq, Tk)
+    out = xp.empty((B, Tq, H, Dv), dtype=q.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dv), heads side by side
+
+    def rows(b):  # one block of sequences: b is a slice of the batch axis
+        _forward_block(q[b], k[b], v[b], _batch_part(blocked, b), _batch_part(bias, b), scale,
+                       _batch_part(dropout_mask, b), qs[b], p[b], pd[b], out[b])
+
+    parallel_for(rows, batch_slices(B, H * Tq * Tk * p.itemsize), uses_blas=True)
+    return out, FastAttentionCache(qs, k, v, p, pd, out, dropout_mask, scale, bias)
+
+
+def _forward_block(q, k, v, blocked, bias, scale, dropout_mask, qs, p, pd, out):
+    """The forward pass on b sequences, written into the views qs, p, pd and out."""
+    xp.multiply(q, scale, out=qs)  # (b, H, Tq, Dh)
+    s = xp.matmul(qs, k.swapaxes(-1, -2), out=p)  # (b, H, Tq, Tk) the logits, in p's memory
+    if bias is not None:
+        s += bias
+    if blocked is not None:
+        xp.copyto(s, -xp.inf, where=blocked)  # masked logits are exactly -inf
+    row_max = s.max(axis=-1, keepdims=True)  # (b, H, Tq, 1), -inf on fully masked rows
+    if blocked is not None:
+        xp.copyto(row_max, 0.0, where=xp.isneginf(row_max))  # no -inf - -inf = NaN
+    s -= row_max
+    xp.exp(s, out=s)  # exp(-inf) = 0 exactly
+    denom = xp.einsum("bhqk->bhq", s)[..., None]  # (b, H, Tq, 1) row sums, 0 on fully masked rows
+    if blocked is not None:
+        xp.copyto(denom, 1.0, where=denom == 0)  # fully masked row: 0 / 1 = 0
+    s *= 1.0 / denom  # now p
+    if dropout_mask is not None:
+        xp.multiply(p, dropout_mask, out=pd)
+    xp.matmul(pd, v, out=out)  # (b, H, Tq, Dv)
+
+
+def attention_backward(dout, cache: FastAttentionCache):
+    """As :func:`minitransformer.nn.attention.attention_backward`."""
+    qs, k, v, p, pd, o, dropout_mask, scale, bias = cache
+    B, H, Tq, Tk = p.shape
+    dq = xp.empty(qs.shape, dtype=p.dtype)  # (B, H, Tq, Dh)
+    dk = xp.empty(k.shape, dtype=p.dtype)  # (B, H, Tk, Dh)
+    dv = xp.empty(v.shape, dtype=p.dtype)  # (B, H, Tk, Dv)
+    pieces = batch_slices(B, H * Tq * Tk * p.itemsize)
+    dbias_parts = {}  # piece start -> that block's dA summed to the bias's shape
+
+    def rows(b):  # one block of sequences
+        ds = _backward_block(dout[b], qs[b], k[b], v[b], p[b], pd[b], o[b],
+                             _batch_part(dropout_mask, b), scale, dq[b], dk[b], dv[b])
+        if bias is not None:
+            dbias_parts[b.start] = _bias_part_grad(ds, bias, b)
+
+    parallel_for(rows, pieces, uses_blas=True)
+    dbias = None
+    if bias is not None:
+        if bias.ndim == 4 and bias.shape[0] != 1:  # a batch axis of its own: blocks fill their rows
+            dbias = xp.concatenate([dbias_parts[b.start] for b in pieces], axis=0)
+        else:  # shared by every sequence: the blocks' sums add up, in a fixed order
+            dbias = sum(dbias_parts[b.start] for b in pieces)
+    return dq, dk, dv, dbias
+
+
+def _bias_part_grad(ds, bias, b):
+    """One block's share of dA: ds (b, H, Tq, Tk) summed to the shape of the bias's part."""
+    part = _batch_part(bias, b)
+    return sum_to_shape(ds, tuple(part.shape))
+
+
+def _backward_block(dout, qs, k, v, p, pd, out, dropout_mask, scale, dq, dk, dv):
+    """The backward pass on b sequences, written into dq, dk, dv. Returns dS (b, H, Tq, Tk)."""
+    xp.matmul(pd.swapaxes(-1, -2), dout, out=dv)  # (b, H, Tk, Dv), in the forward pass out = pd @ v
+    dp = dout @ v.swapaxes(-1, -2)  # (b, H, Tq, Tk)
+    if dropout_mask is not None:
+        dp *= dropout_mask
+    inner = xp.einsum("bhqd,bhqd->bhq", dout, out)[..., None]  # (b, H, Tq, 1) = rowsum(dp * p)
+    dp -= inner
+    dp *= p  # now dS, the gradient of the logits
+    xp.matmul(dp, k, out=dq)  # (b, H, Tq, Dh)
+    dq *= scale  # in the forward pass qs = scale * q
+    xp.matmul(dp.swapaxes(-1, -2), qs, out=dk)  # (b, H, Tk, Dh)
+    return dp

@@ -1,0 +1,90 @@
+"""Fast softmax and cross-entropy: the reference's math with fewer passes over memory.
+
+The softmax exponentiates in place in its shifted copy and divides by the row
+sums in place. The cross-entropy never forms the smoothed target distribution
+q: its loss needs only the target's shifted logit, the row sum of the shifted
+logits and the log-sum-exp, and its backward subtracts q from p in two strokes
+(a constant, then the target column). Caches are the reference's.
+"""
+from __future__ import annotations
+
+from minitransformer.backend import xp
+from minitransformer.nn.embedding import check_ids
+from minitransformer.nn.softmax import CrossEntropyCache, SoftmaxCache, _check_cross_entropy_args
+
+
+def softmax_forward(x, axis: int = -1):
+    """As :func:`minitransformer.nn.softmax.softmax_forward`."""
+    m = x.max(axis=axis, keepdims=True)  # (..., 1, ...)
+    xp.copyto(m, 0.0, where=xp.isneginf(m))  # an all -inf row: shift by 0
+    z = x - m  # (...) the one new array
+    p = xp.exp(z, out=z)  # (...) in place
+    total = p.sum(axis=axis, keepdims=True)  # (..., 1, ...)
+    xp.copyto(total, 1.0, where=total == 0)  # an all -inf row: 0 / 1 = 0
+    p /= total
+    return p, SoftmaxCache(p, axis)
+
+
+def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
+                          label_smoothing: float = 0.0, reduction: str = "mean"):
+    """As :func:`minitransformer.nn.softmax.cross_entropy_forward`, fused."""
+    eps = _check_cross_entropy_args(logits, targets, label_smoothing, reduction)
+    V = logits.shape[-1]
+    x = logits.reshape(-1, V)  # (N, V), a view
+    t = targets.reshape(-1)  # (N,)
+    N = t.shape[0]
+    if ignore_index is None:
+        keep = None
+        t_safe = t
+    else:
+        keep = t != ignore_index  # (N,) bool
+        t_safe = xp.where(keep, t, 0)  # (N,), ignored rows point at class 0 harmlessly
+    check_ids(t_safe, V, "cross_entropy targets")
+
+    rows = xp.arange(N)  # (N,)
+    z = x - x.max(axis=1, keepdims=True)  # (N, V), every entry <= 0
+    z_t = z[rows, t_safe]  # (N,), shifted logit of the target
+    z_sum = z.sum(axis=1) if eps > 0 else None  # (N,)
+    p = xp.exp(z, out=z)  # (N, V), unnormalised; reuses z's memory
+    sumexp = p.sum(axis=1, keepdims=True)  # (N, 1)
+    p /= sumexp  # (N, V), softmax
+    lse = xp.log(sumexp[:, 0])  # (N,), log-sum-exp of z
+    logp_t = z_t - lse  # (N,)
+    loss_rows = -(1.0 - eps) * logp_t  # (N,)
+    if eps > 0:
+        sum_logp = z_sum - V * lse  # (N,), sum_j log p_j
+        loss_rows -= (eps / (V - 1)) * (sum_logp - logp_t)
+
+    if keep is None:
+        weight = xp.ones(N, dtype=x.dtype)  # (N,)
+    else:
+        weight = keep.astype(x.dtype)  # (N,), 0 on ignored rows
+        # select, not multiply: an ignored row may have an infinite loss (a -inf logit at
+        # its placeholder class 0), and inf * 0 would make the whole reduction NaN
+        loss_rows = xp.where(keep, loss_rows, 0.0)  # (N,)
+    if reduction == "mean":
+        count = weight.sum()  # 0-d, number of kept rows (stays on the device)
+        denom = xp.maximum(count, 1.0)
+        loss = loss_rows.sum() / denom
+        weight = weight / denom  # (N,)
+    elif reduction == "sum":
+        loss = loss_rows.sum()
+    else:
+        loss = loss_rows.reshape(targets.shape)  # (...)
+    return loss, CrossEntropyCache(p, t_safe, weight, eps, tuple(logits.shape))
+
+
+def cross_entropy_backward(dloss, cache: CrossEntropyCache):
+    """As :func:`minitransformer.nn.softmax.cross_entropy_backward`, fused."""
+    p, t, weight, eps, shape = cache
+    N, V = p.shape
+    off = eps / (V - 1) if eps > 0 else 0.0
+    d = p - off  # (N, V), a fresh array: p (in the cache) stays intact for a second backward
+    d[xp.arange(N), t] -= (1.0 - eps) - off  # target column: p_t - (1 - eps)
+    if hasattr(dloss, "shape") and dloss.ndim > 0:
+        w = weight * dloss.reshape(-1)  # (N,), "none": one upstream value per row
+    else:
+        w = weight * dloss  # (N,)
+    w = w[:, None]  # (N, 1)
+    d = xp.where(w != 0, d * w, 0.0)  # (N, V): ignored rows exactly 0 (selected, so NaN * 0 cannot leak)
+    return d.reshape(shape)

@@ -1,0 +1,158 @@
+r"""Softmax, and the cross-entropy loss built on it.
+
+Softmax turns a row of scores into probabilities:
+
+.. math:: p_i = \frac{e^{x_i - m}}{\sum_j e^{x_j - m}},\quad m = \max_j x_j .
+
+Subtracting the row maximum changes nothing mathematically and keeps every
+exponent :math:`\le 0`, so nothing overflows. A row whose entries are all
+:math:`-\infty` (an attention query whose keys are all masked) has no
+probabilities to give: it is defined as a row of zeros, not the NaN of
+:math:`0/0`. The backward never forms the :math:`V\times V` Jacobian
+:math:`\mathrm{diag}(p) - pp^\top`; its product with ``dp`` collapses to
+
+.. math:: dx = p \odot \Big(dp - \textstyle\sum_j dp_j\,p_j\Big).
+
+**Cross-entropy** with label smoothing and ignored (padding) targets. For one row
+of logits :math:`x \in \mathbb{R}^V` with target :math:`t`, the smoothed target
+distribution is :math:`q_t = 1-\varepsilon`, :math:`q_j = \varepsilon/(V-1)`
+(:math:`j \ne t`), and the loss is :math:`\ell = -\sum_j q_j \log p_j`, which with
+:math:`\log p_j = x_j - \mathrm{lse}(x)` needs only two numbers per row:
+
+.. math:: \ell = -(1-\varepsilon)\log p_t - \frac{\varepsilon}{V-1}\Big(\sum_j \log p_j - \log p_t\Big).
+
+Rows whose target is ``ignore_index`` contribute nothing, and with
+``reduction="mean"`` the sum is divided by :math:`N`, the number of *kept* rows
+(dividing by all rows would shrink the loss of padded batches). The backward is
+softmax minus target, never a Jacobian:
+
+.. math:: \frac{\partial \ell_{\text{mean}}}{\partial x} = \frac{p - q}{N}
+          \ \text{on kept rows, exactly } 0 \text{ on ignored rows}.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from minitransformer.backend import xp
+from minitransformer.nn.embedding import check_ids
+
+
+class SoftmaxCache(NamedTuple):
+    """What :func:`softmax_backward` needs: the probabilities themselves."""
+
+    p: object  # (...) the softmax output
+    axis: int  # the axis it normalised
+
+
+def softmax_forward(x, axis: int = -1):
+    """Softmax along ``axis``. x: (...). Returns p (...) and a :class:`SoftmaxCache`.
+
+    A row of all ``-inf`` gives a row of zeros."""
+    m = x.max(axis=axis, keepdims=True)  # (..., 1, ...) the row maximum
+    m = xp.where(xp.isneginf(m), 0.0, m)  # (..., 1, ...) an all -inf row: shift by 0, not -inf
+    e = xp.exp(x - m)  # (...) every exponent <= 0; exp(-inf) = 0 exactly
+    total = e.sum(axis=axis, keepdims=True)  # (..., 1, ...) 0 only on an all -inf row
+    p = e / xp.where(total == 0, 1.0, total)  # (...) that row: 0 / 1 = 0
+    return p, SoftmaxCache(p, axis)
+
+
+def softmax_backward(dp, cache: SoftmaxCache):
+    """dx = p * (dp - sum(dp * p)) along the softmax axis. dp: same shape as p."""
+    p, axis = cache
+    inner = (dp * p).sum(axis=axis, keepdims=True)  # (..., 1, ...) one number per row
+    return p * (dp - inner)  # (...)
+
+
+def log_softmax(x, axis: int = -1):
+    """``log softmax(x)`` computed stably as ``x - m - log sum exp(x - m)``. Forward only. x: (...)."""
+    z = x - x.max(axis=axis, keepdims=True)  # (...) every entry <= 0
+    return z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))  # (...)
+
+
+class CrossEntropyCache(NamedTuple):
+    """What :func:`cross_entropy_backward` needs."""
+
+    p: object  # (N, V) the softmax of the logits
+    targets: object  # (N,) the target class of each row (0 on ignored rows)
+    weight: object  # (N,) each row's share of the loss: 0 if ignored, 1/N for "mean"
+    smoothing: float  # epsilon
+    shape: tuple  # the logits' shape (..., V)
+
+
+def _check_cross_entropy_args(logits, targets, label_smoothing, reduction) -> float:
+    """Raise ValueError for arguments cross_entropy_forward cannot use; return epsilon."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    eps = float(label_smoothing)
+    if not 0.0 <= eps < 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1), got {eps}")
+    if tuple(targets.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"cross_entropy: targets of shape {tuple(targets.shape)} do not match logits of shape "
+            f"{tuple(logits.shape)}; expected targets of shape {tuple(logits.shape[:-1])}"
+        )
+    if eps > 0 and logits.shape[-1] < 2:
+        raise ValueError("cross_entropy: label smoothing needs at least 2 classes")
+    return eps
+
+
+def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
+                          label_smoothing: float = 0.0, reduction: str = "mean"):
+    """Cross-entropy between ``softmax(logits)`` and (smoothed) one-hot targets.
+
+    Args:
+        logits: (..., V) unnormalised scores.
+        targets: (...) integer class ids.
+        ignore_index: rows whose target equals this get zero loss and zero gradient.
+        label_smoothing: epsilon in [0, 1).
+        reduction: ``"mean"`` (over kept rows), ``"sum"``, or ``"none"`` (per-row
+            losses (...), 0 on ignored rows).
+
+    Returns:
+        loss: 0-d array (or (...) for ``"none"``), on the device; cache: :class:`CrossEntropyCache`.
+    """
+    eps = _check_cross_entropy_args(logits, targets, label_smoothing, reduction)
+    V = logits.shape[-1]
+    x = logits.reshape(-1, V)  # (N, V)
+    t = targets.reshape(-1)  # (N,)
+    N = t.shape[0]
+    keep = xp.ones(N, dtype=bool) if ignore_index is None else t != ignore_index  # (N,) bool
+    t = xp.where(keep, t, 0)  # (N,) ignored rows point at class 0, harmlessly
+    check_ids(t, V, "cross_entropy targets")
+    logp = log_softmax(x, axis=1)  # (N, V)
+    logp_t = logp[xp.arange(N), t]  # (N,) log-probability of the target
+    loss_rows = -(1.0 - eps) * logp_t  # (N,)
+    if eps > 0:  # (a separate branch: with eps = 0 a -inf logit would give 0 * -inf = NaN)
+        loss_rows = loss_rows - (eps / (V - 1)) * (logp.sum(axis=1) - logp_t)  # (N,)
+    loss_rows = xp.where(keep, loss_rows, 0.0)  # (N,) select, not multiply: inf * 0 is NaN
+    weight = keep.astype(x.dtype)  # (N,) 1 on kept rows, 0 on ignored rows
+    if reduction == "mean":
+        n_kept = xp.maximum(weight.sum(), 1.0)  # 0-d, stays on the device
+        loss = loss_rows.sum() / n_kept
+        weight = weight / n_kept  # (N,)
+    elif reduction == "sum":
+        loss = loss_rows.sum()
+    else:
+        loss = loss_rows.reshape(targets.shape)  # (...)
+    return loss, CrossEntropyCache(xp.exp(logp), t, weight, eps, tuple(logits.shape))
+
+
+def cross_entropy_backward(dloss, cache: CrossEntropyCache):
+    """Gradient ``(p - q) * weight * dloss`` with respect to the logits.
+
+    Args:
+        dloss: upstream gradient of the loss: a scalar for "mean"/"sum", or a (...)
+            array for "none".
+        cache: from :func:`cross_entropy_forward`.
+
+    Returns:
+        dlogits: (..., V), exactly 0 on ignored rows.
+    """
+    p, t, weight, eps, shape = cache
+    N, V = p.shape
+    q = xp.full((N, V), eps / (V - 1) if eps > 0 else 0.0, dtype=p.dtype)  # (N, V) smoothed targets
+    q[xp.arange(N), t] = 1.0 - eps
+    dloss = dloss.reshape(-1) if getattr(dloss, "ndim", 0) > 0 else dloss  # (N,) for "none"
+    w = (weight * dloss)[:, None]  # (N, 1) each row's factor
+    dx = xp.where(w != 0, (p - q) * w, 0.0)  # (N, V) ignored rows exactly 0, even if p holds NaN
+    return dx.reshape(shape)
