@@ -98,10 +98,9 @@ def _check_all(variables, analytic, evaluate, dout, *, mode, n_directions, joint
     """Compare ``analytic[name]`` with numerical derivatives for every ``(name, array)``.
 
     ``evaluate()`` runs the forward pass on the current values and returns what
-    ``dout`` weights (or a scalar when ``dout`` is None).
+    ``dout`` weights (or a scalar when ``dout`` is None). ``mode`` has been
+    validated by the caller (:func:`_validate`).
     """
-    if mode not in _MODES:
-        raise ValueError(f"gradcheck: mode must be one of {_MODES}, got {mode!r}")
     results = []
     if mode == "elementwise":
         for name, x in variables:

@@ -174,8 +174,7 @@ def numerical_grad(f: Callable[[], Any], x, eps: float = DEFAULT_EPS, dout=None)
     Returns:
         A host ``numpy.ndarray`` (float64) of ``x``'s shape.
     """
-    _is_float_array(x, "x")
-    if not _looks_like_array(x) or getattr(x.dtype, "kind", "") != "f":
+    if not _is_float_array(x, "x"):
         raise ValueError(f"gradcheck: x must be a floating-point array, got {type(x).__name__}")
     _require_float64(x, "x")
     grad = np.zeros(tuple(x.shape), dtype=np.float64)
