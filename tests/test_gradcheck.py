@@ -363,3 +363,16 @@ def test_check_module_requires_float64_parameters(any_backend, g):
         check_module(layer, _rand(g, 4, 3))
     with pytest.raises(ValueError, match="unknown parameter"):
         check_module(TinyLinear(_rand(g, 3, 2), _rand(g, 2)), _rand(g, 4, 3), params=["W"])
+
+
+# -- the package ----------------------------------------------------------------------
+def test_package_re_exports_the_public_names_of_its_modules():
+    from minitransformer import gradcheck
+    from minitransformer.gradcheck import engine, numerical, report
+
+    parts = [numerical, report, engine]
+    assert sorted(gradcheck.__all__) == sorted(n for m in parts for n in m.__all__)
+    for m in parts:
+        for name in m.__all__:
+            assert getattr(gradcheck, name) is getattr(m, name), name
+    assert (gradcheck.DEFAULT_EPS, gradcheck.DEFAULT_RTOL, gradcheck.DEFAULT_ATOL) == (1e-6, 1e-5, 1e-8)
