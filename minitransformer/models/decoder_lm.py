@@ -23,15 +23,15 @@ from __future__ import annotations
 import dataclasses
 
 from minitransformer import backend, kernels
-from minitransformer.models.config import TransformerOptions
 from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
 from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_ids
+from minitransformer.nn.blocks import TransformerOptions
 from minitransformer.nn import DecoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
 
 
 @dataclasses.dataclass(kw_only=True)
 class DecoderLMConfig(TransformerOptions):
-    """Options of :class:`DecoderLM`; shared options: :mod:`minitransformer.models.config`."""
+    """Options of :class:`DecoderLM`; shared options: :class:`~minitransformer.nn.blocks.TransformerOptions`."""
 
     vocab_size: int = dataclasses.field(kw_only=False)
     n_layers: int = 2

@@ -24,9 +24,9 @@ import numpy as np
 
 from minitransformer import backend
 from minitransformer.backend import xp
-from minitransformer.models.config import TransformerOptions
 from minitransformer.nn.attention import padding_mask
 from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_ids
+from minitransformer.nn.blocks import TransformerOptions
 from minitransformer.nn import EncoderBlock, LayerNorm, Linear, Module, ModuleList, set_rng
 
 

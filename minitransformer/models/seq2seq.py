@@ -22,15 +22,15 @@ import dataclasses
 
 from minitransformer import backend
 from minitransformer.backend import xp
-from minitransformer.models.config import TransformerOptions
 from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
 from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_ids
+from minitransformer.nn.blocks import TransformerOptions
 from minitransformer.nn import DecoderBlock, EncoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
 
 
 @dataclasses.dataclass(kw_only=True)
 class Seq2SeqConfig(TransformerOptions):
-    """Options of :class:`Seq2Seq` (shared options: :mod:`minitransformer.models.config`)."""
+    """Options of :class:`Seq2Seq` (shared options: :class:`~minitransformer.nn.blocks.TransformerOptions`)."""
 
     src_vocab_size: int = dataclasses.field(kw_only=False)
     tgt_vocab_size: int = dataclasses.field(kw_only=False)
