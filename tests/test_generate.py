@@ -203,7 +203,7 @@ def test_filter_logits():
 
 def test_sampling_frequencies():
     """The inverse-CDF draw follows softmax(z / tau) after the filters."""
-    from minitransformer.generate import _inverse_cdf_draw
+    from minitransformer.generate.decode import _inverse_cdf_draw
     z = filter_logits(xp.asarray(np.tile([[1.0, 0.5, 0.0, -0.5, -2.0]], (20000, 1))), top_k=4)
     tok = backend.to_numpy(_inverse_cdf_draw(z, backend.RNG(0).random((20000,), dtype=xp.float64)))
     p = np.exp([1.0, 0.5, 0.0, -0.5])
@@ -344,10 +344,11 @@ def test_beam_cache_equal(kind):
 @pytest.mark.parametrize("alpha", [0.6, 0.0])
 def test_wide_beam_is_exhaustive(alpha):
     """With max_len 4 (3 generated tokens) a beam of 132 holds every prefix, so beam
-    search must return the exact top hypotheses among all 1464 possible outputs."""
+    search must return the exact top hypotheses among all possible outputs (PAD
+    and BOS are never generated)."""
     lm = make_lm(max_len=4)
     add_eos_bias(lm, 2.0)
-    words = [v for v in range(V) if v not in (PAD, EOS)]
+    words = [v for v in range(V) if v not in (PAD, BOS, EOS)]
     seqs = [[BOS, EOS]]
     seqs += [[BOS, a, EOS] for a in words]
     seqs += [[BOS, a, b, c] for a, b in itertools.product(words, words) for c in words + [EOS]]
@@ -358,6 +359,23 @@ def test_wide_beam_is_exhaustive(alpha):
     got_ids, got = beam_search(lm, batch_size=1, beam_size=132, n_best=5, length_penalty=alpha, max_len=4)
     np.testing.assert_allclose(got[0], best, atol=1e-9)
     np.testing.assert_allclose(lm_scores(lm, got_ids[0], alpha), best, atol=1e-9)
+
+
+def test_pad_and_bos_are_never_generated():
+    """A model that would rather emit PAD or BOS than anything else still never puts
+    either inside a sequence: greedy, sampling (plain, top-k, top-p) and beam search."""
+    lm = make_lm(max_len=8)
+    bias = lm.head.linear.bias.data
+    bias[PAD] = bias[PAD] + 30.0
+    bias[BOS] = bias[BOS] + 30.0
+    outputs = [greedy(lm, 6), sample(lm, 64, rng=0), sample(lm, 64, rng=1, top_k=3),
+               sample(lm, 64, rng=2, top_p=0.9), beam_search(lm, batch_size=2, beam_size=4)[0][:, 0]]
+    for ids in outputs:
+        for row in ids:
+            row = list(row)
+            end = row.index(EOS) if EOS in row else len(row)
+            assert BOS not in row[1:], f"BOS generated inside {row}"
+            assert PAD not in row[:end], f"PAD generated before the end of {row}"
 
 
 def test_length_penalty():

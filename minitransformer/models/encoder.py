@@ -114,7 +114,7 @@ class Encoder(Module):
 
 
 def mask_tokens(ids, mask_id: int, vocab_size: int, rng: np.random.Generator, p: float = 0.15,
-                special_ids=(0, 1, 2), ignore_index: int = -100):
+                special_ids=(0, 1, 2, 3), ignore_index: int = -100):
     """BERT-style corruption for masked-language-model training (host NumPy arrays).
 
     Each non-special token is selected with probability ``p``. A selected token is
@@ -126,7 +126,8 @@ def mask_tokens(ids, mask_id: int, vocab_size: int, rng: np.random.Generator, p:
         ids: (B, T) integer NumPy array.
         mask_id: id of the MASK token. vocab_size: V.
         rng: a NumPy Generator (use ``backend.RNG.host()`` for a resumable stream).
-        special_ids: ids never selected (PAD, BOS/CLS, EOS, ...).
+        special_ids: ids never selected (default: the vocabulary's PAD, BOS, EOS, UNK = 0..3,
+            as in :class:`~minitransformer.tasks.MLMTask`).
 
     Returns:
         corrupted (B, T) and targets (B, T), both int64 NumPy arrays.
