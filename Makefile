@@ -1,7 +1,7 @@
 # minitransformer developer commands.
 #
 #   make demo   build .venv with the [chem,plot] extras, run demos/$(DEMO).py
-#   make test   build .venv with the [all] extras, run the test suite
+#   make test   build .venv with the [all] extras, run the test suite (fast, then reference kernels)
 #   make clean  remove .venv and build/test caches
 #
 # Knobs (set on the command line, e.g. `make test PYTEST_ARGS="-k attention"`):
@@ -39,8 +39,11 @@ help:
 demo: $(VENV)/.installed-demo
 	$(VENV_PY) demos/$(DEMO).py $(ARGS)
 
+# The suite runs twice: with the fast kernels (the default) and with the plain
+# reference kernels, so every model-level test holds for both sets.
 test: $(VENV)/.installed-test
-	$(VENV_PY) -m pytest $(PYTEST_ARGS)
+	MINITRANSFORMER_KERNELS=fast $(VENV_PY) -m pytest $(PYTEST_ARGS)
+	MINITRANSFORMER_KERNELS=reference $(VENV_PY) -m pytest $(PYTEST_ARGS)
 
 # The bare virtualenv. Checked for the Python version first so an old python3
 # fails here with a clear message rather than deep inside pip.
