@@ -29,6 +29,7 @@ import numpy as _np
 __all__ = [
     "xp", "use", "name", "is_device_array", "to_numpy", "asarray", "scatter_add", "erf",
     "get_dtype", "set_dtype", "dtype_scope", "RNG", "synchronize", "BACKENDS", "values_on_host",
+    "forbid_host_sync",
 ]
 
 BACKENDS = ("numpy", "cupy", "strict")
@@ -155,6 +156,24 @@ def erf(x):
     return scipy_erf(x)
 
 
+@contextlib.contextmanager
+def forbid_host_sync():
+    """``with forbid_host_sync(): ...`` fails at the first read of a device value
+    back to the host, the kind of read that makes a GPU wait: on CuPy through
+    ``cupyx.allow_synchronize(False)``, on the tests' strict stand-in through
+    :func:`minitransformer.testing.strict.refuse_host_reads`; on NumPy (no device) nothing."""
+    if _state["name"] == "cupy":
+        import cupyx
+        with cupyx.allow_synchronize(False):
+            yield
+    elif _state["name"] == "strict":
+        from minitransformer.testing.strict import refuse_host_reads
+        with refuse_host_reads():
+            yield
+    else:
+        yield
+
+
 def synchronize() -> None:
     """Wait for queued device work (a no-op on the CPU). For timing only."""
     if _state["name"] == "cupy":
@@ -239,11 +258,3 @@ class RNG:
 
 use(os.environ.get("MINITRANSFORMER_BACKEND", "numpy").strip().lower() or "numpy")
 
-
-def __getattr__(attr):
-    """The test machinery that used to live here (``forbid_host_sync`` ...), from
-    :mod:`minitransformer.testing.strict`, for code that still imports it from here."""
-    if attr in ("forbid_host_sync", "HostSyncError", "HostConversionError", "StrictArray"):
-        from minitransformer.testing import strict
-        return getattr(strict, attr)
-    raise AttributeError(f"module 'minitransformer.backend' has no attribute {attr!r}")

@@ -20,6 +20,8 @@ up on every call, so a switch takes effect at once, without rebuilding a model.
 
 ``kernels.linear_forward`` is a plain attribute of this module: :func:`use`
 writes the chosen set's functions into it, so a call costs one dictionary look-up.
+This module imports nothing of the package (every layer imports it); the package's
+``__init__`` registers the two sets (:func:`register`) and selects one.
 """
 from __future__ import annotations
 
@@ -41,38 +43,25 @@ NAMES = (
     "masked_bce_forward", "masked_bce_backward",
 )
 
-_state = {"name": None}
+_state = {"name": None, "sets": {}}
 
 
-def reference_set() -> dict:
-    """{name: function} of the reference kernels."""
-    from minitransformer.nn import attention, bce, elementwise, embedding, layernorm, linear, softmax
-    modules = (linear, embedding, softmax, attention, layernorm, elementwise, bce)
-    table = {}
-    for module in modules:
-        table.update({n: getattr(module, n) for n in NAMES if hasattr(module, n)})
+def register(kernel_set: str, table: dict) -> None:
+    """Make ``table`` ({name: function}, every name of :data:`NAMES`) selectable as
+    ``kernel_set``. ``minitransformer/__init__.py`` registers the two sets."""
     missing = sorted(set(NAMES) - set(table))
-    if missing:  # pragma: no cover - a packaging error, not a user error
-        raise ImportError(f"reference kernels missing: {missing}")
-    return table
-
-
-def fast_set() -> dict:
-    """{name: function} of the fast kernels (the reference one where none is faster)."""
-    from minitransformer.fast import FAST_KERNELS
-    table = reference_set()
-    table.update(FAST_KERNELS)
-    return table
+    if missing:
+        raise ValueError(f"kernel set {kernel_set!r} lacks {missing}")
+    _state["sets"][kernel_set] = dict(table)
 
 
 def use(kernel_set: str) -> None:
     """Make every layer call the kernels of ``kernel_set`` ("reference" or "fast")."""
-    if kernel_set not in KERNEL_SETS:
+    if kernel_set not in _state["sets"]:
         raise ValueError(
             f"unknown kernel set {kernel_set!r}: use 'reference' (the plain kernels) or 'fast'"
         )
-    table = reference_set() if kernel_set == "reference" else fast_set()
-    globals().update(table)
+    globals().update(_state["sets"][kernel_set])
     _state["name"] = kernel_set
 
 

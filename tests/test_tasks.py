@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from minitransformer import backend
+from minitransformer.testing.strict import HostSyncError
 from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
 from minitransformer.tasks import LMTask, MLMTask, Seq2SeqTask, pad_batch
 
@@ -384,7 +385,7 @@ def test_forbid_host_sync_catches_each_kind_of_read():
              "int": lambda: int(a[1]), "to_numpy": lambda: backend.to_numpy(a), "get": lambda: a.get(),
              "mask index": lambda: a[a > 2], "nonzero": lambda: backend.xp.flatnonzero(a)}
     for what, read in reads.items():
-        with backend.forbid_host_sync(), pytest.raises(backend.HostSyncError):
+        with backend.forbid_host_sync(), pytest.raises(HostSyncError):
             read()
         read()  # allowed again outside the block
 

@@ -4,6 +4,8 @@
 Reading order: module, linear, embedding, softmax (and cross-entropy), attention,
 layernorm, elementwise (GELU, ReLU, dropout), blocks. ``bce`` is the loss of the
 property models."""
+from minitransformer import kernels
+from minitransformer.nn import attention, bce, elementwise, embedding, layernorm, linear, softmax
 from minitransformer.nn.attention import KVCache, MultiHeadAttention
 from minitransformer.nn.blocks import DecoderBlock, EncoderBlock, FeedForward
 from minitransformer.nn.elementwise import GELU, Dropout, ReLU, make_activation, set_rng
@@ -18,5 +20,11 @@ __all__ = [
     "DecoderBlock", "Dropout", "Embedding", "EncoderBlock", "FeedForward", "GELU", "KVCache",
     "LayerNorm", "Linear", "Module", "ModuleList", "MultiHeadAttention", "OutputProjection",
     "Parameter", "PositionalEmbedding", "ReLU", "SinusoidalPositionalEncoding", "TokenEmbedder",
-    "make_activation", "set_rng",
+    "make_activation", "set_rng", "REFERENCE_KERNELS",
 ]
+
+# The reference kernel set (see minitransformer/kernels.py): every kernel these files define.
+REFERENCE_KERNELS = {
+    name: getattr(module, name) for module in (linear, embedding, softmax, attention, layernorm, elementwise, bce)
+    for name in kernels.NAMES if hasattr(module, name)
+}

@@ -7,10 +7,10 @@ Nothing here is needed to read or run the library; the tests use it.
 CuPy arrays do. Code that mixes ``np.`` calls into device arrays then fails on a
 laptop or in CI instead of first failing on a GPU.
 
-Inside :func:`forbid_host_sync` the strict arrays also refuse every read of a
-device value that would make a GPU wait (``float(a)``, ``a.item()``,
-``to_numpy(a)``, a boolean-mask index ...), so tests prove that a training step
-never waits. On CuPy the same context uses ``cupyx.allow_synchronize(False)``.
+Inside ``backend.forbid_host_sync()`` (:func:`refuse_host_reads`) the strict
+arrays also refuse every read of a device value that would make a GPU wait
+(``float(a)``, ``a.item()``, ``to_numpy(a)``, a boolean-mask index ...), so tests
+prove that a training step never waits.
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import operator
 
 import numpy as _np
 
-from minitransformer import backend
 
 # ---------------------------------------------------------------------------
 # The strict CPU stand-in for CuPy
@@ -55,23 +54,14 @@ def _host_sync(what: str) -> None:
 
 
 @contextlib.contextmanager
-def forbid_host_sync():
-    """``with forbid_host_sync(): ...`` fails at the first device-to-host read.
-
-    Strict backend: :class:`HostSyncError` from ``float()``, ``int()``, ``bool()``,
-    ``.item()``, ``.get()``, ``.tolist()``, :func:`to_numpy`, boolean-mask
-    indexing and ``nonzero``-like functions (their output size depends on the
-    data). CuPy: ``cupyx.allow_synchronize(False)``, CuPy's own check. NumPy:
-    nothing (there is no device).
-    """
+def refuse_host_reads():
+    """Inside the block, strict arrays raise :class:`HostSyncError` on ``float()``,
+    ``int()``, ``bool()``, ``.item()``, ``.get()``, ``.tolist()``, ``to_numpy``,
+    boolean-mask indexing and ``nonzero``-like functions (their output size depends
+    on the data). ``backend.forbid_host_sync`` uses it on the strict backend."""
     _sync["forbidden"] += 1
     try:
-        if backend.name() == "cupy":
-            import cupyx
-            with cupyx.allow_synchronize(False):
-                yield
-        else:
-            yield
+        yield
     finally:
         _sync["forbidden"] -= 1
 
