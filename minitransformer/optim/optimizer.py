@@ -44,7 +44,6 @@ plain Python float, so a float32 model stays float32.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Iterable
 
 import numpy as np  # host-side copies for state_dict / load_state_dict only
@@ -53,7 +52,7 @@ from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.optim._params import named_parameters
 
-__all__ = ["Optimizer", "Adam", "AdamW", "default_no_decay"]
+__all__ = ["Optimizer", "Adam", "AdamW", "adam_update", "default_no_decay"]
 
 
 def default_no_decay(name: str, param) -> bool:
@@ -79,8 +78,9 @@ class Optimizer:
     Subclasses define ``_state_keys`` (the names of the per-parameter state
     arrays, each shaped like the parameter and zero-initialised), ``_hyper``
     (the hyperparameter attributes saved in a checkpoint) and
-    ``_update(name, p, state, lr)``, which changes ``p.data`` in place for one
-    parameter using the gradient ``p.grad``.
+    ``_update(name, p, state, lr)``, which updates one parameter from its
+    gradient ``p.grad``: ``p.data`` and the arrays in ``state``, in place or by
+    assigning new arrays (as :class:`Adam` does with :func:`adam_update`).
 
     Args:
         params: a module (anything with ``named_parameters()``) or an iterable
@@ -248,24 +248,93 @@ class Optimizer:
         return f"{type(self).__name__}({len(self.params)} parameters, lr={lr}, {hyper}, t={self.t})"
 
 
+# ---------------------------------------------------------------------------
+# The Adam update of one tensor (reference kernel)
+# ---------------------------------------------------------------------------
+def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0, decoupled=False):
+    r"""One Adam step for one tensor, as a pure function: new arrays out, inputs untouched.
+
+    With :math:`\theta` = ``param``, :math:`g` = ``grad``, :math:`t` = ``step``,
+    :math:`\eta` = ``lr`` and :math:`\lambda` = ``weight_decay``:
+
+    .. math::
+
+        \tilde g &= \begin{cases} g + \lambda\,\theta & \text{L2 decay (decoupled=False)} \\
+                                  g & \text{decoupled decay} \end{cases} \\
+        m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, \tilde g \\
+        v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, \tilde g^2 \\
+        \hat m_t &= \frac{m_t}{1 - \beta_1^t}, \qquad
+        \hat v_t = \frac{v_t}{1 - \beta_2^t} \\
+        \theta' &= \begin{cases} \theta & \text{L2 decay} \\
+                                 \theta - \eta\lambda\,\theta & \text{decoupled decay} \end{cases} \\
+        \theta_t &= \theta' - \eta\, \frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon}
+
+    The factors :math:`1/(1-\beta^t)` undo the bias of the zero-initialised
+    averages (with :math:`\beta_2 = 0.999`, :math:`v_1` is only
+    :math:`0.001\, g^2`); :math:`\epsilon` is added *after* that correction.
+
+    This is the *reference* kernel: one formula per line, readable rather than
+    fast (each line allocates a new array). :mod:`minitransformer.fast.adam`
+    has the same function updating its inputs in place, and ``tests/fast``
+    proves the two equal.
+
+    Args:
+        param: :math:`\theta_{t-1}`, a float array of any shape ``S``.
+        grad: :math:`g_t`, shape ``S``.
+        m: :math:`m_{t-1}`, the first-moment average, shape ``S`` (zeros before step 1).
+        v: :math:`v_{t-1}`, the second-moment average, shape ``S`` (zeros before step 1).
+        step: :math:`t \ge 1`, the number of this update (an int).
+        lr: :math:`\eta \ge 0`, a Python float.
+        beta1, beta2: :math:`\beta_1, \beta_2 \in [0, 1)`, Python floats.
+        eps: :math:`\epsilon > 0`, a Python float.
+        weight_decay: :math:`\lambda \ge 0`, a Python float (0 for an exempt parameter).
+        decoupled: False for L2 decay inside the gradient (:class:`Adam`),
+            True for decay applied to the weights directly (:class:`AdamW`).
+
+    Returns:
+        ``(param, m, v)``: :math:`\theta_t, m_t, v_t`, new arrays of shape ``S``
+        and the dtype of ``param``. The scalars are Python floats so that a
+        float32 tensor stays float32.
+    """
+    dtype = param.dtype
+    if weight_decay and not decoupled:
+        g = grad + weight_decay * param                      # (S) L2 decay joins the gradient
+    else:
+        g = grad                                             # (S) read only
+    m = beta1 * m + (1.0 - beta1) * g                        # (S) m_t
+    v = beta2 * v + (1.0 - beta2) * (g * g)                  # (S) v_t
+    m_hat = m / (1.0 - beta1 ** step)                        # (S) bias-corrected m_t
+    v_hat = v / (1.0 - beta2 ** step)                        # (S) bias-corrected v_t
+    if weight_decay and decoupled:
+        param = param - lr * weight_decay * param            # (S) theta', decoupled decay
+    param = param - lr * m_hat / (xp.sqrt(v_hat) + eps)      # (S) theta_t
+    # NumPy turns 0-d results into scalars; make them arrays of param's dtype again
+    # (a no-op, no copy, for every other shape and backend).
+    return (xp.asarray(param, dtype=dtype),                  # (S)
+            xp.asarray(m, dtype=dtype),                      # (S)
+            xp.asarray(v, dtype=dtype))                      # (S)
+
+
+# ---------------------------------------------------------------------------
+# Adam and AdamW
+# ---------------------------------------------------------------------------
 class Adam(Optimizer):
     r"""Adam (Kingma & Ba, 2015), with optional L2 weight decay in the gradient.
 
-    With :math:`\beta_1, \beta_2 \in [0, 1)` and :math:`m_0 = v_0 = 0`:
+    With :math:`\beta_1, \beta_2 \in [0, 1)` and :math:`m_0 = v_0 = 0`, each
+    step applies :func:`adam_update` with ``decoupled=False`` to every
+    parameter:
 
     .. math::
 
         \tilde g_t &= g_t + \lambda \theta_{t-1} \\
         m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, \tilde g_t \\
         v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, \tilde g_t^2 \\
-        \theta_t &= \theta_{t-1} - \frac{\eta_t}{1 - \beta_1^t}\,
-                    \frac{m_t}{\sqrt{v_t} / \sqrt{1 - \beta_2^t} + \epsilon}
+        \theta_t &= \theta_{t-1} - \eta_t\,
+                    \frac{m_t / (1 - \beta_1^t)}{\sqrt{v_t / (1 - \beta_2^t)} + \epsilon}
 
-    The factors :math:`1/(1-\beta^t)` undo the bias of the zero-initialised
-    averages (with :math:`\beta_2 = 0.999`, :math:`v_1` is only
-    :math:`0.001\, g_1^2`). Note :math:`\epsilon` is added *after* the bias
-    correction of :math:`\sqrt{v_t}`. Because :math:`\lambda\theta` passes
-    through :math:`v_t`, heavily-updated weights are decayed less: use
+    (:math:`\lambda = 0` for exempt parameters). Because :math:`\lambda\theta`
+    passes through :math:`v_t`, heavily-updated weights are decayed less: use
     :class:`AdamW` for decay that is independent of the gradient scale.
 
     State per parameter: ``{"m": m, "v": v}``, both shaped like the parameter.
@@ -281,46 +350,26 @@ class Adam(Optimizer):
 
     _state_keys = ("m", "v")
     _hyper = ("betas", "eps", "weight_decay")
+    _decoupled = False  # how weight decay enters adam_update
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, no_decay=None):
         self.betas, self.eps = _check_betas_eps(betas, eps)
         super().__init__(params, lr, weight_decay, no_decay)
 
-    def _decoupled_decay(self, name, p, lr) -> None:
-        """Hook for AdamW; Adam puts its decay into the gradient instead."""
-
-    def _grad(self, name, p):
-        return self._l2_grad(name, p)
-
     def _update(self, name, p, state, lr):
-        b1, b2 = self.betas
-        bc1 = 1.0 - b1 ** self.t                       # Python floats: no float64 upcast
-        bc2 = 1.0 - b2 ** self.t
-        self._decoupled_decay(name, p, lr)
-        g = self._grad(name, p)                        # (*p.shape)
+        (b1, b2), eps, t = self.betas, self.eps, self.t
+        wd = self.weight_decay if self._decay[name] else 0.0
         m, v = state["m"], state["v"]                  # (*p.shape) each
-        buf = xp.empty_like(m)                         # (*p.shape) the one scratch array
-        xp.multiply(g, 1.0 - b1, out=buf)              # (out=: 0-d results stay arrays)
-        m *= b1
-        m += buf                                       # m_t
-        xp.multiply(g, g, out=buf)
-        buf *= 1.0 - b2
-        v *= b2
-        v += buf                                       # v_t
-        xp.sqrt(v, out=buf)
-        buf /= math.sqrt(bc2)
-        buf += self.eps                                # denominator
-        xp.divide(m, buf, out=buf)
-        buf *= lr / bc1                                # the step
-        p.data -= buf
+        p.data, state["m"], state["v"] = adam_update(p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
 
 
 class AdamW(Adam):
     r"""Adam with decoupled weight decay (Loshchilov & Hutter, 2019).
 
     The decay shrinks the weights directly instead of entering the gradient,
-    so it does not pass through the adaptive denominator:
+    so it does not pass through the adaptive denominator (:func:`adam_update`
+    with ``decoupled=True``):
 
     .. math::
 
@@ -328,8 +377,8 @@ class AdamW(Adam):
                    \quad \text{(non-exempt parameters only)} \\
         m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, g_t \\
         v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, g_t^2 \\
-        \theta_t &= \theta' - \frac{\eta_t}{1 - \beta_1^t}\,
-                    \frac{m_t}{\sqrt{v_t} / \sqrt{1 - \beta_2^t} + \epsilon}
+        \theta_t &= \theta' - \eta_t\,
+                    \frac{m_t / (1 - \beta_1^t)}{\sqrt{v_t / (1 - \beta_2^t)} + \epsilon}
 
     The decay is scaled by the scheduled rate :math:`\eta_t`, so it warms up
     and decays with the schedule. By default (:func:`default_no_decay`) only
@@ -341,15 +390,8 @@ class AdamW(Adam):
         weight_decay: decoupled coefficient :math:`\lambda` (default 0.01).
     """
 
+    _decoupled = True
+
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01, no_decay=None):
         super().__init__(params, lr, betas, eps, weight_decay, no_decay)
-
-    def _decoupled_decay(self, name, p, lr):
-        if self.weight_decay and self._decay[name]:
-            p.data *= 1.0 - lr * self.weight_decay
-
-    def _grad(self, name, p):
-        return p.grad
-
-
