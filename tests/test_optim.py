@@ -417,8 +417,11 @@ def test_clip_grad_norm_none_measures_only_and_never_syncs(any_backend):
     norm0 = math.sqrt(sum(float((g ** 2).sum()) for g in g0.values()))
     with backend.forbid_host_sync():  # the strict backend raises at any device-to-host read
         measured = clip_grad_norm(pairs, None)
-        clipped = clip_grad_norm(pairs, 0.5)
     assert float(measured) == pytest.approx(norm0, rel=1e-5)
+    for name, g in _grads(pairs).items():
+        np.testing.assert_array_equal(g, g0[name], err_msg=f"max_norm=None changed grad {name}")
+    with backend.forbid_host_sync():
+        clipped = clip_grad_norm(pairs, 0.5)
     assert float(clipped) == pytest.approx(norm0, rel=1e-5)  # the norm before clipping
     g1 = _grads(pairs)
     for name in g0:
