@@ -39,7 +39,7 @@ import numpy as np
 
 from minitransformer.checkpoint import load_checkpoint, restore, save_checkpoint
 from minitransformer import backend
-from minitransformer.optim import clip_grad_norm, clip_grad_norm_on_device
+from minitransformer.optim import clip_grad_norm
 
 
 class TrainingDiverged(RuntimeError):
@@ -123,6 +123,19 @@ def _default_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def _drop_gradients_unless_finite(model, loss, norm) -> None:
+    """Zero every gradient if the loss or the gradient norm is NaN or infinite, on the device.
+
+    With deferred checks (``sync_every > 1``) the optimizer steps before anyone has
+    looked at the loss and the norm, and :func:`clip_grad_norm` leaves a non-finite
+    gradient as it is. So the step's gradients are dropped here, without a host
+    read: the weights stay finite, and the next read raises :class:`TrainingDiverged`.
+    """
+    bad = ~(backend.xp.isfinite(loss) & backend.xp.isfinite(norm))  # () bool, on the device
+    for p in model.parameters():
+        backend.xp.copyto(p.grad, 0.0, where=bad)  # (*p.shape) in place; where=False: no change
 
 
 class Trainer:
@@ -228,11 +241,11 @@ class Trainer:
                     self._check_finite(float(loss), "loss", self.step + 1)  # before any update
                 model.zero_grad()
                 self.task.backward(model)
+                norm = clip_grad_norm(model, cfg.clip or None)  # 0-d, on the device; None: measure only
                 if sync_every == 1:
-                    norm = clip_grad_norm(model, cfg.clip if cfg.clip else math.inf)  # inf: measure only
-                    self._check_finite(norm, "gradient norm", self.step + 1)
+                    self._check_finite(float(norm), "gradient norm", self.step + 1)  # before the update
                 else:
-                    norm = clip_grad_norm_on_device(model, cfg.clip)  # no host round trip
+                    _drop_gradients_unless_finite(model, loss, norm)  # no host read; the next read stops
                 self.optimizer.step()
                 if sync_every == 1:
                     norm = None  # already checked

@@ -361,7 +361,7 @@ def test_training_step_never_reads_the_device(case):
     """Loss, backward, clipping on the device and an Adam step under forbid_host_sync:
     the strict backend raises at any device-to-host read (float(), .item(), a boolean
     mask index ...), as CuPy would stall there."""
-    from minitransformer.optim import Adam, clip_grad_norm_on_device
+    from minitransformer.optim import Adam, clip_grad_norm
     backend.use("strict")
     name, model, task, examples = _step_cases()[case]
     model.train()
@@ -372,7 +372,7 @@ def test_training_step_never_reads_the_device(case):
             loss, n_tokens = task.loss(model, batch, np.random.default_rng(step))
             model.zero_grad()
             task.backward(model)
-            norm = clip_grad_norm_on_device(model, 1.0)
+            norm = clip_grad_norm(model, 1.0)
             optimizer.step()
         assert np.isfinite(float(loss)) and np.isfinite(float(norm)), f"{name}: step {step} not finite"
         assert n_tokens > 0, f"{name}: nothing scored"

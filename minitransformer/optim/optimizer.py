@@ -1,0 +1,397 @@
+r"""The optimizer base class, the Adam update, and the Adam / AdamW optimizers.
+
+An optimizer turns the gradients that the backward passes left in
+``Parameter.grad`` into an update of ``Parameter.data``. This module holds
+
+* :class:`Optimizer`, the bookkeeping every optimizer shares (parameters by
+  name, the step counter, the learning rate or schedule, which parameters are
+  decayed, checkpoint state), and :func:`default_no_decay`;
+* :func:`adam_update`, the Adam step for one tensor written as a pure function
+  (the *reference* kernel: one formula per line, new arrays out);
+* :class:`Adam` and :class:`AdamW`, which apply it to every parameter.
+
+SGD and Adamax live in :mod:`minitransformer.optim.sgd_adamax`; the notation
+(:math:`\theta, g_t, \eta_t, \lambda`) is the one of :mod:`minitransformer.optim`.
+
+**Parameters are addressed by name.** An optimizer is built from a module (any
+object with ``named_parameters()``) or from ``(name, Parameter)`` pairs, and
+keeps its per-parameter state in ``optimizer.state[name]``, a dict of arrays
+shaped like the parameter. Names make :meth:`Optimizer.state_dict` readable
+and let :meth:`Optimizer.load_state_dict` say exactly which tensor does not fit.
+
+**The step counter.** ``optimizer.t`` counts calls to :meth:`Optimizer.step`:
+it is incremented once at the start of each call, so during the first update
+:math:`t = 1`, and every parameter of that update sees the same :math:`t`.
+(Incrementing it inside the per-parameter loop is a classic bug: with
+:math:`P` parameters the bias corrections would then run :math:`P` times too
+fast.)
+
+**Learning rate.** ``lr`` is a float or a schedule ``t -> float`` (see
+:mod:`minitransformer.optim.schedules`). ``optimizer.schedule`` holds the
+schedule (``None`` for a constant rate) and ``optimizer.lr`` always holds a
+float: the constant rate, or the rate of the latest step (before the first
+step, the rate of step 1). So ``optimizer.lr`` is what a training log prints.
+
+**Weight decay** applies only to parameters that are not exempt. The ``no_decay``
+argument decides which are exempt; its default, :func:`default_no_decay`,
+exempts every parameter with fewer than two dimensions (biases, LayerNorm gains
+and shifts, scalars) and decays the matrices (linear weights, embeddings). Pass
+``no_decay=()`` to decay everything, a list of names, or a predicate
+``(name, Parameter) -> bool``. ``optimizer.decayed_names()`` lists the result.
+
+Every scalar that meets an array (learning rate, betas, bias corrections) is a
+plain Python float, so a float32 model stays float32.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import numpy as np  # host-side copies for state_dict / load_state_dict only
+
+from minitransformer import backend
+from minitransformer.backend import xp
+from minitransformer.optim._params import named_parameters
+
+__all__ = ["Optimizer", "Adam", "AdamW", "adam_update", "default_no_decay"]
+
+
+def default_no_decay(name: str, param) -> bool:
+    """The default weight-decay exemption: True (exempt) for parameters with
+    ``ndim < 2``, i.e. biases, LayerNorm gains and shifts, and scalars.
+    Matrices and embeddings (``ndim >= 2``) are decayed."""
+    return param.data.ndim < 2
+
+
+def _check_betas_eps(betas, eps) -> tuple[tuple[float, float], float]:
+    """Validate Adam-family hyperparameters; return them as Python floats."""
+    b1, b2 = (float(b) for b in betas)
+    if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+        raise ValueError(f"betas must be in [0, 1), got {betas}")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+    return (b1, b2), float(eps)
+
+
+class Optimizer:
+    r"""Shared machinery: parameters by name, step counter, lr schedule, state I/O.
+
+    Subclasses define ``_state_keys`` (the names of the per-parameter state
+    arrays, each shaped like the parameter and zero-initialised), ``_hyper``
+    (the hyperparameter attributes saved in a checkpoint) and
+    ``_update(name, p, state, lr)``, which updates one parameter from its
+    gradient ``p.grad``: ``p.data`` and the arrays in ``state``, in place or by
+    assigning new arrays (as :class:`Adam` does with :func:`adam_update`).
+
+    Args:
+        params: a module (anything with ``named_parameters()``) or an iterable
+            of ``(name, Parameter)`` pairs.
+        lr: a float, or a schedule ``t -> float`` giving the rate of step ``t``.
+        weight_decay: the coefficient :math:`\lambda \ge 0`; how it enters the
+            update depends on the optimizer.
+        no_decay: which parameters are exempt from weight decay: ``None`` for
+            :func:`default_no_decay` (exempt ``ndim < 2``), an iterable of
+            names, or a predicate ``(name, Parameter) -> bool``.
+    """
+
+    _state_keys: tuple[str, ...] = ()
+    _hyper: tuple[str, ...] = ("weight_decay",)
+
+    def __init__(self, params, lr, weight_decay: float = 0.0,
+                 no_decay: Callable | Iterable[str] | None = None):
+        self.params: dict[str, object] = dict(named_parameters(params))
+        if callable(lr):
+            self.schedule = lr
+            self.lr = float(lr(1))
+        else:
+            if not lr >= 0:
+                raise ValueError(f"lr must be >= 0, got {lr}")
+            self.schedule = None
+            self.lr = float(lr)
+        if not weight_decay >= 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        self.weight_decay = float(weight_decay)
+        self._decay = self._resolve_no_decay(no_decay)
+        self.t = 0
+        self.state: dict[str, dict] = {
+            name: {key: xp.zeros_like(p.data) for key in self._state_keys}  # each (*p.shape)
+            for name, p in self.params.items()
+        }
+
+    def _resolve_no_decay(self, no_decay) -> dict[str, bool]:
+        """{name: True if weight decay applies to it}."""
+        if no_decay is None:
+            no_decay = default_no_decay
+        if callable(no_decay):
+            return {n: not bool(no_decay(n, p)) for n, p in self.params.items()}
+        exempt = set(no_decay)
+        unknown = sorted(exempt - set(self.params))
+        if unknown:
+            raise ValueError(f"no_decay names unknown parameters: {', '.join(unknown)}")
+        return {n: n not in exempt for n in self.params}
+
+    def decayed_names(self) -> list[str]:
+        """Names of the parameters weight decay applies to (if ``weight_decay > 0``)."""
+        return [n for n, d in self._decay.items() if d]
+
+    def get_lr(self, t: int | None = None) -> float:
+        """The learning rate of step ``t`` (default: the step the next ``step()`` makes)."""
+        if self.schedule is None:
+            return self.lr
+        return float(self.schedule(self.t + 1 if t is None else t))
+
+    def zero_grad(self) -> None:
+        """Set every gradient to zero (backward passes accumulate with ``+=``)."""
+        for p in self.params.values():
+            p.grad.fill(0)
+
+    def step(self) -> None:
+        """One update of every parameter from its current ``grad``.
+
+        Increments ``t`` once, takes :math:`\\eta_t` from the schedule if there
+        is one (storing it in ``self.lr``), then updates each parameter.
+        """
+        self.t += 1
+        if self.schedule is not None:
+            self.lr = float(self.schedule(self.t))
+        lr = self.lr
+        for name, p in self.params.items():
+            state = self.state[name]
+            for key, arr in state.items():  # the model was cast (astype) after we were built
+                if arr.dtype != p.data.dtype:
+                    state[key] = arr.astype(p.data.dtype)  # (*p.shape)
+            self._update(name, p, state, lr)
+
+    def _update(self, name: str, p, state: dict, lr: float) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _l2_grad(self, name: str, p):
+        r"""The gradient with L2 regularisation folded in, :math:`g + \lambda\theta`.
+
+        Returns ``p.grad`` itself when there is no decay for this parameter, so
+        callers must not write into the result.
+        """
+        if self.weight_decay and self._decay[name]:
+            return p.grad + self.weight_decay * p.data  # (*p.shape) new array
+        return p.grad
+
+    # -- checkpoints -------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to resume, as plain Python values and host NumPy arrays.
+
+        ``{"type": class name, "t": int, "lr": float, <hyperparameters>,
+        "schedule": repr or None, "state": {name: {key: numpy.ndarray}}}``.
+        The arrays are copies, so later steps do not change a saved dict. The
+        schedule itself is not saved (it is a pure function of ``t``); its repr
+        is kept for the record.
+        """
+        sd = {"type": type(self).__name__, "t": int(self.t), "lr": float(self.lr)}
+        for key in self._hyper:
+            value = getattr(self, key)
+            sd[key] = list(value) if isinstance(value, tuple) else value
+        sd["schedule"] = None if self.schedule is None else repr(self.schedule)
+        sd["state"] = {
+            name: {key: np.array(backend.to_numpy(arr), copy=True) for key, arr in st.items()}
+            for name, st in self.state.items()
+        }
+        return sd
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore ``t``, ``lr``, the hyperparameters and the per-parameter state.
+
+        Everything is checked first (optimizer type, parameter names, state
+        keys, shapes); on any mismatch a ``ValueError`` lists all of them and
+        nothing is loaded. Arrays are copied to the active backend and cast to
+        each parameter's dtype. The schedule is kept as constructed.
+        """
+        problems = []
+        if sd.get("type", type(self).__name__) != type(self).__name__:
+            problems.append(f"optimizer type: expected {type(self).__name__}, got {sd['type']}")
+        state = sd.get("state", {})
+        missing = sorted(set(self.params) - set(state))
+        unexpected = sorted(set(state) - set(self.params))
+        if missing:
+            problems.append("missing: " + ", ".join(missing))
+        if unexpected:
+            problems.append("unexpected: " + ", ".join(unexpected))
+        for name, p in self.params.items():
+            if name not in state:
+                continue
+            keys, want = sorted(state[name]), sorted(self._state_keys)
+            if keys != want:
+                problems.append(f"{name}: state keys {keys}, expected {want}")
+                continue
+            for key in want:
+                shape = tuple(np.shape(state[name][key]))
+                if shape != tuple(p.data.shape):
+                    problems.append(f"{name}.{key}: shape {shape}, expected {tuple(p.data.shape)}")
+        if problems:
+            raise ValueError(f"optimizer state dict does not fit this {type(self).__name__}:\n  "
+                             + "\n  ".join(problems))
+        for name, p in self.params.items():
+            self.state[name] = {
+                key: backend.asarray(np.array(backend.to_numpy(arr), dtype=p.data.dtype,
+                                              copy=True))  # (*p.shape)
+                for key, arr in state[name].items()
+            }
+        self.t = int(sd["t"])
+        self.lr = float(sd.get("lr", self.lr))
+        for key in self._hyper:
+            if key in sd:
+                current = getattr(self, key)
+                value = sd[key]
+                setattr(self, key, tuple(float(v) for v in value) if isinstance(current, tuple)
+                        else type(current)(value))
+
+    def __repr__(self) -> str:
+        hyper = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._hyper)
+        lr = repr(self.schedule) if self.schedule is not None else repr(self.lr)
+        return f"{type(self).__name__}({len(self.params)} parameters, lr={lr}, {hyper}, t={self.t})"
+
+
+# ---------------------------------------------------------------------------
+# The Adam update of one tensor (reference kernel)
+# ---------------------------------------------------------------------------
+def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0, decoupled=False):
+    r"""One Adam step for one tensor, as a pure function: new arrays out, inputs untouched.
+
+    With :math:`\theta` = ``param``, :math:`g` = ``grad``, :math:`t` = ``step``,
+    :math:`\eta` = ``lr`` and :math:`\lambda` = ``weight_decay``:
+
+    .. math::
+
+        \tilde g &= \begin{cases} g + \lambda\,\theta & \text{L2 decay (decoupled=False)} \\
+                                  g & \text{decoupled decay} \end{cases} \\
+        m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, \tilde g \\
+        v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, \tilde g^2 \\
+        \hat m_t &= \frac{m_t}{1 - \beta_1^t}, \qquad
+        \hat v_t = \frac{v_t}{1 - \beta_2^t} \\
+        \theta' &= \begin{cases} \theta & \text{L2 decay} \\
+                                 \theta - \eta\lambda\,\theta & \text{decoupled decay} \end{cases} \\
+        \theta_t &= \theta' - \eta\, \frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon}
+
+    The factors :math:`1/(1-\beta^t)` undo the bias of the zero-initialised
+    averages (with :math:`\beta_2 = 0.999`, :math:`v_1` is only
+    :math:`0.001\, g^2`); :math:`\epsilon` is added *after* that correction.
+
+    This is the *reference* kernel: one formula per line, readable rather than
+    fast (each line allocates a new array). :mod:`minitransformer.fast.adam`
+    has the same function updating its inputs in place, and ``tests/fast``
+    proves the two equal.
+
+    Args:
+        param: :math:`\theta_{t-1}`, a float array of any shape ``S``.
+        grad: :math:`g_t`, shape ``S``.
+        m: :math:`m_{t-1}`, the first-moment average, shape ``S`` (zeros before step 1).
+        v: :math:`v_{t-1}`, the second-moment average, shape ``S`` (zeros before step 1).
+        step: :math:`t \ge 1`, the number of this update (an int).
+        lr: :math:`\eta \ge 0`, a Python float.
+        beta1, beta2: :math:`\beta_1, \beta_2 \in [0, 1)`, Python floats.
+        eps: :math:`\epsilon > 0`, a Python float.
+        weight_decay: :math:`\lambda \ge 0`, a Python float (0 for an exempt parameter).
+        decoupled: False for L2 decay inside the gradient (:class:`Adam`),
+            True for decay applied to the weights directly (:class:`AdamW`).
+
+    Returns:
+        ``(param, m, v)``: :math:`\theta_t, m_t, v_t`, new arrays of shape ``S``
+        and the dtype of ``param``. The scalars are Python floats so that a
+        float32 tensor stays float32.
+    """
+    dtype = param.dtype
+    if weight_decay and not decoupled:
+        g = grad + weight_decay * param                      # (S) L2 decay joins the gradient
+    else:
+        g = grad                                             # (S) read only
+    m = beta1 * m + (1.0 - beta1) * g                        # (S) m_t
+    v = beta2 * v + (1.0 - beta2) * (g * g)                  # (S) v_t
+    m_hat = m / (1.0 - beta1 ** step)                        # (S) bias-corrected m_t
+    v_hat = v / (1.0 - beta2 ** step)                        # (S) bias-corrected v_t
+    if weight_decay and decoupled:
+        param = param - lr * weight_decay * param            # (S) theta', decoupled decay
+    param = param - lr * m_hat / (xp.sqrt(v_hat) + eps)      # (S) theta_t
+    # NumPy turns 0-d results into scalars; make them arrays of param's dtype again
+    # (a no-op, no copy, for every other shape and backend).
+    return (xp.asarray(param, dtype=dtype),                  # (S)
+            xp.asarray(m, dtype=dtype),                      # (S)
+            xp.asarray(v, dtype=dtype))                      # (S)
+
+
+# ---------------------------------------------------------------------------
+# Adam and AdamW
+# ---------------------------------------------------------------------------
+class Adam(Optimizer):
+    r"""Adam (Kingma & Ba, 2015), with optional L2 weight decay in the gradient.
+
+    With :math:`\beta_1, \beta_2 \in [0, 1)` and :math:`m_0 = v_0 = 0`, each
+    step applies :func:`adam_update` with ``decoupled=False`` to every
+    parameter:
+
+    .. math::
+
+        \tilde g_t &= g_t + \lambda \theta_{t-1} \\
+        m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, \tilde g_t \\
+        v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, \tilde g_t^2 \\
+        \theta_t &= \theta_{t-1} - \eta_t\,
+                    \frac{m_t / (1 - \beta_1^t)}{\sqrt{v_t / (1 - \beta_2^t)} + \epsilon}
+
+    (:math:`\lambda = 0` for exempt parameters). Because :math:`\lambda\theta`
+    passes through :math:`v_t`, heavily-updated weights are decayed less: use
+    :class:`AdamW` for decay that is independent of the gradient scale.
+
+    State per parameter: ``{"m": m, "v": v}``, both shaped like the parameter.
+
+    Args:
+        params: a module or ``(name, Parameter)`` pairs.
+        lr: float or schedule.
+        betas: :math:`(\beta_1, \beta_2)`.
+        eps: :math:`\epsilon > 0`.
+        weight_decay: L2 coefficient :math:`\lambda`, added to the gradient.
+        no_decay: exemptions from weight decay (see :class:`Optimizer`).
+    """
+
+    _state_keys = ("m", "v")
+    _hyper = ("betas", "eps", "weight_decay")
+    _decoupled = False  # how weight decay enters adam_update
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, no_decay=None):
+        self.betas, self.eps = _check_betas_eps(betas, eps)
+        super().__init__(params, lr, weight_decay, no_decay)
+
+    def _update(self, name, p, state, lr):
+        (b1, b2), eps, t = self.betas, self.eps, self.t
+        wd = self.weight_decay if self._decay[name] else 0.0
+        m, v = state["m"], state["v"]                  # (*p.shape) each
+        p.data, state["m"], state["v"] = adam_update(p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
+
+
+class AdamW(Adam):
+    r"""Adam with decoupled weight decay (Loshchilov & Hutter, 2019).
+
+    The decay shrinks the weights directly instead of entering the gradient,
+    so it does not pass through the adaptive denominator (:func:`adam_update`
+    with ``decoupled=True``):
+
+    .. math::
+
+        \theta' &= \theta_{t-1} - \eta_t \lambda\, \theta_{t-1}
+                   \quad \text{(non-exempt parameters only)} \\
+        m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, g_t \\
+        v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, g_t^2 \\
+        \theta_t &= \theta' - \eta_t\,
+                    \frac{m_t / (1 - \beta_1^t)}{\sqrt{v_t / (1 - \beta_2^t)} + \epsilon}
+
+    The decay is scaled by the scheduled rate :math:`\eta_t`, so it warms up
+    and decays with the schedule. By default (:func:`default_no_decay`) only
+    parameters with ``ndim >= 2`` are decayed; biases and LayerNorm
+    parameters are not.
+
+    Args:
+        params, lr, betas, eps, no_decay: as for :class:`Adam`.
+        weight_decay: decoupled coefficient :math:`\lambda` (default 0.01).
+    """
+
+    _decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, no_decay=None):
+        super().__init__(params, lr, betas, eps, weight_decay, no_decay)
