@@ -41,6 +41,7 @@ NAMES = (
     "gelu_forward", "gelu_backward", "relu_forward", "relu_backward",
     "dropout_forward", "dropout_backward",
     "masked_bce_forward", "masked_bce_backward",
+    "adam_update",
 )
 
 _state = {"name": None, "sets": {}}

@@ -3,7 +3,7 @@ kernels in :mod:`minitransformer.nn`, written for speed. Only the kernels listed
 in :data:`FAST_KERNELS` differ; the others are the reference ones. Select with
 ``MINITRANSFORMER_KERNELS=fast`` (the default) or ``minitransformer.kernels.use("fast")``.
 """
-from minitransformer.fast import activations, attention, embedding, layernorm, softmax
+from minitransformer.fast import activations, adam, attention, embedding, layernorm, softmax
 
 FAST_KERNELS = {
     "embedding_backward": embedding.embedding_backward,
@@ -15,4 +15,5 @@ FAST_KERNELS = {
     "layernorm_forward": layernorm.layernorm_forward,
     "layernorm_backward": layernorm.layernorm_backward,
     "gelu_forward": activations.gelu_forward,
+    "adam_update": adam.adam_update,
 }

@@ -24,7 +24,7 @@ non-finite norm; it now follows the rule above.)
 from __future__ import annotations
 
 from minitransformer.backend import xp
-from minitransformer.optim._params import parameter_list
+from minitransformer.optim.optimizer import is_parameter
 
 __all__ = ["clip_grad_norm", "clip_grad_norm_on_device"]
 
@@ -36,6 +36,18 @@ def _grad_norm_squared(plist):
         g = p.grad.ravel()                       # (numel,) a view
         total = total + xp.vdot(g, g)            # ()
     return total
+
+
+def parameter_list(params) -> list:
+    """Parameters (each once) from a module, Parameters, or (name, Parameter) pairs."""
+    items = params.parameters() if hasattr(params, "parameters") else params
+    out, seen = [], set()
+    for item in items:
+        p = item if is_parameter(item) else item[1]
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
 
 
 def clip_grad_norm(params, max_norm: float | None):

@@ -44,15 +44,57 @@ plain Python float, so a float32 model stays float32.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable, Iterable
 
 import numpy as np  # host-side copies for state_dict / load_state_dict only
 
-from minitransformer import backend
+from minitransformer import backend, kernels
 from minitransformer.backend import xp
-from minitransformer.optim._params import named_parameters
 
 __all__ = ["Optimizer", "Adam", "AdamW", "adam_update", "default_no_decay"]
+
+
+def is_parameter(obj) -> bool:
+    """True for a Parameter-like object (it has ``data`` and ``grad``)."""
+    return hasattr(obj, "data") and hasattr(obj, "grad")
+
+
+def named_parameters(params) -> list[tuple[str, object]]:
+    """``(name, Parameter)`` pairs from a module or from an iterable of pairs.
+
+    Raises ``TypeError`` for bare Parameters or malformed pairs, and
+    ``ValueError`` for no parameters, a repeated name, or a Parameter listed
+    twice (it would be updated twice per step).
+    """
+    if hasattr(params, "named_parameters"):
+        pairs = list(params.named_parameters())
+    else:
+        pairs = []
+        for item in params:
+            if is_parameter(item):
+                raise TypeError(
+                    "optimizers keep their state by parameter name: pass the model itself or "
+                    "model.named_parameters(), i.e. (name, Parameter) pairs, not bare Parameters")
+            name, p = item
+            if not isinstance(name, str) or not is_parameter(p):
+                raise TypeError(f"expected (str, Parameter) pairs, got ({type(name).__name__}, "
+                                f"{type(p).__name__})")
+            pairs.append((name, p))
+    if not pairs:
+        raise ValueError("the optimizer got no parameters")
+    counts = Counter(n for n, _ in pairs)
+    dup_names = sorted(n for n, k in counts.items() if k > 1)
+    if dup_names:
+        raise ValueError(f"duplicate parameter names: {', '.join(dup_names)}")
+    ids: dict[int, str] = {}
+    for n, p in pairs:
+        if id(p) in ids:
+            raise ValueError(f"the same Parameter appears twice, as {ids[id(p)]!r} and {n!r}; "
+                             "it would be updated twice per step")
+        ids[id(p)] = n
+    return pairs
+
 
 
 def default_no_decay(name: str, param) -> bool:
@@ -319,25 +361,12 @@ def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0
 # Adam and AdamW
 # ---------------------------------------------------------------------------
 class Adam(Optimizer):
-    r"""Adam (Kingma & Ba, 2015), with optional L2 weight decay in the gradient.
+    r"""Adam (Kingma & Ba, 2015): :func:`adam_update` with ``decoupled=False`` on
+    every parameter, so L2 weight decay :math:`\lambda\theta` joins the gradient.
 
-    With :math:`\beta_1, \beta_2 \in [0, 1)` and :math:`m_0 = v_0 = 0`, each
-    step applies :func:`adam_update` with ``decoupled=False`` to every
-    parameter:
-
-    .. math::
-
-        \tilde g_t &= g_t + \lambda \theta_{t-1} \\
-        m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, \tilde g_t \\
-        v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, \tilde g_t^2 \\
-        \theta_t &= \theta_{t-1} - \eta_t\,
-                    \frac{m_t / (1 - \beta_1^t)}{\sqrt{v_t / (1 - \beta_2^t)} + \epsilon}
-
-    (:math:`\lambda = 0` for exempt parameters). Because :math:`\lambda\theta`
-    passes through :math:`v_t`, heavily-updated weights are decayed less: use
-    :class:`AdamW` for decay that is independent of the gradient scale.
-
-    State per parameter: ``{"m": m, "v": v}``, both shaped like the parameter.
+    It then passes through :math:`v_t`, and heavily-updated weights are decayed
+    less: use :class:`AdamW` for decay independent of the gradient scale. State
+    per parameter: ``{"m": m, "v": v}``, both shaped like the parameter.
 
     Args:
         params: a module or ``(name, Parameter)`` pairs.
@@ -361,29 +390,18 @@ class Adam(Optimizer):
         (b1, b2), eps, t = self.betas, self.eps, self.t
         wd = self.weight_decay if self._decay[name] else 0.0
         m, v = state["m"], state["v"]                  # (*p.shape) each
-        p.data, state["m"], state["v"] = adam_update(p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
+        p.data, state["m"], state["v"] = kernels.adam_update(  # (*p.shape) each
+            p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
 
 
 class AdamW(Adam):
-    r"""Adam with decoupled weight decay (Loshchilov & Hutter, 2019).
+    r"""Adam with decoupled weight decay (Loshchilov & Hutter, 2019): :func:`adam_update`
+    with ``decoupled=True``, :math:`\theta' = \theta - \eta_t\lambda\theta` before the
+    Adam step, so the decay never passes through the adaptive denominator.
 
-    The decay shrinks the weights directly instead of entering the gradient,
-    so it does not pass through the adaptive denominator (:func:`adam_update`
-    with ``decoupled=True``):
-
-    .. math::
-
-        \theta' &= \theta_{t-1} - \eta_t \lambda\, \theta_{t-1}
-                   \quad \text{(non-exempt parameters only)} \\
-        m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, g_t \\
-        v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, g_t^2 \\
-        \theta_t &= \theta' - \eta_t\,
-                    \frac{m_t / (1 - \beta_1^t)}{\sqrt{v_t / (1 - \beta_2^t)} + \epsilon}
-
-    The decay is scaled by the scheduled rate :math:`\eta_t`, so it warms up
-    and decays with the schedule. By default (:func:`default_no_decay`) only
-    parameters with ``ndim >= 2`` are decayed; biases and LayerNorm
-    parameters are not.
+    The decay is scaled by the scheduled rate :math:`\eta_t`, so it warms up and
+    decays with the schedule. By default (:func:`default_no_decay`) only
+    parameters with ``ndim >= 2`` are decayed; biases and LayerNorm parameters are not.
 
     Args:
         params, lr, betas, eps, no_decay: as for :class:`Adam`.

@@ -1,0 +1,48 @@
+"""The README's first example runs, with the reference kernels, code in exactly the
+files the README lists (in reading order), and in no more than 12 of them."""
+import os
+import re
+import sys
+from pathlib import Path
+
+import minitransformer
+from minitransformer import kernels
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = Path(minitransformer.__file__).resolve().parent
+
+
+def _first_example_and_files():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## A first model"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    table = section[:section.index("**Two kernel sets.**")]
+    files = re.findall(r"^\| \d+ \| `minitransformer/([^`]+)` \|", table, re.M)
+    return code, files
+
+
+def test_first_example_runs_code_in_the_twelve_listed_files(capsys):
+    code, listed = _first_example_and_files()
+    ran = set()
+
+    def profile(frame, event, arg):  # every Python function the example calls
+        if event == "call" and frame.f_code.co_name != "<module>":
+            path = Path(frame.f_code.co_filename).resolve()
+            if PACKAGE in path.parents:
+                ran.add(str(path.relative_to(PACKAGE)).replace(os.sep, "/"))
+
+    imports = "\n".join(line for line in code.splitlines() if line.startswith(("import ", "from ")))
+    namespace = {"__name__": "readme_example"}
+    exec(imports, namespace)  # importing is not running: module and class bodies are not counted
+    with kernels.scope("reference"):
+        sys.setprofile(profile)
+        try:
+            exec(compile(code, "README.md", "exec"), namespace)
+        finally:
+            sys.setprofile(None)
+    out = capsys.readouterr().out
+    assert "loss" in out, f"the example printed {out!r}"
+    assert len(listed) <= 12, f"the README lists {len(listed)} files: {listed}"
+    assert sorted(ran) == sorted(listed), (
+        f"the example ran code in {sorted(ran)}, the README lists {listed}: "
+        f"not listed {sorted(set(ran) - set(listed))}, listed but not run {sorted(set(listed) - ran)}")
