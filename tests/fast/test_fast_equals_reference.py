@@ -335,6 +335,7 @@ def attention_cases(draw):
         "mask": mask,
         "fully_masked_rows": draw(st.booleans()),
         "bias": draw(st.sampled_from(BIAS_SHAPES)),
+        "bias_neg_inf": draw(st.booleans()),  # an additive mask: -inf entries, whole rows of them
         "dropout": draw(st.sampled_from([None, 0.1, 0.5])),
         "scale": draw(st.sampled_from([None, 0.3, 2.0])),
         "magnitude": draw(st.sampled_from([1.0, 4.0])),
@@ -372,6 +373,9 @@ def _attention_inputs(c):
         shape = {"(1, H, Tq, Tk)": (1, H, Tq, Tk), "(H, Tq, Tk)": (H, Tq, Tk), "(B, H, Tq, Tk)": (B, H, Tq, Tk),
                  "(Tq, Tk)": (Tq, Tk), "(B, 1, 1, Tk)": (B, 1, 1, Tk)}[c["bias"]]
         bias = g.standard_normal(shape) * 2.0
+        if c["bias_neg_inf"]:  # -inf masks a key as the boolean mask does; a row of -inf, every key
+            bias[g.random(shape) < 0.2] = -np.inf
+            bias[g.random(shape[:-1]) < 0.3] = -np.inf
     drop = None
     if c["dropout"] is not None:
         drop = (g.random((B, H, Tq, Tk)) >= c["dropout"]) / (1.0 - c["dropout"])
@@ -407,8 +411,13 @@ def _check_attention(c):
     for name, gf, gr, g2, scale in zip(["dq", "dk", "dv", "dbias"], grads_f, grads_r, again, scales):
         assert_close(name, gf, gr, scale=scale)
         assert_close(f"{name} (second backward from the same cache)", g2, gr, scale=scale)
-    if mask is not None:  # a query that may attend to nothing outputs 0 and passes back 0
-        empty = ~np.broadcast_to(mask, cache_r.p.shape).any(axis=-1)
+    allowed = np.ones(cache_r.p.shape, dtype=bool)
+    if mask is not None:
+        allowed &= mask
+    if bias is not None:
+        allowed &= bias > -np.inf
+    if not allowed.all():  # a query that may attend to nothing outputs 0 and passes back 0
+        empty = ~allowed.any(axis=-1)
         assert (_host(out_f)[empty] == 0.0).all() and (_host(grads_f[0])[empty] == 0.0).all()
 
 
@@ -418,6 +427,25 @@ def _check_attention(c):
 def test_attention(any_backend, c):
     _check_attention(c)
 
+
+
+@pytest.mark.parametrize("bias_shape", [(2, 2, 3, 4), (2, 3, 4), (2, 1, 1, 4)])
+def test_attention_bias_of_minus_inf_masks_whole_rows_without_a_mask(any_backend, bias_shape):
+    """A bias of -inf is an additive mask; a query whose keys all get -inf outputs zeros
+    (not NaN) and passes back zeros, in both sets, also when no boolean mask is given."""
+    g = np.random.default_rng(11)
+    q, k, v, dout = (g.standard_normal(s) for s in [(2, 2, 3, 2), (2, 2, 4, 2), (2, 2, 4, 3), (2, 2, 3, 3)])
+    bias = g.standard_normal(bias_shape)
+    bias[..., 0, :] = -np.inf  # the first query of every head (or, for (B, 1, 1, Tk), every query)
+    bias[..., -1, 1] = -np.inf
+    args = [_dev(a) for a in (q, k, v)]
+    (out_f, cache_f), (out_r, cache_r) = _run_forward("attention_forward", *args, bias=_dev(bias))
+    assert not np.isnan(_host(out_r)).any()
+    assert_close("out", out_f, out_r, scale=np.abs(v).max())
+    assert_close("p", cache_f.p, cache_r.p)
+    for name, gf, gr in zip(["dq", "dk", "dv", "dbias"], FAST["attention_backward"](_dev(dout), cache_f),
+                            REFERENCE["attention_backward"](_dev(dout), cache_r)):
+        assert_close(name, gf, gr, scale=10.0)
 
 
 def test_attention_many_pieces_default_blocks():
