@@ -9,7 +9,9 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
 * The softmax backward's row term :math:`\delta_i = \sum_j dP_{ij}P_{ij}` is formed as
   :math:`dO_i \cdot O_i` from two (Tq, Dv) arrays instead of the (Tq, Tk) product,
   since :math:`\sum_j (dO_i \cdot V_j) P_{ij} = dO_i \cdot \sum_j P_{ij} V_j`
-  (with dropout the same holds for :math:`P \odot M`).
+  (with dropout the same holds for :math:`P \odot M`). So the cache keeps the
+  returned output :math:`O` itself: write into a copy of it, not into it, before
+  the backward (the reference's backward does not read it).
 * The output is written head by head into a (B, Tq, H, Dv) buffer and returned as
   its (B, H, Tq, Dv) view, so that putting the heads side by side afterwards
   (``merge_heads``) is a free reshape, not a copy.
