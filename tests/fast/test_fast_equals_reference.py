@@ -654,6 +654,66 @@ def test_embedding_backward(any_backend, c):
 
 
 # ---------------------------------------------------------------------------
+# The backward reads nothing the caller may overwrite
+# ---------------------------------------------------------------------------
+def _owned_cases():
+    """(kernel, run) pairs: ``run(table)`` calls the forward of that kernel set and returns
+    the arrays the caller owns afterwards (returned outputs, and inputs the reference's
+    cache does not keep) and a function computing the backward from the cache."""
+    g = np.random.default_rng(13)
+    r = lambda *shape: _dev(g.standard_normal(shape))  # noqa: E731
+
+    def attention(ks):
+        q, k, v, bias, dout = r(3, 2, 4, 2), r(3, 2, 5, 2), r(3, 2, 5, 3), r(3, 2, 4, 5), r(3, 2, 4, 3)
+        mask = _dev(g.random((3, 1, 4, 5)) < 0.8)
+        out, cache = ks["attention_forward"](q, k, v, mask=mask, bias=bias)
+        # The fast backward reads the returned output (its row term is dO . O; see the
+        # docstring of minitransformer.fast.attention), the reference's does not.
+        owned = [out, mask, bias] if ks is REFERENCE else [mask, bias]
+        return owned, lambda: ks["attention_backward"](dout, cache)
+
+    def cross_entropy(ks):
+        logits, t = r(4, 3, 6), _dev(g.integers(0, 6, size=(4, 3)))
+        loss, cache = ks["cross_entropy_forward"](logits, t, label_smoothing=0.1, reduction="none")
+        dloss = r(4, 3)
+        return [logits, t, loss], lambda: (ks["cross_entropy_backward"](dloss, cache),)
+
+    def layernorm(ks):
+        x, w, b, dy = r(4, 3, 6), r(6), r(6), r(4, 3, 6)
+        y, cache = ks["layernorm_forward"](x, w, b)
+        return [x, b, y], lambda: ks["layernorm_backward"](dy, cache)
+
+    def softmax(ks):
+        x, dp = r(4, 7), r(4, 7)
+        p, cache = ks["softmax_forward"](x)
+        return [x], lambda: (ks["softmax_backward"](dp, cache),)
+
+    def gelu(ks):
+        x, dy = r(5, 6), r(5, 6)
+        y, cache = ks["gelu_forward"](x)
+        return [x, y], lambda: (ks["gelu_backward"](dy, cache),)
+
+    return {"attention": attention, "cross_entropy": cross_entropy, "layernorm": layernorm,
+            "softmax": softmax, "gelu": gelu}
+
+
+@pytest.mark.parametrize("kernel_set", ["reference", "fast"])
+@pytest.mark.parametrize("kernel", sorted(_owned_cases()))
+def test_backward_reads_nothing_the_caller_may_overwrite(any_backend, kernel, kernel_set):
+    """After the forward the caller may write into the outputs it got (``y += x`` for a
+    residual) and into inputs the reference's cache does not keep (the targets, the
+    mask, the bias); the backward must give the same gradients as before. (One
+    documented exception: the fast attention's output, see ``_owned_cases``.)"""
+    owned, backward = _owned_cases()[kernel]({"reference": REFERENCE, "fast": FAST}[kernel_set])
+    before = [_host(gr).copy() for gr in backward() if gr is not None]
+    for a in owned:
+        a[...] = (a == 0) if a.dtype == bool else 3  # overwrite the caller's arrays
+    after = [_host(gr) for gr in backward() if gr is not None]
+    for i, (b, a) in enumerate(zip(before, after)):
+        np.testing.assert_array_equal(a, b, err_msg=f"{kernel_set} {kernel}: gradient {i} changed")
+
+
+# ---------------------------------------------------------------------------
 # float32 in, float32 out
 # ---------------------------------------------------------------------------
 def _float32_calls(g):
