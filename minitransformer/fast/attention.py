@@ -9,7 +9,9 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
 * The softmax backward's row term :math:`\delta_i = \sum_j dP_{ij}P_{ij}` is formed as
   :math:`dO_i \cdot O_i` from two (Tq, Dv) arrays instead of the (Tq, Tk) product,
   since :math:`\sum_j (dO_i \cdot V_j) P_{ij} = dO_i \cdot \sum_j P_{ij} V_j`
-  (with dropout the same holds for :math:`P \odot M`).
+  (with dropout the same holds for :math:`P \odot M`). So the cache keeps the
+  returned output :math:`O` itself: write into a copy of it, not into it, before
+  the backward (the reference's backward does not read it).
 * The output is written head by head into a (B, Tq, H, Dv) buffer and returned as
   its (B, H, Tq, Dv) view, so that putting the heads side by side afterwards
   (``merge_heads``) is a free reshape, not a copy.
@@ -76,14 +78,15 @@ def _forward_block(q, k, v, blocked, bias, scale, dropout_mask, qs, p, pd, out):
         s += bias
     if blocked is not None:
         xp.copyto(s, -xp.inf, where=blocked)  # masked logits are exactly -inf
+    # A row can be all -inf through the mask or through the bias (an additive mask);
+    # either way it becomes a row of zeros, as in the reference. The two guards below
+    # touch (b, H, Tq, 1) arrays only.
     row_max = s.max(axis=-1, keepdims=True)  # (b, H, Tq, 1), -inf on fully masked rows
-    if blocked is not None:
-        xp.copyto(row_max, 0.0, where=xp.isneginf(row_max))  # no -inf - -inf = NaN
+    xp.copyto(row_max, 0.0, where=xp.isneginf(row_max))  # no -inf - -inf = NaN
     s -= row_max
     xp.exp(s, out=s)  # exp(-inf) = 0 exactly
     denom = xp.einsum("bhqk->bhq", s)[..., None]  # (b, H, Tq, 1) row sums, 0 on fully masked rows
-    if blocked is not None:
-        xp.copyto(denom, 1.0, where=denom == 0)  # fully masked row: 0 / 1 = 0
+    xp.copyto(denom, 1.0, where=denom == 0)  # fully masked row: 0 / 1 = 0
     s *= 1.0 / denom  # now p
     if dropout_mask is not None:
         xp.multiply(p, dropout_mask, out=pd)

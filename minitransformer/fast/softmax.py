@@ -35,7 +35,7 @@ def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
     N = t.shape[0]
     if ignore_index is None:
         keep = None
-        t_safe = t
+        t_safe = t.copy()  # the cache's own (t may be a view of the caller's targets), as in the reference
     else:
         keep = t != ignore_index  # (N,) bool
         t_safe = xp.where(keep, t, 0)  # (N,), ignored rows point at class 0 harmlessly
