@@ -56,6 +56,13 @@ def register(kernel_set: str, table: dict) -> None:
     _state["sets"][kernel_set] = dict(table)
 
 
+def table(kernel_set: str) -> dict:
+    """{name: function} of a registered kernel set (a copy)."""
+    if kernel_set not in _state["sets"]:
+        raise ValueError(f"unknown kernel set {kernel_set!r}: use 'reference' (the plain kernels) or 'fast'")
+    return dict(_state["sets"][kernel_set])
+
+
 def use(kernel_set: str) -> None:
     """Make every layer call the kernels of ``kernel_set`` ("reference" or "fast")."""
     if kernel_set not in _state["sets"]:

@@ -2,8 +2,8 @@
 
 For each name in :data:`minitransformer.fast.FAST_KERNELS` a test below draws
 random shapes and options with hypothesis, runs the reference kernel
-(:func:`minitransformer.kernels.reference_set`) and the fast one
-(:func:`minitransformer.kernels.fast_set`) on the same float64 inputs, and
+(``minitransformer.kernels.table("reference")``) and the fast one
+(``kernels.table("fast")``) on the same float64 inputs, and
 compares every output, every gradient and the cache fields that later code reads
 (attention's probabilities ``p`` and ``pd``, the cross-entropy's ``p`` and row
 weights, layer norm's ``xhat`` and ``rstd``, GELU's dy/dx).
@@ -50,8 +50,8 @@ RTOL = 1e-12  # float64 rounding is ~1e-16: four orders of magnitude to spare
 GELU_Y_BOUND = 1e-10
 GELU_DYDX_BOUND = (2e-8, 1e-10)
 
-REFERENCE = kernels.reference_set()
-FAST = kernels.fast_set()
+REFERENCE = kernels.table("reference")
+FAST = kernels.table("fast")
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -205,7 +205,7 @@ def test_fast_set_is_the_reference_set_overridden_by_fast_kernels():
     assert set(FAST) == set(REFERENCE) == set(kernels.NAMES)
     for name in kernels.NAMES:
         expected = FAST_KERNELS.get(name, REFERENCE[name])
-        assert FAST[name] is expected, f"fast_set()[{name!r}] is not {expected}"
+        assert FAST[name] is expected, f"table(\"fast\")[{name!r}] is not {expected}"
 
 
 # ---------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def _restore_kernel_set():
 
 
 def _tables():
-    return {"reference": kernels.reference_set(), "fast": kernels.fast_set()}
+    return {"reference": kernels.table("reference"), "fast": kernels.table("fast")}
 
 
 # ---------------------------------------------------------------------------
