@@ -236,19 +236,7 @@ class Trainer:
                 idx = batches[self.batch_index]
                 batch = self.task.collate([examples[j] for j in idx])
                 rng = np.random.default_rng([cfg.seed, self.epoch, self.batch_index])
-                loss, n_tok = self.task.loss(model, batch, rng)
-                if sync_every == 1:
-                    self._check_finite(float(loss), "loss", self.step + 1)  # before any update
-                model.zero_grad()
-                self.task.backward(model)
-                norm = clip_grad_norm(model, cfg.clip or None)  # 0-d, on the device; None: measure only
-                if sync_every == 1:
-                    self._check_finite(float(norm), "gradient norm", self.step + 1)  # before the update
-                else:
-                    _drop_gradients_unless_finite(model, loss, norm)  # no host read; the next read stops
-                self.optimizer.step()
-                if sync_every == 1:
-                    norm = None  # already checked
+                loss, norm, n_tok = self._step(batch, rng, check_now=sync_every == 1)
                 self.step += 1
                 self.batch_index += 1
                 tokens += n_tok
@@ -271,6 +259,30 @@ class Trainer:
         self._epoch_train = {"train_loss": loss_sum / max(n_loss, 1),
                              "tokens_per_s": tokens / max(time.perf_counter() - t0, 1e-9)}
         return True
+
+    def _step(self, batch, rng, check_now: bool):
+        """One training step: forward and loss, backward, clipping, the optimizer's update.
+
+        A non-finite loss or gradient norm must never reach the weights. With
+        ``check_now`` (NumPy, or ``sync_every == 1``) both are read at once and
+        training stops before the update. Otherwise (a GPU step must not wait for
+        the device) the step's gradients are zeroed on the device when either is
+        non-finite, and the norm is returned for a later read to stop on.
+        Returns (loss, norm or None if already checked, tokens), loss and norm 0-d on the device.
+        """
+        model = self.model
+        loss, n_tok = self.task.loss(model, batch, rng)  # forward and loss
+        if check_now:
+            self._check_finite(float(loss), "loss", self.step + 1)
+        model.zero_grad()
+        self.task.backward(model)  # every parameter's gradient
+        norm = clip_grad_norm(model, self.config.clip or None)  # None: measure only
+        if check_now:
+            self._check_finite(float(norm), "gradient norm", self.step + 1)
+        else:
+            _drop_gradients_unless_finite(model, loss, norm)  # no host read
+        self.optimizer.step()
+        return loss, (None if check_now else norm), n_tok
 
     def _check_finite(self, value: float, what: str, step: int, deferred: bool = False) -> None:
         if not math.isfinite(value):
