@@ -46,3 +46,14 @@ def test_first_example_runs_code_in_the_twelve_listed_files(capsys):
     assert sorted(ran) == sorted(listed), (
         f"the example ran code in {sorted(ran)}, the README lists {listed}: "
         f"not listed {sorted(set(ran) - set(listed))}, listed but not run {sorted(set(listed) - ran)}")
+
+
+def test_every_python_block_of_the_readme_runs(capsys):
+    """The README's python blocks run in order in one namespace (the second builds on the first)."""
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 2
+    namespace = {"__name__": "readme"}
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"README.md python block {i + 1}", "exec"), namespace)
+    assert "loss" in capsys.readouterr().out
