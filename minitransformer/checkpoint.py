@@ -18,13 +18,13 @@ renamed over the target, so a crash mid-write never destroys the old checkpoint.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from minitransformer.atomic import atomic_write
 
 FORMAT_VERSION = 1
 _META = "__meta__"
@@ -103,21 +103,7 @@ def save_checkpoint(path, model, optimizer=None, vocab=None, extra: dict | None 
     blob = json.dumps(meta, default=_json_default).encode("utf-8")
     arrays[_META] = np.frombuffer(blob, dtype=np.uint8)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; give it normal permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda f: np.savez(f, **arrays))
     return path
 
 

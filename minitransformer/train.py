@@ -27,16 +27,14 @@ Safety
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from minitransformer.atomic import write_json
 from minitransformer.checkpoint import load_checkpoint, restore, save_checkpoint
 from minitransformer import backend
 from minitransformer.optim import clip_grad_norm
@@ -108,21 +106,6 @@ def plan_batches(lengths, batch_size: int, rng: np.random.Generator, bucket: boo
     batches = [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
     order = rng.permutation(len(batches))
     return [batches[j] for j in order]
-
-
-def _write_json_atomic(path: Path, obj) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.chmod(tmp, _default_mode())
-    os.replace(tmp, path)
-
-
-def _default_mode() -> int:
-    """The permissions an ordinary new file gets (mkstemp would make it private)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _drop_gradients_unless_finite(model, loss, norm) -> None:
@@ -348,7 +331,7 @@ class Trainer:
             self.stop_reason, stop = "epochs", True
         self.save("last.npz")
         if self.out_dir:
-            _write_json_atomic(self.out_dir / "history.json", self.history)
+            write_json(self.out_dir / "history.json", self.history)
         return stop
 
     def run(self):

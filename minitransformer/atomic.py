@@ -1,0 +1,81 @@
+"""Writing files so that nothing is ever half-written or silently replaced.
+
+Every file the project writes goes through :func:`atomic_write`: the content
+goes to a temporary file in the same folder, is flushed and fsynced, and only
+then replaces the target with ``os.replace`` (atomic on POSIX and Windows). A
+full disk, a crash or Ctrl-C part way leaves the old file as it was and no
+temporary file behind.
+
+``overwrite=False`` refuses to replace an existing file (the command line uses
+it for the user's files unless ``--force`` is given).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["atomic_write", "write_bytes", "write_text", "write_json", "FileExistsRefusal"]
+
+
+class FileExistsRefusal(FileExistsError):
+    """Raised instead of overwriting an existing file without permission."""
+
+
+def _default_mode() -> int:
+    """The permissions a plain ``open(path, "w")`` would give (0666 minus the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = True) -> Path:
+    """Create or replace ``path`` with what ``write(f)`` writes into an open file.
+
+    Args:
+        path: the target file; its folder is created if missing.
+        write: called once with the temporary file, open for writing.
+        binary: open it in binary (True) or text mode (UTF-8, False).
+        overwrite: False refuses (FileExistsRefusal) when ``path`` exists already.
+
+    Returns the path. On any error (or KeyboardInterrupt) the temporary file is
+    removed, the error propagates, and ``path`` is untouched.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, not a file; give a file name")
+    if not overwrite and path.exists():
+        raise FileExistsRefusal(f"{path} already exists; pass --force to overwrite it, or choose another name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _default_mode())  # mkstemp makes the file private
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_bytes(path, data: bytes, overwrite: bool = True) -> Path:
+    """Atomically write ``data`` to ``path``."""
+    return atomic_write(path, lambda f: f.write(data), binary=True, overwrite=overwrite)
+
+
+def write_text(path, text: str, overwrite: bool = True) -> Path:
+    """Atomically write ``text`` (UTF-8) to ``path``."""
+    return atomic_write(path, lambda f: f.write(text), binary=False, overwrite=overwrite)
+
+
+def write_json(path, obj, overwrite: bool = True) -> Path:
+    """Atomically write ``obj`` as indented JSON (paths and other objects as strings).
+    NaN and infinities are refused: they are not JSON."""
+    text = json.dumps(obj, indent=1, default=str, allow_nan=False)
+    return write_text(path, text + "\n", overwrite=overwrite)
