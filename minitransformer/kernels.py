@@ -35,6 +35,7 @@ NAMES = (
     "softmax_forward", "softmax_backward", "log_softmax",
     "cross_entropy_forward", "cross_entropy_backward",
     "attention_forward", "attention_backward",
+    "relative_bias_forward", "relative_bias_backward",
     "layernorm_forward", "layernorm_backward",
     "gelu_forward", "gelu_backward", "relu_forward", "relu_backward",
     "dropout_forward", "dropout_backward",
@@ -46,8 +47,10 @@ _state = {"name": None}
 
 def reference_set() -> dict:
     """{name: function} of the reference kernels."""
-    from minitransformer.nn import attention, bce, elementwise, embedding, layernorm, linear, softmax
-    modules = (linear, embedding, softmax, attention, layernorm, elementwise, bce)
+    from minitransformer.nn import (
+        attention, bce, elementwise, embedding, layernorm, linear, relative_position, softmax,
+    )
+    modules = (linear, embedding, softmax, attention, relative_position, layernorm, elementwise, bce)
     table = {}
     for module in modules:
         table.update({n: getattr(module, n) for n in NAMES if hasattr(module, n)})

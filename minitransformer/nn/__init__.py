@@ -2,8 +2,8 @@
 ``*_backward``, the book's math) and the module that owns its parameters.
 
 Reading order: module, linear, embedding, softmax (and cross-entropy), attention,
-layernorm, elementwise (GELU, ReLU, dropout), blocks. ``bce`` is the loss of the
-property models."""
+relative_position (a bias on the attention logits), layernorm, elementwise (GELU,
+ReLU, dropout), blocks. ``bce`` is the loss of the property models."""
 from minitransformer.nn.attention import KVCache, MultiHeadAttention
 from minitransformer.nn.blocks import DecoderBlock, EncoderBlock, FeedForward
 from minitransformer.nn.elementwise import GELU, Dropout, ReLU, make_activation, set_rng
@@ -13,10 +13,12 @@ from minitransformer.nn.embedding import (
 from minitransformer.nn.layernorm import LayerNorm
 from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module, ModuleList, Parameter
+from minitransformer.nn.relative_position import RelativePositionBias
 
 __all__ = [
     "DecoderBlock", "Dropout", "Embedding", "EncoderBlock", "FeedForward", "GELU", "KVCache",
     "LayerNorm", "Linear", "Module", "ModuleList", "MultiHeadAttention", "OutputProjection",
-    "Parameter", "PositionalEmbedding", "ReLU", "SinusoidalPositionalEncoding", "TokenEmbedder",
+    "Parameter", "PositionalEmbedding", "ReLU", "RelativePositionBias", "SinusoidalPositionalEncoding",
+    "TokenEmbedder",
     "make_activation", "set_rng",
 ]

@@ -1,0 +1,168 @@
+"""Relative-position bias: the learned lookup's kernels (values, clipping, gradient
+checks, the scatter-add of shared buckets), ALiBi's slopes and bias, the module
+(offsets for cached decoding, accumulation, errors)."""
+import numpy as np
+import pytest
+
+from minitransformer import backend
+from minitransformer.functional import relative_bias_backward, relative_bias_forward
+from minitransformer.gradcheck import check_kernel
+from minitransformer.nn import RelativePositionBias
+from minitransformer.nn.relative_position import alibi_slopes, n_buckets, relative_buckets
+
+
+def _dev(a):
+    return backend.asarray(np.asarray(a))
+
+
+def _host(a):
+    return backend.to_numpy(a)
+
+
+def _randn(*shape, seed=0, scale=1.0):
+    return backend.asarray(np.random.default_rng(seed).standard_normal(shape) * scale)
+
+
+def _expected_bucket(i, j, M, bidirectional):
+    """b(i, j) written out for one pair, as in the module docstring."""
+    if bidirectional:
+        return min(max(j - i, -M), M) + M
+    return min(max(i - j, 0), M)
+
+
+# -- the learned lookup --------------------------------------------------------------
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("offset,Tq,Tk", [(0, 6, 6), (4, 2, 6), (0, 3, 7)])
+def test_forward_reads_the_bucket_of_each_clipped_distance(any_backend, float64, bidirectional,
+                                                           offset, Tq, Tk):
+    H, M = 3, 2
+    table = _randn(H, n_buckets(M, bidirectional))
+    q_pos, k_pos = _dev(np.arange(offset, offset + Tq)), _dev(np.arange(Tk))
+    bias, cache = relative_bias_forward(table, q_pos, k_pos, M, bidirectional)
+    assert bias.shape == (H, Tq, Tk)
+    t, b = _host(table), _host(bias)
+    for qi in range(Tq):
+        for j in range(Tk):
+            col = _expected_bucket(offset + qi, j, M, bidirectional)
+            np.testing.assert_array_equal(b[:, qi, j], t[:, col])
+            assert int(_host(cache.buckets)[qi, j]) == col
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("offset,Tq,Tk", [(0, 5, 5), (3, 2, 5), (0, 1, 1)])
+def test_gradcheck_kernel(any_backend, float64, bidirectional, offset, Tq, Tk):
+    M = 2
+    table = _randn(3, n_buckets(M, bidirectional), seed=1)
+    q_pos, k_pos = _dev(np.arange(offset, offset + Tq)), _dev(np.arange(Tk))
+    report = check_kernel(relative_bias_forward, relative_bias_backward,
+                          {"table": table, "q_pos": q_pos, "k_pos": k_pos},
+                          {"max_distance": M, "bidirectional": bidirectional})
+    assert [c.name for c in report.checks] == ["table"]
+
+
+def test_distances_beyond_max_share_one_parameter(any_backend, float64):
+    """T = 8, M = 2: every pair with j - i >= 2 reads column 2M, every pair with
+    j - i <= -2 column 0; the backward sums all their gradients into that one column."""
+    H, M, T = 2, 2, 8
+    table = _randn(H, 2 * M + 1)
+    pos = _dev(np.arange(T))
+    bias, cache = relative_bias_forward(table, pos, pos, M, True)
+    r = np.arange(T)[None, :] - np.arange(T)[:, None]  # (T, T) j - i
+    far_right, far_left = r >= M, r <= -M
+    b = _host(bias)
+    for h in range(H):
+        assert np.all(b[h][far_right] == _host(table)[h, 2 * M])
+        assert np.all(b[h][far_left] == _host(table)[h, 0])
+    # changing the edge parameter moves every far pair's bias, and nothing else
+    moved = _host(table).copy()
+    moved[:, 2 * M] += 1.0
+    diff = _host(relative_bias_forward(_dev(moved), pos, pos, M, True)[0]) - b
+    np.testing.assert_array_equal(diff != 0, np.broadcast_to(far_right, (H, T, T)))
+    # backward: the edge column's gradient is the sum over all far pairs (a scatter-add)
+    dbias = np.random.default_rng(3).standard_normal((H, T, T))
+    dtable = _host(relative_bias_backward(_dev(dbias), cache))
+    assert dtable.shape == (H, 2 * M + 1)
+    np.testing.assert_allclose(dtable[:, 2 * M], dbias[:, far_right].sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(dtable[:, 0], dbias[:, far_left].sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(dtable[:, M], np.einsum("hii->h", dbias), rtol=1e-12)  # the diagonal
+    np.testing.assert_allclose(dtable.sum(axis=1), dbias.sum(axis=(1, 2)), rtol=1e-12)  # nothing lost
+
+
+def test_causal_buckets_fold_later_keys_onto_distance_zero(any_backend):
+    b = _host(relative_buckets(_dev(np.arange(4)), _dev(np.arange(4)), 2, False))
+    np.testing.assert_array_equal(b, [[0, 0, 0, 0],
+                                      [1, 0, 0, 0],
+                                      [2, 1, 0, 0],
+                                      [2, 2, 1, 0]])
+
+
+def test_table_of_wrong_shape_raises(any_backend, float64):
+    pos = _dev(np.arange(3))
+    with pytest.raises(ValueError, match=r"table must have shape \(H, 5\).*got \(2, 3\)"):
+        relative_bias_forward(_randn(2, 3), pos, pos, 2, True)
+    with pytest.raises(ValueError, match=r"\(H, 3\)"):
+        relative_bias_forward(_randn(2, 5), pos, pos, 2, False)
+
+
+# -- ALiBi ---------------------------------------------------------------------------
+def test_alibi_slopes_are_the_geometric_sequence(any_backend, float64):
+    np.testing.assert_allclose(_host(alibi_slopes(8)), [2.0 ** -k for k in range(1, 9)], rtol=1e-15)
+    np.testing.assert_allclose(_host(alibi_slopes(4)), [1 / 4, 1 / 16, 1 / 64, 1 / 256], rtol=1e-15)
+    np.testing.assert_allclose(_host(alibi_slopes(3)), 2.0 ** (-8.0 * np.arange(1, 4) / 3), rtol=1e-15)
+    assert alibi_slopes(2, np.float32).dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_alibi_bias_is_minus_slope_times_distance(any_backend, dtype):
+    with backend.dtype_scope(dtype):
+        m = RelativePositionBias(4, kind="alibi")
+    assert m.parameters() == []
+    bias = m(2, 6, offset=4)  # queries at 4, 5; keys 0..5
+    assert bias.shape == (1, 4, 2, 6) and bias.dtype == dtype
+    slopes = 2.0 ** (-8.0 * np.arange(1, 5) / 4)
+    dist = np.abs(np.arange(4, 6)[:, None] - np.arange(6)[None, :])
+    np.testing.assert_allclose(_host(bias)[0], -slopes[:, None, None] * dist, rtol=1e-6)
+    assert m.backward(_dev(np.ones((1, 4, 2, 6), dtype=dtype))) is None  # nothing to learn
+
+
+def test_alibi_slopes_follow_astype(float64):
+    m = RelativePositionBias(2, kind="alibi").astype(np.float32)
+    assert m.slopes.dtype == np.float32 and m(3, 3).dtype == np.float32
+
+
+# -- the module ----------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["learned", "alibi"])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_module_offset_gives_the_bottom_rows_of_the_full_bias(any_backend, float64, kind, bidirectional):
+    """Queries offset..offset+Tq-1 against keys 0..Tk-1: exactly the rows a cached
+    decoding step needs, equal to those rows of the full (Tk, Tk) bias."""
+    m = RelativePositionBias(2, max_distance=2, bidirectional=bidirectional, kind=kind, rng=backend.RNG(1))
+    full = _host(m(7, 7))
+    assert full.shape == (1, 2, 7, 7)
+    for offset, Tq in [(0, 3), (3, 1), (4, 3)]:
+        part = _host(m(Tq, offset + Tq, offset=offset))
+        np.testing.assert_array_equal(part, full[:, :, offset:offset + Tq, :offset + Tq])
+
+
+def test_module_learned_table_shape_names_and_accumulation(any_backend, float64):
+    m = RelativePositionBias(3, max_distance=4, bidirectional=False)
+    assert [(n, p.shape) for n, p in m.named_parameters()] == [("table", (3, 5))]
+    assert RelativePositionBias(3, max_distance=4).table.shape == (3, 9)
+    m(4, 4)
+    d = _randn(1, 3, 4, 4, seed=2)
+    m.backward(d)
+    first = _host(m.table.grad).copy()
+    assert np.any(first != 0)
+    m.backward(d)
+    np.testing.assert_allclose(_host(m.table.grad), 2 * first, rtol=1e-14)  # +=, not =
+
+
+def test_module_errors():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        RelativePositionBias(2, kind="rope")
+    with pytest.raises(ValueError, match="max_distance must be an integer >= 1"):
+        RelativePositionBias(2, max_distance=0)
+    with pytest.raises(ValueError, match="offset must be >= 0"):
+        RelativePositionBias(2)(1, 1, offset=-1)
+    with pytest.raises(RuntimeError, match=r"backward\(\) was called before forward\(\)"):
+        RelativePositionBias(2).backward(np.zeros((1, 2, 1, 1)))
