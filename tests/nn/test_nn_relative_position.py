@@ -1,13 +1,14 @@
 """Relative-position bias: the learned lookup's kernels (values, clipping, gradient
 checks, the scatter-add of shared buckets), ALiBi's slopes and bias, the module
-(offsets for cached decoding, accumulation, errors)."""
+(offsets for cached decoding, accumulation, errors); inside multi-head attention
+(gradient checks, KV-cached decoding, no cross-attention) under both kernel sets."""
 import numpy as np
 import pytest
 
-from minitransformer import backend
-from minitransformer.functional import relative_bias_backward, relative_bias_forward
-from minitransformer.gradcheck import check_kernel
-from minitransformer.nn import RelativePositionBias
+from minitransformer import backend, kernels
+from minitransformer.functional import causal_mask, relative_bias_backward, relative_bias_forward
+from minitransformer.gradcheck import check_kernel, check_module
+from minitransformer.nn import KVCache, MultiHeadAttention, RelativePositionBias
 from minitransformer.nn.relative_position import alibi_slopes, n_buckets, relative_buckets
 
 
@@ -166,3 +167,76 @@ def test_module_errors():
         RelativePositionBias(2)(1, 1, offset=-1)
     with pytest.raises(RuntimeError, match=r"backward\(\) was called before forward\(\)"):
         RelativePositionBias(2).backward(np.zeros((1, 2, 1, 1)))
+
+
+# -- inside multi-head attention -------------------------------------------------------
+def _mha(kind="learned", bidirectional=True, D=4, H=2, d_head=None, M=2, seed=0):
+    pb = RelativePositionBias(H, max_distance=M, bidirectional=bidirectional, kind=kind,
+                              init_std=0.5, rng=backend.RNG(seed + 50))
+    return MultiHeadAttention(D, H, d_head, rng=backend.RNG(seed), position_bias=pb)
+
+
+@pytest.mark.parametrize("kind,bidirectional,causal", [
+    ("learned", True, False), ("learned", False, True), ("learned", True, True),
+    ("alibi", True, False), ("alibi", False, True),
+])
+def test_gradcheck_attention_with_position_bias(any_backend, float64, kind, bidirectional, causal):
+    T = 5  # longer than max_distance = 2: the clipped buckets are exercised
+    m = _mha(kind, bidirectional, d_head=3)
+    report = check_module(m, _randn(2, T, 4), kwargs={"mask": causal_mask(T) if causal else None})
+    names = {c.name for c in report.checks}
+    assert names == {"input", "qkv.weight", "qkv.bias", "proj.weight", "proj.bias"} | (
+        {"position_bias.table"} if kind == "learned" else set())
+
+
+def test_the_bias_reaches_the_logits(any_backend, float64):
+    """A bias that favours distance 0 makes every query attend (almost) only to itself."""
+    m = _mha("learned", True, M=2)
+    table = np.zeros((2, 5))
+    table[:, 2] = 50.0  # distance 0
+    m.position_bias.table.data = _dev(table)
+    m(_randn(1, 4, 4))
+    np.testing.assert_allclose(_host(m.attention_probs)[0], np.broadcast_to(np.eye(4), (2, 4, 4)),
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["learned", "alibi"])
+def test_kv_cached_attention_with_position_bias_matches_full(any_backend, float64, kind):
+    m = _mha(kind, bidirectional=False, d_head=3)
+    x = _randn(2, 7, 4, seed=4)
+    full = _host(m(x, mask=causal_mask(7)))
+    cache = KVCache()
+    steps = []
+    for start, stop in [(0, 3), (3, 4), (4, 5), (5, 7)]:  # a prompt, single tokens, then two
+        steps.append(_host(m(x[:, start:stop], mask=causal_mask(stop - start, stop), kv_cache=cache)))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-10, atol=1e-12)
+
+
+def test_cross_attention_takes_no_position_bias(any_backend, float64):
+    m = _mha()
+    with pytest.raises(ValueError, match="position bias is for self-attention"):
+        m(_randn(1, 2, 4), context=_randn(1, 3, 4))
+    with pytest.raises(ValueError, match="position bias has 3 heads, the attention 2"):
+        MultiHeadAttention(4, 2, position_bias=RelativePositionBias(3))
+
+
+# -- the fast and the reference kernel sets agree ------------------------------------------
+def _run_mha(kernel_set, kind, bidirectional, mask):
+    with kernels.scope(kernel_set):
+        m = _mha(kind, bidirectional, D=6, H=3, seed=2)
+        bias_alone = _host(m.position_bias(5, 5))
+        x = _randn(3, 5, 6, seed=5)
+        y = m(x, mask=mask)
+        dx = m.backward(_randn(3, 5, 6, seed=6))
+        return [bias_alone, _host(y), _host(dx)] + [_host(p.grad) for p in m.parameters()]
+
+
+@pytest.mark.parametrize("kind,bidirectional", [("learned", True), ("learned", False), ("alibi", True)])
+def test_fast_and_reference_kernel_sets_agree(any_backend, float64, kind, bidirectional):
+    mask = None if bidirectional else causal_mask(5)
+    ref = _run_mha("reference", kind, bidirectional, mask)
+    fast = _run_mha("fast", kind, bidirectional, mask)
+    assert len(ref) == len(fast) == 3 + 4 + (kind == "learned")
+    np.testing.assert_array_equal(fast[0], ref[0])  # the bias itself: the same lookup
+    for a, b in zip(fast[1:], ref[1:]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
