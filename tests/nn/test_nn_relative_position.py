@@ -1,14 +1,17 @@
 """Relative-position bias: the learned lookup's kernels (values, clipping, gradient
 checks, the scatter-add of shared buckets), ALiBi's slopes and bias, the module
 (offsets for cached decoding, accumulation, errors); inside multi-head attention
-(gradient checks, KV-cached decoding, no cross-attention) under both kernel sets."""
+(gradient checks, KV-cached decoding, no cross-attention) under both kernel sets;
+the embedder without a position vector and the blocks that own the bias."""
 import numpy as np
 import pytest
 
 from minitransformer import backend, kernels
 from minitransformer.functional import causal_mask, relative_bias_backward, relative_bias_forward
 from minitransformer.gradcheck import check_kernel, check_module
-from minitransformer.nn import KVCache, MultiHeadAttention, RelativePositionBias
+from minitransformer.nn import (
+    DecoderBlock, EncoderBlock, KVCache, MultiHeadAttention, RelativePositionBias, TokenEmbedder,
+)
 from minitransformer.nn.relative_position import alibi_slopes, n_buckets, relative_buckets
 
 
@@ -240,3 +243,25 @@ def test_fast_and_reference_kernel_sets_agree(any_backend, float64, kind, bidire
     np.testing.assert_array_equal(fast[0], ref[0])  # the bias itself: the same lookup
     for a, b in zip(fast[1:], ref[1:]):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+
+
+# -- where the models put it ---------------------------------------------------------------
+def test_token_embedder_with_relative_positions_adds_no_position_vector(any_backend, float64):
+    emb = TokenEmbedder(11, 4, max_len=6, pos="relative", emb_dropout=0.0, rng=backend.RNG(0))
+    assert emb.pos is None and emb.scale == 1.0
+    assert [n for n, _ in emb.named_parameters()] == ["tok.weight"]
+    ids = _dev(np.array([[1, 5, 7], [2, 3, 3]]))
+    np.testing.assert_array_equal(_host(emb(ids, offset=2)), _host(emb.tok.weight.data)[_host(ids)])
+    check_module(emb, ids)  # the token table's gradient, alone
+    with pytest.raises(ValueError, match="pos must be 'learned', 'sinusoidal' or 'relative'"):
+        TokenEmbedder(11, 4, 6, "alibi", 0.0, backend.RNG(0))
+
+
+def test_blocks_build_one_bias_per_self_attention():
+    enc = EncoderBlock(4, 2, 8, relative_bias="learned", relative_max_distance=3)
+    dec = DecoderBlock(4, 2, 8, relative_bias="alibi")
+    plain = DecoderBlock(4, 2, 8)
+    assert enc.attn.position_bias.bidirectional and enc.attn.position_bias.table.shape == (2, 7)
+    assert not dec.attn.position_bias.bidirectional and dec.attn.position_bias.kind == "alibi"
+    assert dec.cross.position_bias is None and plain.attn.position_bias is None
+    assert "attn.position_bias.table" in dict(enc.named_parameters())
