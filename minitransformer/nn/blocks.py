@@ -18,7 +18,7 @@ With ``relative_bias`` set, a block's self-attention owns a
 to its logits: bidirectional in an encoder block, causal (half the table) in a
 decoder block. Every layer has a table of its own (T5 shares one across the
 layers of a stack; one per layer keeps each module's forward cache its own, for
-:math:`H(2M+1)` numbers a layer). Cross-attention never gets one.
+at most :math:`H(2M+1)` numbers a layer). Cross-attention never gets one.
 
 Backward of one residual sublayer, given :math:`dy`:
 
@@ -98,7 +98,7 @@ class EncoderBlock(Module):
         relative_max_distance: the learned bias's largest distance with a bucket of its own.
     """
 
-    causal = False  # is the self-attention causal? (the relative bias's table covers one side then)
+    causal = False  # causal self-attention? Then a relative bias covers earlier keys only
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, d_head: int | None = None,
                  norm: str = "pre", activation: str = "gelu", attn_dropout: float = 0.0,
