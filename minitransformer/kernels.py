@@ -37,6 +37,7 @@ NAMES = (
     "softmax_forward", "softmax_backward", "log_softmax",
     "cross_entropy_forward", "cross_entropy_backward",
     "attention_forward", "attention_backward",
+    "relative_bias_forward", "relative_bias_backward",
     "layernorm_forward", "layernorm_backward",
     "gelu_forward", "gelu_backward", "relu_forward", "relu_backward",
     "dropout_forward", "dropout_backward",

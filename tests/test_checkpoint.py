@@ -199,9 +199,12 @@ def test_archive_holds_only_plain_numeric_arrays(tmp_path):
     assert {f"optim/{n}/m" for n in model.state_dict()} <= names
 
 
+@pytest.mark.parametrize("pos", [dict(pos="sinusoidal"), dict(pos="relative", relative_max_distance=2),
+                                 dict(pos="learned", relative_bias="alibi")],
+                         ids=["sinusoidal", "relative", "learned-beside-alibi"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_model_from_checkpoint_rebuilds_identical_model(kind, tmp_path):
-    model = make_model(kind, seed=3, pos="sinusoidal", norm="post")
+def test_model_from_checkpoint_rebuilds_identical_model(kind, pos, tmp_path):
+    model = make_model(kind, seed=3, norm="post", **pos)
     opt = Adam(model, lr=1e-2)
     train_steps(model, opt, kind, n=2)
     path = save_checkpoint(tmp_path / "m.npz", model, opt)
@@ -213,6 +216,21 @@ def test_model_from_checkpoint_rebuilds_identical_model(kind, tmp_path):
     np.testing.assert_array_equal(logits_of(rebuilt, kind), logits_of(model, kind))
     again, _ = model_from_checkpoint(ckpt)  # a loaded Checkpoint works too
     np.testing.assert_array_equal(logits_of(again, kind), logits_of(model, kind))
+
+
+def test_checkpoint_saved_before_relative_positions_loads(tmp_path):
+    """A checkpoint whose config predates relative_bias / relative_max_distance loads
+    with the defaults (no relative bias) and gives the saved model's logits."""
+    model = make_model("DecoderLM", seed=2)
+    path = save_checkpoint(tmp_path / "new.npz", model)
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays.pop("__meta__").tobytes().decode("utf-8"))
+    meta["config"] = {k: v for k, v in meta["config"].items() if not k.startswith("relative_")}
+    old = write_npz(tmp_path / "old.npz", meta, **arrays)
+    rebuilt, _ = model_from_checkpoint(old)
+    assert rebuilt.config == model.config and rebuilt.config.relative_bias == "none"
+    np.testing.assert_array_equal(logits_of(rebuilt, "DecoderLM"), logits_of(model.eval(), "DecoderLM"))
 
 
 def test_model_from_checkpoint_unknown_type(tmp_path):

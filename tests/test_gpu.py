@@ -53,6 +53,20 @@ def test_cross_entropy_and_embedding_match_numpy():
     _compare(fn)
 
 
+def test_relative_position_bias_matches_numpy():
+    """The lookup (fancy indexing) and its scatter-add (cupyx.scatter_add), and attention
+    with the bias, on the GPU."""
+    def fn():
+        pos = backend.xp.arange(6)
+        table = backend.asarray(_host(7, 3, 5))  # (H, 2M+1), M = 2
+        bias, cache = F.relative_bias_forward(table, pos, pos, 2, True)
+        dtable = F.relative_bias_backward(backend.asarray(_host(8, 3, 6, 6)), cache)
+        q, k, v = (backend.asarray(_host(s, 2, 3, 6, 4)) for s in (1, 2, 3))
+        out, acache = F.attention_forward(q, k, v, F.causal_mask(6), bias=bias[None])
+        return (bias, dtable, out, *F.attention_backward(backend.asarray(_host(4, 2, 3, 6, 4)), acache))
+    _compare(fn)
+
+
 def test_decoder_lm_gradients_match_numpy():
     from minitransformer.models import DecoderLM, DecoderLMConfig
 

@@ -350,13 +350,19 @@ def _step_cases():
     prop = Encoder(EncoderConfig(vocab_size=V, n_layers=1, mlm_head=False, n_outputs=3, **small))
     nan = np.nan
     prop_examples = [([4, 5, 6], [1.0, nan, 0.0]), ([4, 7], [nan, 0.0, 1.0]), ([4, 8, 9, 10], [0.0, 1.0, 1.0])]
+    # relative positions: the bias's lookup and scatter-add must not read the device either
+    lm_rel = DecoderLM(DecoderLMConfig(vocab_size=V, n_layers=2, pos="relative", **small))
+    s2s_rel = Seq2Seq(Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, n_enc_layers=1, n_dec_layers=1,
+                                    pos="relative", **small))
     return [("LMTask", lm, LMTask(pad_id=PAD, label_smoothing=0.1), LM_EXAMPLES),
             ("Seq2SeqTask", s2s, Seq2SeqTask(pad_id=PAD), S2S_EXAMPLES),
             ("MLMTask", mlm, MLMTask(mask_id=MASK, vocab_size=V, special_ids=(PAD, BOS, EOS)), LM_EXAMPLES),
-            ("PropertyTask", prop, PropertyTask(pad_id=PAD, pos_weight=[2.0, 1.0, 1.0]), prop_examples)]
+            ("PropertyTask", prop, PropertyTask(pad_id=PAD, pos_weight=[2.0, 1.0, 1.0]), prop_examples),
+            ("LMTask, relative", lm_rel, LMTask(pad_id=PAD), LM_EXAMPLES),
+            ("Seq2SeqTask, relative", s2s_rel, Seq2SeqTask(pad_id=PAD), S2S_EXAMPLES)]
 
 
-@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("case", range(6))
 def test_training_step_never_reads_the_device(case):
     """Loss, backward, clipping on the device and an Adam step under forbid_host_sync:
     the strict backend raises at any device-to-host read (float(), .item(), a boolean

@@ -10,6 +10,12 @@ from looking ahead::
     h = LN_f(h)                                       # optional (default on for pre-LN)
     logits = h @ W_out + b   or   h @ E^T (tied)      # (B, T, V)
 
+Positions (``pos``): learned or sinusoidal vectors ``P``, or ``"relative"``: no
+``P``, and every block's self-attention adds a causal relative-position bias
+(``relative_bias``: learned or ALiBi) to its logits; a bias can also be added
+beside ``P``. The bias depends only on query-key distances, so a KV-cached
+:meth:`DecoderLM.step` gives the same logits as the full forward pass.
+
 With ``tie_embeddings=True`` the output projection *is* the token embedding
 matrix, so that matrix receives two gradient contributions, one from the
 lookup at the bottom and one from the projection at the top; the backward adds
@@ -59,7 +65,8 @@ class DecoderLM(Module):
         self.blocks = ModuleList(
             DecoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, norm=c.norm, activation=c.activation,
                          attn_dropout=c.attn_dropout, resid_dropout=c.resid_dropout,
-                         ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng, cross_attention=False)
+                         ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng, cross_attention=False,
+                         relative_bias=c.relative_bias, relative_max_distance=c.relative_max_distance)
             for _ in range(c.n_layers)
         )
         self.ln_f = LayerNorm(c.d_model) if c.final_norm else None

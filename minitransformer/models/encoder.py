@@ -2,9 +2,12 @@ r"""``Encoder``: the bidirectional (BERT-like) transformer, with two heads.
 
 Every position attends to every non-padding position (no causal mask)::
 
-    h = dropout(E[ids] * s + P)
+    h = dropout(E[ids] * s + P)                      # no P with pos="relative"
     h = block_n( ... block_1(h, padding mask) )      # EncoderBlock
     h = LN_f(h)                                      # optional (default on for pre-LN)
+
+With ``pos="relative"`` (or a ``relative_bias`` beside learned/sinusoidal ``P``)
+every block's self-attention adds a bidirectional relative-position bias to its logits.
 
 Heads (chosen per call with ``forward(ids, head=...)``):
 
@@ -52,7 +55,8 @@ class Encoder(Module):
         self.blocks = ModuleList(
             EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, norm=c.norm, activation=c.activation,
                          attn_dropout=c.attn_dropout, resid_dropout=c.resid_dropout,
-                         ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng)
+                         ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng,
+                         relative_bias=c.relative_bias, relative_max_distance=c.relative_max_distance)
             for _ in range(c.n_layers)
         )
         self.ln_f = LayerNorm(c.d_model) if c.final_norm else None

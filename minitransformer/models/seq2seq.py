@@ -10,6 +10,9 @@ r"""``Seq2Seq``: the encoder-decoder transformer (translation-style).
 
 Each decoder block attends causally to the target prefix and, through
 cross-attention, to the whole source; the source padding mask applies there.
+With ``pos="relative"`` (no ``P`` in either embedder) or a ``relative_bias``
+beside ``P``, the self-attention of every encoder block (bidirectional) and
+decoder block (causal) adds a relative-position bias; cross-attention has none.
 The memory's gradient is the sum of every decoder block's cross-attention
 context gradient, which then flows back through the encoder. With
 ``share_embeddings`` source and target use one token table (one vocabulary), and
@@ -57,7 +60,8 @@ class Seq2Seq(Module):
         self.config = c = config
         self.rng = backend.RNG(c.seed)
         block_kw = dict(norm=c.norm, activation=c.activation, attn_dropout=c.attn_dropout,
-                        resid_dropout=c.resid_dropout, ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng)
+                        resid_dropout=c.resid_dropout, ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng,
+                        relative_bias=c.relative_bias, relative_max_distance=c.relative_max_distance)
         self.src_embed = TokenEmbedder(c.src_vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout, self.rng)
         self.enc_blocks = ModuleList(EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, **block_kw)
                                      for _ in range(c.n_enc_layers))

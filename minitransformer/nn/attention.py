@@ -36,6 +36,8 @@ side and projected back, :math:`Y = [O_1|\dots|O_H]\, W_o + b_o`. For
 cross-attention the queries come from X and the keys and values from a
 ``context`` (the encoder output); the *same* weight serves, its first
 :math:`Hd_h` columns projecting queries and the other :math:`2Hd_h` keys and values.
+A self-attention layer may own a relative-position bias
+(:mod:`minitransformer.nn.relative_position`), which it passes as :math:`A`.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ from minitransformer.backend import xp
 from minitransformer.nn.elementwise import make_dropout_mask
 from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module
+from minitransformer.nn.relative_position import RelativePositionBias
 from minitransformer.nn.softmax import SoftmaxCache, softmax_backward, softmax_forward
 
 
@@ -255,13 +258,18 @@ class MultiHeadAttention(Module):
             model uses heads as wide as D, so H * d_head may exceed D.
         bias: use biases in the projections.
         attn_dropout: dropout probability on the attention probabilities.
+        position_bias: a :class:`~minitransformer.nn.relative_position.RelativePositionBias`
+            whose bias is added to the logits of self-attention, or None.
+            Cross-attention takes none (the encoder's positions are not the decoder's).
 
     Parameters: ``qkv.weight`` (D, 3*H*d_head), ``qkv.bias``, ``proj.weight``
-    (H*d_head, D), ``proj.bias``.
+    (H*d_head, D), ``proj.bias``; ``position_bias.table`` (H, n_buckets) with a
+    learned position bias.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int | None = None, bias: bool = True,
-                 attn_dropout: float = 0.0, rng: backend.RNG | None = None):
+                 attn_dropout: float = 0.0, rng: backend.RNG | None = None,
+                 position_bias: RelativePositionBias | None = None):
         if d_head is None:
             if d_model % n_heads:
                 raise ValueError(
@@ -277,6 +285,12 @@ class MultiHeadAttention(Module):
         inner = n_heads * d_head
         self.qkv = Linear(d_model, 3 * inner, bias=bias, rng=self.rng)
         self.proj = Linear(inner, d_model, bias=bias, rng=self.rng)
+        if position_bias is not None and position_bias.n_heads != n_heads:
+            raise ValueError(
+                f"MultiHeadAttention: the position bias has {position_bias.n_heads} heads, "
+                f"the attention {n_heads}"
+            )
+        self.position_bias = position_bias
 
     def _check_input(self, x, what):
         if x.ndim != 3 or x.shape[-1] != self.d_model:
@@ -308,30 +322,39 @@ class MultiHeadAttention(Module):
             context: (B, Tk, D) keys'/values' source for cross-attention, or None.
             mask: boolean, broadcastable to (B, H, Tq, Tk); True = may attend.
             kv_cache: for incremental decoding. Self-attention appends this step's
-                keys/values and attends over all of them; cross-attention computes the
-                context's keys/values once and reuses them.
+                keys/values and attends over all of them (the new queries sit at
+                positions ``kv_cache.length ..``, which the position bias needs);
+                cross-attention computes the context's keys/values once and reuses them.
 
         Returns:
             (B, Tq, D).
         """
         self._check_input(x, "x")
         H, inner = self.n_heads, self.n_heads * self.d_head
+        pos_bias = None
         if context is None:
             qkv = self.qkv(x)  # (B, Tq, 3*H*dh), one product for q, k and v
             q = split_heads(qkv[..., :inner], H)  # (B, H, Tq, dh)
             k = split_heads(qkv[..., inner:2 * inner], H)  # (B, H, Tq, dh)
             v = split_heads(qkv[..., 2 * inner:], H)  # (B, H, Tq, dh)
+            past = 0 if kv_cache is None else kv_cache.length  # position of the first query
             if kv_cache is not None:
                 k, v = kv_cache.append(k, v)  # (B, H, Tpast+Tq, dh) each
+            if self.position_bias is not None:
+                pos_bias = self.position_bias(q.shape[2], k.shape[2], offset=past)  # (1, H, Tq, Tk)
             linear_caches = None  # self.qkv keeps its own
         else:
+            if self.position_bias is not None:
+                raise ValueError("MultiHeadAttention: a position bias is for self-attention; "
+                                 "this layer was given a context")
             self._check_input(context, "context")
             q, k, v, linear_caches = self._project_cross(x, context, kv_cache)
         drop = None
         if self.training and self.attn_dropout > 0:
             shape = (q.shape[0], H, q.shape[2], k.shape[2])  # (B, H, Tq, Tk)
             drop = make_dropout_mask(shape, self.attn_dropout, self.rng, q.dtype)  # (B, H, Tq, Tk)
-        o, attn_cache = kernels.attention_forward(q, k, v, mask=mask, dropout_mask=drop)  # (B, H, Tq, dh)
+        o, attn_cache = kernels.attention_forward(q, k, v, mask=mask, dropout_mask=drop,
+                                                  bias=pos_bias)  # (B, H, Tq, dh)
         y = self.proj(merge_heads(o))  # (B, Tq, D)
         self.cache = {"cross": context is not None, "linear": linear_caches, "attn": attn_cache}
         return y
@@ -346,7 +369,9 @@ class MultiHeadAttention(Module):
         cache = self._require_cache()
         H, inner = self.n_heads, self.n_heads * self.d_head
         do = split_heads(self.proj.backward(dy), H)  # (B, H, Tq, dh), in the forward pass o
-        dq, dk, dv, _ = kernels.attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
+        dq, dk, dv, dbias = kernels.attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
+        if dbias is not None:
+            self.position_bias.backward(dbias)  # (1, H, Tq, Tk), summed over the batch
         dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (B, T*, H*dh) each
         if not cache["cross"]:
             return self.qkv.backward(xp.concatenate([dq, dk, dv], axis=-1))  # (B, Tq, D)

@@ -13,6 +13,13 @@ So an encoder block is ``U = LN1(X + MHSA(X)); X = LN2(U + FFN(U))`` (post) or
 ``X = X + MHSA(LN1(X)); X = X + FFN(LN2(X))`` (pre). A decoder block adds a
 cross-attention sublayer between the two, attending to the encoder output.
 
+With ``relative_bias`` set, a block's self-attention owns a
+:class:`~minitransformer.nn.relative_position.RelativePositionBias` and adds it
+to its logits: bidirectional in an encoder block, causal (half the table) in a
+decoder block. Every layer has a table of its own (T5 shares one across the
+layers of a stack; one per layer keeps each module's forward cache its own, for
+at most :math:`H(2M+1)` numbers a layer). Cross-attention never gets one.
+
 Backward of one residual sublayer, given :math:`dy`:
 
 * post-LN: :math:`ds = \mathrm{LN}'^\top dy`; then :math:`dx = ds + F'^\top \delta'^\top ds`;
@@ -39,6 +46,7 @@ from minitransformer.nn.elementwise import Dropout, make_activation
 from minitransformer.nn.layernorm import LayerNorm
 from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module
+from minitransformer.nn.relative_position import RelativePositionBias
 
 
 class FeedForward(Module):
@@ -85,15 +93,24 @@ class EncoderBlock(Module):
         attn_dropout: on the attention probabilities.
         resid_dropout: on each sublayer's output before the residual sum.
         ff_dropout: on the feed-forward hidden activation.
+        relative_bias: ``"none"``, or the kind of relative-position bias the
+            self-attention adds to its logits: ``"learned"`` or ``"alibi"``.
+        relative_max_distance: the learned bias's largest distance with a bucket of its own.
     """
+
+    causal = False  # causal self-attention? Then a relative bias covers earlier keys only
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, d_head: int | None = None,
                  norm: str = "pre", activation: str = "gelu", attn_dropout: float = 0.0,
                  resid_dropout: float = 0.0, ff_dropout: float = 0.0, bias: bool = True,
-                 rng: backend.RNG | None = None):
+                 rng: backend.RNG | None = None, relative_bias: str = "none",
+                 relative_max_distance: int = 16):
         rng = rng or backend.RNG(0)
         self.norm = _check_norm(norm)
-        self.attn = MultiHeadAttention(d_model, n_heads, d_head, bias=bias, attn_dropout=attn_dropout, rng=rng)
+        position_bias = None if relative_bias == "none" else RelativePositionBias(
+            n_heads, relative_max_distance, bidirectional=not self.causal, kind=relative_bias, rng=rng)
+        self.attn = MultiHeadAttention(d_model, n_heads, d_head, bias=bias, attn_dropout=attn_dropout, rng=rng,
+                                       position_bias=position_bias)
         self.ln1 = LayerNorm(d_model)
         self.drop1 = Dropout(resid_dropout, rng=rng)
         self._init_extra(d_model, n_heads, d_head, bias, attn_dropout, resid_dropout, rng)
@@ -146,6 +163,8 @@ class DecoderBlock(EncoderBlock):
     With ``cross_attention=False`` (decoder-only language models) it has the
     same sublayers as an encoder block; the caller passes a causal mask.
     """
+
+    causal = True
 
     def __init__(self, *args, cross_attention: bool = True, **kwargs):
         self._cross = cross_attention
@@ -206,7 +225,16 @@ class ConfigBase:
     * ``norm``: ``"post"`` (LayerNorm after each residual sum, the original transformer)
       or ``"pre"`` (before each sublayer, GPT-2 style);
     * ``activation``: ``"gelu"`` (exact), ``"gelu_tanh"`` or ``"relu"``;
-    * ``pos``: ``"learned"`` or ``"sinusoidal"`` positions;
+    * ``pos``: where the positions enter. ``"learned"`` or ``"sinusoidal"``: a position
+      vector added to each token embedding; ``"relative"``: no vector there, every
+      self-attention layer adds a relative-position bias to its logits instead;
+    * ``relative_bias``: that bias, ``"learned"`` (a table per layer and head of
+      clipped distances, T5-style), ``"alibi"`` (fixed linear slopes, no parameters)
+      or ``"none"``. Default: ``"learned"`` with ``pos="relative"``, ``"none"``
+      otherwise. With ``pos="learned"`` or ``"sinusoidal"`` and a bias, the model uses
+      absolute and relative positions side by side; ``pos="relative"`` needs a bias;
+    * ``relative_max_distance``: M, the largest distance with a learned bias of its own
+      (farther ones share the edge bucket; ALiBi ignores it);
     * dropout, each set separately: ``emb_dropout`` (on the embedding sum),
       ``attn_dropout`` (on attention probabilities), ``resid_dropout`` (on each
       sublayer's output), ``ff_dropout`` (on the feed-forward hidden layer);
@@ -240,7 +268,16 @@ class ConfigBase:
     def _check_common(self):
         """Validate the options every transformer config shares."""
         self._check_choice("norm", ("post", "pre"))
-        self._check_choice("pos", ("learned", "sinusoidal"))
+        self._check_choice("pos", ("learned", "sinusoidal", "relative"))
+        self._check_choice("relative_bias", ("none", "learned", "alibi"))
+        if self.pos == "relative" and self.relative_bias == "none":
+            raise ValueError(
+                f"{type(self).__name__}: pos='relative' adds no position vector, so it needs "
+                "relative_bias='learned' or 'alibi' (or leave relative_bias unset)"
+            )
+        m = self.relative_max_distance
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ValueError(f"{type(self).__name__}.relative_max_distance must be an integer >= 1, got {m!r}")
         self._check_choice("activation", ("gelu", "gelu_tanh", "relu"))
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(
@@ -265,6 +302,8 @@ class TransformerOptions(ConfigBase):
     norm: str = "pre"
     activation: str = "gelu"
     pos: str = "learned"
+    relative_bias: str | None = None
+    relative_max_distance: int = 16
     tie_embeddings: bool = False
     final_norm: bool | None = None
     emb_dropout: float = 0.0
@@ -276,6 +315,8 @@ class TransformerOptions(ConfigBase):
     seed: int = 0
 
     def __post_init__(self):
+        if self.relative_bias is None:  # resolved here, stored (and saved) as a string
+            self.relative_bias = "learned" if self.pos == "relative" else "none"
         self._check_common()
         if self.final_norm is None:
             self.final_norm = self.norm == "pre"

@@ -17,8 +17,11 @@ The modules:
   :math:`h_0 = \mathrm{dropout}(s\,E[\text{ids}] + P_{0..T-1})`, with ``s`` = 1 for
   learned positions and :math:`\sqrt D` for sinusoidal ones (token vectors start
   with std :math:`1/\sqrt D`, so they are comparable with the unit sin/cos code).
-  With ``pos="relative"`` there is no position vector here: the attention layers
-  add a relative-position bias to their logits instead.
+  With ``pos="relative"`` there is no position vector here (:math:`P = 0`): the
+  attention layers add a relative-position bias to their logits instead
+  (:mod:`minitransformer.nn.relative_position`). There is then nothing to balance
+  the token vectors against, so they keep the learned rule, :math:`s = 1` and
+  std 0.02 (T5 does not scale its embeddings either).
 * :class:`OutputProjection`: hidden states to vocabulary logits, with its own
   weight or *tied* to the token embedding (:math:`\text{logits} = h E^\top`); the
   tied table then receives two gradients, both added into one ``Parameter.grad``.
@@ -179,10 +182,13 @@ class SinusoidalPositionalEncoding(Module):
 
 
 class TokenEmbedder(Module):
-    """ids (B, T) -> (B, T, D): scaled token embedding plus position code, then dropout."""
+    """ids (B, T) -> (B, T, D): scaled token embedding plus position code, then dropout.
+    ``pos``: ``"learned"``, ``"sinusoidal"`` or ``"relative"`` (no position code here)."""
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, pos: str, emb_dropout: float,
                  rng: backend.RNG, shared_weight: Parameter | None = None):
+        if pos not in ("learned", "sinusoidal", "relative"):
+            raise ValueError(f"TokenEmbedder: pos must be 'learned', 'sinusoidal' or 'relative', got {pos!r}")
         if pos == "sinusoidal":
             self.scale = math.sqrt(d_model)
             std = 1.0 / math.sqrt(d_model)
@@ -195,8 +201,10 @@ class TokenEmbedder(Module):
             self.tok.weight = shared_weight
         if pos == "learned":
             self.pos = PositionalEmbedding(max_len, d_model, init_std=0.02, rng=rng)
-        else:
+        elif pos == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(max_len, d_model)
+        else:
+            self.pos = None  # relative: the attention layers see the positions
         self.drop = Dropout(emb_dropout, rng=rng)
 
     def forward(self, ids, offset: int = 0):
@@ -204,7 +212,8 @@ class TokenEmbedder(Module):
         x = self.tok(ids)  # (B, T, D)
         if self.scale != 1.0:
             x *= self.scale
-        x += self.pos(ids.shape[1], offset)  # (B, T, D), broadcast over the batch
+        if self.pos is not None:
+            x += self.pos(ids.shape[1], offset)  # (B, T, D), broadcast over the batch
         self.cache = True
         return self.drop(x)  # (B, T, D)
 
@@ -212,7 +221,8 @@ class TokenEmbedder(Module):
         """dout: (B, T, D). Accumulates the token (and learned position) gradients."""
         self._require_cache()
         dx = self.drop.backward(dout)  # (B, T, D)
-        self.pos.backward(dx)
+        if self.pos is not None:
+            self.pos.backward(dx)
         self.tok.backward(dx * self.scale if self.scale != 1.0 else dx)
         return None
 

@@ -1,5 +1,6 @@
 """Model configs: JSON round trips, unknown keys, validation; a model rebuilt from a
-config's JSON has the same parameter names, shapes and (seeded) values."""
+config's JSON has the same parameter names, shapes and (seeded) values; configs
+saved before the relative-position options still load."""
 import json
 
 import numpy as np
@@ -24,6 +25,10 @@ CONFIGS = [
     Seq2SeqConfig(src_vocab_size=11, tgt_vocab_size=11, d_model=8, n_heads=2, d_head=3,
                   n_enc_layers=1, n_dec_layers=3, d_ff=12, max_len=10, norm="post", pos="learned",
                   share_embeddings=True, tie_embeddings=True, final_norm=False, seed=5),
+    DecoderLMConfig(vocab_size=11, pos="relative", relative_max_distance=4),
+    EncoderConfig(vocab_size=11, pos="relative", relative_bias="alibi"),
+    Seq2SeqConfig(src_vocab_size=7, tgt_vocab_size=11, pos="learned", relative_bias="learned",
+                  relative_max_distance=3),
 ]
 BUILD = {DecoderLMConfig: DecoderLM, EncoderConfig: Encoder, Seq2SeqConfig: Seq2Seq}
 
@@ -37,6 +42,28 @@ def test_json_round_trip(cfg):
     assert back == cfg and back.to_json() == text
     assert type(cfg).from_dict(cfg.to_dict()) == cfg
     assert isinstance(back.final_norm, bool)  # resolved at construction, stored as a bool
+    assert back.relative_bias in ("none", "learned", "alibi")  # resolved likewise, stored as a string
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: type(c).__name__)
+def test_config_saved_before_relative_positions_still_loads(cfg):
+    """A config written before relative_bias / relative_max_distance existed lacks both
+    keys: the defaults fill them in (no bias, M = 16) and the model is built as before."""
+    if cfg.pos == "relative":
+        return
+    old = {k: v for k, v in cfg.to_dict().items() if not k.startswith("relative_")}
+    back = type(cfg).from_dict(old)
+    assert (back.relative_bias, back.relative_max_distance) == ("none", 16)
+    if cfg.relative_bias == "none":
+        assert back == cfg
+
+
+@pytest.mark.parametrize("opts,bias", [
+    (dict(), "none"), (dict(pos="relative"), "learned"), (dict(pos="relative", relative_bias="alibi"), "alibi"),
+    (dict(pos="sinusoidal", relative_bias="learned"), "learned"),
+])
+def test_relative_bias_default_follows_pos(opts, bias):
+    assert DecoderLMConfig(vocab_size=11, **opts).relative_bias == bias
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: type(c).__name__)
@@ -71,7 +98,9 @@ def test_rebuilt_model_is_identical():
 ])
 @pytest.mark.parametrize("bad", [
     dict(norm="both"), dict(pos="alibi"), dict(activation="silu"), dict(d_model=10, n_heads=4),
-    dict(emb_dropout=-0.1), dict(ff_dropout=1.0),
+    dict(emb_dropout=-0.1), dict(ff_dropout=1.0), dict(relative_bias="rope"),
+    dict(pos="relative", relative_bias="none"), dict(relative_max_distance=0),
+    dict(relative_max_distance=2.5), dict(pos="relative", relative_max_distance=True),
 ])
 def test_invalid_options_raise(cls, base, bad):
     with pytest.raises(ValueError):

@@ -1,5 +1,6 @@
 """DecoderLM: log_prob, causality (property), input validation, the reference
-configuration's size, dropout switches, repeatable backward, KV-cached decoding."""
+configuration's size, dropout switches, repeatable backward, KV-cached decoding
+(with absolute and relative positions)."""
 import math
 
 import numpy as np
@@ -82,7 +83,7 @@ def test_log_prob_matches_kv_cached_decoding(float64):
     assert math.isclose(lp, total, rel_tol=1e-10)
 
 
-@pytest.mark.parametrize("norm,pos", [("pre", "learned"), ("post", "sinusoidal")])
+@pytest.mark.parametrize("norm,pos", [("pre", "learned"), ("post", "sinusoidal"), ("pre", "relative")])
 def test_step_matches_forward(any_backend, float64, norm, pos):
     model = _model(norm=norm, pos=pos, d_head=8, seed=1).eval()
     ids = _dev(BATCH[:, :5] % 9 + 1)  # no padding
@@ -100,6 +101,29 @@ def test_step_matches_forward(any_backend, float64, norm, pos):
     np.testing.assert_allclose(nxt, ref, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="max_len"):
         model.step(_dev(np.ones((3, 5), dtype=np.int64)), state)
+
+
+@pytest.mark.parametrize("pos,relative_bias,norm", [
+    ("relative", "learned", "pre"), ("relative", "alibi", "post"),
+    ("learned", "learned", "pre"), ("sinusoidal", "alibi", "pre"),
+], ids=["relative-learned", "relative-alibi", "learned-beside-relative", "sin-beside-alibi"])
+def test_cached_decode_with_relative_positions_equals_full_forward(any_backend, float64, pos,
+                                                                   relative_bias, norm):
+    """Token by token from the first position, past max_distance = 2 (the clipped
+    buckets): the cached step's logits equal the full forward's at every position."""
+    model = _model(norm=norm, pos=pos, relative_bias=relative_bias, relative_max_distance=2,
+                   d_head=3, seed=5).eval()
+    g = np.random.default_rng(5)
+    if relative_bias == "learned":  # a table far from zero, so the bias matters
+        for block in model.blocks:
+            table = block.attn.position_bias.table
+            table.data = _dev(g.standard_normal(table.shape))
+    ids = _dev(np.concatenate([np.ones((2, 1), dtype=np.int64), g.integers(3, V, size=(2, 8))], axis=1))
+    full = _host(model(ids))  # (2, 9, V)
+    state = model.init_state()
+    steps = [_host(model.step(ids[:, t:t + 1], state)) for t in range(ids.shape[1])]
+    np.testing.assert_allclose(np.stack(steps, axis=1), full, rtol=1e-10, atol=1e-12)
+    assert state["pos"] == 9
 
 
 # -- causality ---------------------------------------------------------------------

@@ -238,8 +238,12 @@ def test_seq2seq_backward_twice_identical_and_accumulates(any_backend, float64, 
         np.testing.assert_allclose(_host(p.grad), 2 * first[n], rtol=1e-13, atol=1e-16, err_msg=n)
 
 
-def test_seq2seq_causal_in_target_and_step_matches_forward(any_backend, float64):
-    model = _seq2seq(seed=4, d_head=8).eval()
+@pytest.mark.parametrize("opts", [
+    dict(), dict(pos="relative", relative_max_distance=2),
+    dict(pos="relative", relative_bias="alibi"), dict(pos="learned", relative_bias="learned"),
+], ids=["sin", "relative-learned", "relative-alibi", "learned-beside-relative"])
+def test_seq2seq_causal_in_target_and_step_matches_forward(any_backend, float64, opts):
+    model = _seq2seq(seed=4, d_head=8, **opts).eval()
     src = _dev(SRC)
     tgt = TGT[:, :5].copy()
     tgt[0, 4] = 5  # no padding in the target prefix

@@ -1,7 +1,8 @@
 """Whole-model gradient checks (float64, tiny models) through the full path, loss
 included: DecoderLM, Encoder and Seq2Seq with tied/untied outputs, pre/post-LN,
-learned/sinusoidal positions, padded batches, wide heads, shared embeddings and
-every Encoder head. Plus explicit proof that a tied matrix gets *both* gradients."""
+learned/sinusoidal/relative positions (learned and ALiBi biases, alone and beside
+absolute positions), padded batches, wide heads, shared embeddings and every
+Encoder head. Plus explicit proof that a tied matrix gets *both* gradients."""
 import numpy as np
 import pytest
 
@@ -83,14 +84,21 @@ def _lm_check(cfg, **kw):
     dict(norm="post", pos="sinusoidal", tie_embeddings=True, d_head=8),
     dict(norm="post", pos="learned", tie_embeddings=False, activation="relu", d_head=3),
     dict(norm="pre", pos="sinusoidal", tie_embeddings=False, activation="gelu_tanh", bias=False),
+    dict(norm="pre", pos="relative", tie_embeddings=False, relative_max_distance=2),
+    dict(norm="post", pos="relative", relative_bias="alibi", tie_embeddings=True, d_head=3),
+    dict(norm="pre", pos="learned", relative_bias="learned", relative_max_distance=3, tie_embeddings=True),
+    dict(norm="pre", pos="sinusoidal", relative_bias="alibi", tie_embeddings=False),
 ], ids=["pre-learned-untied", "pre-learned-tied", "post-sin-tied-wide", "post-learned-relu-dh3",
-        "pre-sin-nobias"])
+        "pre-sin-nobias", "pre-relative-learned", "post-relative-alibi-dh3",
+        "pre-learned-beside-relative", "pre-sin-beside-alibi"])
 def test_decoder_lm_gradcheck(any_backend, float64, opts):
     cfg = DecoderLMConfig(vocab_size=V, n_layers=2, seed=3, **SMALL, **opts)
     model, report = _lm_check(cfg)
     names = _checked_names(report)
     assert names == {n for n, _ in model.named_parameters()}
     assert ("head.linear.weight" in names) != opts["tie_embeddings"]
+    assert ("blocks.1.attn.position_bias.table" in names) == (cfg.relative_bias == "learned")
+    assert ("embed.pos.weight" in names) == (cfg.pos == "learned")
 
 
 def test_decoder_lm_gradcheck_sum_loss(float64):
@@ -117,8 +125,13 @@ MLM_TARGETS = np.array([[IGNORE, 5, IGNORE, 3, IGNORE, IGNORE],
     ("mlm", dict(norm="pre", pos="learned", tie_embeddings=True)),
     ("cls", dict(norm="post", pos="learned", n_outputs=3, mlm_head=False)),
     ("cls", dict(norm="pre", pos="sinusoidal", n_outputs=1, tie_embeddings=False)),
+    (None, dict(norm="pre", pos="relative", relative_max_distance=2, mlm_head=False)),
+    ("mlm", dict(norm="post", pos="relative", relative_bias="alibi", tie_embeddings=True)),
+    ("cls", dict(norm="pre", pos="learned", relative_bias="learned", relative_max_distance=2,
+                 n_outputs=2, mlm_head=False)),
 ], ids=["none-pre", "none-post-sin-wide", "mlm-post-sin-tied-wide", "mlm-pre-untied-relu",
-        "mlm-pre-tied", "cls-post", "cls-pre-sin-with-mlm"])
+        "mlm-pre-tied", "cls-post", "cls-pre-sin-with-mlm", "none-pre-relative",
+        "mlm-post-relative-alibi", "cls-pre-learned-beside-relative"])
 def test_encoder_gradcheck(any_backend, float64, head, opts):
     cfg = EncoderConfig(vocab_size=V, n_layers=2, seed=5, **SMALL, **opts)
     model = Encoder(cfg)
@@ -155,8 +168,12 @@ TGT = np.array([[1, 6, 8, 2, 0, 0],
     dict(norm="pre", pos="learned", share_embeddings=True, tie_embeddings=True, d_head=8),
     dict(norm="post", pos="sinusoidal", tie_embeddings=True, activation="relu"),
     dict(norm="pre", pos="learned", src_vocab_size=7, d_head=3),
+    dict(norm="pre", pos="relative", relative_max_distance=2),
+    dict(norm="post", pos="relative", relative_bias="alibi", share_embeddings=True),
+    dict(norm="pre", pos="sinusoidal", relative_bias="learned", relative_max_distance=3, tie_embeddings=True),
 ], ids=["pre-sin", "post-learned-shared", "pre-learned-shared-tied-wide", "post-sin-tied-relu",
-        "pre-learned-smallsrc-dh3"])
+        "pre-learned-smallsrc-dh3", "pre-relative", "post-relative-alibi-shared",
+        "pre-sin-beside-relative-tied"])
 def test_seq2seq_gradcheck(any_backend, float64, opts):
     opts = dict(opts)
     src_v = opts.pop("src_vocab_size", V)
@@ -170,6 +187,9 @@ def test_seq2seq_gradcheck(any_backend, float64, opts):
     names = _checked_names(report)
     assert names == {n for n, _ in model.named_parameters()}
     assert ("tgt_embed.tok.weight" in names) != cfg.share_embeddings
+    learned = cfg.relative_bias == "learned"
+    assert ("enc_blocks.1.attn.position_bias.table" in names) == learned
+    assert ("dec_blocks.1.attn.position_bias.table" in names) == learned
 
 
 # -- training mode: every dropout active, backward must reuse the forward's masks ---------
