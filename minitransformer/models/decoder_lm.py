@@ -30,7 +30,7 @@ import dataclasses
 
 from minitransformer import backend, kernels
 from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
-from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_ids
+from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_token_batch
 from minitransformer.nn.blocks import TransformerOptions
 from minitransformer.nn import DecoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
 
@@ -74,19 +74,10 @@ class DecoderLM(Module):
                                      tied_to=self.embed.tok if c.tie_embeddings else None)
         set_rng(self, self.rng)
 
-    def _check_ids(self, ids):
-        if ids.ndim != 2:
-            raise ValueError(f"DecoderLM: ids must have shape (B, T), got {tuple(ids.shape)}")
-        check_ids(ids, self.config.vocab_size, "DecoderLM")
-        if ids.shape[1] > self.config.max_len:
-            raise ValueError(
-                f"DecoderLM: sequence length {ids.shape[1]} exceeds max_len={self.config.max_len}"
-            )
-
     # -- training-time forward / backward ---------------------------------------
     def forward(self, ids):
         """ids: (B, T) integer, BOS first, right-padded with pad_id. Returns logits (B, T, V)."""
-        self._check_ids(ids)
+        check_token_batch(ids, self.config.vocab_size, self.config.max_len, "DecoderLM")
         T = ids.shape[1]
         mask = combine_masks(causal_mask(T), padding_mask(ids, self.config.pad_id))  # (B, 1, T, T)
         h = self.embed(ids)  # (B, T, D)
@@ -115,6 +106,9 @@ class DecoderLM(Module):
         the EOS target is. Returns (B,) on the device. Runs in the current mode
         (call ``eval()`` first for deterministic values).
         """
+        if getattr(ids, "ndim", None) == 2 and ids.shape[1] < 2:
+            raise ValueError("DecoderLM.log_prob: sequences need at least 2 tokens (BOS and one more), "
+                             f"got shape {tuple(ids.shape)}")
         logits = self.forward(ids[:, :-1])  # (B, T-1, V)
         nll, _ = kernels.cross_entropy_forward(logits, ids[:, 1:], ignore_index=self.config.pad_id,
                                        reduction="none")  # (B, T-1)

@@ -28,7 +28,7 @@ import numpy as np
 from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.nn.attention import padding_mask
-from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_ids
+from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_token_batch
 from minitransformer.nn.blocks import TransformerOptions
 from minitransformer.nn import EncoderBlock, LayerNorm, Linear, Module, ModuleList, set_rng
 
@@ -68,9 +68,7 @@ class Encoder(Module):
 
     def encode(self, ids):
         """ids (B, T) -> hidden states (B, T, D), padding keys masked."""
-        if ids.ndim != 2:
-            raise ValueError(f"Encoder: ids must have shape (B, T), got {tuple(ids.shape)}")
-        check_ids(ids, self.config.vocab_size, "Encoder")
+        check_token_batch(ids, self.config.vocab_size, self.config.max_len, "Encoder")
         mask = padding_mask(ids, self.config.pad_id)  # (B, 1, 1, T)
         h = self.embed(ids)  # (B, T, D)
         for block in self.blocks:

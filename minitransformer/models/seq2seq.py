@@ -26,7 +26,7 @@ import dataclasses
 from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
-from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_ids
+from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_token_batch
 from minitransformer.nn.blocks import TransformerOptions
 from minitransformer.nn import DecoderBlock, EncoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
 
@@ -79,9 +79,7 @@ class Seq2Seq(Module):
     # -- encoder -----------------------------------------------------------------
     def encode(self, src):
         """src (B, S) -> memory (B, S, D) and the source key mask (B, 1, 1, S)."""
-        if src.ndim != 2:
-            raise ValueError(f"Seq2Seq: src must have shape (B, S), got {tuple(src.shape)}")
-        check_ids(src, self.config.src_vocab_size, "Seq2Seq source")
+        check_token_batch(src, self.config.src_vocab_size, self.config.max_len, "Seq2Seq source")
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
         h = self.src_embed(src)  # (B, S, D)
         for block in self.enc_blocks:
@@ -100,11 +98,10 @@ class Seq2Seq(Module):
     # -- training-time forward / backward ---------------------------------------
     def forward(self, src, tgt_in):
         """src (B, S), tgt_in (B, T) (BOS first, right-padded) -> logits (B, T, V_tgt)."""
-        if tgt_in.ndim != 2 or tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(
-                f"Seq2Seq: tgt_in must have shape (B, T) with B={src.shape[0]}, got {tuple(tgt_in.shape)}"
-            )
-        check_ids(tgt_in, self.config.tgt_vocab_size, "Seq2Seq target")
+        check_token_batch(tgt_in, self.config.tgt_vocab_size, self.config.max_len, "Seq2Seq target")
+        if tgt_in.shape[0] != getattr(src, "shape", (None,))[0]:
+            raise ValueError(f"Seq2Seq: src has {getattr(src, 'shape', (None,))[0]} rows but tgt_in has "
+                             f"{tgt_in.shape[0]}; give one target per source")
         memory, src_mask = self.encode(src)  # (B, S, D)
         T = tgt_in.shape[1]
         tgt_mask = combine_masks(causal_mask(T), padding_mask(tgt_in, self.config.pad_id))  # (B, 1, T, T)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 from minitransformer import backend
 from minitransformer.nn.attention import MultiHeadAttention
@@ -265,8 +266,45 @@ class ConfigBase:
         if value not in allowed:
             raise ValueError(f"{type(self).__name__}.{field} must be one of {list(allowed)}, got {value!r}")
 
+    # int fields that must be at least 1 (every other int field: at least 0)
+    _POSITIVE = ("max_len", "d_model", "n_heads", "d_head", "d_ff", "relative_max_distance", "n_layers",
+                 "n_enc_layers", "n_dec_layers", "vocab_size", "src_vocab_size", "tgt_vocab_size")
+
+    def _check_types(self):
+        """Every field holds a value of its declared type (``int``, ``float``, ``bool``,
+        ``str``, or ``None`` where allowed), and every int is in range; the message
+        names the field. (``d_model="16"`` or ``n_heads=0`` fail here, not deep inside.)"""
+        name = type(self).__name__
+        for f in dataclasses.fields(self):
+            value, kinds = getattr(self, f.name), {k.strip() for k in str(f.type).split("|")}
+            if value is None and "None" in kinds:
+                continue
+            ok = (("bool" in kinds and isinstance(value, bool))
+                  or ("int" in kinds and isinstance(value, int) and not isinstance(value, bool))
+                  or ("float" in kinds and isinstance(value, (int, float)) and not isinstance(value, bool)
+                      and math.isfinite(value))
+                  or ("str" in kinds and isinstance(value, str)))
+            if not ok:
+                raise ValueError(f"{name}.{f.name} must be {f.type}, got {value!r}")
+            if "int" in kinds and not isinstance(value, bool):
+                low = 1 if f.name in self._POSITIVE else 0
+                if value < low:
+                    raise ValueError(f"{name}.{f.name} must be an integer >= {low}, got {value!r}")
+
+    def _check_token_ids(self):
+        """Every special token id (``pad_id``, ``bos_id``, ...) lies inside every vocabulary."""
+        sizes = {f: getattr(self, f) for f in ("vocab_size", "src_vocab_size", "tgt_vocab_size") if hasattr(self, f)}
+        for f in dataclasses.fields(self):
+            if f.name.endswith("_id"):
+                for vocab, size in sizes.items():
+                    if getattr(self, f.name) >= size:
+                        raise ValueError(f"{type(self).__name__}.{f.name}={getattr(self, f.name)} is not a token "
+                                         f"of a vocabulary of {vocab}={size} (ids are 0..{size - 1})")
+
     def _check_common(self):
         """Validate the options every transformer config shares."""
+        self._check_types()
+        self._check_token_ids()
         self._check_choice("norm", ("post", "pre"))
         self._check_choice("pos", ("learned", "sinusoidal", "relative"))
         self._check_choice("relative_bias", ("none", "learned", "alibi"))
@@ -275,9 +313,6 @@ class ConfigBase:
                 f"{type(self).__name__}: pos='relative' adds no position vector, so it needs "
                 "relative_bias='learned' or 'alibi' (or leave relative_bias unset)"
             )
-        m = self.relative_max_distance
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise ValueError(f"{type(self).__name__}.relative_max_distance must be an integer >= 1, got {m!r}")
         self._check_choice("activation", ("gelu", "gelu_tanh", "relu"))
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(

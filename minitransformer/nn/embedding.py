@@ -66,6 +66,19 @@ def check_ids(ids, vocab_size: int, what: str = "embedding"):
         )
 
 
+def check_token_batch(ids, vocab_size: int, max_len: int, what: str) -> None:
+    """Raise ValueError unless ``ids`` is a (B, T) integer batch a model can read:
+    1 <= T <= max_len, every id in [0, vocab_size). B = 0 is allowed (an empty batch)."""
+    if getattr(ids, "ndim", None) != 2:
+        raise ValueError(f"{what}: ids must have shape (B, T), got {tuple(getattr(ids, 'shape', ()))}")
+    if ids.shape[1] == 0:
+        raise ValueError(f"{what}: sequences of length 0; every sequence needs at least one token (BOS)")
+    if ids.shape[1] > max_len:
+        raise ValueError(f"{what}: sequence length {ids.shape[1]} exceeds max_len={max_len}; "
+                         "build the model with a larger max_len or feed shorter sequences")
+    check_ids(ids, vocab_size, what)
+
+
 def ids_to_device(ids, vocab_size: int, what: str = "batch"):
     """Check host token ids (a NumPy array) with :func:`check_ids`, then copy them to
     the active backend. ids: (...) integers. Returns the device array (...)."""

@@ -105,3 +105,65 @@ def test_rebuilt_model_is_identical():
 def test_invalid_options_raise(cls, base, bad):
     with pytest.raises(ValueError):
         cls(**base, **bad)
+
+
+# ---------------------------------------------------------------------------
+# every field is validated at construction, and the message names the field
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("make, field, bad", [
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "n_heads", 0),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "d_model", "16"),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "d_model", 16.0),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "n_layers", 0),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "max_len", -1),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "d_head", 0),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "pad_id", 10),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "bos_id", 12),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "eos_id", -1),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "seed", -1),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "tie_embeddings", 1),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "emb_dropout", float("nan")),
+    (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "norm", None),
+    (lambda **kw: DecoderLMConfig(**{"vocab_size": 0, **kw}), "vocab_size", 0),
+    (lambda **kw: EncoderConfig(vocab_size=10, **kw), "n_outputs", -2),
+    (lambda **kw: EncoderConfig(vocab_size=10, **kw), "mlm_head", "yes"),
+    (lambda **kw: Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=3, **kw), "eos_id", 3),
+    (lambda **kw: Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, **kw), "n_dec_layers", 0),
+])
+def test_every_config_field_is_validated_by_name(make, field, bad):
+    with pytest.raises(ValueError, match=field):
+        make(**{field: bad})
+
+
+# ---------------------------------------------------------------------------
+# degenerate shapes: a clear ValueError at the model's boundary, or a correct result
+# ---------------------------------------------------------------------------
+def _tiny(kind):
+    kw = dict(d_model=8, n_heads=2, d_ff=8, max_len=8)
+    if kind == "lm":
+        return DecoderLM(DecoderLMConfig(vocab_size=10, **kw))
+    if kind == "enc":
+        return Encoder(EncoderConfig(vocab_size=10, n_outputs=2, **kw))
+    return Seq2Seq(Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, **kw))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: _tiny("lm")(np.zeros((2, 0), dtype=np.int64)), "length 0"),
+    (lambda: _tiny("enc")(np.zeros((2, 0), dtype=np.int64), head="cls"), "length 0"),
+    (lambda: _tiny("s2s")(np.zeros((2, 0), dtype=np.int64), np.ones((2, 3), dtype=np.int64)), "source: sequences of length 0"),
+    (lambda: _tiny("s2s")(np.ones((2, 3), dtype=np.int64), np.ones((3, 3), dtype=np.int64)), "one target per source"),
+    (lambda: _tiny("lm").log_prob(np.ones((2, 1), dtype=np.int64)), "at least 2 tokens"),
+    (lambda: _tiny("lm")(np.ones((2, 9), dtype=np.int64)), "exceeds max_len=8"),
+])
+def test_degenerate_shapes_raise_a_clear_error(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_an_empty_batch_runs_forward_and_backward():
+    for kind in ("lm", "enc"):
+        model = _tiny(kind)
+        out = model(np.zeros((0, 3), dtype=np.int64), **({"head": "mlm"} if kind == "enc" else {}))
+        assert out.shape == (0, 3, 10)
+        model.backward(np.zeros_like(out))
+        assert all(np.all(np.asarray(p.grad) == 0) for p in model.parameters())

@@ -53,7 +53,7 @@ def test_encoder_heads_shapes_and_errors(any_backend, float64):
     if backend.name() == "numpy":  # values are read only where that is free (check_ids)
         with pytest.raises(ValueError, match=r"token id 11 is out of range"):
             model(_dev(np.array([[1, 11]])))
-    with pytest.raises(ValueError, match="exceed max_len=10"):
+    with pytest.raises(ValueError, match="exceeds? max_len=10"):
         model(_dev(np.ones((1, 11), dtype=np.int64)))
     with pytest.raises(RuntimeError, match="before forward"):
         _encoder().backward(np.zeros((1, 2, 8)))
@@ -203,7 +203,7 @@ def test_seq2seq_shared_embeddings_and_names():
 def test_seq2seq_input_errors(any_backend):
     model = _seq2seq()
     src, tgt = _dev(SRC), _dev(TGT)
-    with pytest.raises(ValueError, match=r"tgt_in must have shape \(B, T\) with B=2"):
+    with pytest.raises(ValueError, match=r"src has 2 rows but tgt_in has 1"):
         model(src, tgt[:1])
     with pytest.raises(ValueError, match="Seq2Seq target: token ids must be an integer array"):
         model(src, _dev(TGT.astype(np.float64)))
@@ -212,9 +212,9 @@ def test_seq2seq_input_errors(any_backend):
     if backend.name() == "numpy":  # values are read only where that is free (check_ids)
         with pytest.raises(ValueError, match=r"Seq2Seq source: token id 11 is out of range"):
             model(_dev(np.array([[1, 11], [1, 2]])), tgt)
-    with pytest.raises(ValueError, match="exceed max_len=10"):
+    with pytest.raises(ValueError, match="exceeds? max_len=10"):
         model(_dev(np.ones((2, 11), dtype=np.int64)), tgt)
-    with pytest.raises(ValueError, match="exceed max_len=10"):
+    with pytest.raises(ValueError, match="exceeds? max_len=10"):
         model(src, _dev(np.ones((2, 11), dtype=np.int64)))
     with pytest.raises(RuntimeError, match=r"Seq2Seq\.backward\(\) was called before forward"):
         _seq2seq().backward(np.zeros((1, 2, V)))
