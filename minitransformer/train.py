@@ -21,6 +21,13 @@ Safety
     * A non-finite loss or gradient norm stops training *before* the update with
       :class:`TrainingDiverged`, naming the epoch, step and batch and the last good
       checkpoint. It never trains on NaN.
+    * The update itself can make weights non-finite from finite gradients (a huge
+      learning rate, an overflow). The weights are checked after every update (on
+      the host at once, or on the device and read with the deferred losses), and no
+      checkpoint is ever written with a NaN or infinite weight or optimizer state:
+      training stops with :class:`TrainingDiverged` naming the step, the first
+      non-finite tensor and the last good checkpoint, the newest file this run
+      actually wrote (or the one it resumed from), or "none saved yet".
     * Ctrl-C ends training cleanly: the loop stops, ``last.npz`` is not touched
       mid-write (checkpoint writes are atomic), and ``best.npz`` stays usable.
 """
@@ -35,7 +42,7 @@ from typing import Callable
 import numpy as np
 
 from minitransformer.atomic import write_json
-from minitransformer.checkpoint import load_checkpoint, restore, save_checkpoint
+from minitransformer.checkpoint import NonFiniteCheckpoint, load_checkpoint, restore, save_checkpoint
 from minitransformer import backend
 from minitransformer.optim import clip_grad_norm
 
@@ -121,6 +128,23 @@ def _drop_gradients_unless_finite(model, loss, norm) -> None:
         backend.xp.copyto(p.grad, 0.0, where=bad)  # (*p.shape) in place; where=False: no change
 
 
+def _weights_finite(model):
+    """True if every weight is finite, as a 0-d bool on the device (no host read)."""
+    ok = None
+    for p in model.parameters():
+        finite = backend.xp.isfinite(p.data).all()  # () bool
+        ok = finite if ok is None else ok & finite
+    return ok
+
+
+def _first_non_finite_weight(model) -> str | None:
+    """The name of the first parameter holding NaN or infinity (reads the device)."""
+    for name, p in model.named_parameters():
+        if not bool(backend.xp.isfinite(p.data).all()):
+            return name
+    return None
+
+
 class Trainer:
     """Holds the loop state; :func:`fit` is the usual entry point."""
 
@@ -136,6 +160,8 @@ class Trainer:
         self.history: list[dict] = []
         self.step_losses: list[float] = []
         self.stop_reason: str | None = None
+        self.saved: dict[str, tuple[int, Path]] = {}  # name -> (step, path) of this run's finite checkpoints
+        self.resumed_from: tuple[int, Path] | None = None
         self.out_dir = Path(self.config.out_dir) if self.config.out_dir else None
         if self.out_dir:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -167,12 +193,23 @@ class Trainer:
                 "stop_reason": self.stop_reason}
 
     def save(self, name: str) -> Path | None:
+        """Write ``out_dir/name`` (weights, optimizer, trainer state). A non-finite weight
+        or optimizer state writes nothing and raises :class:`TrainingDiverged`."""
         if not self.out_dir:
             return None
         meta = dict(self.extra_meta)
         meta["trainer"] = self._state()
         meta["train_config"] = dataclasses.asdict(self.config)
-        return save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta)
+        try:
+            path = save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta)
+        except NonFiniteCheckpoint as err:
+            raise TrainingDiverged(
+                f"non-finite {err.tensor} at epoch {self.epoch + 1 if self.batch_index else self.epoch}, "
+                f"step {self.step} (found before writing {name}, which was not written). "
+                f"Last good checkpoint: {self._last_good()}. Try a lower learning rate or gradient "
+                "clipping.") from err
+        self.saved[name] = (self.step, path)
+        return path
 
     def resume(self, path) -> None:
         """Continue from a checkpoint written by :meth:`save` (weights, optimizer, RNG, position)."""
@@ -184,12 +221,19 @@ class Trainer:
         self.epoch, self.batch_index, self.step = st["epoch"], st["batch"], st["step"]
         self.best, self.best_epoch, self.bad_epochs = st["best"], st["best_epoch"], st["bad_epochs"]
         self.history = list(st["history"])
+        self.resumed_from = (self.step, Path(path))
 
     def _last_good(self) -> str:
+        """The newest checkpoint this run wrote (all are finite), or the one it resumed from."""
+        if self.saved:
+            step, path = max(self.saved.values(), key=lambda sp: (sp[0], sp[1].name == "last.npz"))
+            return f"{path} (step {step})"
+        if self.resumed_from is not None:
+            step, path = self.resumed_from
+            return f"{path} (step {step}, the checkpoint this run resumed from)"
         if not self.out_dir:
             return "none (no out_dir was given)"
-        good = [p for p in (self.out_dir / "last.npz", self.out_dir / "best.npz") if p.exists()]
-        return ", ".join(str(p) for p in good) or "none saved yet"
+        return "none saved yet"
 
     # -- the loop ----------------------------------------------------------------
     def _improved(self, value: float) -> bool:
@@ -210,7 +254,7 @@ class Trainer:
                        leave=False, dynamic_ncols=True)
         tokens, t0, loss_sum, n_loss = 0, time.perf_counter(), 0.0, 0
         sync_every = cfg.sync_every or (50 if backend.name() == "cupy" else 1)
-        pending = []  # (step, loss, norm) not yet read back to the host
+        pending = []  # (step, loss, norm, weights_ok) not yet read back to the host
         try:
             while self.batch_index < len(batches):
                 if cfg.max_steps is not None and self.step >= cfg.max_steps:
@@ -219,11 +263,11 @@ class Trainer:
                 idx = batches[self.batch_index]
                 batch = self.task.collate([examples[j] for j in idx])
                 rng = np.random.default_rng([cfg.seed, self.epoch, self.batch_index])
-                loss, norm, n_tok = self._step(batch, rng, check_now=sync_every == 1)
+                loss, norm, weights_ok, n_tok = self._step(batch, rng, check_now=sync_every == 1)
                 self.step += 1
                 self.batch_index += 1
                 tokens += n_tok
-                pending.append((self.step, loss, norm))
+                pending.append((self.step, loss, norm, weights_ok))
                 if len(pending) >= sync_every or self.batch_index == len(batches):
                     values = self._read_back(pending)
                     pending = []
@@ -265,7 +309,10 @@ class Trainer:
         else:
             _drop_gradients_unless_finite(model, loss, norm)  # no host read
         self.optimizer.step()
-        return loss, (None if check_now else norm), n_tok
+        if check_now:  # the update can make weights non-finite from finite gradients
+            self._check_weights(self.step + 1)
+            return loss, None, None, n_tok
+        return loss, norm, _weights_finite(model), n_tok  # checked at the next read
 
     def _check_finite(self, value: float, what: str, step: int, deferred: bool = False) -> None:
         if not math.isfinite(value):
@@ -276,15 +323,30 @@ class Trainer:
                 f"Last good checkpoint: {self._last_good()}. Try a lower learning rate or "
                 "gradient clipping.")
 
+    def _check_weights(self, step: int, deferred: bool = False) -> None:
+        """Stop if a weight is NaN or infinite after the update of ``step``."""
+        name = _first_non_finite_weight(self.model)
+        if name is None:
+            return
+        when = f" (read back later, at step {self.step})" if deferred else ""
+        raise TrainingDiverged(
+            f"non-finite weight {name} after the update of step {step}{when}, epoch {self.epoch + 1}: the "
+            f"optimizer made it NaN or infinite (learning rate {self.optimizer.lr}). The weights in memory "
+            f"are unusable and were not saved. Last good checkpoint: {self._last_good()}. Try a lower "
+            "learning rate or gradient clipping.")
+
     def _read_back(self, pending) -> list:
-        """Copy the pending losses and norms to the host (one sync), record the losses,
-        and stop on the first non-finite one (its step's gradients were dropped)."""
+        """Copy the pending losses, norms and weight checks to the host (one sync), record
+        the losses, and stop on the first non-finite one (its step's gradients were
+        dropped, or its update made a weight non-finite)."""
         values = []
-        for step, loss, norm in pending:
+        for step, loss, norm, weights_ok in pending:
             loss_value = float(loss)
             if norm is not None:  # deferred: this step's numbers are seen only now
                 self._check_finite(loss_value, "loss", step, deferred=True)
                 self._check_finite(float(norm), "gradient norm", step, deferred=True)
+                if not bool(weights_ok):
+                    self._check_weights(step, deferred=True)
             values.append(loss_value)
         self.step_losses.extend(values)
         return values
@@ -347,10 +409,11 @@ class Trainer:
                     break
         except KeyboardInterrupt:
             self.stop_reason = "interrupted"
-            best = self.out_dir / "best.npz" if self.out_dir else None
             msg = f"\ntraining interrupted at epoch {self.epoch + 1}, step {self.step}."
-            if best is not None and best.exists():
-                msg += f" The best checkpoint so far (epoch {self.best_epoch}) is {best}."
+            if "best.npz" in self.saved:
+                msg += f" The best checkpoint so far (epoch {self.best_epoch}) is {self.saved['best.npz'][1]}."
+            if self.saved or self.resumed_from:
+                msg += f" Last checkpoint: {self._last_good()}; resume from it to continue."
             print(msg, flush=True)
         return self
 
