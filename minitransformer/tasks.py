@@ -10,7 +10,11 @@ The trainer (:mod:`minitransformer.train`) is generic; a task knows its data:
   batch's values (token ids, labels) are checked on the host, before the copy to
   the device: on a GPU, checking them there would stall every step;
 * ``backward(model)``: the backward pass of the last ``loss`` call;
-* ``evaluate(model, batches) -> dict``: validation metrics (model in eval mode).
+* ``evaluate(model, batches) -> dict``: validation metrics (model in eval mode);
+  ``metric_names`` lists the keys it returns, and ``validation_tokens(batches)``
+  counts, on the host and without the model, the targets it would score. The
+  trainer uses both to check its settings before training starts. Batches with
+  nothing to score raise ``ValueError``: an average over no tokens is not 0.0.
 
 Teacher forcing everywhere: the model reads the true prefix ``x[:, :-1]`` and is
 scored on the next tokens ``x[:, 1:]`` (padding ignored by the loss).
@@ -34,6 +38,8 @@ def pad_batch(seqs, pad_id: int) -> np.ndarray:
 
 class _TokenLossTask:
     """Shared parts of tasks scored by a token-level cross-entropy."""
+
+    metric_names = ("val_loss", "val_acc", "val_tokens")
 
     def __init__(self, pad_id: int = 0, label_smoothing: float = 0.0):
         self.pad_id = pad_id
@@ -59,7 +65,11 @@ class _TokenLossTask:
             total_nll += float(nll)
             total_correct += int(((logits.argmax(axis=-1) == targets) & keep).sum())
             total_tokens += int(keep.sum())
-        n = max(total_tokens, 1)
+        if total_tokens == 0:
+            raise ValueError(f"{type(self).__name__}.evaluate: the batches hold no scored tokens (every target "
+                             "is padding or unselected), so there is no loss to report; give validation "
+                             "examples with tokens to predict")
+        n = total_tokens
         return {"val_loss": total_nll / n, "val_acc": total_correct / n, "val_tokens": total_tokens}
 
 
@@ -86,6 +96,10 @@ class LMTask(_TokenLossTask):
             ids = ids_to_device(batch, model.config.vocab_size, "LMTask batch")
             return model(ids[:, :-1]), ids[:, 1:]
         return self._token_metrics(model, batches, run)
+
+    def validation_tokens(self, batches) -> int:
+        """How many targets :meth:`evaluate` scores in ``batches`` (host only)."""
+        return sum(int((b[:, 1:] != self.pad_id).sum()) for b in batches)
 
 
 class Seq2SeqTask(_TokenLossTask):
@@ -117,6 +131,10 @@ class Seq2SeqTask(_TokenLossTask):
             src, tgt = self._to_device(model, batch)
             return model(src, tgt[:, :-1]), tgt[:, 1:]
         return self._token_metrics(model, batches, run)
+
+    def validation_tokens(self, batches) -> int:
+        """How many targets :meth:`evaluate` scores in ``batches`` (host only)."""
+        return sum(int((b[1][:, 1:] != self.pad_id).sum()) for b in batches)
 
 
 class MLMTask(_TokenLossTask):
@@ -154,13 +172,21 @@ class MLMTask(_TokenLossTask):
             logits, backend.asarray(targets), ignore_index=self.IGNORE, label_smoothing=self.label_smoothing)
         return loss, int((targets != self.IGNORE).sum())
 
+    EVAL_SEED = 12345  # the same corruption at every evaluation
+
     def evaluate(self, model, batches):
-        rng = np.random.default_rng(12345)  # the same corruption at every evaluation
+        rng = np.random.default_rng(self.EVAL_SEED)
 
         def run(batch):
             corrupted, targets = self._corrupt(batch, rng)
             return model(backend.asarray(corrupted), head="mlm"), backend.asarray(targets)
         return self._token_metrics(model, batches, run, ignore_index=self.IGNORE)
+
+    def validation_tokens(self, batches) -> int:
+        """How many positions :meth:`evaluate` scores in ``batches``: the same corruption,
+        on the host only."""
+        rng = np.random.default_rng(self.EVAL_SEED)
+        return sum(int((self._corrupt(b, rng)[1] != self.IGNORE).sum()) for b in batches)
 
 
 class PropertyTask:
@@ -173,6 +199,8 @@ class PropertyTask:
     (:func:`~minitransformer.functional.masked_bce_forward`); missing labels get exactly
     zero gradient. ``pos_weight`` (K,) optionally up-weights the rare positives.
     """
+
+    metric_names = ("val_loss", "val_auc")
 
     def __init__(self, pad_id: int = 0, pos_weight=None):
         self.pad_id = pad_id
@@ -221,6 +249,9 @@ class PropertyTask:
         the sigmoid does not change.
         """
         from minitransformer.metrics import multilabel_roc_auc
+        if self.validation_tokens(batches) == 0:
+            raise ValueError("PropertyTask.evaluate: the batches hold no labels (all are missing), so there is "
+                             "no loss to report; give validation examples with labels")
         total, count, scores = 0.0, 0, []
         for batch in batches:
             loss, _, logits = self._forward(model, batch)
@@ -230,3 +261,7 @@ class PropertyTask:
         labels = np.concatenate([b[1] for b in batches])  # (N, K)
         auc = multilabel_roc_auc(labels, np.concatenate(scores), mask=~np.isnan(labels))
         return {"val_loss": total / max(count, 1), "val_auc": auc["mean"]}
+
+    def validation_tokens(self, batches) -> int:
+        """How many labels :meth:`evaluate` scores in ``batches`` (the present ones)."""
+        return sum(int((~np.isnan(b[1])).sum()) for b in batches)

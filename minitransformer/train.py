@@ -59,8 +59,13 @@ class TrainConfig:
     batch_size: examples per batch.
     clip: maximum global gradient norm (None: no clipping).
     patience: stop after this many epochs without improvement of ``metric`` (None: never).
-    metric / mode: the validation metric that picks the best checkpoint, and whether
-        lower ("min") or higher ("max") is better.
+    metric / mode: the metric that picks the best checkpoint, and whether lower ("min")
+        or higher ("max") is better. None (the default): ``val_loss`` when there is
+        validation data, else ``train_loss``. A name that this run does not produce
+        is an error: at construction when the names are known (the trainer's own,
+        ``train_loss`` ..., and the task's ``metric_names``), else, with callbacks,
+        at the end of the first epoch, before anything is saved. A NaN or infinite
+        value of it stops training (:class:`TrainingDiverged`) and is never "best".
     seed: seeds batch order and per-batch task randomness.
     bucket: group examples of similar length into batches (less padding).
     max_steps: stop after this many optimizer steps in total (None: no limit).
@@ -78,7 +83,7 @@ class TrainConfig:
     batch_size: int = 64
     clip: float | None = 1.0
     patience: int | None = None
-    metric: str = "val_loss"
+    metric: str | None = None
     mode: str = "min"
     seed: int = 0
     bucket: bool = True
@@ -163,8 +168,42 @@ class Trainer:
         self.saved: dict[str, tuple[int, Path]] = {}  # name -> (step, path) of this run's finite checkpoints
         self.resumed_from: tuple[int, Path] | None = None
         self.out_dir = Path(self.config.out_dir) if self.config.out_dir else None
+        self._val_cache = None
+        self.metric = self._check_metric()
+        self._check_validation_data()
         if self.out_dir:
             self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- settings, checked before any work ------------------------------------------
+    TRAINER_METRICS = ("epoch", "step", "lr", "train_loss", "tokens_per_s", "time_s")
+
+    def _check_metric(self) -> str:
+        """The early-stopping metric's name; refused now if it cannot appear."""
+        metric = self.config.metric or ("val_loss" if self.val_data is not None else "train_loss")
+        task_names = getattr(self.task, "metric_names", None)
+        if self.callbacks or (self.val_data is not None and task_names is None):
+            return metric  # more names may come: checked at the end of the first epoch
+        names = set(self.TRAINER_METRICS) | (set(task_names) if self.val_data is not None else set())
+        if metric not in names:
+            hint = (" (there is no validation data: pass val_data, or choose train_loss)"
+                    if metric.startswith("val_") and self.val_data is None else "")
+            raise ValueError(f"TrainConfig.metric={metric!r} is not a metric of this run{hint}; its metrics "
+                             f"are {sorted(names)}: choose one of them")
+        return metric
+
+    def _check_validation_data(self) -> None:
+        """Refuse validation data that could only give a meaningless score."""
+        if self.val_data is None:
+            return
+        if len(self.val_data) == 0:
+            raise ValueError("fit: val_data is empty; give at least one validation example, or val_data=None "
+                             "to train without validation")
+        count = getattr(self.task, "validation_tokens", None)
+        if count is not None and count(self._val_batches()) == 0:
+            raise ValueError(
+                f"fit: the validation data ({len(self.val_data)} examples) has no scored tokens (every target is "
+                "padding, special or missing), so its loss would be an average over nothing; give validation "
+                "examples with tokens (or labels) to predict")
 
     # -- data ----------------------------------------------------------------
     def _examples(self, epoch: int):
@@ -179,12 +218,15 @@ class Trainer:
         return plan_batches(lengths, self.config.batch_size, rng, self.config.bucket)
 
     def _val_batches(self):
+        """The validation batches (host arrays), collated once."""
         if not self.val_data:
             return None
-        bs = self.config.eval_batch_size or self.config.batch_size
-        order = np.argsort([self.task.length(e) for e in self.val_data], kind="stable")
-        return [self.task.collate([self.val_data[j] for j in order[i:i + bs]])
-                for i in range(0, len(order), bs)]
+        if self._val_cache is None:
+            bs = self.config.eval_batch_size or self.config.batch_size
+            order = np.argsort([self.task.length(e) for e in self.val_data], kind="stable")
+            self._val_cache = [self.task.collate([self.val_data[j] for j in order[i:i + bs]])
+                               for i in range(0, len(order), bs)]
+        return self._val_cache
 
     # -- checkpoints ------------------------------------------------------------
     def _state(self) -> dict:
@@ -368,8 +410,18 @@ class Trainer:
             if extra:
                 metrics.update(extra)
         metrics["time_s"] = time.perf_counter() - t_start
-        key = cfg.metric if cfg.metric in metrics else "train_loss"
+        key = self.metric
+        if key not in metrics:
+            raise ValueError(f"TrainConfig.metric={key!r} is not a metric of this run; its metrics are "
+                             f"{sorted(metrics)}: choose one of them (nothing was saved)")
         value = metrics[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ValueError(f"the metric {key!r} is {value!r}, not a number; it cannot pick the best checkpoint")
+        if not math.isfinite(value):
+            raise TrainingDiverged(
+                f"the metric {key} is {value} at epoch {self.epoch + 1}, step {self.step}: it cannot pick the best "
+                "checkpoint (the model's outputs diverged, or the validation set cannot give this metric), so "
+                f"training stops and nothing of this epoch was saved. Last good checkpoint: {self._last_good()}.")
         self.history.append(metrics)
         self.epoch += 1
         self.batch_index = 0
@@ -392,8 +444,10 @@ class Trainer:
         elif self.epoch >= cfg.epochs:
             self.stop_reason, stop = "epochs", True
         self.save("last.npz")
-        if self.out_dir:
-            write_json(self.out_dir / "history.json", self.history)
+        if self.out_dir:  # strict JSON: a NaN or infinite metric (not the one above) is written as null
+            write_json(self.out_dir / "history.json", [
+                {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in h.items()}
+                for h in self.history])
         return stop
 
     def run(self):

@@ -407,3 +407,16 @@ def test_bad_batch_values_are_caught_on_the_host_before_the_copy(task_name):
         match = f"token id {V} is out of range"
     with pytest.raises(ValueError, match=match):
         task.loss(model, task.collate(bad_examples), np.random.default_rng(0))
+
+
+# ---------------------------------------------------------------------------
+# evaluate never reports a loss of nothing as 0.0
+# ---------------------------------------------------------------------------
+def test_evaluate_with_no_scored_tokens_raises():
+    model = DecoderLM(DecoderLMConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    task = LMTask(pad_id=PAD)
+    batch = task.collate([[BOS, PAD, PAD], [BOS, PAD]])  # every target is padding
+    with pytest.raises(ValueError, match="no scored tokens"):
+        task.evaluate(model, [batch])
+    with pytest.raises(ValueError, match="no scored tokens"):
+        task.evaluate(model, [])

@@ -695,3 +695,119 @@ def test_deferred_training_steps_never_read_the_device(monkeypatch):
     model = lm_model()
     fit(model, LMTask(), Adam(model, lr=1e-3), lm_data(24), config=cfg(epochs=2, sync_every=4))
     assert len(seen) == 6 and _all_finite(model)
+
+
+# ---------------------------------------------------------------------------
+# the early-stopping metric: known names only, never NaN, never from zero scored tokens
+# ---------------------------------------------------------------------------
+class CountingLM(LMTask):
+    """An LMTask that counts its training losses (to prove nothing trained)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.losses = 0
+
+    def loss(self, model, batch, rng=None):
+        self.losses += 1
+        return super().loss(model, batch, rng)
+
+
+def test_misspelled_metric_is_refused_before_training(tmp_path):
+    """Before, 'val_los' silently became train_loss."""
+    model = lm_model()
+    task = CountingLM()
+    with pytest.raises(ValueError, match=r"metric='val_los' .*'val_acc', 'val_loss'") as info:
+        fit(model, task, Adam(model), lm_data(16), lm_data(4, seed=9), config=cfg(metric="val_los",
+                                                                                  out_dir=str(tmp_path)))
+    assert "\n" not in str(info.value)
+    assert task.losses == 0 and _saved_files(tmp_path) == []
+
+
+def test_a_validation_metric_without_validation_data_is_refused():
+    model = lm_model()
+    with pytest.raises(ValueError, match=r"metric='val_loss' .*no validation data"):
+        fit(model, CountingLM(), Adam(model), lm_data(16), config=cfg(metric="val_loss"))
+
+
+def test_misspelled_metric_with_callbacks_stops_before_any_checkpoint(tmp_path):
+    """Callbacks may add metrics, so the name is checked at the end of the first epoch,
+    against the names that epoch produced, before anything is saved."""
+    model = lm_model()
+    with pytest.raises(ValueError, match=r"metric='scor' .*'score'"):
+        fit(model, LMTask(), Adam(model), lm_data(16), lm_data(4, seed=9),
+            config=cfg(metric="scor", mode="max", out_dir=str(tmp_path)),
+            callbacks=[lambda tr, e, m: {"score": 1.0}])
+    assert _saved_files(tmp_path) == []
+
+
+def test_default_metric_is_val_loss_with_validation_and_train_loss_without():
+    model = lm_model()
+    with_val = fit(model, LMTask(), Adam(model), lm_data(16), lm_data(4, seed=9), config=cfg(epochs=1))
+    assert with_val.best == with_val.history[0]["val_loss"]
+    without = fit(model, LMTask(), Adam(model), lm_data(16), config=cfg(epochs=1))
+    assert without.best == without.history[0]["train_loss"]
+
+
+class NaNMetricAt(LMTask):
+    """val_loss is NaN at the given (1-based) epochs."""
+
+    def __init__(self, epochs):
+        super().__init__()
+        self.nan_epochs, self.evals = set(epochs), 0
+
+    def evaluate(self, model, batches):
+        self.evals += 1
+        out = super().evaluate(model, batches)
+        return {**out, "val_loss": math.nan} if self.evals in self.nan_epochs else out
+
+
+@pytest.mark.parametrize("nan_epoch", [1, 2])
+def test_nan_validation_metric_stops_training_and_is_never_best(tmp_path, nan_epoch):
+    """Before, a NaN in epoch 1 became 'best' and no later epoch could beat it."""
+    model = lm_model()
+    with pytest.raises(TrainingDiverged, match=f"val_loss is nan at epoch {nan_epoch}") as info:
+        fit(model, NaNMetricAt([nan_epoch]), Adam(model, lr=1e-3), lm_data(16), lm_data(4, seed=9),
+            config=cfg(epochs=4, out_dir=str(tmp_path)))
+    if nan_epoch == 1:
+        assert _saved_files(tmp_path) == [] and "none saved yet" in str(info.value)
+    else:
+        best = load_checkpoint(tmp_path / "best.npz").meta["trainer"]
+        assert best["best_epoch"] == 1 and math.isfinite(best["best"])
+        assert str(tmp_path / "last.npz") in str(info.value)
+
+
+def test_a_nan_in_another_metric_is_written_as_null(tmp_path):
+    """history.json is strict JSON: a NaN metric that does not pick the best checkpoint
+    is recorded as null (before, writing history.json crashed)."""
+    model = lm_model()
+    tr = fit(model, LMTask(), Adam(model), lm_data(16), lm_data(4, seed=9),
+             config=cfg(epochs=2, out_dir=str(tmp_path)), callbacks=[lambda t, e, m: {"val_auc": math.nan}])
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert [h["val_auc"] for h in history] == [None, None]
+    assert math.isnan(tr.history[0]["val_auc"])
+
+
+@pytest.mark.parametrize("case", ["lm_only_padding", "mlm_only_special_tokens", "property_no_labels"])
+def test_validation_data_without_scored_tokens_is_refused_before_training(case):
+    """Before, such a validation set reported val_loss 0.0 (a perfect score)."""
+    from minitransformer.tasks import PropertyTask
+    if case == "lm_only_padding":
+        model, task, train, val = lm_model(), CountingLM(), lm_data(16), [[BOS, PAD, PAD]]
+    elif case == "mlm_only_special_tokens":
+        model, task, train, val = mlm_model(), mlm_task(), lm_data(16), [[BOS, EOS], [BOS, EOS]]
+    else:
+        model = Encoder(EncoderConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                      mlm_head=False, n_outputs=2))
+        task = PropertyTask()
+        train = [([BOS, 5, 6], [1.0, 0.0])] * 4
+        val = [([BOS, 5], [math.nan, math.nan])]
+    before = weights(model)
+    with pytest.raises(ValueError, match="validation data .* no scored"):
+        fit(model, task, Adam(model), train, val, config=cfg())
+    assert_same_weights(weights(model), before)
+
+
+def test_empty_validation_list_is_refused():
+    model = lm_model()
+    with pytest.raises(ValueError, match="val_data is empty"):
+        fit(model, LMTask(), Adam(model), lm_data(16), [], config=cfg())
