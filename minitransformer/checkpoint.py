@@ -5,8 +5,16 @@ Layout of the archive (every entry a plain numeric array):
 * ``weights/<param name>``: the model's weights (host float arrays);
 * ``optim/<param name>/<slot>``: optimizer state arrays (Adam's ``m``, ``v`` ...);
 * ``__meta__``: UTF-8 JSON bytes (a uint8 array) holding the format version, the
-  model type and config, the vocabulary, the optimizer's scalars, the RNG state and
-  whatever the trainer adds (epoch, step, best metric, ...).
+  model type and config, the vocabulary, the optimizer's scalars, the RNG state, the
+  fingerprint (below) and whatever the trainer adds (epoch, step, best metric, ...).
+
+The fingerprint, ``meta["fingerprint"]``, is ``{name: "sha256:<hex>"}``: one hash
+per entry of the ``fingerprint`` dict given to :func:`save_checkpoint` (data
+settings: file, split, seed, max length ...) and, whenever a vocabulary is saved,
+``"vocab"``, the hash of the vocabulary. :func:`check_fingerprint` compares a
+checkpoint's with a run's, so that a resume with another vocabulary of the same size,
+or other data, is refused instead of silently continuing. Checkpoints written before
+fingerprints existed have none and are not checked.
 
 Reading never unpickles (``allow_pickle=False``), so a file carrying pickled objects
 is refused, never executed. Every array is read and checked before anything is
@@ -34,6 +42,7 @@ can make us allocate, each step before the next:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import zipfile
@@ -104,6 +113,11 @@ class Checkpoint:
     def vocab(self):
         return self.meta.get("vocab")
 
+    @property
+    def fingerprint(self) -> dict:
+        """``{name: "sha256:<hex>"}`` recorded at save time ({} for older checkpoints)."""
+        return dict(self.meta.get("fingerprint") or {})
+
     def optimizer_state(self) -> dict | None:
         """The optimizer's ``state_dict`` (scalars from the JSON, arrays from the archive)."""
         scalars = self.meta.get("optimizer")
@@ -121,15 +135,64 @@ class Checkpoint:
         return sd
 
 
+class FingerprintMismatch(CheckpointError):
+    """A checkpoint was written for another vocabulary or other data settings."""
+
+
+def _hash(value, name: str) -> str:
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"fingerprint entry {name!r} must be JSON data (numbers, strings, lists, dicts): "
+                         f"{_one_line(err)}") from None
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def fingerprint_hashes(fingerprint: dict | None = None, vocab=None) -> dict:
+    """``{name: "sha256:<hex>"}`` for each entry of ``fingerprint`` (JSON data, e.g. the
+    data settings) and, if a ``vocab`` is given (anything with ``to_json()``, or JSON
+    data), for ``"vocab"``. Each entry is hashed on its own (canonical JSON, sorted
+    keys), so a mismatch can be named."""
+    if fingerprint is not None and not isinstance(fingerprint, dict):
+        raise ValueError(f"fingerprint must be a dict of named settings, got {type(fingerprint).__name__}")
+    out = {str(k): _hash(v, str(k)) for k, v in (fingerprint or {}).items()}
+    if vocab is not None and "vocab" not in out:
+        out["vocab"] = _hash(vocab.to_json() if hasattr(vocab, "to_json") else vocab, "vocab")
+    return out
+
+
+def check_fingerprint(ckpt: "Checkpoint", hashes: dict, where="the checkpoint") -> None:
+    """Refuse (:class:`FingerprintMismatch`) if ``hashes`` (from :func:`fingerprint_hashes`)
+    differ from what ``ckpt`` recorded. An entry the checkpoint records must be given
+    and equal; entries it does not record (an older checkpoint has none) are not checked."""
+    recorded = ckpt.meta.get("fingerprint") or {}
+    problems = []
+    for name in sorted(recorded):
+        if name not in hashes:
+            problems.append(f"this run gives no {name}")
+        elif hashes[name] != recorded[name]:
+            problems.append(f"{name} differs (checkpoint {str(recorded[name])[:19]}..., this run "
+                            f"{hashes[name][:19]}...)")
+    if problems:
+        raise FingerprintMismatch(
+            f"cannot resume from {where}: it was written for other data or another vocabulary ("
+            + "; ".join(problems) + "). Resume with the same data and vocabulary settings, or start a fresh "
+            "run (another output folder, without resume)")
+
+
 def _json_default(obj):
     if isinstance(obj, np.generic):
         return obj.item()
     raise TypeError(f"checkpoint metadata: {type(obj).__name__} is not JSON-serialisable")
 
 
-def save_checkpoint(path, model, optimizer=None, vocab=None, extra: dict | None = None) -> Path:
+def save_checkpoint(path, model, optimizer=None, vocab=None, extra: dict | None = None,
+                    fingerprint: dict | None = None) -> Path:
     """Write ``model`` (and optionally the optimizer, vocabulary and ``extra`` JSON
     metadata) to ``path`` atomically. Returns the path.
+
+    ``fingerprint`` (a dict of JSON data, e.g. the data settings) is stored hashed,
+    with the vocabulary's hash, as ``meta["fingerprint"]`` (:func:`fingerprint_hashes`).
 
     A weight or optimizer state holding NaN or infinity raises
     :class:`NonFiniteCheckpoint` (naming the first such tensor) before anything is
@@ -146,6 +209,9 @@ def save_checkpoint(path, model, optimizer=None, vocab=None, extra: dict | None 
         meta["model_rng"] = model.rng.state_dict()
     if vocab is not None:
         meta["vocab"] = vocab.to_json() if hasattr(vocab, "to_json") else vocab
+    hashes = fingerprint_hashes(fingerprint, vocab)
+    if hashes:
+        meta["fingerprint"] = hashes
     if optimizer is not None:
         sd = optimizer.state_dict()
         scalars = {k: v for k, v in sd.items() if k != "state"}

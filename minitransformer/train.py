@@ -42,7 +42,9 @@ from typing import Callable
 import numpy as np
 
 from minitransformer.atomic import write_json
-from minitransformer.checkpoint import NonFiniteCheckpoint, load_checkpoint, restore, save_checkpoint
+from minitransformer.checkpoint import (
+    NonFiniteCheckpoint, check_fingerprint, fingerprint_hashes, load_checkpoint, restore, save_checkpoint,
+)
 from minitransformer import backend
 from minitransformer.optim import clip_grad_norm
 
@@ -154,12 +156,14 @@ class Trainer:
     """Holds the loop state; :func:`fit` is the usual entry point."""
 
     def __init__(self, model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
-                 callbacks=(), vocab=None, extra_meta: dict | None = None):
+                 callbacks=(), vocab=None, extra_meta: dict | None = None, fingerprint: dict | None = None):
         self.model, self.task, self.optimizer = model, task, optimizer
         self.train_data, self.val_data = train_data, val_data
         self.config = config or TrainConfig()
         self.callbacks = list(callbacks)
         self.vocab, self.extra_meta = vocab, dict(extra_meta or {})
+        self.fingerprint = dict(fingerprint or {})
+        self.fingerprint_hashes = fingerprint_hashes(self.fingerprint, vocab)  # refuses non-JSON values now
         self.epoch, self.batch_index, self.step = 0, 0, 0
         self.best, self.best_epoch, self.bad_epochs = None, None, 0
         self.history: list[dict] = []
@@ -243,7 +247,8 @@ class Trainer:
         meta["trainer"] = self._state()
         meta["train_config"] = dataclasses.asdict(self.config)
         try:
-            path = save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta)
+            path = save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta,
+                                   fingerprint=self.fingerprint)
         except NonFiniteCheckpoint as err:
             raise TrainingDiverged(
                 f"non-finite {err.tensor} at epoch {self.epoch + 1 if self.batch_index else self.epoch}, "
@@ -254,10 +259,16 @@ class Trainer:
         return path
 
     def resume(self, path) -> None:
-        """Continue from a checkpoint written by :meth:`save` (weights, optimizer, RNG, position)."""
+        """Continue from a checkpoint written by :meth:`save` (weights, optimizer, RNG, position).
+
+        The checkpoint's fingerprint must match this run's (its vocabulary and data
+        settings, see :func:`~minitransformer.checkpoint.check_fingerprint`); else
+        :class:`~minitransformer.checkpoint.FingerprintMismatch` and nothing changes.
+        """
         ckpt = load_checkpoint(path)
         if "trainer" not in ckpt.meta:
             raise ValueError(f"{path} has no trainer state; it cannot be resumed (it can still be loaded)")
+        check_fingerprint(ckpt, self.fingerprint_hashes, where=path)
         restore(self.model, ckpt, self.optimizer)
         st = ckpt.meta["trainer"]
         self.epoch, self.batch_index, self.step = st["epoch"], st["batch"], st["step"]
@@ -473,7 +484,8 @@ class Trainer:
 
 
 def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
-        callbacks: list[Callable] = (), resume=None, vocab=None, extra_meta: dict | None = None) -> Trainer:
+        callbacks: list[Callable] = (), resume=None, vocab=None, extra_meta: dict | None = None,
+        fingerprint: dict | None = None) -> Trainer:
     """Train ``model`` on ``train_data`` with ``task`` and ``optimizer``.
 
     Args:
@@ -491,12 +503,18 @@ def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig |
         resume: path of a checkpoint written by a previous run (``last.npz``).
         vocab: saved into every checkpoint (anything with ``to_json()``, or JSON data).
         extra_meta: more JSON metadata for every checkpoint.
+        fingerprint: the data settings a resume must match, ``{name: JSON data}`` (e.g.
+            ``{"data": {"file": ..., "split": ..., "seed": ...}, "max_len": 100}``). Every
+            checkpoint stores one sha256 per entry, plus one of ``vocab``; a resume whose
+            entries or vocabulary differ is refused, naming the entries
+            (:class:`~minitransformer.checkpoint.FingerprintMismatch`).
 
     Returns:
         the :class:`Trainer`, with ``history`` (per-epoch metric dicts), ``step_losses``,
         ``best``/``best_epoch`` and ``stop_reason``.
     """
-    trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta)
+    trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta,
+                      fingerprint)
     if resume is not None:
         trainer.resume(resume)
     return trainer.run()

@@ -811,3 +811,67 @@ def test_empty_validation_list_is_refused():
     model = lm_model()
     with pytest.raises(ValueError, match="val_data is empty"):
         fit(model, LMTask(), Adam(model), lm_data(16), [], config=cfg())
+
+
+# ---------------------------------------------------------------------------
+# resume checks the vocabulary and the data settings (the fingerprint)
+# ---------------------------------------------------------------------------
+TOKENS = ["<pad>", "<bos>", "<eos>", "<mask>"] + list("abcdefghi")  # V = 13 tokens
+
+
+def _first_run(tmp_path, **kw):
+    model = lm_model()
+    fit(model, LMTask(), Adam(model, lr=1e-3), lm_data(24), config=cfg(epochs=5, max_steps=2,
+                                                                         out_dir=str(tmp_path)), **kw)
+    return tmp_path / "last.npz"
+
+
+def _resume(path, tmp_path, **kw):
+    model = lm_model()
+    return fit(model, LMTask(), Adam(model, lr=1e-3), lm_data(24), resume=path,
+               config=cfg(epochs=5, max_steps=4, out_dir=str(tmp_path)), **kw)
+
+
+def test_resume_with_another_vocabulary_of_the_same_size_is_refused(tmp_path):
+    """Before, a vocabulary with the same number of tokens in another order resumed
+    silently, and every token id meant another token."""
+    path = _first_run(tmp_path, vocab={"tokens": TOKENS})
+    swapped = TOKENS[:4] + TOKENS[4:][::-1]
+    with pytest.raises(ValueError, match=r"cannot resume .*vocab.*same data and vocabulary.*fresh") as info:
+        _resume(path, tmp_path, vocab={"tokens": swapped})
+    assert "\n" not in str(info.value)
+    assert _resume(path, tmp_path, vocab={"tokens": TOKENS}).step == 4  # the same one resumes
+
+
+def test_resume_with_other_data_settings_is_refused_naming_the_setting(tmp_path):
+    settings = {"data": {"file": "train.csv", "split_seed": 0}, "max_tokens": 64}
+    path = _first_run(tmp_path, vocab={"tokens": TOKENS}, fingerprint=settings)
+    meta = load_checkpoint(path).meta["fingerprint"]
+    assert sorted(meta) == ["data", "max_tokens", "vocab"] and all(v.startswith("sha256:") for v in meta.values())
+    other = {"data": {"file": "train.csv", "split_seed": 1}, "max_tokens": 64}
+    with pytest.raises(ValueError, match="cannot resume .*data") as info:
+        _resume(path, tmp_path, vocab={"tokens": TOKENS}, fingerprint=other)
+    assert "max_tokens" not in str(info.value) and "vocab" not in str(info.value).split("(")[1]
+    with pytest.raises(ValueError, match="cannot resume .*this run gives no max_tokens"):
+        _resume(path, tmp_path, vocab={"tokens": TOKENS}, fingerprint={"data": settings["data"]})
+    assert _resume(path, tmp_path, vocab={"tokens": TOKENS}, fingerprint=dict(settings)).step == 4
+
+
+def test_checkpoints_without_a_fingerprint_still_resume(tmp_path):
+    """Checkpoints written before fingerprints existed have none; they resume as before."""
+    path = _first_run(tmp_path, vocab={"tokens": TOKENS})
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["__meta__"].tobytes())
+    del meta["fingerprint"]
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    old = tmp_path / "old.npz"
+    with open(old, "wb") as f:
+        np.savez(f, **arrays)
+    assert _resume(old, tmp_path / "b", vocab={"tokens": TOKENS[::-1]}, fingerprint={"data": 1}).step == 4
+
+
+def test_fingerprint_values_must_be_json_data():
+    model = lm_model()
+    with pytest.raises(ValueError, match="fingerprint entry 'data' .*JSON"):
+        fit(model, LMTask(), Adam(model), lm_data(8), config=cfg(), fingerprint={"data": object()})
