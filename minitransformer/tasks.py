@@ -4,6 +4,11 @@ The trainer (:mod:`minitransformer.train`) is generic; a task knows its data:
 
 * ``collate(examples) -> batch``: pad a list of examples to the longest one (so
   padding is trimmed per batch) as host NumPy arrays;
+* ``validate(examples, what)``: refuse, naming the example, one that no batch could
+  use (an LM example of fewer than 2 tokens has nothing to predict; an empty source
+  has nothing to attend to). ``collate`` calls it, and the trainer calls it on all
+  the data before training, so a bad example fails at once and by its index, not
+  deep inside a model some batches later;
 * ``length(example)``: used to group examples of similar length;
 * ``loss(model, batch, rng) -> (loss, n_tokens)``: forward pass and loss, the loss
   a 0-d device array; ``rng`` is a NumPy generator for per-batch randomness. The
@@ -29,11 +34,34 @@ from minitransformer.nn.embedding import check_ids, ids_to_device
 
 def pad_batch(seqs, pad_id: int) -> np.ndarray:
     """Right-pad integer sequences to the longest: (B, T_max) int64 host array."""
+    if len(seqs) == 0:
+        raise ValueError("pad_batch: no sequences; a batch needs at least one example")
     T = max(len(s) for s in seqs)
     out = np.full((len(seqs), T), pad_id, dtype=np.int64)  # (B, T)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = s
     return out
+
+
+def _where(task, what: str) -> str:
+    return f"{type(task).__name__} {what}".strip()
+
+
+def _check_lengths(where: str, seqs, minimum: int, need: str) -> None:
+    """Refuse the first sequence shorter than ``minimum``, naming its index."""
+    for i, seq in enumerate(seqs):
+        n = len(seq)
+        if n < minimum:
+            shown = list(seq)[:6]
+            raise ValueError(f"{where}: example {i} has {n} token{'' if n == 1 else 's'} {shown}; {need}: "
+                             "drop it or fix the data")
+
+
+def _check_batch(where: str, batch, min_len: int, part: str = "batch") -> None:
+    """Refuse a batch (B, T) with B < 1 or T < ``min_len`` before it reaches a model."""
+    if batch.ndim != 2 or batch.shape[0] < 1 or batch.shape[1] < min_len:
+        raise ValueError(f"{where}: the {part} has shape {tuple(batch.shape)}; it needs (B >= 1, T >= {min_len}) "
+                         "token ids: collate examples with the task's collate()")
 
 
 class _TokenLossTask:
@@ -82,10 +110,16 @@ class LMTask(_TokenLossTask):
     def length(self, example) -> int:
         return len(example)
 
+    def validate(self, examples, what: str = "") -> None:
+        _check_lengths(_where(self, what), examples, 2,
+                       "an LM example needs at least 2 tokens (BOS and one to predict)")
+
     def collate(self, examples):
+        self.validate(examples)
         return pad_batch(examples, self.pad_id)  # (B, T)
 
     def loss(self, model, batch, rng=None):
+        _check_batch("LMTask", batch, 2)
         ids = ids_to_device(batch, model.config.vocab_size, "LMTask batch")  # (B, T)
         logits = model(ids[:, :-1])  # (B, T-1, V)
         targets = ids[:, 1:]  # (B, T-1)
@@ -93,6 +127,7 @@ class LMTask(_TokenLossTask):
 
     def evaluate(self, model, batches):
         def run(batch):
+            _check_batch("LMTask", batch, 2)
             ids = ids_to_device(batch, model.config.vocab_size, "LMTask batch")
             return model(ids[:, :-1]), ids[:, 1:]
         return self._token_metrics(model, batches, run)
@@ -112,12 +147,26 @@ class Seq2SeqTask(_TokenLossTask):
     def length(self, example) -> int:
         return max(len(example[0]), len(example[1]))
 
+    def validate(self, examples, what: str = "") -> None:
+        where = _where(self, what)
+        for i, (src, tgt) in enumerate(examples):
+            if len(src) < 1:
+                raise ValueError(f"{where}: example {i} has an empty source; a source needs at least 1 token "
+                                 "(attention over nothing is undefined): drop it or fix the data")
+            if len(tgt) < 2:
+                raise ValueError(f"{where}: example {i} has a target of {len(tgt)} token"
+                                 f"{'' if len(tgt) == 1 else 's'} {list(tgt)}; a target needs at least 2 (BOS "
+                                 "and one to predict): drop it or fix the data")
+
     def collate(self, examples):
+        self.validate(examples)
         return pad_batch([e[0] for e in examples], self.pad_id), pad_batch([e[1] for e in examples], self.pad_id)
 
     @staticmethod
     def _to_device(model, batch):
         """(src, tgt) host ids, checked, as device arrays (B, S), (B, T)."""
+        _check_batch("Seq2SeqTask", batch[0], 1, "source batch")
+        _check_batch("Seq2SeqTask", batch[1], 2, "target batch")
         return (ids_to_device(batch[0], model.config.src_vocab_size, "Seq2SeqTask source"),
                 ids_to_device(batch[1], model.config.tgt_vocab_size, "Seq2SeqTask target"))
 
@@ -154,13 +203,18 @@ class MLMTask(_TokenLossTask):
     def length(self, example) -> int:
         return len(example)
 
+    def validate(self, examples, what: str = "") -> None:
+        _check_lengths(_where(self, what), examples, 1, "an MLM example needs at least 1 token")
+
     def collate(self, examples):
+        self.validate(examples)
         return pad_batch(examples, self.pad_id)
 
     def _corrupt(self, batch, rng):
         """(corrupted, targets) host arrays (B, T); the batch is checked first (the
         replacements that corruption makes are valid ids by construction)."""
         from minitransformer.models.encoder import mask_tokens
+        _check_batch("MLMTask", batch, 1)
         check_ids(batch, self.vocab_size, "MLMTask batch")
         return mask_tokens(batch, self.mask_id, self.vocab_size, rng, p=self.p,
                            special_ids=self.special_ids, ignore_index=self.IGNORE)
@@ -213,13 +267,30 @@ class PropertyTask:
     def length(self, example) -> int:
         return len(example[0])
 
+    def validate(self, examples, what: str = "") -> None:
+        where = _where(self, what)
+        _check_lengths(where, [e[0] for e in examples], 1, "an example needs at least 1 token (<cls>)")
+        k0 = None
+        for i, (_, labels) in enumerate(examples):
+            k = int(np.size(labels)) if np.ndim(labels) == 1 else None
+            if k is None:
+                raise ValueError(f"{where}: example {i} has labels of shape {np.shape(labels)}; give a flat list "
+                                 "of K labels (NaN for missing)")
+            if k0 is None:
+                k0 = k
+            elif k != k0:
+                raise ValueError(f"{where}: example {i} has {k} label(s), example 0 has {k0}; every example "
+                                 "needs the same K labels (NaN for a missing one)")
+
     def collate(self, examples):
+        self.validate(examples)
         ids = pad_batch([e[0] for e in examples], self.pad_id)  # (B, T)
         labels = np.stack([np.asarray(e[1], dtype=np.float64) for e in examples])  # (B, K), NaN = missing
         return ids, labels
 
     def _forward(self, model, batch):
         ids, labels = batch
+        _check_batch("PropertyTask", ids, 1)
         present = labels[~np.isnan(labels)]  # host: checked here, not on the device (module notes)
         if present.size and not ((present >= 0) & (present <= 1)).all():
             bad = present[(present < 0) | (present > 1)][0]

@@ -174,6 +174,10 @@ class Trainer:
         self.out_dir = Path(self.config.out_dir) if self.config.out_dir else None
         self._val_cache = None
         self.metric = self._check_metric()
+        if hasattr(task, "validate") and not callable(train_data):
+            if len(train_data) == 0:
+                raise ValueError("fit: the training data is empty")
+            task.validate(train_data, "training data")
         self._check_validation_data()
         if self.out_dir:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -202,6 +206,8 @@ class Trainer:
         if len(self.val_data) == 0:
             raise ValueError("fit: val_data is empty; give at least one validation example, or val_data=None "
                              "to train without validation")
+        if hasattr(self.task, "validate"):
+            self.task.validate(self.val_data, "validation data")
         count = getattr(self.task, "validation_tokens", None)
         if count is not None and count(self._val_batches()) == 0:
             raise ValueError(
@@ -211,9 +217,13 @@ class Trainer:
 
     # -- data ----------------------------------------------------------------
     def _examples(self, epoch: int):
+        """The training examples of ``epoch``, checked by the task (each epoch's, when
+        they are made per epoch) before any of them is used."""
         data = self.train_data(epoch) if callable(self.train_data) else self.train_data
         if len(data) == 0:
             raise ValueError("fit: the training data is empty")
+        if callable(self.train_data) and hasattr(self.task, "validate"):
+            self.task.validate(data, f"training data of epoch {epoch + 1}")
         return data
 
     def _plan(self, epoch: int, examples):

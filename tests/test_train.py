@@ -875,3 +875,40 @@ def test_fingerprint_values_must_be_json_data():
     model = lm_model()
     with pytest.raises(ValueError, match="fingerprint entry 'data' .*JSON"):
         fit(model, LMTask(), Adam(model), lm_data(8), config=cfg(), fingerprint={"data": object()})
+
+
+# ---------------------------------------------------------------------------
+# degenerate data is refused before training, naming the example
+# ---------------------------------------------------------------------------
+def test_a_bos_only_training_example_is_refused_before_training(tmp_path):
+    """Before, the batch holding it crashed deep in the model (or, mixed with longer
+    examples, trained silently on nothing)."""
+    data = lm_data(16)
+    data[7] = [BOS]
+    model = lm_model()
+    task = CountingLM()
+    with pytest.raises(ValueError, match="training data: example 7 has 1 token"):
+        fit(model, task, Adam(model), data, config=cfg(out_dir=str(tmp_path)))
+    assert task.losses == 0 and _saved_files(tmp_path) == []
+
+
+def test_a_bad_example_in_epoch_data_is_refused_at_the_start_of_its_epoch():
+    def data(epoch):
+        d = lm_data(16, seed=epoch)
+        if epoch == 1:
+            d[3] = []
+        return d
+
+    model = lm_model()
+    task = CountingLM()
+    with pytest.raises(ValueError, match="training data of epoch 2: example 3 has 0 tokens"):
+        fit(model, task, Adam(model), data, config=cfg(epochs=3))
+    assert task.losses == 2  # epoch 1 (two batches) only
+
+
+def test_a_bos_only_validation_example_is_refused_before_training():
+    model = lm_model()
+    task = CountingLM()
+    with pytest.raises(ValueError, match="validation data: example 1 has 1 token"):
+        fit(model, task, Adam(model), lm_data(16), [[BOS, 5, EOS], [BOS]], config=cfg())
+    assert task.losses == 0
