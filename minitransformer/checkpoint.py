@@ -6,7 +6,8 @@ Layout of the archive (every entry a plain numeric array):
 * ``optim/<param name>/<slot>``: optimizer state arrays (Adam's ``m``, ``v`` ...);
 * ``__meta__``: UTF-8 JSON bytes (a uint8 array) holding the format version, the
   model type and config, the vocabulary, the optimizer's scalars, the RNG state, the
-  fingerprint (below) and whatever the trainer adds (epoch, step, best metric, ...).
+  fingerprint (below), ``entries`` (the names of all the arrays, so that a damaged
+  entry name is caught) and whatever the trainer adds (epoch, step, best metric, ...).
 
 The fingerprint, ``meta["fingerprint"]``, is ``{name: "sha256:<hex>"}``: one hash
 per entry of the ``fingerprint`` dict given to :func:`save_checkpoint` (data
@@ -227,6 +228,7 @@ def save_checkpoint(path, model, optimizer=None, vocab=None, extra: dict | None 
             "hold finite numbers only (the file as it was, if any, is kept)", bad[0])
     if extra:
         meta.update(extra)
+    meta["entries"] = sorted(arrays)  # the table of contents: a damaged entry name cannot go unnoticed
     blob = json.dumps(meta, default=_json_default).encode("utf-8")
     arrays[_META] = np.frombuffer(blob, dtype=np.uint8)
 
@@ -364,6 +366,11 @@ def _read(path, before_arrays=None) -> Checkpoint:
         meta_info = members.pop(_META)
         _guarded(path, _header, path, zf, meta_info)
         meta = _parse_meta(path, _guarded(path, _read_array, zf, meta_info.filename))
+        if "entries" in meta and sorted(members) != sorted(meta["entries"]):  # (older files have no list)
+            missing = sorted(set(meta["entries"]) - set(members))
+            unexpected = sorted(set(members) - set(meta["entries"]))
+            raise CheckpointError(f"{path} is corrupted: its entries do not match its table of contents (missing "
+                                  f"{missing[:3]}, unexpected {unexpected[:3]}); use an earlier checkpoint")
         members = {k: v for k, v in members.items() if k.startswith(("weights/", "optim/"))}  # others: ignored
         shapes = {k: _guarded(path, _header, path, zf, info)[0] for k, info in members.items()}
         if before_arrays is not None:

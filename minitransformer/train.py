@@ -265,8 +265,16 @@ class Trainer:
                 f"step {self.step} (found before writing {name}, which was not written). "
                 f"Last good checkpoint: {self._last_good()}. Try a lower learning rate or gradient "
                 "clipping.") from err
+        except OSError as err:
+            raise self._write_failed(self.out_dir / name, err) from err
         self.saved[name] = (self.step, path)
         return path
+
+    def _write_failed(self, path: Path, err: OSError) -> OSError:
+        """The same OSError (errno kept), saying what was kept and how to go on."""
+        return OSError(err.errno, f"could not write {path} ({err.strerror or err}); the previous {path.name}, "
+                                  "if any, is intact and no partial file was left. Free space (or fix the "
+                                  f"folder), then resume from the last good checkpoint: {self._last_good()}")
 
     def resume(self, path) -> None:
         """Continue from a checkpoint written by :meth:`save` (weights, optimizer, RNG, position).
@@ -466,9 +474,12 @@ class Trainer:
             self.stop_reason, stop = "epochs", True
         self.save("last.npz")
         if self.out_dir:  # strict JSON: a NaN or infinite metric (not the one above) is written as null
-            write_json(self.out_dir / "history.json", [
-                {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in h.items()}
-                for h in self.history])
+            try:
+                write_json(self.out_dir / "history.json", [
+                    {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in h.items()}
+                    for h in self.history])
+            except OSError as err:
+                raise self._write_failed(self.out_dir / "history.json", err) from err
         return stop
 
     def run(self):

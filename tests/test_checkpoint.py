@@ -417,6 +417,7 @@ def test_optimizer_mismatch_leaves_model_and_optimizer_untouched(tmp_path, targe
         else:
             meta = json.loads(arrays["__meta__"].tobytes())
             del arrays["optim/head.linear.bias/v"]
+            meta["entries"].remove("optim/head.linear.bias/v")  # a consistent file: restore must refuse it
             arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
             match = "head.linear.bias: state keys"
         np.savez(path, **arrays)
