@@ -99,8 +99,25 @@ class TrainConfig:
     def __post_init__(self):
         if self.mode not in ("min", "max"):
             raise ValueError(f"TrainConfig.mode must be 'min' or 'max', got {self.mode!r}")
-        if self.batch_size < 1 or self.epochs < 0:
-            raise ValueError("TrainConfig: batch_size must be >= 1 and epochs >= 0")
+        whole = {"epochs": (self.epochs, 0), "batch_size": (self.batch_size, 1), "patience": (self.patience, 1),
+                 "max_steps": (self.max_steps, 0), "eval_batch_size": (self.eval_batch_size, 1),
+                 "sync_every": (self.sync_every, 1), "seed": (self.seed, 0)}
+        for name, (value, low) in whole.items():
+            if value is None and name not in ("epochs", "batch_size", "seed"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"TrainConfig.{name} must be a whole number >= {low}"
+                                 f"{' (or None)' if name not in ('epochs', 'batch_size', 'seed') else ''}, "
+                                 f"got {value!r}")
+        if self.clip is not None and not (isinstance(self.clip, (int, float)) and math.isfinite(self.clip)
+                                          and self.clip >= 0):
+            raise ValueError(f"TrainConfig.clip must be a finite number > 0 (None or 0: no clipping), got {self.clip!r}")
+        if self.max_time is not None and not (isinstance(self.max_time, (int, float)) and self.max_time >= 0
+                                              and not math.isnan(self.max_time)):
+            raise ValueError(f"TrainConfig.max_time must be seconds >= 0 (or None), got {self.max_time!r}")
+        if self.metric is not None and not (isinstance(self.metric, str) and self.metric):
+            raise ValueError(f"TrainConfig.metric must be a metric name (or None for the default), "
+                             f"got {self.metric!r}")
 
 
 def plan_batches(lengths, batch_size: int, rng: np.random.Generator, bucket: bool = True):

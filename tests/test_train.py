@@ -912,3 +912,16 @@ def test_a_bos_only_validation_example_is_refused_before_training():
     with pytest.raises(ValueError, match="validation data: example 1 has 1 token"):
         fit(model, task, Adam(model), lm_data(16), [[BOS, 5, EOS], [BOS]], config=cfg())
     assert task.losses == 0
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(clip=-1.0), "clip"), (dict(clip=float("nan")), "clip"), (dict(patience=0), "patience"),
+    (dict(max_steps=-1), "max_steps"), (dict(max_time=float("nan")), "max_time"),
+    (dict(eval_batch_size=0), "eval_batch_size"), (dict(sync_every=0), "sync_every"),
+    (dict(batch_size=2.5), "batch_size"), (dict(metric=""), "metric"),
+])
+def test_other_bad_config_values_are_refused_at_construction(bad, match):
+    """Before, a negative clip failed only at the first step, and sync_every=0 or a
+    NaN max_time were silently taken as 'default' or 'never'."""
+    with pytest.raises(ValueError, match=f"TrainConfig.{match}"):
+        TrainConfig(**bad)
