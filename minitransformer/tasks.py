@@ -4,13 +4,22 @@ The trainer (:mod:`minitransformer.train`) is generic; a task knows its data:
 
 * ``collate(examples) -> batch``: pad a list of examples to the longest one (so
   padding is trimmed per batch) as host NumPy arrays;
+* ``validate(examples, what)``: refuse, naming the example, one that no batch could
+  use (an LM example of fewer than 2 tokens has nothing to predict; an empty source
+  has nothing to attend to). ``collate`` calls it, and the trainer calls it on all
+  the data before training, so a bad example fails at once and by its index, not
+  deep inside a model some batches later;
 * ``length(example)``: used to group examples of similar length;
 * ``loss(model, batch, rng) -> (loss, n_tokens)``: forward pass and loss, the loss
   a 0-d device array; ``rng`` is a NumPy generator for per-batch randomness. The
   batch's values (token ids, labels) are checked on the host, before the copy to
   the device: on a GPU, checking them there would stall every step;
 * ``backward(model)``: the backward pass of the last ``loss`` call;
-* ``evaluate(model, batches) -> dict``: validation metrics (model in eval mode).
+* ``evaluate(model, batches) -> dict``: validation metrics (model in eval mode);
+  ``metric_names`` lists the keys it returns, and ``validation_tokens(batches)``
+  counts, on the host and without the model, the targets it would score. The
+  trainer uses both to check its settings before training starts. Batches with
+  nothing to score raise ``ValueError``: an average over no tokens is not 0.0.
 
 Teacher forcing everywhere: the model reads the true prefix ``x[:, :-1]`` and is
 scored on the next tokens ``x[:, 1:]`` (padding ignored by the loss).
@@ -25,6 +34,8 @@ from minitransformer.nn.embedding import check_ids, ids_to_device
 
 def pad_batch(seqs, pad_id: int) -> np.ndarray:
     """Right-pad integer sequences to the longest: (B, T_max) int64 host array."""
+    if len(seqs) == 0:
+        raise ValueError("pad_batch: no sequences; a batch needs at least one example")
     T = max(len(s) for s in seqs)
     out = np.full((len(seqs), T), pad_id, dtype=np.int64)  # (B, T)
     for i, s in enumerate(seqs):
@@ -32,8 +43,31 @@ def pad_batch(seqs, pad_id: int) -> np.ndarray:
     return out
 
 
+def _where(task, what: str) -> str:
+    return f"{type(task).__name__} {what}".strip()
+
+
+def _check_lengths(where: str, seqs, minimum: int, need: str) -> None:
+    """Refuse the first sequence shorter than ``minimum``, naming its index."""
+    for i, seq in enumerate(seqs):
+        n = len(seq)
+        if n < minimum:
+            shown = list(seq)[:6]
+            raise ValueError(f"{where}: example {i} has {n} token{'' if n == 1 else 's'} {shown}; {need}: "
+                             "drop it or fix the data")
+
+
+def _check_batch(where: str, batch, min_len: int, part: str = "batch") -> None:
+    """Refuse a batch (B, T) with B < 1 or T < ``min_len`` before it reaches a model."""
+    if batch.ndim != 2 or batch.shape[0] < 1 or batch.shape[1] < min_len:
+        raise ValueError(f"{where}: the {part} has shape {tuple(batch.shape)}; it needs (B >= 1, T >= {min_len}) "
+                         "token ids: collate examples with the task's collate()")
+
+
 class _TokenLossTask:
     """Shared parts of tasks scored by a token-level cross-entropy."""
+
+    metric_names = ("val_loss", "val_acc", "val_tokens")
 
     def __init__(self, pad_id: int = 0, label_smoothing: float = 0.0):
         self.pad_id = pad_id
@@ -59,7 +93,11 @@ class _TokenLossTask:
             total_nll += float(nll)
             total_correct += int(((logits.argmax(axis=-1) == targets) & keep).sum())
             total_tokens += int(keep.sum())
-        n = max(total_tokens, 1)
+        if total_tokens == 0:
+            raise ValueError(f"{type(self).__name__}.evaluate: the batches hold no scored tokens (every target "
+                             "is padding or unselected), so there is no loss to report; give validation "
+                             "examples with tokens to predict")
+        n = total_tokens
         return {"val_loss": total_nll / n, "val_acc": total_correct / n, "val_tokens": total_tokens}
 
 
@@ -72,10 +110,16 @@ class LMTask(_TokenLossTask):
     def length(self, example) -> int:
         return len(example)
 
+    def validate(self, examples, what: str = "") -> None:
+        _check_lengths(_where(self, what), examples, 2,
+                       "an LM example needs at least 2 tokens (BOS and one to predict)")
+
     def collate(self, examples):
+        self.validate(examples)
         return pad_batch(examples, self.pad_id)  # (B, T)
 
     def loss(self, model, batch, rng=None):
+        _check_batch("LMTask", batch, 2)
         ids = ids_to_device(batch, model.config.vocab_size, "LMTask batch")  # (B, T)
         logits = model(ids[:, :-1])  # (B, T-1, V)
         targets = ids[:, 1:]  # (B, T-1)
@@ -83,9 +127,14 @@ class LMTask(_TokenLossTask):
 
     def evaluate(self, model, batches):
         def run(batch):
+            _check_batch("LMTask", batch, 2)
             ids = ids_to_device(batch, model.config.vocab_size, "LMTask batch")
             return model(ids[:, :-1]), ids[:, 1:]
         return self._token_metrics(model, batches, run)
+
+    def validation_tokens(self, batches) -> int:
+        """How many targets :meth:`evaluate` scores in ``batches`` (host only)."""
+        return sum(int((b[:, 1:] != self.pad_id).sum()) for b in batches)
 
 
 class Seq2SeqTask(_TokenLossTask):
@@ -98,12 +147,26 @@ class Seq2SeqTask(_TokenLossTask):
     def length(self, example) -> int:
         return max(len(example[0]), len(example[1]))
 
+    def validate(self, examples, what: str = "") -> None:
+        where = _where(self, what)
+        for i, (src, tgt) in enumerate(examples):
+            if len(src) < 1:
+                raise ValueError(f"{where}: example {i} has an empty source; a source needs at least 1 token "
+                                 "(attention over nothing is undefined): drop it or fix the data")
+            if len(tgt) < 2:
+                raise ValueError(f"{where}: example {i} has a target of {len(tgt)} token"
+                                 f"{'' if len(tgt) == 1 else 's'} {list(tgt)}; a target needs at least 2 (BOS "
+                                 "and one to predict): drop it or fix the data")
+
     def collate(self, examples):
+        self.validate(examples)
         return pad_batch([e[0] for e in examples], self.pad_id), pad_batch([e[1] for e in examples], self.pad_id)
 
     @staticmethod
     def _to_device(model, batch):
         """(src, tgt) host ids, checked, as device arrays (B, S), (B, T)."""
+        _check_batch("Seq2SeqTask", batch[0], 1, "source batch")
+        _check_batch("Seq2SeqTask", batch[1], 2, "target batch")
         return (ids_to_device(batch[0], model.config.src_vocab_size, "Seq2SeqTask source"),
                 ids_to_device(batch[1], model.config.tgt_vocab_size, "Seq2SeqTask target"))
 
@@ -117,6 +180,10 @@ class Seq2SeqTask(_TokenLossTask):
             src, tgt = self._to_device(model, batch)
             return model(src, tgt[:, :-1]), tgt[:, 1:]
         return self._token_metrics(model, batches, run)
+
+    def validation_tokens(self, batches) -> int:
+        """How many targets :meth:`evaluate` scores in ``batches`` (host only)."""
+        return sum(int((b[1][:, 1:] != self.pad_id).sum()) for b in batches)
 
 
 class MLMTask(_TokenLossTask):
@@ -136,13 +203,18 @@ class MLMTask(_TokenLossTask):
     def length(self, example) -> int:
         return len(example)
 
+    def validate(self, examples, what: str = "") -> None:
+        _check_lengths(_where(self, what), examples, 1, "an MLM example needs at least 1 token")
+
     def collate(self, examples):
+        self.validate(examples)
         return pad_batch(examples, self.pad_id)
 
     def _corrupt(self, batch, rng):
         """(corrupted, targets) host arrays (B, T); the batch is checked first (the
         replacements that corruption makes are valid ids by construction)."""
         from minitransformer.models.encoder import mask_tokens
+        _check_batch("MLMTask", batch, 1)
         check_ids(batch, self.vocab_size, "MLMTask batch")
         return mask_tokens(batch, self.mask_id, self.vocab_size, rng, p=self.p,
                            special_ids=self.special_ids, ignore_index=self.IGNORE)
@@ -154,13 +226,21 @@ class MLMTask(_TokenLossTask):
             logits, backend.asarray(targets), ignore_index=self.IGNORE, label_smoothing=self.label_smoothing)
         return loss, int((targets != self.IGNORE).sum())
 
+    EVAL_SEED = 12345  # the same corruption at every evaluation
+
     def evaluate(self, model, batches):
-        rng = np.random.default_rng(12345)  # the same corruption at every evaluation
+        rng = np.random.default_rng(self.EVAL_SEED)
 
         def run(batch):
             corrupted, targets = self._corrupt(batch, rng)
             return model(backend.asarray(corrupted), head="mlm"), backend.asarray(targets)
         return self._token_metrics(model, batches, run, ignore_index=self.IGNORE)
+
+    def validation_tokens(self, batches) -> int:
+        """How many positions :meth:`evaluate` scores in ``batches``: the same corruption,
+        on the host only."""
+        rng = np.random.default_rng(self.EVAL_SEED)
+        return sum(int((self._corrupt(b, rng)[1] != self.IGNORE).sum()) for b in batches)
 
 
 class PropertyTask:
@@ -174,6 +254,8 @@ class PropertyTask:
     zero gradient. ``pos_weight`` (K,) optionally up-weights the rare positives.
     """
 
+    metric_names = ("val_loss", "val_auc")
+
     def __init__(self, pad_id: int = 0, pos_weight=None):
         self.pad_id = pad_id
         self.pos_weight = None if pos_weight is None else np.asarray(pos_weight, dtype=np.float64)
@@ -185,13 +267,30 @@ class PropertyTask:
     def length(self, example) -> int:
         return len(example[0])
 
+    def validate(self, examples, what: str = "") -> None:
+        where = _where(self, what)
+        _check_lengths(where, [e[0] for e in examples], 1, "an example needs at least 1 token (<cls>)")
+        k0 = None
+        for i, (_, labels) in enumerate(examples):
+            k = int(np.size(labels)) if np.ndim(labels) == 1 else None
+            if k is None:
+                raise ValueError(f"{where}: example {i} has labels of shape {np.shape(labels)}; give a flat list "
+                                 "of K labels (NaN for missing)")
+            if k0 is None:
+                k0 = k
+            elif k != k0:
+                raise ValueError(f"{where}: example {i} has {k} label(s), example 0 has {k0}; every example "
+                                 "needs the same K labels (NaN for a missing one)")
+
     def collate(self, examples):
+        self.validate(examples)
         ids = pad_batch([e[0] for e in examples], self.pad_id)  # (B, T)
         labels = np.stack([np.asarray(e[1], dtype=np.float64) for e in examples])  # (B, K), NaN = missing
         return ids, labels
 
     def _forward(self, model, batch):
         ids, labels = batch
+        _check_batch("PropertyTask", ids, 1)
         present = labels[~np.isnan(labels)]  # host: checked here, not on the device (module notes)
         if present.size and not ((present >= 0) & (present <= 1)).all():
             bad = present[(present < 0) | (present > 1)][0]
@@ -221,6 +320,9 @@ class PropertyTask:
         the sigmoid does not change.
         """
         from minitransformer.metrics import multilabel_roc_auc
+        if self.validation_tokens(batches) == 0:
+            raise ValueError("PropertyTask.evaluate: the batches hold no labels (all are missing), so there is "
+                             "no loss to report; give validation examples with labels")
         total, count, scores = 0.0, 0, []
         for batch in batches:
             loss, _, logits = self._forward(model, batch)
@@ -230,3 +332,7 @@ class PropertyTask:
         labels = np.concatenate([b[1] for b in batches])  # (N, K)
         auc = multilabel_roc_auc(labels, np.concatenate(scores), mask=~np.isnan(labels))
         return {"val_loss": total / max(count, 1), "val_auc": auc["mean"]}
+
+    def validation_tokens(self, batches) -> int:
+        """How many labels :meth:`evaluate` scores in ``batches`` (the present ones)."""
+        return sum(int((~np.isnan(b[1])).sum()) for b in batches)

@@ -21,6 +21,13 @@ Safety
     * A non-finite loss or gradient norm stops training *before* the update with
       :class:`TrainingDiverged`, naming the epoch, step and batch and the last good
       checkpoint. It never trains on NaN.
+    * The update itself can make weights non-finite from finite gradients (a huge
+      learning rate, an overflow). The weights are checked after every update (on
+      the host at once, or on the device and read with the deferred losses), and no
+      checkpoint is ever written with a NaN or infinite weight or optimizer state:
+      training stops with :class:`TrainingDiverged` naming the step, the first
+      non-finite tensor and the last good checkpoint, the newest file this run
+      actually wrote (or the one it resumed from), or "none saved yet".
     * Ctrl-C ends training cleanly: the loop stops, ``last.npz`` is not touched
       mid-write (checkpoint writes are atomic), and ``best.npz`` stays usable.
 """
@@ -35,7 +42,9 @@ from typing import Callable
 import numpy as np
 
 from minitransformer.atomic import write_json
-from minitransformer.checkpoint import load_checkpoint, restore, save_checkpoint
+from minitransformer.checkpoint import (
+    NonFiniteCheckpoint, check_fingerprint, fingerprint_hashes, load_checkpoint, restore, save_checkpoint,
+)
 from minitransformer import backend
 from minitransformer.optim import clip_grad_norm
 
@@ -52,8 +61,13 @@ class TrainConfig:
     batch_size: examples per batch.
     clip: maximum global gradient norm (None: no clipping).
     patience: stop after this many epochs without improvement of ``metric`` (None: never).
-    metric / mode: the validation metric that picks the best checkpoint, and whether
-        lower ("min") or higher ("max") is better.
+    metric / mode: the metric that picks the best checkpoint, and whether lower ("min")
+        or higher ("max") is better. None (the default): ``val_loss`` when there is
+        validation data, else ``train_loss``. A name that this run does not produce
+        is an error: at construction when the names are known (the trainer's own,
+        ``train_loss`` ..., and the task's ``metric_names``), else, with callbacks,
+        at the end of the first epoch, before anything is saved. A NaN or infinite
+        value of it stops training (:class:`TrainingDiverged`) and is never "best".
     seed: seeds batch order and per-batch task randomness.
     bucket: group examples of similar length into batches (less padding).
     max_steps: stop after this many optimizer steps in total (None: no limit).
@@ -71,7 +85,7 @@ class TrainConfig:
     batch_size: int = 64
     clip: float | None = 1.0
     patience: int | None = None
-    metric: str = "val_loss"
+    metric: str | None = None
     mode: str = "min"
     seed: int = 0
     bucket: bool = True
@@ -85,8 +99,25 @@ class TrainConfig:
     def __post_init__(self):
         if self.mode not in ("min", "max"):
             raise ValueError(f"TrainConfig.mode must be 'min' or 'max', got {self.mode!r}")
-        if self.batch_size < 1 or self.epochs < 0:
-            raise ValueError("TrainConfig: batch_size must be >= 1 and epochs >= 0")
+        whole = {"epochs": (self.epochs, 0), "batch_size": (self.batch_size, 1), "patience": (self.patience, 1),
+                 "max_steps": (self.max_steps, 0), "eval_batch_size": (self.eval_batch_size, 1),
+                 "sync_every": (self.sync_every, 1), "seed": (self.seed, 0)}
+        for name, (value, low) in whole.items():
+            if value is None and name not in ("epochs", "batch_size", "seed"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"TrainConfig.{name} must be a whole number >= {low}"
+                                 f"{' (or None)' if name not in ('epochs', 'batch_size', 'seed') else ''}, "
+                                 f"got {value!r}")
+        if self.clip is not None and not (isinstance(self.clip, (int, float)) and math.isfinite(self.clip)
+                                          and self.clip >= 0):
+            raise ValueError(f"TrainConfig.clip must be a finite number > 0 (None or 0: no clipping), got {self.clip!r}")
+        if self.max_time is not None and not (isinstance(self.max_time, (int, float)) and self.max_time >= 0
+                                              and not math.isnan(self.max_time)):
+            raise ValueError(f"TrainConfig.max_time must be seconds >= 0 (or None), got {self.max_time!r}")
+        if self.metric is not None and not (isinstance(self.metric, str) and self.metric):
+            raise ValueError(f"TrainConfig.metric must be a metric name (or None for the default), "
+                             f"got {self.metric!r}")
 
 
 def plan_batches(lengths, batch_size: int, rng: np.random.Generator, bucket: bool = True):
@@ -121,30 +152,95 @@ def _drop_gradients_unless_finite(model, loss, norm) -> None:
         backend.xp.copyto(p.grad, 0.0, where=bad)  # (*p.shape) in place; where=False: no change
 
 
+def _weights_finite(model):
+    """True if every weight is finite, as a 0-d bool on the device (no host read)."""
+    ok = None
+    for p in model.parameters():
+        finite = backend.xp.isfinite(p.data).all()  # () bool
+        ok = finite if ok is None else ok & finite
+    return ok
+
+
+def _first_non_finite_weight(model) -> str | None:
+    """The name of the first parameter holding NaN or infinity (reads the device)."""
+    for name, p in model.named_parameters():
+        if not bool(backend.xp.isfinite(p.data).all()):
+            return name
+    return None
+
+
 class Trainer:
     """Holds the loop state; :func:`fit` is the usual entry point."""
 
     def __init__(self, model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
-                 callbacks=(), vocab=None, extra_meta: dict | None = None):
+                 callbacks=(), vocab=None, extra_meta: dict | None = None, fingerprint: dict | None = None):
         self.model, self.task, self.optimizer = model, task, optimizer
         self.train_data, self.val_data = train_data, val_data
         self.config = config or TrainConfig()
         self.callbacks = list(callbacks)
         self.vocab, self.extra_meta = vocab, dict(extra_meta or {})
+        self.fingerprint = dict(fingerprint or {})
+        self.fingerprint_hashes = fingerprint_hashes(self.fingerprint, vocab)  # refuses non-JSON values now
         self.epoch, self.batch_index, self.step = 0, 0, 0
         self.best, self.best_epoch, self.bad_epochs = None, None, 0
         self.history: list[dict] = []
         self.step_losses: list[float] = []
         self.stop_reason: str | None = None
+        self.saved: dict[str, tuple[int, Path]] = {}  # name -> (step, path) of this run's finite checkpoints
+        self.resumed_from: tuple[int, Path] | None = None
         self.out_dir = Path(self.config.out_dir) if self.config.out_dir else None
+        self._val_cache = None
+        self.metric = self._check_metric()
+        if hasattr(task, "validate") and not callable(train_data):
+            if len(train_data) == 0:
+                raise ValueError("fit: the training data is empty")
+            task.validate(train_data, "training data")
+        self._check_validation_data()
         if self.out_dir:
             self.out_dir.mkdir(parents=True, exist_ok=True)
 
+    # -- settings, checked before any work ------------------------------------------
+    TRAINER_METRICS = ("epoch", "step", "lr", "train_loss", "tokens_per_s", "time_s")
+
+    def _check_metric(self) -> str:
+        """The early-stopping metric's name; refused now if it cannot appear."""
+        metric = self.config.metric or ("val_loss" if self.val_data is not None else "train_loss")
+        task_names = getattr(self.task, "metric_names", None)
+        if self.callbacks or (self.val_data is not None and task_names is None):
+            return metric  # more names may come: checked at the end of the first epoch
+        names = set(self.TRAINER_METRICS) | (set(task_names) if self.val_data is not None else set())
+        if metric not in names:
+            hint = (" (there is no validation data: pass val_data, or choose train_loss)"
+                    if metric.startswith("val_") and self.val_data is None else "")
+            raise ValueError(f"TrainConfig.metric={metric!r} is not a metric of this run{hint}; its metrics "
+                             f"are {sorted(names)}: choose one of them")
+        return metric
+
+    def _check_validation_data(self) -> None:
+        """Refuse validation data that could only give a meaningless score."""
+        if self.val_data is None:
+            return
+        if len(self.val_data) == 0:
+            raise ValueError("fit: val_data is empty; give at least one validation example, or val_data=None "
+                             "to train without validation")
+        if hasattr(self.task, "validate"):
+            self.task.validate(self.val_data, "validation data")
+        count = getattr(self.task, "validation_tokens", None)
+        if count is not None and count(self._val_batches()) == 0:
+            raise ValueError(
+                f"fit: the validation data ({len(self.val_data)} examples) has no scored tokens (every target is "
+                "padding, special or missing), so its loss would be an average over nothing; give validation "
+                "examples with tokens (or labels) to predict")
+
     # -- data ----------------------------------------------------------------
     def _examples(self, epoch: int):
+        """The training examples of ``epoch``, checked by the task (each epoch's, when
+        they are made per epoch) before any of them is used."""
         data = self.train_data(epoch) if callable(self.train_data) else self.train_data
         if len(data) == 0:
             raise ValueError("fit: the training data is empty")
+        if callable(self.train_data) and hasattr(self.task, "validate"):
+            self.task.validate(data, f"training data of epoch {epoch + 1}")
         return data
 
     def _plan(self, epoch: int, examples):
@@ -153,12 +249,15 @@ class Trainer:
         return plan_batches(lengths, self.config.batch_size, rng, self.config.bucket)
 
     def _val_batches(self):
+        """The validation batches (host arrays), collated once."""
         if not self.val_data:
             return None
-        bs = self.config.eval_batch_size or self.config.batch_size
-        order = np.argsort([self.task.length(e) for e in self.val_data], kind="stable")
-        return [self.task.collate([self.val_data[j] for j in order[i:i + bs]])
-                for i in range(0, len(order), bs)]
+        if self._val_cache is None:
+            bs = self.config.eval_batch_size or self.config.batch_size
+            order = np.argsort([self.task.length(e) for e in self.val_data], kind="stable")
+            self._val_cache = [self.task.collate([self.val_data[j] for j in order[i:i + bs]])
+                               for i in range(0, len(order), bs)]
+        return self._val_cache
 
     # -- checkpoints ------------------------------------------------------------
     def _state(self) -> dict:
@@ -167,29 +266,62 @@ class Trainer:
                 "stop_reason": self.stop_reason}
 
     def save(self, name: str) -> Path | None:
+        """Write ``out_dir/name`` (weights, optimizer, trainer state). A non-finite weight
+        or optimizer state writes nothing and raises :class:`TrainingDiverged`."""
         if not self.out_dir:
             return None
         meta = dict(self.extra_meta)
         meta["trainer"] = self._state()
         meta["train_config"] = dataclasses.asdict(self.config)
-        return save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta)
+        try:
+            path = save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta,
+                                   fingerprint=self.fingerprint)
+        except NonFiniteCheckpoint as err:
+            raise TrainingDiverged(
+                f"non-finite {err.tensor} at epoch {self.epoch + 1 if self.batch_index else self.epoch}, "
+                f"step {self.step} (found before writing {name}, which was not written). "
+                f"Last good checkpoint: {self._last_good()}. Try a lower learning rate or gradient "
+                "clipping.") from err
+        except OSError as err:
+            raise self._write_failed(self.out_dir / name, err) from err
+        self.saved[name] = (self.step, path)
+        return path
+
+    def _write_failed(self, path: Path, err: OSError) -> OSError:
+        """The same OSError (errno kept), saying what was kept and how to go on."""
+        return OSError(err.errno, f"could not write {path} ({err.strerror or err}); the previous {path.name}, "
+                                  "if any, is intact and no partial file was left. Free space (or fix the "
+                                  f"folder), then resume from the last good checkpoint: {self._last_good()}")
 
     def resume(self, path) -> None:
-        """Continue from a checkpoint written by :meth:`save` (weights, optimizer, RNG, position)."""
+        """Continue from a checkpoint written by :meth:`save` (weights, optimizer, RNG, position).
+
+        The checkpoint's fingerprint must match this run's (its vocabulary and data
+        settings, see :func:`~minitransformer.checkpoint.check_fingerprint`); else
+        :class:`~minitransformer.checkpoint.FingerprintMismatch` and nothing changes.
+        """
         ckpt = load_checkpoint(path)
         if "trainer" not in ckpt.meta:
             raise ValueError(f"{path} has no trainer state; it cannot be resumed (it can still be loaded)")
+        check_fingerprint(ckpt, self.fingerprint_hashes, where=path)
         restore(self.model, ckpt, self.optimizer)
         st = ckpt.meta["trainer"]
         self.epoch, self.batch_index, self.step = st["epoch"], st["batch"], st["step"]
         self.best, self.best_epoch, self.bad_epochs = st["best"], st["best_epoch"], st["bad_epochs"]
         self.history = list(st["history"])
+        self.resumed_from = (self.step, Path(path))
 
     def _last_good(self) -> str:
+        """The newest checkpoint this run wrote (all are finite), or the one it resumed from."""
+        if self.saved:
+            step, path = max(self.saved.values(), key=lambda sp: (sp[0], sp[1].name == "last.npz"))
+            return f"{path} (step {step})"
+        if self.resumed_from is not None:
+            step, path = self.resumed_from
+            return f"{path} (step {step}, the checkpoint this run resumed from)"
         if not self.out_dir:
             return "none (no out_dir was given)"
-        good = [p for p in (self.out_dir / "last.npz", self.out_dir / "best.npz") if p.exists()]
-        return ", ".join(str(p) for p in good) or "none saved yet"
+        return "none saved yet"
 
     # -- the loop ----------------------------------------------------------------
     def _improved(self, value: float) -> bool:
@@ -210,7 +342,7 @@ class Trainer:
                        leave=False, dynamic_ncols=True)
         tokens, t0, loss_sum, n_loss = 0, time.perf_counter(), 0.0, 0
         sync_every = cfg.sync_every or (50 if backend.name() == "cupy" else 1)
-        pending = []  # (step, loss, norm) not yet read back to the host
+        pending = []  # (step, loss, norm, weights_ok) not yet read back to the host
         try:
             while self.batch_index < len(batches):
                 if cfg.max_steps is not None and self.step >= cfg.max_steps:
@@ -219,11 +351,11 @@ class Trainer:
                 idx = batches[self.batch_index]
                 batch = self.task.collate([examples[j] for j in idx])
                 rng = np.random.default_rng([cfg.seed, self.epoch, self.batch_index])
-                loss, norm, n_tok = self._step(batch, rng, check_now=sync_every == 1)
+                loss, norm, weights_ok, n_tok = self._step(batch, rng, check_now=sync_every == 1)
                 self.step += 1
                 self.batch_index += 1
                 tokens += n_tok
-                pending.append((self.step, loss, norm))
+                pending.append((self.step, loss, norm, weights_ok))
                 if len(pending) >= sync_every or self.batch_index == len(batches):
                     values = self._read_back(pending)
                     pending = []
@@ -265,7 +397,10 @@ class Trainer:
         else:
             _drop_gradients_unless_finite(model, loss, norm)  # no host read
         self.optimizer.step()
-        return loss, (None if check_now else norm), n_tok
+        if check_now:  # the update can make weights non-finite from finite gradients
+            self._check_weights(self.step + 1)
+            return loss, None, None, n_tok
+        return loss, norm, _weights_finite(model), n_tok  # checked at the next read
 
     def _check_finite(self, value: float, what: str, step: int, deferred: bool = False) -> None:
         if not math.isfinite(value):
@@ -276,15 +411,30 @@ class Trainer:
                 f"Last good checkpoint: {self._last_good()}. Try a lower learning rate or "
                 "gradient clipping.")
 
+    def _check_weights(self, step: int, deferred: bool = False) -> None:
+        """Stop if a weight is NaN or infinite after the update of ``step``."""
+        name = _first_non_finite_weight(self.model)
+        if name is None:
+            return
+        when = f" (read back later, at step {self.step})" if deferred else ""
+        raise TrainingDiverged(
+            f"non-finite weight {name} after the update of step {step}{when}, epoch {self.epoch + 1}: the "
+            f"optimizer made it NaN or infinite (learning rate {self.optimizer.lr}). The weights in memory "
+            f"are unusable and were not saved. Last good checkpoint: {self._last_good()}. Try a lower "
+            "learning rate or gradient clipping.")
+
     def _read_back(self, pending) -> list:
-        """Copy the pending losses and norms to the host (one sync), record the losses,
-        and stop on the first non-finite one (its step's gradients were dropped)."""
+        """Copy the pending losses, norms and weight checks to the host (one sync), record
+        the losses, and stop on the first non-finite one (its step's gradients were
+        dropped, or its update made a weight non-finite)."""
         values = []
-        for step, loss, norm in pending:
+        for step, loss, norm, weights_ok in pending:
             loss_value = float(loss)
             if norm is not None:  # deferred: this step's numbers are seen only now
                 self._check_finite(loss_value, "loss", step, deferred=True)
                 self._check_finite(float(norm), "gradient norm", step, deferred=True)
+                if not bool(weights_ok):
+                    self._check_weights(step, deferred=True)
             values.append(loss_value)
         self.step_losses.extend(values)
         return values
@@ -306,8 +456,18 @@ class Trainer:
             if extra:
                 metrics.update(extra)
         metrics["time_s"] = time.perf_counter() - t_start
-        key = cfg.metric if cfg.metric in metrics else "train_loss"
+        key = self.metric
+        if key not in metrics:
+            raise ValueError(f"TrainConfig.metric={key!r} is not a metric of this run; its metrics are "
+                             f"{sorted(metrics)}: choose one of them (nothing was saved)")
         value = metrics[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ValueError(f"the metric {key!r} is {value!r}, not a number; it cannot pick the best checkpoint")
+        if not math.isfinite(value):
+            raise TrainingDiverged(
+                f"the metric {key} is {value} at epoch {self.epoch + 1}, step {self.step}: it cannot pick the best "
+                "checkpoint (the model's outputs diverged, or the validation set cannot give this metric), so "
+                f"training stops and nothing of this epoch was saved. Last good checkpoint: {self._last_good()}.")
         self.history.append(metrics)
         self.epoch += 1
         self.batch_index = 0
@@ -330,8 +490,13 @@ class Trainer:
         elif self.epoch >= cfg.epochs:
             self.stop_reason, stop = "epochs", True
         self.save("last.npz")
-        if self.out_dir:
-            write_json(self.out_dir / "history.json", self.history)
+        if self.out_dir:  # strict JSON: a NaN or infinite metric (not the one above) is written as null
+            try:
+                write_json(self.out_dir / "history.json", [
+                    {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in h.items()}
+                    for h in self.history])
+            except OSError as err:
+                raise self._write_failed(self.out_dir / "history.json", err) from err
         return stop
 
     def run(self):
@@ -347,16 +512,18 @@ class Trainer:
                     break
         except KeyboardInterrupt:
             self.stop_reason = "interrupted"
-            best = self.out_dir / "best.npz" if self.out_dir else None
             msg = f"\ntraining interrupted at epoch {self.epoch + 1}, step {self.step}."
-            if best is not None and best.exists():
-                msg += f" The best checkpoint so far (epoch {self.best_epoch}) is {best}."
+            if "best.npz" in self.saved:
+                msg += f" The best checkpoint so far (epoch {self.best_epoch}) is {self.saved['best.npz'][1]}."
+            if self.saved or self.resumed_from:
+                msg += f" Last checkpoint: {self._last_good()}; resume from it to continue."
             print(msg, flush=True)
         return self
 
 
 def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
-        callbacks: list[Callable] = (), resume=None, vocab=None, extra_meta: dict | None = None) -> Trainer:
+        callbacks: list[Callable] = (), resume=None, vocab=None, extra_meta: dict | None = None,
+        fingerprint: dict | None = None) -> Trainer:
     """Train ``model`` on ``train_data`` with ``task`` and ``optimizer``.
 
     Args:
@@ -374,12 +541,18 @@ def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig |
         resume: path of a checkpoint written by a previous run (``last.npz``).
         vocab: saved into every checkpoint (anything with ``to_json()``, or JSON data).
         extra_meta: more JSON metadata for every checkpoint.
+        fingerprint: the data settings a resume must match, ``{name: JSON data}`` (e.g.
+            ``{"data": {"file": ..., "split": ..., "seed": ...}, "max_len": 100}``). Every
+            checkpoint stores one sha256 per entry, plus one of ``vocab``; a resume whose
+            entries or vocabulary differ is refused, naming the entries
+            (:class:`~minitransformer.checkpoint.FingerprintMismatch`).
 
     Returns:
         the :class:`Trainer`, with ``history`` (per-epoch metric dicts), ``step_losses``,
         ``best``/``best_epoch`` and ``stop_reason``.
     """
-    trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta)
+    trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta,
+                      fingerprint)
     if resume is not None:
         trainer.resume(resume)
     return trainer.run()

@@ -435,6 +435,7 @@ def test_optimizer_mismatch_leaves_model_and_optimizer_untouched(tmp_path, targe
         else:
             meta = json.loads(arrays["__meta__"].tobytes())
             del arrays["optim/head.linear.bias/v"]
+            meta["entries"].remove("optim/head.linear.bias/v")  # a consistent file: restore must refuse it
             arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
             match = "head.linear.bias: state keys"
         np.savez(path, **arrays)
@@ -514,3 +515,196 @@ def test_average_checkpoints_rejects_mixed_architectures(tmp_path):
         average_checkpoints([a, c])
     with pytest.raises(ValueError, match="at least one"):
         average_checkpoints([])
+
+
+# ---------------------------------------------------------------------------
+# non-finite values are never written and never loaded
+# ---------------------------------------------------------------------------
+def _meta_of(model, opt=None) -> dict:
+    """The metadata save_checkpoint would write for ``model`` (for hand-made archives)."""
+    meta = {"format_version": FORMAT_VERSION, "model_type": type(model).__name__,
+            "config": model.config.to_dict(), "model_rng": model.rng.state_dict()}
+    if opt is not None:
+        sd = opt.state_dict()
+        meta["optimizer"] = {**{k: v for k, v in sd.items() if k != "state"}, "state_names": sorted(sd["state"])}
+    return meta
+
+
+def _archive_arrays(model, opt=None) -> dict:
+    arrays = {f"weights/{k}": v for k, v in model.state_dict().items()}
+    if opt is not None:
+        for name, slots in opt.state_dict()["state"].items():
+            for slot, arr in slots.items():
+                arrays[f"optim/{name}/{slot}"] = arr
+    return arrays
+
+
+@pytest.mark.parametrize("where", ["weight", "optimizer"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_save_refuses_non_finite_values_and_keeps_the_old_file(tmp_path, where, bad):
+    model = make_model("DecoderLM")
+    opt = Adam(model, lr=1e-2)
+    train_steps(model, opt, "DecoderLM", n=1)
+    path = save_checkpoint(tmp_path / "last.npz", model, opt)
+    before = path.read_bytes()
+    if where == "weight":
+        dict(model.named_parameters())["blocks.1.ff.fc2.weight"].data[0, 3] = bad
+        name = "weight blocks.1.ff.fc2.weight"
+    else:
+        opt.state["blocks.0.ln1.bias"]["v"][2] = bad
+        name = "optimizer state blocks.0.ln1.bias/v"
+    with pytest.raises(CheckpointError, match=f"non-finite .* {name}") as info:
+        save_checkpoint(path, model, opt)
+    assert "\n" not in str(info.value)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.npz"]  # no temp file either
+
+
+@pytest.mark.parametrize("where", ["weight", "optimizer"])
+def test_load_refuses_non_finite_values_naming_the_tensor(tmp_path, target, where):
+    src = make_model("DecoderLM", seed=4)
+    opt = Adam(src, lr=1e-2)
+    train_steps(src, opt, "DecoderLM", n=1)
+    arrays = _archive_arrays(src, opt)
+    key = "weights/embed.tok.weight" if where == "weight" else "optim/head.linear.bias/m"
+    arrays[key] = arrays[key].copy()
+    arrays[key].flat[1] = np.nan
+    path = write_npz(tmp_path / "nan.npz", _meta_of(src, opt), **arrays)
+    msg = _refuse(path, target, "non-finite")
+    assert key.split("/", 1)[1] in msg and "\n" not in msg
+    with pytest.raises(CheckpointError, match="non-finite"):
+        model_from_checkpoint(path)
+
+
+def test_restore_refuses_a_checkpoint_object_with_non_finite_weights(target):
+    model, opt = target
+    w = {k: v.copy() for k, v in model.state_dict().items()}
+    w["head.linear.weight"][0, 0] = np.inf
+    ckpt = Checkpoint(weights=w, meta=_meta_of(model))
+    before, o, r = weights(model), optim_snapshot(opt), model.rng.state_dict()
+    with pytest.raises(CheckpointError, match="non-finite .*head.linear.weight"):
+        restore(model, ckpt)
+    _assert_untouched(model, opt, before, o, r)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"lr": -1.0}, "lr must be finite and >= 0"),
+    ({"betas": [5.0, 0.999]}, r"betas must be in \[0, 1\)"),
+    ({"eps": -1.0}, "eps must be finite and > 0"),
+])
+def test_restore_refuses_bad_optimizer_settings(tmp_path, target, change, match):
+    src = make_model("DecoderLM", seed=4)
+    opt = Adam(src, lr=1e-2)
+    train_steps(src, opt, "DecoderLM", n=1)
+    meta = _meta_of(src, opt)
+    meta["optimizer"].update(change)
+    path = write_npz(tmp_path / "bad_opt.npz", meta, **_archive_arrays(src, opt))
+    _refuse(path, target, match)
+
+
+# ---------------------------------------------------------------------------
+# hostile checkpoints are refused before they can allocate much memory
+# ---------------------------------------------------------------------------
+def test_declared_parameter_count_is_an_upper_bound():
+    """The bound computed from a config's fields is never below the real model's size."""
+    from minitransformer.checkpoint import declared_parameters
+    cases = [make_model("DecoderLM"), make_model("DecoderLM", tie_embeddings=True, bias=False, d_head=12),
+             make_model("Encoder"), make_model("Encoder", pos="sinusoidal", tie_embeddings=False),
+             make_model("Seq2Seq"), make_model("Seq2Seq", share_embeddings=True, tie_embeddings=True)]
+    for model in cases:
+        actual = sum(int(np.prod(v.shape)) for v in model.state_dict().values())
+        declared = declared_parameters(type(model).__name__, model.config.to_dict())
+        assert actual <= declared <= 2 * actual + 4096, (type(model).__name__, actual, declared)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"d_model": 10**6, "n_heads": 1}, "parameters"),
+    ({"n_layers": 10**9}, "parameters"),
+    ({"max_len": 10**12}, "parameters"),
+    ({"vocab_size": -5}, "vocab_size"),
+    ({"d_model": "64"}, "d_model"),
+    ({"n_layers": 2.5}, "n_layers"),
+], ids=["d_model_1e6", "layers_1e9", "max_len_1e12", "negative_vocab", "string_d_model", "fractional_layers"])
+def test_absurd_config_is_refused_before_the_model_is_built(tmp_path, monkeypatch, change, match):
+    model = make_model("DecoderLM")
+    meta = _meta_of(model)
+    meta["config"].update(change)
+    path = write_npz(tmp_path / "huge.npz", meta, **_archive_arrays(model))
+
+    def no_build(self, config):
+        raise AssertionError("the model was built from an unchecked config")
+
+    monkeypatch.setattr(DecoderLM, "__init__", no_build)
+    with pytest.raises(CheckpointError, match=match) as info:
+        model_from_checkpoint(path)
+    assert "\n" not in str(info.value)
+
+
+def _zip_with_member(path, name, n_zero_bytes, chunk=1 << 20):
+    """A small zip whose member ``name`` holds ``n_zero_bytes`` zeros (deflated: tiny on disk),
+    written in chunks so that the test never holds much memory."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("__meta__.npy", b"")  # a name the reader expects, so the size check decides
+        with zf.open(name, "w", force_zip64=True) as f:
+            zero = bytes(chunk)
+            for start in range(0, n_zero_bytes, chunk):
+                f.write(zero[: min(chunk, n_zero_bytes - start)])
+    return path
+
+
+def _no_member_reads(monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a member was read before the directory was checked")
+    monkeypatch.setattr(zipfile.ZipFile, "open", refuse)
+
+
+def test_zip_bomb_is_refused_from_the_directory_before_any_read(tmp_path, monkeypatch):
+    path = _zip_with_member(tmp_path / "bomb.npz", "weights/x.npy", 40 * 2**20)  # 40 MiB of zeros
+    assert path.stat().st_size < 2**20
+    import minitransformer.checkpoint as ck
+    monkeypatch.setattr(ck, "MAX_UNCOMPRESSED_FLOOR", 2**20)  # keep the test small: a floor of 1 MiB
+    _no_member_reads(monkeypatch)
+    with pytest.raises(CheckpointError, match="declares .* uncompressed") as info:
+        load_checkpoint(path)
+    assert "\n" not in str(info.value)
+
+
+def test_total_size_cap_is_checked_before_any_read(tmp_path, monkeypatch):
+    import minitransformer.checkpoint as ck
+    model = make_model("DecoderLM")
+    path = save_checkpoint(tmp_path / "ok.npz", model)
+    load_checkpoint(path)  # fine under the real limits
+    monkeypatch.setattr(ck, "MAX_CHECKPOINT_BYTES", 1000)
+    _no_member_reads(monkeypatch)
+    with pytest.raises(CheckpointError, match="MAX_CHECKPOINT_BYTES"):
+        load_checkpoint(path)
+
+
+def test_array_header_declaring_more_than_its_member_holds_is_refused(tmp_path, target):
+    """A .npy header may claim any shape; numpy would allocate it before reading. The
+    claim is compared with the member's size first (here 8 TB claimed, 80 bytes stored)."""
+    model, _ = target
+    arrays = _archive_arrays(model)
+    path = write_npz(tmp_path / "liar.npz", _meta_of(model), **arrays)
+    header = {"descr": "<f8", "fortran_order": False, "shape": (10**12,)}
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr("weights/extra.npy", buf.getvalue() + bytes(80))
+    msg = _refuse(path, target, "weights/extra.npy")
+    assert "declares" in msg and "\n" not in msg
+
+
+def test_weight_shapes_are_checked_against_the_config_before_the_weights_are_read(tmp_path, monkeypatch):
+    import minitransformer.checkpoint as ck
+    model = make_model("DecoderLM")
+    arrays = _archive_arrays(model)
+    arrays["weights/embed.tok.weight"] = np.zeros((V, 160), np.float32)  # the config says (V, 16)
+    path = write_npz(tmp_path / "wide.npz", _meta_of(model), **arrays)
+    read = []
+    real = ck._read_array
+    monkeypatch.setattr(ck, "_read_array", lambda zf, name: read.append(name) or real(zf, name))
+    with pytest.raises(CheckpointError, match=r"shape of embed.tok.weight: model \(11, 16\), checkpoint \(11, 160\)"):
+        model_from_checkpoint(path)
+    assert not [n for n in read if n.startswith("weights/")]

@@ -413,3 +413,70 @@ def test_bad_batch_values_are_caught_on_the_host_before_the_copy(task_name):
         match = f"token id {V} is out of range"
     with pytest.raises(ValueError, match=match):
         task.loss(model, task.collate(bad_examples), np.random.default_rng(0))
+
+
+# ---------------------------------------------------------------------------
+# evaluate never reports a loss of nothing as 0.0
+# ---------------------------------------------------------------------------
+def test_evaluate_with_no_scored_tokens_raises():
+    model = DecoderLM(DecoderLMConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    task = LMTask(pad_id=PAD)
+    batch = task.collate([[BOS, PAD, PAD], [BOS, PAD]])  # every target is padding
+    with pytest.raises(ValueError, match="no scored tokens"):
+        task.evaluate(model, [batch])
+    with pytest.raises(ValueError, match="no scored tokens"):
+        task.evaluate(model, [])
+
+
+# ---------------------------------------------------------------------------
+# degenerate shapes: a clear error at the task, never a crash deep in the model
+# ---------------------------------------------------------------------------
+def test_pad_batch_of_no_sequences_is_a_clear_error():
+    with pytest.raises(ValueError, match="no sequences"):
+        pad_batch([], PAD)
+
+
+@pytest.mark.parametrize("examples, match", [
+    ([[BOS]], "example 0 has 1 token"),
+    ([[BOS, 5, EOS], []], "example 1 has 0 tokens"),
+    ([[BOS], [BOS]], "example 0 has 1 token"),
+], ids=["bos_only", "empty", "all_bos_only"])
+def test_lm_examples_without_a_target_are_refused(examples, match):
+    """Before, a batch of BOS-only examples (T=1) crashed inside the model's id check."""
+    with pytest.raises(ValueError, match=f"LMTask: {match} .*at least 2"):
+        LMTask().collate(examples)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (2, 1), (2, 0)])
+def test_lm_loss_refuses_a_batch_without_targets(shape):
+    with pytest.raises(ValueError, match=r"LMTask: the batch has shape .*\(B >= 1, T >= 2\)"):
+        LMTask().loss(RecordingModel(), np.ones(shape, np.int64))
+
+
+@pytest.mark.parametrize("examples, match", [
+    ([([], [BOS, 5, EOS])], "example 0 has an empty source"),
+    ([([4, 5], [BOS])], "example 0 has a target of 1 token"),
+], ids=["empty_source", "bos_only_target"])
+def test_seq2seq_examples_that_cannot_be_scored_are_refused(examples, match):
+    with pytest.raises(ValueError, match=f"Seq2SeqTask: {match}"):
+        Seq2SeqTask().collate(examples)
+
+
+def test_seq2seq_loss_refuses_an_empty_source_batch():
+    with pytest.raises(ValueError, match=r"Seq2SeqTask: the source batch has shape \(1, 0\)"):
+        Seq2SeqTask().loss(RecordingModel(), (np.zeros((1, 0), np.int64), np.ones((1, 3), np.int64)))
+
+
+def test_mlm_and_property_examples_need_tokens():
+    from minitransformer.tasks import PropertyTask
+    mlm = MLMTask(mask_id=MASK, vocab_size=V, special_ids=(PAD, BOS, EOS))
+    with pytest.raises(ValueError, match="MLMTask: example 1 has 0 tokens"):
+        mlm.collate([[BOS, 5], []])
+    with pytest.raises(ValueError, match="PropertyTask: example 0 has 0 tokens"):
+        PropertyTask().collate([([], [1.0])])
+
+
+def test_property_labels_of_different_lengths_are_a_clear_error():
+    from minitransformer.tasks import PropertyTask
+    with pytest.raises(ValueError, match=r"PropertyTask: example 1 has 1 label\(s\), example 0 has 2"):
+        PropertyTask().collate([([BOS, 4], [1.0, 0.0]), ([BOS, 5], [1.0])])

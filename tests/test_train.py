@@ -571,3 +571,357 @@ def test_deferred_checks_train_like_per_step_checks_and_still_stop_on_nan(any_ba
         fit(model, PoisonAtStep3(0), Adam(model, lr=1e-2), data, config=trainer_cfg)
     for name, p in model.named_parameters():
         assert bool(backend.xp.isfinite(p.data).all()), f"{name} became non-finite"
+
+
+# ---------------------------------------------------------------------------
+# non-finite weights: caught after the update, never saved, the real last good file named
+# ---------------------------------------------------------------------------
+def _all_finite(model):
+    return all(bool(backend.xp.isfinite(p.data).all()) for p in model.parameters())
+
+
+def _poison_after_step(opt, at, what="weight"):
+    """Make the optimizer's update of step ``at`` leave a NaN weight (or an infinite
+    second moment), as an infinite learning rate or an overflow would."""
+    orig = opt.step
+
+    def step():
+        orig()
+        if opt.t == at:
+            if what == "weight":
+                xp_data = opt.params["blocks.0.ff.fc1.weight"].data
+                xp_data[0, 0] = np.nan
+            else:
+                opt.state["blocks.0.ln1.bias"]["v"][0] = np.inf
+    opt.step = step
+
+
+def _saved_files(folder):
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+@pytest.mark.parametrize("sync_every", [1, 4])
+def test_nan_weights_made_by_the_update_are_never_saved(any_backend, tmp_path, sync_every):
+    """3 steps per epoch; the update of step 3 (the last of epoch 1) makes a weight NaN.
+    Before, best.npz and last.npz were written with it. Now training stops at once
+    (sync_every=1) or at the epoch's read-back (4), nothing is written, and the message
+    names the step, the tensor and 'none saved yet'."""
+    model = lm_model()
+    opt = Adam(model, lr=1e-3)
+    _poison_after_step(opt, 3)
+    with pytest.raises(TrainingDiverged) as info:
+        fit(model, LMTask(), opt, lm_data(24), lm_data(6, seed=5),
+            config=cfg(epochs=3, out_dir=str(tmp_path), sync_every=sync_every))
+    msg = str(info.value)
+    assert "step 3" in msg and "weight blocks.0.ff.fc1.weight" in msg and "none saved yet" in msg, msg
+    assert _saved_files(tmp_path) == []
+
+
+def test_nan_weights_in_epoch_two_keep_and_name_the_epoch_one_checkpoint(tmp_path):
+    model = lm_model()
+    opt = Adam(model, lr=1e-3)
+    _poison_after_step(opt, 6)
+    with pytest.raises(TrainingDiverged) as info:
+        fit(model, LMTask(), opt, lm_data(24), lm_data(6, seed=5), config=cfg(epochs=3, out_dir=str(tmp_path)))
+    msg = str(info.value)
+    assert "step 6" in msg and f"{tmp_path / 'last.npz'} (step 3)" in msg, msg
+    for name in ("best.npz", "last.npz"):
+        ck = load_checkpoint(tmp_path / name)  # refuses non-finite weights: these are finite
+        assert ck.meta["trainer"]["step"] == 3
+
+
+def test_an_infinite_learning_rate_set_after_construction_is_caught_after_the_update(tmp_path):
+    """The optimizer refuses lr=inf when built; set behind its back, the update makes
+    the weights NaN from finite gradients, and the check after the step stops training."""
+    model = lm_model()
+    opt = Adam(model, lr=1e-3)
+    opt.lr = float("inf")
+    with pytest.raises(TrainingDiverged, match=r"non-finite weight .* step 1"):
+        fit(model, LMTask(), opt, lm_data(24), config=cfg(out_dir=str(tmp_path)))
+    assert _saved_files(tmp_path) == []
+
+
+def test_non_finite_optimizer_state_is_never_saved(tmp_path):
+    model = lm_model()
+    opt = Adam(model, lr=1e-3)
+    _poison_after_step(opt, 3, what="moment")
+    with pytest.raises(TrainingDiverged) as info:
+        fit(model, LMTask(), opt, lm_data(24), config=cfg(epochs=3, out_dir=str(tmp_path)))
+    msg = str(info.value)
+    assert "optimizer state blocks.0.ln1.bias/v" in msg and "step 3" in msg and "none saved yet" in msg, msg
+    assert _saved_files(tmp_path) == []
+
+
+def test_last_good_checkpoint_is_this_runs_not_a_stale_file(tmp_path):
+    """Files left in out_dir by an earlier run are not this run's last good checkpoint."""
+    old = lm_model(seed=3)
+    save_checkpoint(tmp_path / "last.npz", old)
+    save_checkpoint(tmp_path / "best.npz", old)
+    model = lm_model()
+    model.embed.tok.weight.data[5, 0] = np.nan
+    with pytest.raises(TrainingDiverged) as info:
+        fit(model, LMTask(), Adam(model), lm_data(), config=cfg(out_dir=str(tmp_path)))
+    assert "Last good checkpoint: none saved yet" in str(info.value)
+
+
+def test_last_good_checkpoint_after_resume_is_the_resumed_file(tmp_path):
+    model = lm_model()
+    fit(model, LMTask(), Adam(model, lr=1e-3), lm_data(24), config=cfg(epochs=1, out_dir=str(tmp_path / "a")))
+    model = lm_model()
+    opt = Adam(model, lr=1e-3)
+    _poison_after_step(opt, 4)
+    with pytest.raises(TrainingDiverged) as info:
+        fit(model, LMTask(), opt, lm_data(24), resume=tmp_path / "a" / "last.npz",
+            config=cfg(epochs=3, out_dir=str(tmp_path / "b")))
+    assert f"{tmp_path / 'a' / 'last.npz'} (step 3" in str(info.value)
+
+
+def test_deferred_training_steps_never_read_the_device(monkeypatch):
+    """With sync_every > 1 a whole step, the check of the weights after the update
+    included, runs under forbid_host_sync on the strict backend."""
+    from minitransformer.train import Trainer
+    backend.use("strict")
+    orig = Trainer._step
+    seen = []
+
+    def guarded(self, batch, rng, check_now):
+        assert not check_now
+        with backend.forbid_host_sync():
+            out = orig(self, batch, rng, check_now)
+        seen.append(self.step)
+        return out
+
+    monkeypatch.setattr(Trainer, "_step", guarded)
+    model = lm_model()
+    fit(model, LMTask(), Adam(model, lr=1e-3), lm_data(24), config=cfg(epochs=2, sync_every=4))
+    assert len(seen) == 6 and _all_finite(model)
+
+
+# ---------------------------------------------------------------------------
+# the early-stopping metric: known names only, never NaN, never from zero scored tokens
+# ---------------------------------------------------------------------------
+class CountingLM(LMTask):
+    """An LMTask that counts its training losses (to prove nothing trained)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.losses = 0
+
+    def loss(self, model, batch, rng=None):
+        self.losses += 1
+        return super().loss(model, batch, rng)
+
+
+def test_misspelled_metric_is_refused_before_training(tmp_path):
+    """Before, 'val_los' silently became train_loss."""
+    model = lm_model()
+    task = CountingLM()
+    with pytest.raises(ValueError, match=r"metric='val_los' .*'val_acc', 'val_loss'") as info:
+        fit(model, task, Adam(model), lm_data(16), lm_data(4, seed=9), config=cfg(metric="val_los",
+                                                                                  out_dir=str(tmp_path)))
+    assert "\n" not in str(info.value)
+    assert task.losses == 0 and _saved_files(tmp_path) == []
+
+
+def test_a_validation_metric_without_validation_data_is_refused():
+    model = lm_model()
+    with pytest.raises(ValueError, match=r"metric='val_loss' .*no validation data"):
+        fit(model, CountingLM(), Adam(model), lm_data(16), config=cfg(metric="val_loss"))
+
+
+def test_misspelled_metric_with_callbacks_stops_before_any_checkpoint(tmp_path):
+    """Callbacks may add metrics, so the name is checked at the end of the first epoch,
+    against the names that epoch produced, before anything is saved."""
+    model = lm_model()
+    with pytest.raises(ValueError, match=r"metric='scor' .*'score'"):
+        fit(model, LMTask(), Adam(model), lm_data(16), lm_data(4, seed=9),
+            config=cfg(metric="scor", mode="max", out_dir=str(tmp_path)),
+            callbacks=[lambda tr, e, m: {"score": 1.0}])
+    assert _saved_files(tmp_path) == []
+
+
+def test_default_metric_is_val_loss_with_validation_and_train_loss_without():
+    model = lm_model()
+    with_val = fit(model, LMTask(), Adam(model), lm_data(16), lm_data(4, seed=9), config=cfg(epochs=1))
+    assert with_val.best == with_val.history[0]["val_loss"]
+    without = fit(model, LMTask(), Adam(model), lm_data(16), config=cfg(epochs=1))
+    assert without.best == without.history[0]["train_loss"]
+
+
+class NaNMetricAt(LMTask):
+    """val_loss is NaN at the given (1-based) epochs."""
+
+    def __init__(self, epochs):
+        super().__init__()
+        self.nan_epochs, self.evals = set(epochs), 0
+
+    def evaluate(self, model, batches):
+        self.evals += 1
+        out = super().evaluate(model, batches)
+        return {**out, "val_loss": math.nan} if self.evals in self.nan_epochs else out
+
+
+@pytest.mark.parametrize("nan_epoch", [1, 2])
+def test_nan_validation_metric_stops_training_and_is_never_best(tmp_path, nan_epoch):
+    """Before, a NaN in epoch 1 became 'best' and no later epoch could beat it."""
+    model = lm_model()
+    with pytest.raises(TrainingDiverged, match=f"val_loss is nan at epoch {nan_epoch}") as info:
+        fit(model, NaNMetricAt([nan_epoch]), Adam(model, lr=1e-3), lm_data(16), lm_data(4, seed=9),
+            config=cfg(epochs=4, out_dir=str(tmp_path)))
+    if nan_epoch == 1:
+        assert _saved_files(tmp_path) == [] and "none saved yet" in str(info.value)
+    else:
+        best = load_checkpoint(tmp_path / "best.npz").meta["trainer"]
+        assert best["best_epoch"] == 1 and math.isfinite(best["best"])
+        assert str(tmp_path / "last.npz") in str(info.value)
+
+
+def test_a_nan_in_another_metric_is_written_as_null(tmp_path):
+    """history.json is strict JSON: a NaN metric that does not pick the best checkpoint
+    is recorded as null (before, writing history.json crashed)."""
+    model = lm_model()
+    tr = fit(model, LMTask(), Adam(model), lm_data(16), lm_data(4, seed=9),
+             config=cfg(epochs=2, out_dir=str(tmp_path)), callbacks=[lambda t, e, m: {"val_auc": math.nan}])
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert [h["val_auc"] for h in history] == [None, None]
+    assert math.isnan(tr.history[0]["val_auc"])
+
+
+@pytest.mark.parametrize("case", ["lm_only_padding", "mlm_only_special_tokens", "property_no_labels"])
+def test_validation_data_without_scored_tokens_is_refused_before_training(case):
+    """Before, such a validation set reported val_loss 0.0 (a perfect score)."""
+    from minitransformer.tasks import PropertyTask
+    if case == "lm_only_padding":
+        model, task, train, val = lm_model(), CountingLM(), lm_data(16), [[BOS, PAD, PAD]]
+    elif case == "mlm_only_special_tokens":
+        model, task, train, val = mlm_model(), mlm_task(), lm_data(16), [[BOS, EOS], [BOS, EOS]]
+    else:
+        model = Encoder(EncoderConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                      mlm_head=False, n_outputs=2))
+        task = PropertyTask()
+        train = [([BOS, 5, 6], [1.0, 0.0])] * 4
+        val = [([BOS, 5], [math.nan, math.nan])]
+    before = weights(model)
+    with pytest.raises(ValueError, match="validation data .* no scored"):
+        fit(model, task, Adam(model), train, val, config=cfg())
+    assert_same_weights(weights(model), before)
+
+
+def test_empty_validation_list_is_refused():
+    model = lm_model()
+    with pytest.raises(ValueError, match="val_data is empty"):
+        fit(model, LMTask(), Adam(model), lm_data(16), [], config=cfg())
+
+
+# ---------------------------------------------------------------------------
+# resume checks the vocabulary and the data settings (the fingerprint)
+# ---------------------------------------------------------------------------
+TOKENS = ["<pad>", "<bos>", "<eos>", "<mask>"] + list("abcdefghi")  # V = 13 tokens
+
+
+def _first_run(tmp_path, **kw):
+    model = lm_model()
+    fit(model, LMTask(), Adam(model, lr=1e-3), lm_data(24), config=cfg(epochs=5, max_steps=2,
+                                                                         out_dir=str(tmp_path)), **kw)
+    return tmp_path / "last.npz"
+
+
+def _resume(path, tmp_path, **kw):
+    model = lm_model()
+    return fit(model, LMTask(), Adam(model, lr=1e-3), lm_data(24), resume=path,
+               config=cfg(epochs=5, max_steps=4, out_dir=str(tmp_path)), **kw)
+
+
+def test_resume_with_another_vocabulary_of_the_same_size_is_refused(tmp_path):
+    """Before, a vocabulary with the same number of tokens in another order resumed
+    silently, and every token id meant another token."""
+    path = _first_run(tmp_path, vocab={"tokens": TOKENS})
+    swapped = TOKENS[:4] + TOKENS[4:][::-1]
+    with pytest.raises(ValueError, match=r"cannot resume .*vocab.*same data and vocabulary.*fresh") as info:
+        _resume(path, tmp_path, vocab={"tokens": swapped})
+    assert "\n" not in str(info.value)
+    assert _resume(path, tmp_path, vocab={"tokens": TOKENS}).step == 4  # the same one resumes
+
+
+def test_resume_with_other_data_settings_is_refused_naming_the_setting(tmp_path):
+    settings = {"data": {"file": "train.csv", "split_seed": 0}, "max_tokens": 64}
+    path = _first_run(tmp_path, vocab={"tokens": TOKENS}, fingerprint=settings)
+    meta = load_checkpoint(path).meta["fingerprint"]
+    assert sorted(meta) == ["data", "max_tokens", "vocab"] and all(v.startswith("sha256:") for v in meta.values())
+    other = {"data": {"file": "train.csv", "split_seed": 1}, "max_tokens": 64}
+    with pytest.raises(ValueError, match="cannot resume .*data") as info:
+        _resume(path, tmp_path, vocab={"tokens": TOKENS}, fingerprint=other)
+    assert "max_tokens" not in str(info.value) and "vocab" not in str(info.value).split("(")[1]
+    with pytest.raises(ValueError, match="cannot resume .*this run gives no max_tokens"):
+        _resume(path, tmp_path, vocab={"tokens": TOKENS}, fingerprint={"data": settings["data"]})
+    assert _resume(path, tmp_path, vocab={"tokens": TOKENS}, fingerprint=dict(settings)).step == 4
+
+
+def test_checkpoints_without_a_fingerprint_still_resume(tmp_path):
+    """Checkpoints written before fingerprints existed have none; they resume as before."""
+    path = _first_run(tmp_path, vocab={"tokens": TOKENS})
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["__meta__"].tobytes())
+    del meta["fingerprint"]
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    old = tmp_path / "old.npz"
+    with open(old, "wb") as f:
+        np.savez(f, **arrays)
+    assert _resume(old, tmp_path / "b", vocab={"tokens": TOKENS[::-1]}, fingerprint={"data": 1}).step == 4
+
+
+def test_fingerprint_values_must_be_json_data():
+    model = lm_model()
+    with pytest.raises(ValueError, match="fingerprint entry 'data' .*JSON"):
+        fit(model, LMTask(), Adam(model), lm_data(8), config=cfg(), fingerprint={"data": object()})
+
+
+# ---------------------------------------------------------------------------
+# degenerate data is refused before training, naming the example
+# ---------------------------------------------------------------------------
+def test_a_bos_only_training_example_is_refused_before_training(tmp_path):
+    """Before, the batch holding it crashed deep in the model (or, mixed with longer
+    examples, trained silently on nothing)."""
+    data = lm_data(16)
+    data[7] = [BOS]
+    model = lm_model()
+    task = CountingLM()
+    with pytest.raises(ValueError, match="training data: example 7 has 1 token"):
+        fit(model, task, Adam(model), data, config=cfg(out_dir=str(tmp_path)))
+    assert task.losses == 0 and _saved_files(tmp_path) == []
+
+
+def test_a_bad_example_in_epoch_data_is_refused_at_the_start_of_its_epoch():
+    def data(epoch):
+        d = lm_data(16, seed=epoch)
+        if epoch == 1:
+            d[3] = []
+        return d
+
+    model = lm_model()
+    task = CountingLM()
+    with pytest.raises(ValueError, match="training data of epoch 2: example 3 has 0 tokens"):
+        fit(model, task, Adam(model), data, config=cfg(epochs=3))
+    assert task.losses == 2  # epoch 1 (two batches) only
+
+
+def test_a_bos_only_validation_example_is_refused_before_training():
+    model = lm_model()
+    task = CountingLM()
+    with pytest.raises(ValueError, match="validation data: example 1 has 1 token"):
+        fit(model, task, Adam(model), lm_data(16), [[BOS, 5, EOS], [BOS]], config=cfg())
+    assert task.losses == 0
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(clip=-1.0), "clip"), (dict(clip=float("nan")), "clip"), (dict(patience=0), "patience"),
+    (dict(max_steps=-1), "max_steps"), (dict(max_time=float("nan")), "max_time"),
+    (dict(eval_batch_size=0), "eval_batch_size"), (dict(sync_every=0), "sync_every"),
+    (dict(batch_size=2.5), "batch_size"), (dict(metric=""), "metric"),
+])
+def test_other_bad_config_values_are_refused_at_construction(bad, match):
+    """Before, a negative clip failed only at the first step, and sync_every=0 or a
+    NaN max_time were silently taken as 'default' or 'never'."""
+    with pytest.raises(ValueError, match=f"TrainConfig.{match}"):
+        TrainConfig(**bad)

@@ -44,6 +44,7 @@ plain Python float, so a float32 model stays float32.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Callable, Iterable
 
@@ -104,14 +105,66 @@ def default_no_decay(name: str, param) -> bool:
     return param.data.ndim < 2
 
 
+def _number(name: str, value) -> float:
+    """``value`` as a Python float, or a ValueError naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def check_lr(value, name: str = "lr") -> float:
+    """A learning rate: finite and >= 0 (0 freezes the weights; a negative rate would
+    climb the loss, an infinite one turns every weight into inf or NaN)."""
+    lr = _number(name, value)
+    if not (math.isfinite(lr) and lr >= 0):
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return lr
+
+
+def check_hyperparameter(name: str, value):
+    """Validate one optimizer setting by name; return it as the optimizer keeps it.
+
+    Used by every constructor and by :meth:`Optimizer.load_state_dict`, so a
+    checkpoint cannot bring in what the constructor would refuse.
+    """
+    if name == "lr":
+        return check_lr(value)
+    if name == "weight_decay":
+        wd = _number(name, value)
+        if not (math.isfinite(wd) and wd >= 0):
+            raise ValueError(f"weight_decay must be finite and >= 0, got {value!r}")
+        return wd
+    if name == "eps":
+        eps = _number(name, value)
+        if not (math.isfinite(eps) and eps > 0):
+            raise ValueError(f"eps must be finite and > 0, got {value!r}")
+        return eps
+    if name == "betas":
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+            raise ValueError(f"betas must be two numbers (beta1, beta2), got {value!r}")
+        b1, b2 = (_number("betas", b) for b in value)
+        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+            raise ValueError(f"betas must be in [0, 1), got {tuple(value)!r}")
+        return (b1, b2)
+    if name == "momentum":
+        mu = _number(name, value)
+        if not 0.0 <= mu < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {value!r}")
+        return mu
+    if name == "nesterov":
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"nesterov must be True or False, got {value!r}")
+        return bool(value)
+    if name == "t":
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"the step counter t must be a whole number >= 0, got {value!r}")
+        return int(value)
+    raise ValueError(f"unknown optimizer setting {name!r}")
+
+
 def _check_betas_eps(betas, eps) -> tuple[tuple[float, float], float]:
     """Validate Adam-family hyperparameters; return them as Python floats."""
-    b1, b2 = (float(b) for b in betas)
-    if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
-        raise ValueError(f"betas must be in [0, 1), got {betas}")
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps}")
-    return (b1, b2), float(eps)
+    return check_hyperparameter("betas", betas), check_hyperparameter("eps", eps)
 
 
 class Optimizer:
@@ -143,15 +196,11 @@ class Optimizer:
         self.params: dict[str, object] = dict(named_parameters(params))
         if callable(lr):
             self.schedule = lr
-            self.lr = float(lr(1))
+            self.lr = self._scheduled_lr(1)
         else:
-            if not lr >= 0:
-                raise ValueError(f"lr must be >= 0, got {lr}")
             self.schedule = None
-            self.lr = float(lr)
-        if not weight_decay >= 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-        self.weight_decay = float(weight_decay)
+            self.lr = check_lr(lr)
+        self.weight_decay = check_hyperparameter("weight_decay", weight_decay)
         self._decay = self._resolve_no_decay(no_decay)
         self.t = 0
         self.state: dict[str, dict] = {
@@ -181,6 +230,16 @@ class Optimizer:
             return self.lr
         return float(self.schedule(self.t + 1 if t is None else t))
 
+    def _scheduled_lr(self, t: int) -> float:
+        """The schedule's rate for step ``t``, refused unless finite and >= 0."""
+        lr = self.schedule(t)
+        try:
+            return check_lr(lr)
+        except ValueError:
+            raise ValueError(
+                f"the learning-rate schedule {self.schedule!r} gave lr={lr!r} for step {t}; a learning "
+                "rate must be finite and >= 0, so no update was made: fix the schedule") from None
+
     def zero_grad(self) -> None:
         """Set every gradient to zero (backward passes accumulate with ``+=``)."""
         for p in self.params.values():
@@ -190,11 +249,13 @@ class Optimizer:
         """One update of every parameter from its current ``grad``.
 
         Increments ``t`` once, takes :math:`\\eta_t` from the schedule if there
-        is one (storing it in ``self.lr``), then updates each parameter.
+        is one (storing it in ``self.lr``), then updates each parameter. A
+        schedule whose rate is NaN, infinite or negative raises ``ValueError``
+        before anything changes.
         """
+        if self.schedule is not None:  # checked before anything changes
+            self.lr = self._scheduled_lr(self.t + 1)
         self.t += 1
-        if self.schedule is not None:
-            self.lr = float(self.schedule(self.t))
         lr = self.lr
         for name, p in self.params.items():
             state = self.state[name]
@@ -241,8 +302,9 @@ class Optimizer:
         """Restore ``t``, ``lr``, the hyperparameters and the per-parameter state.
 
         Everything is checked first (optimizer type, parameter names, state
-        keys, shapes); on any mismatch a ``ValueError`` lists all of them and
-        nothing is loaded. Arrays are copied to the active backend and cast to
+        keys, shapes, and the settings themselves: a saved ``lr`` of -1 or
+        ``betas`` of 5 is refused as the constructor would refuse it); on any
+        problem a ``ValueError`` lists all of them and nothing is loaded. Arrays are copied to the active backend and cast to
         each parameter's dtype. The schedule is kept as constructed.
         """
         problems = []
@@ -266,23 +328,27 @@ class Optimizer:
                 shape = tuple(np.shape(state[name][key]))
                 if shape != tuple(p.data.shape):
                     problems.append(f"{name}.{key}: shape {shape}, expected {tuple(p.data.shape)}")
+        settings = {}
+        for key in ("t", "lr", *self._hyper):
+            if key in sd:
+                try:
+                    settings[key] = check_hyperparameter(key, sd[key])
+                except ValueError as err:
+                    problems.append(str(err))
+        if "t" not in sd:
+            problems.append("the step counter t is missing")
         if problems:
-            raise ValueError(f"optimizer state dict does not fit this {type(self).__name__}:\n  "
-                             + "\n  ".join(problems))
+            raise ValueError(f"optimizer state dict does not fit this {type(self).__name__}: "
+                             + "; ".join(problems))
         for name, p in self.params.items():
             self.state[name] = {
                 key: backend.asarray(np.array(backend.to_numpy(arr), dtype=p.data.dtype,
                                               copy=True))  # (*p.shape)
                 for key, arr in state[name].items()
             }
-        self.t = int(sd["t"])
-        self.lr = float(sd.get("lr", self.lr))
-        for key in self._hyper:
-            if key in sd:
-                current = getattr(self, key)
-                value = sd[key]
-                setattr(self, key, tuple(float(v) for v in value) if isinstance(current, tuple)
-                        else type(current)(value))
+        self.t = settings.pop("t")
+        for key, value in settings.items():  # lr and the hyperparameters, validated above
+            setattr(self, key, value)
 
     def __repr__(self) -> str:
         hyper = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._hyper)

@@ -17,8 +17,28 @@ no array is touched, so there is nothing to keep on a device.
 from __future__ import annotations
 
 import math
+import numbers
 
 __all__ = ["Schedule", "ConstantLR", "NoamLR", "WarmupCosineLR"]
+
+
+def _rate(name: str, value) -> float:
+    """A rate setting: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            math.isfinite(value) and value >= 0):
+        positive = "factor" in name  # a factor of 0 is refused by the caller
+        raise ValueError(f"{name} must be finite and {'> 0' if positive else '>= 0'}, got {value!r}")
+    return float(value)
+
+
+def _whole(name: str, value, minimum: int) -> int:
+    """A step count or size: a whole number >= ``minimum`` (2.0 is accepted, 2.5 is not)."""
+    ok = (not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+          and float(value) == int(value) and value >= minimum)
+    if not ok:
+        raise ValueError(f"{name} must be a whole number {'> 0' if minimum == 1 else f'>= {minimum}'}, "
+                         f"got {value!r}")
+    return int(value)
 
 
 class Schedule:
@@ -46,9 +66,7 @@ class ConstantLR(Schedule):
     r"""The same rate at every step: :math:`\eta_t = \eta`."""
 
     def __init__(self, lr: float):
-        if not lr >= 0:
-            raise ValueError(f"lr must be >= 0, got {lr}")
-        self.lr = float(lr)
+        self.lr = _rate("lr", lr)
 
     def __call__(self, step: int) -> float:
         return self.lr
@@ -70,13 +88,11 @@ class NoamLR(Schedule):
     """
 
     def __init__(self, d_model: int, warmup: int, factor: float = 1.0):
-        if d_model <= 0 or warmup <= 0 or not factor > 0:
-            raise ValueError(
-                f"NoamLR needs d_model > 0, warmup > 0 and factor > 0; got d_model={d_model}, "
-                f"warmup={warmup}, factor={factor}")
-        self.d_model = int(d_model)
-        self.warmup = int(warmup)
-        self.factor = float(factor)
+        self.d_model = _whole("NoamLR: d_model", d_model, 1)
+        self.warmup = _whole("NoamLR: warmup", warmup, 1)
+        self.factor = _rate("NoamLR: factor", factor)
+        if self.factor == 0:
+            raise ValueError("NoamLR: factor must be finite and > 0, got 0")
 
     def __call__(self, step: int) -> float:
         t = float(step)
@@ -108,15 +124,16 @@ class WarmupCosineLR(Schedule):
     """
 
     def __init__(self, lr: float, warmup: int, total: int, min_lr: float = 0.0):
-        if not lr >= 0 or not min_lr >= 0:
-            raise ValueError(f"lr and min_lr must be >= 0, got lr={lr}, min_lr={min_lr}")
-        if warmup < 0 or total <= warmup:
+        self.lr = _rate("WarmupCosineLR: lr", lr)
+        self.min_lr = _rate("WarmupCosineLR: min_lr", min_lr)
+        if self.min_lr > self.lr:
+            raise ValueError(f"WarmupCosineLR: min_lr={min_lr!r} must not exceed lr={lr!r} (the floor "
+                             "of the decay must not be above its peak)")
+        self.warmup = _whole("WarmupCosineLR: warmup", warmup, 0)
+        self.total = _whole("WarmupCosineLR: total", total, 1)
+        if self.total <= self.warmup:
             raise ValueError(f"WarmupCosineLR needs 0 <= warmup < total, got warmup={warmup}, "
                              f"total={total}")
-        self.lr = float(lr)
-        self.warmup = int(warmup)
-        self.total = int(total)
-        self.min_lr = float(min_lr)
 
     def __call__(self, step: int) -> float:
         t = float(step)

@@ -8,7 +8,7 @@ to the gradient, and only for parameters that are not exempt (see
 from __future__ import annotations
 
 from minitransformer.backend import xp
-from minitransformer.optim.optimizer import Optimizer, _check_betas_eps
+from minitransformer.optim.optimizer import Optimizer, _check_betas_eps, check_hyperparameter
 
 __all__ = ["SGD", "Adamax"]
 
@@ -44,17 +44,17 @@ class SGD(Optimizer):
 
     def __init__(self, params, lr, momentum: float = 0.0, nesterov: bool = False,
                  weight_decay: float = 0.0, no_decay=None):
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        momentum = check_hyperparameter("momentum", momentum)
+        nesterov = check_hyperparameter("nesterov", nesterov)
         if nesterov and momentum == 0:
             raise ValueError("nesterov=True needs momentum > 0")
-        self.momentum = float(momentum)
-        self.nesterov = bool(nesterov)
+        self.momentum = momentum
+        self.nesterov = nesterov
         self._state_keys = ("momentum",) if momentum > 0 else ()
         super().__init__(params, lr, weight_decay, no_decay)
 
     def load_state_dict(self, sd: dict) -> None:
-        if "momentum" in sd and (float(sd["momentum"]) > 0) != (self.momentum > 0):
+        if "momentum" in sd and (check_hyperparameter("momentum", sd["momentum"]) > 0) != (self.momentum > 0):
             raise ValueError(f"optimizer state dict does not fit this SGD: it was saved with "
                              f"momentum={sd['momentum']}, this one has momentum={self.momentum}")
         super().load_state_dict(sd)
