@@ -175,21 +175,31 @@ def spread(values: list[float]) -> dict:
 
 
 def summarize(runs: dict, labels: list[str], baseline: str, models: list[str]) -> dict:
-    """runs[model][label] = list of worker results (one per round) -> the statistics."""
+    """runs[model][label] = list of worker results (one per round) -> the statistics.
+
+    Besides each process's median step, its fastest step ("best"): on a shared
+    machine the delays are one-sided (a step is never sped up by other load), so
+    the best of a few steps tracks the code's own speed more closely."""
     out = {}
     for model in models:
         out[model] = {}
         base = [r["tokens_per_s"] for r in runs[model][baseline]]
+        base_best = [min(r["step_s"]) for r in runs[model][baseline]]
         for label in labels:
             tps = [r["tokens_per_s"] for r in runs[model][label]]
+            best = [min(r["step_s"]) for r in runs[model][label]]
             n = min(len(tps), len(base))
             ratios = [tps[i] / base[i] for i in range(n)]  # the same round: neighbours in time
+            best_ratios = [base_best[i] / best[i] for i in range(n)]
             out[model][label] = {
                 "tokens_per_s": spread(tps),
                 "step_ms": spread([r["median_step_s"] * 1e3 for r in runs[model][label]]),
+                "best_step_ms": spread([b * 1e3 for b in best]),
+                "cpu_step_ms": spread([statistics.median(r["cpu_s"]) * 1e3 for r in runs[model][label]]),
                 "cpu_over_wall": statistics.median(
                     sum(r["cpu_s"]) / sum(r["step_s"]) for r in runs[model][label]),
                 "ratio_to_baseline": spread(ratios) if ratios else None,
+                "best_ratio_to_baseline": spread(best_ratios) if best_ratios else None,
                 "loss_first": runs[model][label][0]["loss_first"],
                 "kernels": runs[model][label][0]["kernels"],
                 "pool_threads": runs[model][label][0]["pool_threads"],
@@ -200,22 +210,35 @@ def summarize(runs: dict, labels: list[str], baseline: str, models: list[str]) -
 def format_table(summary: dict, labels: list[str], baseline: str, shapes: dict) -> str:
     """The Markdown table of :func:`summarize`'s result."""
     head = ["model", "B x T", "tree", "kernels", "ms/step", "tok/s (median)", "tok/s min-max",
-            f"ratio to {baseline}", "ratio min-max", "ratio IQR"]
+            f"ratio to {baseline}", "ratio min-max", "ratio IQR", "best ms", "best ratio", "best IQR",
+            "CPU/wall"]
     rows = [head]
     for model, per in summary.items():
         for label in labels:
             s = per[label]
-            t, r = s["tokens_per_s"], s["ratio_to_baseline"]
+            t, r, rb = s["tokens_per_s"], s["ratio_to_baseline"], s["best_ratio_to_baseline"]
             rows.append([model, "%dx%d" % shapes[model], label, str(s["kernels"] or "-"),
                          f"{s['step_ms']['median']:.1f}", f"{t['median']:,.0f}",
                          f"{t['min']:,.0f}-{t['max']:,.0f}", f"{r['median']:.3f}",
-                         f"{r['min']:.2f}-{r['max']:.2f}", f"{r['q1']:.2f}-{r['q3']:.2f}"])
+                         f"{r['min']:.2f}-{r['max']:.2f}", f"{r['q1']:.2f}-{r['q3']:.2f}",
+                         f"{s['best_step_ms']['median']:.1f}", f"{rb['median']:.3f}",
+                         f"{rb['q1']:.2f}-{rb['q3']:.2f}", f"{s['cpu_over_wall']:.2f}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["| " + " | ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
              + " |" for row in rows]
     lines.insert(1, "|" + "|".join(("-" * (w + 2)) if i < 4 else ("-" * (w + 1) + ":")
                                    for i, w in enumerate(widths)) + "|")
     return "\n".join(lines)
+
+
+def resummarize(path: Path) -> None:
+    """Summarize a results file again (with this version's statistics), print its table."""
+    record = json.loads(path.read_text())
+    labels = [e["label"] for e in record["trees"]]
+    runs, models = record["runs"], list(record["runs"])
+    record["summary"] = summarize(runs, labels, record["baseline"], models)
+    path.write_text(json.dumps(record, indent=1))
+    print(format_table(record["summary"], labels, record["baseline"], {m: tuple(record["shapes"][m]) for m in models}))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -232,11 +255,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="BLAS/OpenMP threads (default 2)")
     p.add_argument("--json", type=Path, default=None,
                    help="results file (default benchmarks/results/compare-<UTC time>.json)")
+    p.add_argument("--summarize", type=Path, metavar="JSON",
+                   help="print the table of an earlier run's JSON file (and add its summary), measure nothing")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--expect-root", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.worker:
+    if args.worker or args.summarize:
         return args
     if len(args.tree) < 2:
         p.error("give at least two --tree entries")
@@ -264,6 +289,9 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.worker:
         worker(args)
+        return
+    if args.summarize:
+        resummarize(args.summarize)
         return
     stamp = datetime.datetime.now(datetime.timezone.utc)
     path = args.json or HERE / "results" / f"compare-{stamp:%Y%m%d-%H%M%S}.json"
