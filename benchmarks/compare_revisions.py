@@ -53,6 +53,7 @@ MODELS = {
     "medium": (dict(d_model=256, n_heads=8, n_layers=4, d_ff=1024, norm="pre", activation="gelu"), 32, 128),
 }
 HERE = Path(__file__).resolve().parent
+QUIET = 1.3  # a "quiet" round: each side's best step within 30 % of its own fastest step of the run
 
 
 # ---------------------------------------------------------------------------
@@ -179,7 +180,10 @@ def summarize(runs: dict, labels: list[str], baseline: str, models: list[str]) -
 
     Besides each process's median step, its fastest step ("best"): on a shared
     machine the delays are one-sided (a step is never sped up by other load), so
-    the best of a few steps tracks the code's own speed more closely."""
+    the best of a few steps tracks the code's own speed more closely. And the same
+    best-step ratio over the *quiet* rounds only: those where each side's best step
+    came within QUIET of that side's fastest step in the whole run (a filter that
+    treats both sides alike)."""
     out = {}
     for model in models:
         out[model] = {}
@@ -191,6 +195,8 @@ def summarize(runs: dict, labels: list[str], baseline: str, models: list[str]) -
             n = min(len(tps), len(base))
             ratios = [tps[i] / base[i] for i in range(n)]  # the same round: neighbours in time
             best_ratios = [base_best[i] / best[i] for i in range(n)]
+            quiet = [base_best[i] / best[i] for i in range(n)
+                     if best[i] < QUIET * min(best) and base_best[i] < QUIET * min(base_best)]
             out[model][label] = {
                 "tokens_per_s": spread(tps),
                 "step_ms": spread([r["median_step_s"] * 1e3 for r in runs[model][label]]),
@@ -200,6 +206,7 @@ def summarize(runs: dict, labels: list[str], baseline: str, models: list[str]) -
                     sum(r["cpu_s"]) / sum(r["step_s"]) for r in runs[model][label]),
                 "ratio_to_baseline": spread(ratios) if ratios else None,
                 "best_ratio_to_baseline": spread(best_ratios) if best_ratios else None,
+                "quiet_ratio_to_baseline": spread(quiet) if quiet and label != baseline else None,
                 "loss_first": runs[model][label][0]["loss_first"],
                 "kernels": runs[model][label][0]["kernels"],
                 "pool_threads": runs[model][label][0]["pool_threads"],
@@ -211,18 +218,20 @@ def format_table(summary: dict, labels: list[str], baseline: str, shapes: dict) 
     """The Markdown table of :func:`summarize`'s result."""
     head = ["model", "B x T", "tree", "kernels", "ms/step", "tok/s (median)", "tok/s min-max",
             f"ratio to {baseline}", "ratio min-max", "ratio IQR", "best ms", "best ratio", "best IQR",
-            "CPU/wall"]
+            "quiet ratio (rounds)", "CPU/wall"]
     rows = [head]
     for model, per in summary.items():
         for label in labels:
             s = per[label]
             t, r, rb = s["tokens_per_s"], s["ratio_to_baseline"], s["best_ratio_to_baseline"]
+            rq = s.get("quiet_ratio_to_baseline")
             rows.append([model, "%dx%d" % shapes[model], label, str(s["kernels"] or "-"),
                          f"{s['step_ms']['median']:.1f}", f"{t['median']:,.0f}",
                          f"{t['min']:,.0f}-{t['max']:,.0f}", f"{r['median']:.3f}",
                          f"{r['min']:.2f}-{r['max']:.2f}", f"{r['q1']:.2f}-{r['q3']:.2f}",
                          f"{s['best_step_ms']['median']:.1f}", f"{rb['median']:.3f}",
-                         f"{rb['q1']:.2f}-{rb['q3']:.2f}", f"{s['cpu_over_wall']:.2f}"])
+                         f"{rb['q1']:.2f}-{rb['q3']:.2f}",
+                         f"{rq['median']:.3f} ({rq['n']})" if rq else "- (0)", f"{s['cpu_over_wall']:.2f}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["| " + " | ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
              + " |" for row in rows]
