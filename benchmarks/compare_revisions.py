@@ -29,7 +29,9 @@ rotates from round to round (AB, BA, AB, ... for two), so a burst of load or a
 slow drift hits every entry alike. Reported per model and entry: the median over
 rounds of the per-process tokens/s, its min-max, and against ``--baseline`` (the
 first entry unless named) the median of the per-round ratios with their min-max
-and interquartile range. The JSON is rewritten after every round.
+and interquartile range; the same for each process's fastest step, also over the
+quiet rounds only (see :func:`summarize`). The JSON is rewritten after every
+round; ``--summarize FILE`` prints an earlier run's table again.
 """
 from __future__ import annotations
 
