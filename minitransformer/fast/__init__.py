@@ -3,9 +3,10 @@ kernels in :mod:`minitransformer.nn`, written for speed. Only the kernels listed
 in :data:`FAST_KERNELS` differ; the others are the reference ones. Select with
 ``MINITRANSFORMER_KERNELS=fast`` (the default) or ``minitransformer.kernels.use("fast")``.
 """
-from minitransformer.fast import activations, adam, attention, embedding, layernorm, softmax
+from minitransformer.fast import activations, adam, attention, embedding, layernorm, linear, softmax
 
 FAST_KERNELS = {
+    "linear_forward": linear.linear_forward,
     "embedding_backward": embedding.embedding_backward,
     "softmax_forward": softmax.softmax_forward,
     "cross_entropy_forward": softmax.cross_entropy_forward,

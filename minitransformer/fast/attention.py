@@ -12,9 +12,10 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
   (with dropout the same holds for :math:`P \odot M`). So the cache keeps the
   returned output :math:`O` itself: write into a copy of it, not into it, before
   the backward (the reference's backward does not read it).
-* The output is written head by head into a (B, Tq, H, Dv) buffer and returned as
-  its (B, H, Tq, Dv) view, so that putting the heads side by side afterwards
-  (``merge_heads``) is a free reshape, not a copy.
+* The output, and dq, dk, dv in the backward, are written head by head into
+  token-major (B, T, H, d) buffers and returned as their (B, H, T, d) views, so
+  that putting the heads side by side afterwards (``merge_heads``) is a free
+  reshape, not a copy.
 * The batch is cut into blocks of about 512 KiB of scores that stay in the CPU
   cache, handed to the thread pool (:mod:`minitransformer.fast.parallel`).
 """
@@ -97,9 +98,10 @@ def attention_backward(dout, cache: FastAttentionCache):
     """As :func:`minitransformer.nn.attention.attention_backward`."""
     qs, k, v, p, pd, o, dropout_mask, scale, bias = cache
     B, H, Tq, Tk = p.shape
-    dq = xp.empty(qs.shape, dtype=p.dtype)  # (B, H, Tq, Dh)
-    dk = xp.empty(k.shape, dtype=p.dtype)  # (B, H, Tk, Dh)
-    dv = xp.empty(v.shape, dtype=p.dtype)  # (B, H, Tk, Dv)
+    # token-major memory, as for the output: putting the heads side by side is then free
+    dq = xp.empty((B, Tq, H, qs.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dh)
+    dk = xp.empty((B, Tk, H, k.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dh)
+    dv = xp.empty((B, Tk, H, v.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dv)
     pieces = batch_slices(B, H * Tq * Tk * p.itemsize)
     dbias_parts = {}  # piece start -> that block's dA summed to the bias's shape
 

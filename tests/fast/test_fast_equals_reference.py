@@ -534,6 +534,31 @@ def test_layernorm(any_backend, c):
 
 
 # ---------------------------------------------------------------------------
+# linear
+# ---------------------------------------------------------------------------
+@covers("linear_forward")
+@SETTINGS
+@given(lead=st.lists(st.integers(0, 5), min_size=0, max_size=3), d_in=st.integers(1, 9),
+       d_out=st.integers(1, 9), bias=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_linear_forward(any_backend, lead, d_in, d_out, bias, seed):
+    g = np.random.default_rng(seed)
+    x, W, b = g.standard_normal(tuple(lead) + (d_in,)), g.standard_normal((d_in, d_out)), g.standard_normal(d_out)
+    xd, Wd, bd = _dev(x), _dev(W), (_dev(b) if bias else None)
+    (y_f, cache_f), (y_r, cache_r) = _run_forward("linear_forward", xd, Wd, bd)
+    assert_unchanged(["x", "W"], [xd, Wd], [x, W])
+    scale = np.abs(x).max(initial=0.0) * np.abs(W).max() * d_in + (np.abs(b).max() if bias else 0.0)
+    assert_close("y", y_f, y_r, scale=scale)
+    assert cache_f.has_bias == cache_r.has_bias == bias
+    dy = _dev(g.standard_normal(tuple(lead) + (d_out,)))
+    for name, gf, gr in zip(["dx", "dW", "db"], REFERENCE["linear_backward"](dy, cache_f),
+                            REFERENCE["linear_backward"](dy, cache_r)):
+        if gr is None:
+            assert gf is None, f"{name}: the fast cache gives a gradient the reference does not"
+        else:
+            assert_close(name, gf, gr, scale=1.0 + np.abs(_host(gr)).max(initial=0.0))
+
+
+# ---------------------------------------------------------------------------
 # GELU
 # ---------------------------------------------------------------------------
 _KNOTS = np.arange(-640, 641) / 64.0  # the fast exact GELU's grid (h = 1/64 on [-10, 10])
