@@ -661,8 +661,8 @@ def _no_member_reads(monkeypatch):
 def test_zip_bomb_is_refused_from_the_directory_before_any_read(tmp_path, monkeypatch):
     path = _zip_with_member(tmp_path / "bomb.npz", "weights/x.npy", 40 * 2**20)  # 40 MiB of zeros
     assert path.stat().st_size < 2**20
-    import minitransformer.checkpoint as ck
-    monkeypatch.setattr(ck, "MAX_UNCOMPRESSED_FLOOR", 2**20)  # keep the test small: a floor of 1 MiB
+    from minitransformer.checkpoint import limits
+    monkeypatch.setattr(limits, "MAX_UNCOMPRESSED_FLOOR", 2**20)  # keep the test small: a floor of 1 MiB
     _no_member_reads(monkeypatch)
     with pytest.raises(CheckpointError, match="declares .* uncompressed") as info:
         load_checkpoint(path)
@@ -670,11 +670,11 @@ def test_zip_bomb_is_refused_from_the_directory_before_any_read(tmp_path, monkey
 
 
 def test_total_size_cap_is_checked_before_any_read(tmp_path, monkeypatch):
-    import minitransformer.checkpoint as ck
+    from minitransformer.checkpoint import limits
     model = make_model("DecoderLM")
     path = save_checkpoint(tmp_path / "ok.npz", model)
     load_checkpoint(path)  # fine under the real limits
-    monkeypatch.setattr(ck, "MAX_CHECKPOINT_BYTES", 1000)
+    monkeypatch.setattr(limits, "MAX_CHECKPOINT_BYTES", 1000)
     _no_member_reads(monkeypatch)
     with pytest.raises(CheckpointError, match="MAX_CHECKPOINT_BYTES"):
         load_checkpoint(path)
@@ -697,14 +697,26 @@ def test_array_header_declaring_more_than_its_member_holds_is_refused(tmp_path, 
 
 
 def test_weight_shapes_are_checked_against_the_config_before_the_weights_are_read(tmp_path, monkeypatch):
-    import minitransformer.checkpoint as ck
+    from minitransformer.checkpoint import files
     model = make_model("DecoderLM")
     arrays = _archive_arrays(model)
     arrays["weights/embed.tok.weight"] = np.zeros((V, 160), np.float32)  # the config says (V, 16)
     path = write_npz(tmp_path / "wide.npz", _meta_of(model), **arrays)
     read = []
-    real = ck._read_array
-    monkeypatch.setattr(ck, "_read_array", lambda zf, name: read.append(name) or real(zf, name))
+    real = files._read_array
+    monkeypatch.setattr(files, "_read_array", lambda zf, name: read.append(name) or real(zf, name))
     with pytest.raises(CheckpointError, match=r"shape of embed.tok.weight: model \(11, 16\), checkpoint \(11, 160\)"):
         model_from_checkpoint(path)
     assert not [n for n in read if n.startswith("weights/")]
+
+
+def test_the_limits_are_read_from_their_module(tmp_path, monkeypatch):
+    """minitransformer.checkpoint.limits is the one home of the limits: lowering one there
+    refuses a file that fits the default, and the message says where to raise it."""
+    from minitransformer import checkpoint
+    from minitransformer.checkpoint import limits
+    assert checkpoint.MAX_PARAMETERS == limits.MAX_PARAMETERS  # re-exported for reading
+    path = save_checkpoint(tmp_path / "ok.npz", make_model("DecoderLM"))
+    monkeypatch.setattr(limits, "MAX_PARAMETERS", 10)
+    with pytest.raises(CheckpointError, match=r"MAX_PARAMETERS=10 of minitransformer\.checkpoint\.limits"):
+        model_from_checkpoint(path)

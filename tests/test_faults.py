@@ -244,8 +244,8 @@ def _interrupt_write_of(monkeypatch, target):
         return orig(path, fn, *args, **kwargs)
 
     monkeypatch.setattr(atomic, "atomic_write", write)
-    import minitransformer.checkpoint as ck
-    monkeypatch.setattr(ck, "atomic_write", write)
+    from minitransformer.checkpoint import files
+    monkeypatch.setattr(files, "atomic_write", write)
 
 
 # 16 examples / batch 8: 2 steps per epoch; each case interrupts in epoch 2 (after epoch 1's files)

@@ -10,6 +10,8 @@ The package has one module per job:
 * :mod:`~minitransformer.optim.optimizer`: the :class:`Optimizer` base class,
   the reference Adam update :func:`~minitransformer.optim.optimizer.adam_update`,
   :class:`Adam` and :class:`AdamW`;
+* :mod:`~minitransformer.optim.state`: :class:`~minitransformer.optim.state.OptimizerState`,
+  the mixin that gives every optimizer ``state_dict`` and ``load_state_dict``;
 * :mod:`~minitransformer.optim.sgd_adamax`: :class:`SGD` and :class:`Adamax`.
 
 Everything is re-exported here, so ``from minitransformer.optim import AdamW,

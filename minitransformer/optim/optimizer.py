@@ -5,7 +5,8 @@ An optimizer turns the gradients that the backward passes left in
 
 * :class:`Optimizer`, the bookkeeping every optimizer shares (parameters by
   name, the step counter, the learning rate or schedule, which parameters are
-  decayed, checkpoint state), and :func:`default_no_decay`;
+  decayed), and :func:`default_no_decay`; its checkpoint state (``state_dict``,
+  ``load_state_dict``) is the mixin :class:`~minitransformer.optim.state.OptimizerState`;
 * :func:`adam_update`, the Adam step for one tensor written as a pure function
   (the *reference* kernel: one formula per line, new arrays out);
 * :class:`Adam` and :class:`AdamW`, which apply it to every parameter.
@@ -48,10 +49,11 @@ import math
 from collections import Counter
 from typing import Callable, Iterable
 
-import numpy as np  # host-side copies for state_dict / load_state_dict only
+import numpy as np  # the number types a setting may have
 
-from minitransformer import backend, kernels
+from minitransformer import kernels
 from minitransformer.backend import xp
+from minitransformer.optim.state import OptimizerState
 
 __all__ = ["Optimizer", "Adam", "AdamW", "adam_update", "default_no_decay"]
 
@@ -95,7 +97,6 @@ def named_parameters(params) -> list[tuple[str, object]]:
                              "it would be updated twice per step")
         ids[id(p)] = n
     return pairs
-
 
 
 def default_no_decay(name: str, param) -> bool:
@@ -167,8 +168,8 @@ def _check_betas_eps(betas, eps) -> tuple[tuple[float, float], float]:
     return check_hyperparameter("betas", betas), check_hyperparameter("eps", eps)
 
 
-class Optimizer:
-    r"""Shared machinery: parameters by name, step counter, lr schedule, state I/O.
+class Optimizer(OptimizerState):
+    r"""Shared machinery: parameters by name, step counter, lr schedule (state I/O: :class:`OptimizerState`).
 
     Subclasses define ``_state_keys`` (the names of the per-parameter state
     arrays, each shaped like the parameter and zero-initialised), ``_hyper``
@@ -190,6 +191,7 @@ class Optimizer:
 
     _state_keys: tuple[str, ...] = ()
     _hyper: tuple[str, ...] = ("weight_decay",)
+    _check_setting = staticmethod(check_hyperparameter)  # how load_state_dict (optim/state.py) checks a setting
 
     def __init__(self, params, lr, weight_decay: float = 0.0,
                  no_decay: Callable | Iterable[str] | None = None):
@@ -276,84 +278,6 @@ class Optimizer:
         if self.weight_decay and self._decay[name]:
             return p.grad + self.weight_decay * p.data  # (*p.shape) new array
         return p.grad
-
-    # -- checkpoints -------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Everything needed to resume, as plain Python values and host NumPy arrays.
-
-        ``{"type": class name, "t": int, "lr": float, <hyperparameters>,
-        "schedule": repr or None, "state": {name: {key: numpy.ndarray}}}``.
-        The arrays are copies, so later steps do not change a saved dict. The
-        schedule itself is not saved (it is a pure function of ``t``); its repr
-        is kept for the record.
-        """
-        sd = {"type": type(self).__name__, "t": int(self.t), "lr": float(self.lr)}
-        for key in self._hyper:
-            value = getattr(self, key)
-            sd[key] = list(value) if isinstance(value, tuple) else value
-        sd["schedule"] = None if self.schedule is None else repr(self.schedule)
-        sd["state"] = {
-            name: {key: np.array(backend.to_numpy(arr), copy=True) for key, arr in st.items()}
-            for name, st in self.state.items()
-        }
-        return sd
-
-    def load_state_dict(self, sd: dict) -> None:
-        """Restore ``t``, ``lr``, the hyperparameters and the per-parameter state.
-
-        Everything is checked first (optimizer type, parameter names, state
-        keys, shapes, and the settings themselves: a saved ``lr`` of -1 or
-        ``betas`` of 5 is refused as the constructor would refuse it); on any
-        problem a ``ValueError`` lists all of them and nothing is loaded. Arrays are copied to the active backend and cast to
-        each parameter's dtype. The schedule is kept as constructed.
-        """
-        problems = []
-        if sd.get("type", type(self).__name__) != type(self).__name__:
-            problems.append(f"optimizer type: expected {type(self).__name__}, got {sd['type']}")
-        state = sd.get("state", {})
-        missing = sorted(set(self.params) - set(state))
-        unexpected = sorted(set(state) - set(self.params))
-        if missing:
-            problems.append("missing: " + ", ".join(missing))
-        if unexpected:
-            problems.append("unexpected: " + ", ".join(unexpected))
-        for name, p in self.params.items():
-            if name not in state:
-                continue
-            keys, want = sorted(state[name]), sorted(self._state_keys)
-            if keys != want:
-                problems.append(f"{name}: state keys {keys}, expected {want}")
-                continue
-            for key in want:
-                shape = tuple(np.shape(state[name][key]))
-                if shape != tuple(p.data.shape):
-                    problems.append(f"{name}.{key}: shape {shape}, expected {tuple(p.data.shape)}")
-        settings = {}
-        for key in ("t", "lr", *self._hyper):
-            if key in sd:
-                try:
-                    settings[key] = check_hyperparameter(key, sd[key])
-                except ValueError as err:
-                    problems.append(str(err))
-        if "t" not in sd:
-            problems.append("the step counter t is missing")
-        if problems:
-            raise ValueError(f"optimizer state dict does not fit this {type(self).__name__}: "
-                             + "; ".join(problems))
-        for name, p in self.params.items():
-            self.state[name] = {
-                key: backend.asarray(np.array(backend.to_numpy(arr), dtype=p.data.dtype,
-                                              copy=True))  # (*p.shape)
-                for key, arr in state[name].items()
-            }
-        self.t = settings.pop("t")
-        for key, value in settings.items():  # lr and the hyperparameters, validated above
-            setattr(self, key, value)
-
-    def __repr__(self) -> str:
-        hyper = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._hyper)
-        lr = repr(self.schedule) if self.schedule is not None else repr(self.lr)
-        return f"{type(self).__name__}({len(self.params)} parameters, lr={lr}, {hyper}, t={self.t})"
 
 
 # ---------------------------------------------------------------------------

@@ -1,39 +1,14 @@
-"""One training loop for every model: :func:`fit` (and the :class:`Trainer` behind it).
+"""The training loop: :class:`Trainer` and :func:`fit`, one loop for every model.
 
 Per step: plan -> collate -> forward + loss -> check finite -> zero_grad ->
 backward -> clip -> optimizer step. Per epoch: evaluate, record history, keep the
-best checkpoint, stop early when the validation metric stops improving.
-
-Reproducibility and exact resume
-    Randomness comes from three places, each resumable:
-
-    * batch order for epoch ``e``: a NumPy generator seeded with ``(seed, e)``;
-    * per-batch task randomness (MLM corruption): seeded with ``(seed, e, i)``;
-    * dropout: the model's :class:`~minitransformer.backend.RNG`, whose
-      ``(seed, counter)`` state is saved in every checkpoint.
-
-    So a checkpoint taken after step ``s`` (``last.npz``) holds everything needed to
-    continue: weights, optimizer moments and step, the dropout RNG, and the
-    position ``(epoch, batch)``. Training 2 steps, stopping, and resuming for 2
-    more gives exactly the losses of 4 straight steps.
-
-Safety
-    * A non-finite loss or gradient norm stops training *before* the update with
-      :class:`TrainingDiverged`, naming the epoch, step and batch and the last good
-      checkpoint. It never trains on NaN.
-    * The update itself can make weights non-finite from finite gradients (a huge
-      learning rate, an overflow). The weights are checked after every update (on
-      the host at once, or on the device and read with the deferred losses), and no
-      checkpoint is ever written with a NaN or infinite weight or optimizer state:
-      training stops with :class:`TrainingDiverged` naming the step, the first
-      non-finite tensor and the last good checkpoint, the newest file this run
-      actually wrote (or the one it resumed from), or "none saved yet".
-    * Ctrl-C ends training cleanly: the loop stops, ``last.npz`` is not touched
-      mid-write (checkpoint writes are atomic), and ``best.npz`` stays usable.
+best checkpoint, stop early when the validation metric stops improving. How a run
+is saved and resumed is in :mod:`~minitransformer.train.checkpointing`, how
+divergence is caught in :mod:`~minitransformer.train.divergence`; the notes of
+:mod:`minitransformer.train` say what makes a resume exact.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from pathlib import Path
@@ -41,136 +16,23 @@ from typing import Callable
 
 import numpy as np
 
-from minitransformer.atomic import write_json
-from minitransformer.checkpoint import (
-    NonFiniteCheckpoint, check_fingerprint, fingerprint_hashes, load_checkpoint, restore, save_checkpoint,
-)
 from minitransformer import backend
+from minitransformer.atomic import write_json
+from minitransformer.checkpoint import fingerprint_hashes
 from minitransformer.optim import clip_grad_norm
+from minitransformer.train.batches import plan_batches
+from minitransformer.train.checkpointing import Checkpointing
+from minitransformer.train.config import TrainConfig
+from minitransformer.train.divergence import (
+    TrainingDiverged, _drop_gradients_unless_finite, _first_non_finite_weight, _weights_finite,
+)
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss or the gradient became NaN or infinite; the message says where."""
+class Trainer(Checkpointing):
+    """Holds the loop state; :func:`fit` is the usual entry point.
 
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Options of :func:`fit`.
-
-    epochs: maximum number of passes over the training data.
-    batch_size: examples per batch.
-    clip: maximum global gradient norm (None: no clipping).
-    patience: stop after this many epochs without improvement of ``metric`` (None: never).
-    metric / mode: the metric that picks the best checkpoint, and whether lower ("min")
-        or higher ("max") is better. None (the default): ``val_loss`` when there is
-        validation data, else ``train_loss``. A name that this run does not produce
-        is an error: at construction when the names are known (the trainer's own,
-        ``train_loss`` ..., and the task's ``metric_names``), else, with callbacks,
-        at the end of the first epoch, before anything is saved. A NaN or infinite
-        value of it stops training (:class:`TrainingDiverged`) and is never "best".
-    seed: seeds batch order and per-batch task randomness.
-    bucket: group examples of similar length into batches (less padding).
-    max_steps: stop after this many optimizer steps in total (None: no limit).
-    max_time: stop at the end of the first epoch that ends after this many seconds.
-    eval_batch_size: batch size for evaluation (default: batch_size).
-    out_dir: where best.npz, last.npz and history.json go (None: keep nothing on disk).
-    quiet: no progress bar and no per-epoch lines.
-    sync_every: read the loss and gradient norm back to the host every this many
-        steps (default: every step on the CPU, every 50 on a GPU, where each read
-        stalls the device). Between reads nothing leaves the device; a non-finite
-        step drops its gradients and the next read stops training.
-    """
-
-    epochs: int = 10
-    batch_size: int = 64
-    clip: float | None = 1.0
-    patience: int | None = None
-    metric: str | None = None
-    mode: str = "min"
-    seed: int = 0
-    bucket: bool = True
-    max_steps: int | None = None
-    max_time: float | None = None
-    eval_batch_size: int | None = None
-    out_dir: str | None = None
-    quiet: bool = False
-    sync_every: int | None = None
-
-    def __post_init__(self):
-        if self.mode not in ("min", "max"):
-            raise ValueError(f"TrainConfig.mode must be 'min' or 'max', got {self.mode!r}")
-        whole = {"epochs": (self.epochs, 0), "batch_size": (self.batch_size, 1), "patience": (self.patience, 1),
-                 "max_steps": (self.max_steps, 0), "eval_batch_size": (self.eval_batch_size, 1),
-                 "sync_every": (self.sync_every, 1), "seed": (self.seed, 0)}
-        for name, (value, low) in whole.items():
-            if value is None and name not in ("epochs", "batch_size", "seed"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"TrainConfig.{name} must be a whole number >= {low}"
-                                 f"{' (or None)' if name not in ('epochs', 'batch_size', 'seed') else ''}, "
-                                 f"got {value!r}")
-        if self.clip is not None and not (isinstance(self.clip, (int, float)) and math.isfinite(self.clip)
-                                          and self.clip >= 0):
-            raise ValueError(f"TrainConfig.clip must be a finite number > 0 (None or 0: no clipping), got {self.clip!r}")
-        if self.max_time is not None and not (isinstance(self.max_time, (int, float)) and self.max_time >= 0
-                                              and not math.isnan(self.max_time)):
-            raise ValueError(f"TrainConfig.max_time must be seconds >= 0 (or None), got {self.max_time!r}")
-        if self.metric is not None and not (isinstance(self.metric, str) and self.metric):
-            raise ValueError(f"TrainConfig.metric must be a metric name (or None for the default), "
-                             f"got {self.metric!r}")
-
-
-def plan_batches(lengths, batch_size: int, rng: np.random.Generator, bucket: bool = True):
-    """Split example indices into batches, shuffled, grouping similar lengths.
-
-    With ``bucket``, the shuffled indices are cut into pools of 50 batches; each
-    pool is sorted by length and cut into batches, and the batch order is shuffled
-    again. Batches then hold similar lengths (little padding) while every epoch
-    still mixes differently. Returns a list of index arrays.
-    """
-    lengths = np.asarray(lengths)
-    perm = rng.permutation(len(lengths))  # (N,)
-    if bucket:
-        pool = batch_size * 50
-        chunks = [perm[i:i + pool] for i in range(0, len(perm), pool)]
-        perm = np.concatenate([c[np.argsort(lengths[c], kind="stable")] for c in chunks]) if chunks else perm
-    batches = [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
-    order = rng.permutation(len(batches))
-    return [batches[j] for j in order]
-
-
-def _drop_gradients_unless_finite(model, loss, norm) -> None:
-    """Zero every gradient if the loss or the gradient norm is NaN or infinite, on the device.
-
-    With deferred checks (``sync_every > 1``) the optimizer steps before anyone has
-    looked at the loss and the norm, and :func:`clip_grad_norm` leaves a non-finite
-    gradient as it is. So the step's gradients are dropped here, without a host
-    read: the weights stay finite, and the next read raises :class:`TrainingDiverged`.
-    """
-    bad = ~(backend.xp.isfinite(loss) & backend.xp.isfinite(norm))  # () bool, on the device
-    for p in model.parameters():
-        backend.xp.copyto(p.grad, 0.0, where=bad)  # (*p.shape) in place; where=False: no change
-
-
-def _weights_finite(model):
-    """True if every weight is finite, as a 0-d bool on the device (no host read)."""
-    ok = None
-    for p in model.parameters():
-        finite = backend.xp.isfinite(p.data).all()  # () bool
-        ok = finite if ok is None else ok & finite
-    return ok
-
-
-def _first_non_finite_weight(model) -> str | None:
-    """The name of the first parameter holding NaN or infinity (reads the device)."""
-    for name, p in model.named_parameters():
-        if not bool(backend.xp.isfinite(p.data).all()):
-            return name
-    return None
-
-
-class Trainer:
-    """Holds the loop state; :func:`fit` is the usual entry point."""
+    :meth:`save`, :meth:`resume` and the last good checkpoint that error messages
+    name come from :class:`~minitransformer.train.checkpointing.Checkpointing`."""
 
     def __init__(self, model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
                  callbacks=(), vocab=None, extra_meta: dict | None = None, fingerprint: dict | None = None):
@@ -258,70 +120,6 @@ class Trainer:
             self._val_cache = [self.task.collate([self.val_data[j] for j in order[i:i + bs]])
                                for i in range(0, len(order), bs)]
         return self._val_cache
-
-    # -- checkpoints ------------------------------------------------------------
-    def _state(self) -> dict:
-        return {"epoch": self.epoch, "batch": self.batch_index, "step": self.step, "best": self.best,
-                "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs, "history": self.history,
-                "stop_reason": self.stop_reason}
-
-    def save(self, name: str) -> Path | None:
-        """Write ``out_dir/name`` (weights, optimizer, trainer state). A non-finite weight
-        or optimizer state writes nothing and raises :class:`TrainingDiverged`."""
-        if not self.out_dir:
-            return None
-        meta = dict(self.extra_meta)
-        meta["trainer"] = self._state()
-        meta["train_config"] = dataclasses.asdict(self.config)
-        try:
-            path = save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta,
-                                   fingerprint=self.fingerprint)
-        except NonFiniteCheckpoint as err:
-            raise TrainingDiverged(
-                f"non-finite {err.tensor} at epoch {self.epoch + 1 if self.batch_index else self.epoch}, "
-                f"step {self.step} (found before writing {name}, which was not written). "
-                f"Last good checkpoint: {self._last_good()}. Try a lower learning rate or gradient "
-                "clipping.") from err
-        except OSError as err:
-            raise self._write_failed(self.out_dir / name, err) from err
-        self.saved[name] = (self.step, path)
-        return path
-
-    def _write_failed(self, path: Path, err: OSError) -> OSError:
-        """The same OSError (errno kept), saying what was kept and how to go on."""
-        return OSError(err.errno, f"could not write {path} ({err.strerror or err}); the previous {path.name}, "
-                                  "if any, is intact and no partial file was left. Free space (or fix the "
-                                  f"folder), then resume from the last good checkpoint: {self._last_good()}")
-
-    def resume(self, path) -> None:
-        """Continue from a checkpoint written by :meth:`save` (weights, optimizer, RNG, position).
-
-        The checkpoint's fingerprint must match this run's (its vocabulary and data
-        settings, see :func:`~minitransformer.checkpoint.check_fingerprint`); else
-        :class:`~minitransformer.checkpoint.FingerprintMismatch` and nothing changes.
-        """
-        ckpt = load_checkpoint(path)
-        if "trainer" not in ckpt.meta:
-            raise ValueError(f"{path} has no trainer state; it cannot be resumed (it can still be loaded)")
-        check_fingerprint(ckpt, self.fingerprint_hashes, where=path)
-        restore(self.model, ckpt, self.optimizer)
-        st = ckpt.meta["trainer"]
-        self.epoch, self.batch_index, self.step = st["epoch"], st["batch"], st["step"]
-        self.best, self.best_epoch, self.bad_epochs = st["best"], st["best_epoch"], st["bad_epochs"]
-        self.history = list(st["history"])
-        self.resumed_from = (self.step, Path(path))
-
-    def _last_good(self) -> str:
-        """The newest checkpoint this run wrote (all are finite), or the one it resumed from."""
-        if self.saved:
-            step, path = max(self.saved.values(), key=lambda sp: (sp[0], sp[1].name == "last.npz"))
-            return f"{path} (step {step})"
-        if self.resumed_from is not None:
-            step, path = self.resumed_from
-            return f"{path} (step {step}, the checkpoint this run resumed from)"
-        if not self.out_dir:
-            return "none (no out_dir was given)"
-        return "none saved yet"
 
     # -- the loop ----------------------------------------------------------------
     def _improved(self, value: float) -> bool:

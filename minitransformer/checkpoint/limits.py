@@ -1,0 +1,113 @@
+"""How large a checkpoint may claim to be, checked before anything is allocated.
+
+A file from an unknown source decides, through its zip directory and its model
+config, how much memory reading it would take. These limits bound that claim:
+
+* :data:`MAX_CHECKPOINT_BYTES`: the total uncompressed size of all the entries;
+* :data:`MAX_COMPRESSION_RATIO`: the uncompressed total over the file's size (a zip
+  bomb inflates a small file into a huge one), checked only above
+  :data:`MAX_UNCOMPRESSED_FLOOR`, since a small genuine file may compress well;
+* :data:`MAX_PARAMETERS`: the parameters that the model config implies, computed by
+  :func:`declared_parameters` from the config's fields without building anything.
+
+This module is their one home, and the checks below read them here: for a genuine
+checkpoint that exceeds one, raise it on this module, e.g.
+``minitransformer.checkpoint.limits.MAX_PARAMETERS = 5_000_000_000``.
+(:mod:`minitransformer.checkpoint` re-exports the values for reading only.)
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from minitransformer.checkpoint.contents import CheckpointError
+
+MAX_PARAMETERS = 2_000_000_000          # parameters implied by the model config
+MAX_CHECKPOINT_BYTES = 64 * 2**30       # total uncompressed size of all entries
+MAX_COMPRESSION_RATIO = 100             # uncompressed size / file size ...
+MAX_UNCOMPRESSED_FLOOR = 256 * 2**20    # ... checked only above this total (small files may compress well)
+_MAX_SIZE_FIELD = 2**40                 # no config size (d_model, max_len ...) is ever this large
+
+
+def check_archive_size(path, total: int, size: int) -> None:
+    """Refuse an archive whose entries declare ``total`` bytes uncompressed in a file of
+    ``size`` bytes, if that is above :data:`MAX_CHECKPOINT_BYTES` or more than
+    :data:`MAX_COMPRESSION_RATIO` times ``size`` (read from the zip directory: nothing
+    has been inflated yet)."""
+    if total > MAX_CHECKPOINT_BYTES:
+        raise CheckpointError(
+            f"{path} declares {total:,} bytes uncompressed, above MAX_CHECKPOINT_BYTES={MAX_CHECKPOINT_BYTES:,} "
+            "of minitransformer.checkpoint.limits; if the file is genuine, raise that limit")
+    if total > max(MAX_UNCOMPRESSED_FLOOR, MAX_COMPRESSION_RATIO * size):
+        raise CheckpointError(
+            f"{path} declares {total:,} bytes uncompressed in a file of {size:,} bytes (more than "
+            f"MAX_COMPRESSION_RATIO={MAX_COMPRESSION_RATIO} times); refusing to unpack it (a zip bomb?)")
+
+
+def check_declared_parameters(where, model_type: str, config) -> int:
+    """The parameter count that ``config`` declares (:func:`declared_parameters`),
+    refused above :data:`MAX_PARAMETERS`; ``where`` names the checkpoint in the message."""
+    try:
+        n = declared_parameters(model_type, config)
+    except CheckpointError as err:
+        raise CheckpointError(f"{where}: {err}") from None
+    if n > MAX_PARAMETERS:
+        raise CheckpointError(
+            f"{where}: its {model_type} config declares about {n:,} parameters, above MAX_PARAMETERS="
+            f"{MAX_PARAMETERS:,} of minitransformer.checkpoint.limits; if the file is genuine, raise that limit")
+    return n
+
+
+def model_classes() -> dict:
+    """{model type name: (model class, config class)}: the models a checkpoint may hold."""
+    from minitransformer.models import (  # imported when first needed: importing checkpoints stays light
+        DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig,
+    )
+    return {"DecoderLM": (DecoderLM, DecoderLMConfig), "Encoder": (Encoder, EncoderConfig),
+            "Seq2Seq": (Seq2Seq, Seq2SeqConfig)}
+
+
+_SIZE_FIELDS = {  # config field -> smallest allowed value (fields a model's size grows with)
+    "vocab_size": 1, "src_vocab_size": 1, "tgt_vocab_size": 1, "max_len": 1, "d_model": 1, "n_heads": 1,
+    "d_head": 1, "d_ff": 0, "n_layers": 0, "n_enc_layers": 0, "n_dec_layers": 0, "n_outputs": 0,
+}
+
+
+def declared_parameters(model_type: str, config: dict) -> int:
+    """An upper bound on the parameters (and position-table entries) of the model that
+    ``config`` (a config's ``to_dict()``, e.g. from a checkpoint) describes, computed
+    from its fields without building anything. Raises CheckpointError for a size field
+    that is not a whole number in its range, or a missing one."""
+    classes = model_classes()
+    if model_type not in classes:
+        raise CheckpointError(f"unknown model type {model_type!r}; known types: {sorted(classes)}")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"its model config is {type(config).__name__}, not a JSON object")
+    fields = {f.name: f.default for f in dataclasses.fields(classes[model_type][1])}
+    c = {**fields, **config}
+    for name, low in _SIZE_FIELDS.items():
+        if name not in fields or (name == "d_head" and c[name] is None):
+            continue
+        value = c[name]
+        if value is dataclasses.MISSING:
+            raise CheckpointError(f"its model config has no {name}")
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value < _MAX_SIZE_FIELD:
+            raise CheckpointError(f"its model config has {name}={value!r}; it must be a whole number "
+                                  f">= {low} (and below {_MAX_SIZE_FIELD:,})")
+    D, H, F, P = c["d_model"], c["n_heads"], c["d_ff"], c["max_len"]
+    inner = H * (c["d_head"] if c.get("d_head") is not None else max(D // H, 1))
+    attention = 4 * D * inner + 3 * inner + D  # qkv (D, 3 inner) and proj (inner, D), with biases
+    block = attention + 2 * D * F + F + D + 4 * D  # + feed-forward and two LayerNorms
+
+    def embedder(v):  # token table + positions (learned, or the fixed sinusoidal table)
+        return v * D + P * D
+
+    def head(v):  # counted untied: an upper bound
+        return D * v + v
+
+    if model_type == "DecoderLM":
+        return embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D + head(c["vocab_size"])
+    if model_type == "Encoder":
+        return (embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D + head(c["vocab_size"])
+                + (D + 1) * c["n_outputs"])
+    return (embedder(c["src_vocab_size"]) + embedder(c["tgt_vocab_size"]) + c["n_enc_layers"] * block
+            + c["n_dec_layers"] * (block + attention + 2 * D) + 4 * D + head(c["tgt_vocab_size"]))

@@ -1,0 +1,90 @@
+"""The trainer's checkpoints: saving a run, resuming it, and the last good file.
+
+:class:`Checkpointing` is the part of :class:`~minitransformer.train.Trainer` that
+touches :mod:`minitransformer.checkpoint`. At each epoch end the trainer saves
+``best.npz`` (when the metric improved) and ``last.npz``: the weights, the
+optimizer's state, the dropout RNG and the trainer's position and history, so a
+run stopped after any step resumes exactly (:meth:`Checkpointing.resume`, after
+checking the data fingerprint). Every message about a failure names the last good
+checkpoint (:meth:`Checkpointing._last_good`) to resume from.
+
+It is a mixin: it reads the trainer's attributes (``model``, ``optimizer``,
+``config``, ``out_dir``, ``epoch``, ``step`` ...) and holds no state of its own.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from minitransformer.checkpoint import (
+    NonFiniteCheckpoint, check_fingerprint, load_checkpoint, restore, save_checkpoint,
+)
+from minitransformer.train.divergence import TrainingDiverged
+
+
+class Checkpointing:
+    """Saving and resuming a :class:`~minitransformer.train.Trainer`'s run (a mixin)."""
+
+    def _state(self) -> dict:
+        """The trainer's position and record, saved as ``meta["trainer"]`` in every checkpoint."""
+        return {"epoch": self.epoch, "batch": self.batch_index, "step": self.step, "best": self.best,
+                "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs, "history": self.history,
+                "stop_reason": self.stop_reason}
+
+    def save(self, name: str) -> Path | None:
+        """Write ``out_dir/name`` (weights, optimizer, trainer state). A non-finite weight
+        or optimizer state writes nothing and raises :class:`TrainingDiverged`."""
+        if not self.out_dir:
+            return None
+        meta = dict(self.extra_meta)
+        meta["trainer"] = self._state()
+        meta["train_config"] = dataclasses.asdict(self.config)
+        try:
+            path = save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta,
+                                   fingerprint=self.fingerprint)
+        except NonFiniteCheckpoint as err:
+            raise TrainingDiverged(
+                f"non-finite {err.tensor} at epoch {self.epoch + 1 if self.batch_index else self.epoch}, "
+                f"step {self.step} (found before writing {name}, which was not written). "
+                f"Last good checkpoint: {self._last_good()}. Try a lower learning rate or gradient "
+                "clipping.") from err
+        except OSError as err:
+            raise self._write_failed(self.out_dir / name, err) from err
+        self.saved[name] = (self.step, path)
+        return path
+
+    def _write_failed(self, path: Path, err: OSError) -> OSError:
+        """The same OSError (errno kept), saying what was kept and how to go on."""
+        return OSError(err.errno, f"could not write {path} ({err.strerror or err}); the previous {path.name}, "
+                                  "if any, is intact and no partial file was left. Free space (or fix the "
+                                  f"folder), then resume from the last good checkpoint: {self._last_good()}")
+
+    def resume(self, path) -> None:
+        """Continue from a checkpoint written by :meth:`save` (weights, optimizer, RNG, position).
+
+        The checkpoint's fingerprint must match this run's (its vocabulary and data
+        settings, see :func:`~minitransformer.checkpoint.check_fingerprint`); else
+        :class:`~minitransformer.checkpoint.FingerprintMismatch` and nothing changes.
+        """
+        ckpt = load_checkpoint(path)
+        if "trainer" not in ckpt.meta:
+            raise ValueError(f"{path} has no trainer state; it cannot be resumed (it can still be loaded)")
+        check_fingerprint(ckpt, self.fingerprint_hashes, where=path)
+        restore(self.model, ckpt, self.optimizer)
+        st = ckpt.meta["trainer"]
+        self.epoch, self.batch_index, self.step = st["epoch"], st["batch"], st["step"]
+        self.best, self.best_epoch, self.bad_epochs = st["best"], st["best_epoch"], st["bad_epochs"]
+        self.history = list(st["history"])
+        self.resumed_from = (self.step, Path(path))
+
+    def _last_good(self) -> str:
+        """The newest checkpoint this run wrote (all are finite), or the one it resumed from."""
+        if self.saved:
+            step, path = max(self.saved.values(), key=lambda sp: (sp[0], sp[1].name == "last.npz"))
+            return f"{path} (step {step})"
+        if self.resumed_from is not None:
+            step, path = self.resumed_from
+            return f"{path} (step {step}, the checkpoint this run resumed from)"
+        if not self.out_dir:
+            return "none (no out_dir was given)"
+        return "none saved yet"

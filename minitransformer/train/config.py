@@ -1,0 +1,83 @@
+"""The settings of a training run: :class:`TrainConfig`.
+
+One dataclass holds everything :func:`~minitransformer.train.fit` can be told
+(epochs, batch size, clipping, early stopping, where the files go ...). It checks
+its fields when it is built, so a negative clip, a fractional batch size or a NaN
+time limit is refused before any data is touched, with the field's name in the
+message. Whether ``metric`` names a metric the run produces depends on the task and
+the data too, so the trainer checks that when it is built (or, with callbacks, at
+the end of the first epoch).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Options of :func:`fit`.
+
+    epochs: maximum number of passes over the training data.
+    batch_size: examples per batch.
+    clip: maximum global gradient norm (None: no clipping).
+    patience: stop after this many epochs without improvement of ``metric`` (None: never).
+    metric / mode: the metric that picks the best checkpoint, and whether lower ("min")
+        or higher ("max") is better. None (the default): ``val_loss`` when there is
+        validation data, else ``train_loss``. A name that this run does not produce
+        is an error: at construction when the names are known (the trainer's own,
+        ``train_loss`` ..., and the task's ``metric_names``), else, with callbacks,
+        at the end of the first epoch, before anything is saved. A NaN or infinite
+        value of it stops training (:class:`TrainingDiverged`) and is never "best".
+    seed: seeds batch order and per-batch task randomness.
+    bucket: group examples of similar length into batches (less padding).
+    max_steps: stop after this many optimizer steps in total (None: no limit).
+    max_time: stop at the end of the first epoch that ends after this many seconds.
+    eval_batch_size: batch size for evaluation (default: batch_size).
+    out_dir: where best.npz, last.npz and history.json go (None: keep nothing on disk).
+    quiet: no progress bar and no per-epoch lines.
+    sync_every: read the loss and gradient norm back to the host every this many
+        steps (default: every step on the CPU, every 50 on a GPU, where each read
+        stalls the device). Between reads nothing leaves the device; a non-finite
+        step drops its gradients and the next read stops training.
+    """
+
+    epochs: int = 10
+    batch_size: int = 64
+    clip: float | None = 1.0
+    patience: int | None = None
+    metric: str | None = None
+    mode: str = "min"
+    seed: int = 0
+    bucket: bool = True
+    max_steps: int | None = None
+    max_time: float | None = None
+    eval_batch_size: int | None = None
+    out_dir: str | None = None
+    quiet: bool = False
+    sync_every: int | None = None
+
+    def __post_init__(self):
+        if self.mode not in ("min", "max"):
+            raise ValueError(f"TrainConfig.mode must be 'min' or 'max', got {self.mode!r}")
+        whole = {"epochs": (self.epochs, 0), "batch_size": (self.batch_size, 1), "patience": (self.patience, 1),
+                 "max_steps": (self.max_steps, 0), "eval_batch_size": (self.eval_batch_size, 1),
+                 "sync_every": (self.sync_every, 1), "seed": (self.seed, 0)}
+        for name, (value, low) in whole.items():
+            if value is None and name not in ("epochs", "batch_size", "seed"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"TrainConfig.{name} must be a whole number >= {low}"
+                                 f"{' (or None)' if name not in ('epochs', 'batch_size', 'seed') else ''}, "
+                                 f"got {value!r}")
+        if self.clip is not None and not (isinstance(self.clip, (int, float)) and math.isfinite(self.clip)
+                                          and self.clip >= 0):
+            raise ValueError(f"TrainConfig.clip must be a finite number > 0 (None or 0: no clipping), got {self.clip!r}")
+        if self.max_time is not None and not (isinstance(self.max_time, (int, float)) and self.max_time >= 0
+                                              and not math.isnan(self.max_time)):
+            raise ValueError(f"TrainConfig.max_time must be seconds >= 0 (or None), got {self.max_time!r}")
+        if self.metric is not None and not (isinstance(self.metric, str) and self.metric):
+            raise ValueError(f"TrainConfig.metric must be a metric name (or None for the default), "
+                             f"got {self.metric!r}")
