@@ -52,10 +52,14 @@ def test_sample_command_reads_the_checkpoint(quick_run, tmp_path):
     assert len(target.read_text().splitlines()) == 7
 
 
-def test_bad_data_path_is_a_clear_error(tmp_path, load_demo):
+def test_bad_data_path_is_a_clear_error(tmp_path, load_demo, capsys):
+    from minitransformer.chem.cli import run_cli
     demo = load_demo("molecules")
-    with pytest.raises(FileNotFoundError, match="nope.csv"):
-        demo.main(["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o"), "--quiet"])
+    # checked while parsing the command line, before any work: one line, exit status 2
+    assert run_cli(demo.main, ["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o"),
+                               "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "nope.csv" in err and len(err.strip().splitlines()) == 1
     bad = tmp_path / "bad.csv"
     bad.write_text("name,value\na,1\n")
     with pytest.raises(ValueError, match="name"):
