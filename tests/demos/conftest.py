@@ -57,3 +57,26 @@ def no_work(monkeypatch):
                          (properties, "load_labelled")):
         monkeypatch.setattr(module, name, refuse)
     return WorkStarted
+
+
+@pytest.fixture(scope="session")
+def atomic_spy():
+    """``with atomic_spy() as written:`` -> the names of the files written through
+    ``minitransformer.atomic.atomic_write`` meanwhile (checkpoints included)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def spy():
+        import minitransformer.atomic as atomic
+        import minitransformer.checkpoint as checkpoint
+        written, real = [], atomic.atomic_write
+
+        def recording(path, *args, **kwargs):
+            written.append(Path(path).name)
+            return real(path, *args, **kwargs)
+        with pytest.MonkeyPatch.context() as mp:
+            for module in (atomic, checkpoint):  # checkpoint.py holds its own name for it
+                if getattr(module, "atomic_write", None) is real:
+                    mp.setattr(module, "atomic_write", recording)
+            yield written
+    return spy

@@ -155,22 +155,3 @@ def test_full_disk_while_writing_sample_out_keeps_the_old_file(molecules, tiny_c
     assert str(target) in line and "No space left on device" in line
     assert target.read_text() == "CCO\nc1ccccc1\n"
     assert temporary_files(tmp_path) == []
-
-
-def test_outputs_are_written_through_the_atomic_helper(molecules, tmp_path, monkeypatch):
-    """Every file of a run (checkpoints and figures included) goes through atomic_write."""
-    import minitransformer.atomic as atomic
-    import minitransformer.checkpoint as checkpoint
-    written = []
-    real = atomic.atomic_write
-
-    def spy(path, *args, **kwargs):
-        written.append(pathlib.Path(path).name)
-        return real(path, *args, **kwargs)
-    for module in (atomic, checkpoint):  # checkpoint.py holds its own name for it
-        if getattr(module, "atomic_write", None) is real:
-            monkeypatch.setattr(module, "atomic_write", spy)
-    out = tmp_path / "run"
-    assert run_cli(molecules.main, BASE + ["--out", str(out), "--plot-attention"]) == 0
-    on_disk = {p.name for p in out.iterdir()}
-    assert on_disk <= set(written), f"written in place: {sorted(on_disk - set(written))}"
