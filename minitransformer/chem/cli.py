@@ -385,13 +385,9 @@ def run_fit(phase: str, model, task, optimizer, train_data, val_data=None, *, co
 
 def _saved_state(path: Path) -> dict | None:
     """The trainer state (epoch, step) stored in a checkpoint, or None if unreadable."""
-    import numpy as np
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
-        return meta.get("trainer")
-    except Exception:  # a missing or half-written file: not a good checkpoint
-        return None
+    meta = _saved_meta(path)
+    state = meta.get("trainer") if meta else None
+    return state if isinstance(state, dict) else None
 
 
 def _last_good(out: Path | None) -> tuple[str, int | None]:
@@ -546,25 +542,50 @@ def _vocab_difference(saved, new) -> str | None:
     return f"vocabulary: {len(old_tokens)} tokens then, {len(new_tokens)} now ({detail})"
 
 
+def _saved_meta(path: Path) -> dict | None:
+    """The JSON metadata of a checkpoint (without loading its arrays), None if unreadable."""
+    import numpy as np
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
+        return meta if isinstance(meta, dict) else None
+    except Exception:  # missing, half-written, not a checkpoint: nothing to compare
+        return None
+
+
 def check_resume(resume: str | os.PathLike, out: str | os.PathLike, run_info: dict, vocab) -> None:
     """Refuse (ValueError) to resume from a checkpoint, or into a folder, made with other
     data, another vocabulary or other settings; the message lists what differs.
 
-    Compared: the checkpoint's run metadata and vocabulary, and the run folder's
-    ``config.json`` (its ``run`` entry), with this run's ``run_info`` and ``vocab``.
-    Keys the saved run lacks (older versions) and the time budget are not compared.
+    Compared with this run's ``run_info`` and ``vocab``: the run metadata and vocabulary
+    of the checkpoint resumed from and of the checkpoints already in the run folder
+    (``last.npz``, ``best.npz``, ``pretrain/*.npz``), and the folder's ``config.json``
+    (its ``run`` entry). Keys a saved run lacks (older versions) and the time budget
+    are not compared.
     """
     from minitransformer.checkpoint import load_checkpoint
     resume, out = Path(resume), Path(out)
-    meta = load_checkpoint(resume).meta
-    problems = []
-    saved_run = meta.get("run")
-    if isinstance(saved_run, dict):
-        problems += [f"{resume.name}: {d}" for d in _differences(saved_run, run_info)]
+    sources = [(resume, load_checkpoint(resume).meta)]  # a damaged one: CheckpointError, exit status 2
+    seen = {resume.resolve()}
+    for name in ("last.npz", "best.npz", "pretrain/last.npz", "pretrain/best.npz"):
+        path = out / name
+        if path.is_file() and path.resolve() not in seen:
+            seen.add(path.resolve())
+            meta = _saved_meta(path)
+            if meta is not None:
+                sources.append((path, meta))
     new_vocab = vocab.to_json() if hasattr(vocab, "to_json") else vocab
-    vocab_diff = _vocab_difference(meta.get("vocab"), new_vocab)
-    if vocab_diff:
-        problems.append(f"{resume.name}: {vocab_diff}")
+    problems = []
+    for path, meta in sources:
+        try:
+            label = path.relative_to(out).as_posix()
+        except ValueError:  # resuming from a checkpoint outside the run folder
+            label = str(path)
+        if isinstance(meta.get("run"), dict):
+            problems += [f"{label}: {d}" for d in _differences(meta["run"], run_info)]
+        vocab_diff = _vocab_difference(meta.get("vocab"), new_vocab)
+        if vocab_diff:
+            problems.append(f"{label}: {vocab_diff}")
     config = out / "config.json"
     if config.is_file():
         try:
@@ -575,8 +596,8 @@ def check_resume(resume: str | os.PathLike, out: str | os.PathLike, run_info: di
             problems += [f"config.json: {d}" for d in _differences(saved, run_info)]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        raise ValueError(f"cannot resume {resume}: it was made with other data or settings ({shown}); "
-                         "resume with the options of that run, or pass --force to start afresh")
+        raise ValueError(f"cannot resume {resume}: it or the run in {out} was made with other data or settings "
+                         f"({shown}); resume with the options of that run, or pass --force to start afresh")
 
 
 # --------------------------------------------------------------------------- writing

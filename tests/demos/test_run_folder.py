@@ -156,3 +156,18 @@ def test_a_folder_without_run_files_is_free(molecules, tmp_path, capsys, no_work
     (out / "notes.txt").write_text("my notes")
     assert run_cli(molecules.main, BASE + ["--data", "druglike", "--out", str(out)]) == 1  # reached the work
     assert "work started" in capsys.readouterr().err
+
+
+def test_resume_from_elsewhere_into_a_folder_of_another_run_is_refused(molecules, old_run, other_data, tmp_path,
+                                                                       capsys):
+    """The checkpoint named may fit the new data; the folder's own run must fit too."""
+    fresh = tmp_path / "fresh"
+    assert run_cli(molecules.main, BASE + ["--data", str(other_data), "--out", str(fresh)]) == 0
+    (old_run / "config.json").unlink()  # only the checkpoints tell which run the folder holds
+    before = snapshot(old_run)
+    code = run_cli(molecules.main, BASE + ["--data", str(other_data), "--out", str(old_run), "--resume",
+                                           str(fresh / "last.npz")])
+    assert code == 2
+    line = one_line_error(capsys)
+    assert "best.npz: vocabulary" in line or "last.npz: vocabulary" in line, line
+    assert snapshot(old_run) == before
