@@ -80,3 +80,17 @@ def atomic_spy():
                     mp.setattr(module, "atomic_write", recording)
             yield written
     return spy
+
+
+@pytest.fixture(scope="session")
+def finished_molecules_run(tmp_path_factory, load_demo):
+    """A finished quick run of the molecules demo (drug-like data, no pretraining, 10 samples):
+    (the demo module, the run folder). Tests that change the folder must copy it first."""
+    pytest.importorskip("rdkit")
+    pytest.importorskip("matplotlib")
+    from minitransformer.chem.cli import run_cli
+    demo = load_demo("molecules")
+    out = tmp_path_factory.mktemp("finished") / "run"
+    argv = ["--quick", "--quiet", "--data", "druglike", "--pretrain-data", "none", "--samples", "10", "--out", str(out)]
+    assert run_cli(demo.main, argv) == 0
+    return demo, out

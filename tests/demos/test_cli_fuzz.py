@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from minitransformer.chem.cli import run_cli  # noqa: E402
 
-SETTINGS = settings(max_examples=300, deadline=None, database=None, derandomize=False,
+SETTINGS = settings(max_examples=200, deadline=None, database=None, derandomize=False,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 INTS = st.one_of(st.sampled_from(["0", "1", "2", "3", "-1", "-7", "10", "4294967295", "4294967296",

@@ -7,6 +7,8 @@ Ctrl-C gave a traceback). Now the command stops with exit status 130 and one lin
 epoch K, step T)``. The epoch is the one that was running; an interrupt while the
 end-of-epoch checkpoint is being written names that epoch, not the next one.
 """
+import shutil
+
 import pytest
 
 from minitransformer.chem.cli import run_cli
@@ -75,9 +77,12 @@ def test_ctrl_c_while_the_epoch_checkpoint_is_written_names_that_epoch(molecules
 
 
 def test_ctrl_c_while_pretraining_stops_the_run(molecules, tmp_path, capsys, monkeypatch):
+    from minitransformer.chem.data import druglike_path, read_smiles
+    extra = tmp_path / "extra.smi"  # a small pretraining set: rewriting all 10,000 drug-like ones takes seconds
+    extra.write_text("\n".join(read_smiles(druglike_path(), header=False)[-200:]) + "\n")
     out = tmp_path / "run"
     interrupt_training_step(monkeypatch, 3)
-    argv = ["--quick", "--quiet", "--data", "druglike", "--pretrain-data", "druglike", "--out", str(out)]
+    argv = ["--quick", "--quiet", "--data", "druglike", "--pretrain-data", str(extra), "--out", str(out)]
     assert run_cli(molecules.main, argv) == 130
     line = one_line_error(capsys)
     assert line.startswith("interrupted pretraining at epoch 1 (step 2);"), line
@@ -85,13 +90,16 @@ def test_ctrl_c_while_pretraining_stops_the_run(molecules, tmp_path, capsys, mon
         "Ctrl-C while pretraining must not start the second phase"
 
 
-def test_ctrl_c_after_training_names_the_last_checkpoint(molecules, tmp_path, capsys, monkeypatch):
+def test_ctrl_c_after_training_names_the_last_checkpoint(molecules, finished_molecules_run, tmp_path, capsys,
+                                                        monkeypatch):
     out = tmp_path / "run"
+    shutil.copytree(finished_molecules_run[1], out)
+    (out / "metrics.json").unlink()
 
     def sample(*args, **kwargs):
         raise KeyboardInterrupt
     monkeypatch.setattr(molecules, "sample_smiles", sample)
-    assert run_cli(molecules.main, BASE + ["--out", str(out)]) == 130
+    assert run_cli(molecules.main, BASE + ["--out", str(out), "--resume"]) == 130  # trained already: samples at once
     line = one_line_error(capsys)
     assert line.startswith(f"interrupted after training (epoch 2, step {2 * STEPS_PER_EPOCH})"), line
     assert f"{out / 'last.npz'} (end of epoch 2, step {2 * STEPS_PER_EPOCH})" in line

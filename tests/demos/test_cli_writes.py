@@ -121,10 +121,9 @@ def molecules(load_demo):
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, molecules):
-    out = tmp_path_factory.mktemp("finished") / "run"
-    assert run_cli(molecules.main, BASE + ["--out", str(out)]) == 0
-    return out
+def finished_run(finished_molecules_run):
+    """A finished quick run of the molecules demo (BASE's options)."""
+    return finished_molecules_run[1]
 
 
 @pytest.mark.parametrize("name", ["metrics.json", "samples.smi", "curves.png"])

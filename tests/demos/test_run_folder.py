@@ -34,11 +34,9 @@ def molecules(load_demo):
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, molecules):
-    """A finished quick run of the molecules demo on the drug-like set."""
-    out = tmp_path_factory.mktemp("finished") / "run"
-    assert run_cli(molecules.main, BASE + ["--data", "druglike", "--out", str(out)]) == 0
-    return out
+def finished_run(finished_molecules_run):
+    """A finished quick run of the molecules demo on the drug-like set (BASE's options)."""
+    return finished_molecules_run[1]
 
 
 @pytest.fixture
