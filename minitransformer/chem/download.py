@@ -128,7 +128,7 @@ def where_to_put(dest: Path) -> str:
     """Where a user may place ``dest.name`` by hand, as the end of a sentence."""
     env = os.environ.get("MINITRANSFORMER_DATA")
     named = (f"at {Path(env) / dest.name} ($MINITRANSFORMER_DATA)" if env else
-             f"in a folder named by $MINITRANSFORMER_DATA (not set now)")
+             "in a folder named by $MINITRANSFORMER_DATA (not set now)")
     return f"{named} or at {dest} (the user cache), or use the offline drug-like set (--data druglike)."
 
 
