@@ -62,27 +62,34 @@ BEAM = 5
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from minitransformer.chem.cli import add_common_arguments
-    p = argparse.ArgumentParser(description="Train a transformer to translate randomized SMILES "
-                                            "into canonical SMILES.")
+    from minitransformer.chem import cli
+    p = cli.ArgumentParser(prog="canonicalize.py", description="Train a transformer to translate randomized "
+                                                                "SMILES into canonical SMILES.")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS))
-    add_common_arguments(p, out="runs/canonicalize")
-    p.add_argument("--lr", type=float, default=None, help="override the peak learning rate")
-    p.add_argument("--batch-size", type=int, default=None, help="override the batch size")
-    p.add_argument("--dropout", type=float, default=None, help="override every dropout of the model")
-    p.add_argument("--label-smoothing", type=float, default=None, help="override the label smoothing")
-    p.add_argument("--examples", type=int, default=6, help="worked test examples to print")
-    p.add_argument("--resume", default=None,
-                   help="continue an interrupted run from its last.npz (same options as before)")
+    cli.add_common_arguments(p, out="runs/canonicalize")
+    p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None, help="override the peak learning rate")
+    p.add_argument("--batch-size", type=cli.int_at_least(1), default=None, help="override the batch size")
+    p.add_argument("--dropout", type=cli.number(0, 1, hi_open=True), default=None,
+                   help="override every dropout of the model")
+    p.add_argument("--label-smoothing", type=cli.number(0, 1, hi_open=True), default=None,
+                   help="override the label smoothing")
+    p.add_argument("--examples", type=cli.int_at_least(0), default=6, help="worked test examples to print")
+    cli.add_resume_argument(p, help="continue the run in --out (same data and options as before): alone, from "
+                                    "its last.npz; or from the checkpoint named")
     return p
 
 
 def build_translate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="canonicalize.py translate",
-                                description="Canonicalize SMILES with a saved model (beam search).")
+    from minitransformer.chem import cli
+    p = cli.ArgumentParser(prog="canonicalize.py translate",
+                           description="Canonicalize SMILES with a saved model (beam search).")
     p.add_argument("smiles", nargs="+", help="SMILES strings to canonicalize")
-    p.add_argument("--checkpoint", required=True, help="a .npz written by a training run")
-    p.add_argument("--beam", type=int, default=BEAM, help="beam size (1 = greedy)")
+    p.add_argument("--checkpoint", required=True, type=cli.existing_file("checkpoint"),
+                   help="a .npz written by a training run")
+    p.add_argument("--beam", type=cli.int_at_least(1), default=BEAM, help="beam size (1 = greedy)")
+    p.add_argument("--out", default=None, type=cli.output_file,
+                   help="write the results (tab-separated) to this file (default: print them)")
+    p.add_argument("--force", action="store_true", help="overwrite the --out file if it exists")
     p.add_argument("--backend", default=None, choices=list(backend.BACKENDS)[:2])
     return p
 
@@ -136,7 +143,7 @@ def translate(model, vocab, sources, beam: int = 1, n_best: int = 1, batch_size:
     for start in range(0, len(order), rows):
         idx = order[start:start + rows]
         src = pad_batch([encoded[i] for i in idx], vocab.pad_id)  # (b, S)
-        max_len = min(src.shape[1] + 50, MAX_TOKENS)
+        max_len = min(src.shape[1] + 50, MAX_TOKENS, model.config.max_len)
         if beam == 1:
             ids = greedy(model, src=src, max_len=max_len)[:, None, :]  # (b, 1, T)
         else:
@@ -220,9 +227,10 @@ def exact_match_callback(vocab, sources, targets):
 
 
 def write_predictions(path, rows) -> None:
-    """One tab-separated line per test molecule (the :data:`COLUMNS` of :func:`judge`)."""
+    """One tab-separated line per test molecule (the :data:`COLUMNS` of :func:`judge`), written atomically."""
+    from minitransformer.chem.cli import write_text
     lines = ["\t".join(COLUMNS)] + ["\t".join(str(r[c]) for c in COLUMNS) for r in rows]
-    Path(path).write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def print_examples(rows, k: int) -> None:
@@ -247,17 +255,17 @@ def print_examples(rows, k: int) -> None:
 
 
 def train_command(args) -> int:
-    from minitransformer.chem.cli import write_json
+    from minitransformer.chem import cli
     from minitransformer.chem.seq2seq_data import PairEpochs, prepare_pairs
     from minitransformer.checkpoint import model_from_checkpoint
-    from minitransformer.plots import plot_curves
     from minitransformer.tasks import Seq2SeqTask
-    from minitransformer.train import TrainConfig, fit
+    from minitransformer.train import TrainConfig
 
     t0 = time.perf_counter()
     settings = resolve_settings(args)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # The folder belongs to one run: reusing it needs --resume (checked below) or --force.
+    resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=("last.npz",))
     data = prepare_pairs(args.data, seed=args.seed, max_tokens=MAX_TOKENS, limit=settings["limit"])
     vocab = data.vocab
     model = make_model(settings, vocab, args.seed)
@@ -274,11 +282,15 @@ def train_command(args) -> int:
                          out_dir=str(out), quiet=args.quiet)
     run_info = {"preset": args.preset, "quick": args.quick, "settings": settings, "data": data.description,
                 "cleaning": data.clean_summary, "duplicates_dropped": data.duplicates,
-                "split": [len(data.train), len(data.val), len(data.test)]}
-    write_json(out / "config.json", {"model": model.config.to_dict(), "train": config.__dict__, "run": run_info})
-    trainer = fit(model, Seq2SeqTask(vocab.pad_id, settings["label_smoothing"]), optimizer, train_data,
-                  val_data=data.pairs("val"), config=config, callbacks=callbacks, vocab=vocab,
-                  extra_meta={"run": run_info}, resume=args.resume)
+                "split": [len(data.train), len(data.val), len(data.test)],
+                "data_sha256": cli.data_fingerprint(data.train, data.val, data.test)}
+    if resume is not None:  # the same data, vocabulary and settings, or a clear refusal
+        cli.check_resume(resume, out, run_info, vocab)
+    out.mkdir(parents=True, exist_ok=True)
+    cli.write_json(out / "config.json", {"model": model.config.to_dict(), "train": config.__dict__, "run": run_info})
+    trainer = cli.run_fit("train", model, Seq2SeqTask(vocab.pad_id, settings["label_smoothing"]), optimizer,
+                          train_data, data.pairs("val"), config=config, callbacks=callbacks, vocab=vocab,
+                          extra_meta={"run": run_info}, resume=resume)
     t_train = time.perf_counter() - t0
 
     # Decode the test sources with the best checkpoint.
@@ -293,9 +305,9 @@ def train_command(args) -> int:
     rows = [judge(*four) for four in zip(data.test_src, data.test, (g[0] for g in greedy_out), beam_out)]
     metrics = score(rows)
     write_predictions(out / "predictions.tsv", rows)
-    plot_curves(trainer.history, out / "curves.png",
-                panels=(("loss (nats per token)", ("train_loss", "val_loss")),
-                        ("validation accuracy", ("val_acc", "val_exact"))))
+    cli.save_curves(trainer.history, out / "curves.png",
+                    panels=(("loss (nats per token)", ("train_loss", "val_loss")),
+                            ("validation accuracy", ("val_acc", "val_exact"))))
     if args.plot_attention:
         plot_attention(model, vocab, data.test_src, data.test, out)
 
@@ -304,7 +316,7 @@ def train_command(args) -> int:
                     "train_time_s": t_train, "greedy_time_s": t_greedy, "beam_time_s": t_beam,
                     "wall_time_s": time.perf_counter() - t0, "parameters": model.num_parameters(),
                     "beam_size": BEAM, "preset": args.preset, "quick": args.quick})
-    write_json(out / "metrics.json", metrics)
+    cli.write_json(out / "metrics.json", metrics)
     print_examples(rows, args.examples)
     print_summary(metrics, out, args.plot_attention)
     return 0
@@ -315,14 +327,15 @@ def plot_attention(model, vocab, sources, targets, out) -> Path:
     the first test molecule of 12 to 40 tokens (or the first), teacher-forced on its
     canonical SMILES. Row = a target position, column = the source token it reads."""
     from minitransformer.chem import tokenize
+    from minitransformer.chem.cli import save_plot
     from minitransformer.viz import plot_cross_attention
     i = next((i for i, t in enumerate(targets) if 12 <= len(tokenize(t)) <= 40), 0)
     src_ids, tgt_ids = vocab.encode(sources[i]), vocab.encode(targets[i])
     src_tokens = ["<bos>"] + tokenize(sources[i]) + ["<eos>"]
     tgt_tokens = ["<bos>"] + tokenize(targets[i])  # decoder inputs: the target shifted right
-    return plot_cross_attention(model, src_ids, tgt_ids[:-1], src_tokens, tgt_tokens,
-                                out / "attention_cross.png",
-                                title=f"cross-attention: {sources[i]}  ->  {targets[i]}")
+    return save_plot(out / "attention_cross.png",
+                     lambda target: plot_cross_attention(model, src_ids, tgt_ids[:-1], src_tokens, tgt_tokens, target,
+                                                         title=f"cross-attention: {sources[i]}  ->  {targets[i]}"))
 
 
 def print_summary(m, out, attention: bool) -> None:
@@ -351,22 +364,35 @@ def print_summary(m, out, attention: bool) -> None:
 
 
 def translate_command(argv) -> int:
-    from minitransformer.chem import Vocab, canonical
-    from minitransformer.chem.cli import use_backend
-    from minitransformer.checkpoint import model_from_checkpoint
+    from minitransformer.chem import Vocab, canonical, cli
+    from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
     args = build_translate_parser().parse_args(argv)
-    use_backend(args)
-    model, ckpt = model_from_checkpoint(args.checkpoint)
-    if ckpt.vocab is None or ckpt.model_type != "Seq2Seq":
-        raise ValueError(f"{args.checkpoint} was not written by this demo (it needs a Seq2Seq with a vocabulary)")
-    vocab = Vocab.from_json(ckpt.vocab)
+    cli.refuse_overwrite(args.out, args.force)  # before any work
     for s in args.smiles:
         if canonical(s) is None:
             raise ValueError(f"RDKit cannot parse the input SMILES {s!r}")
+    cli.use_backend(args)
+    ckpt = load_checkpoint(args.checkpoint)
+    if ckpt.vocab is None or ckpt.model_type != "Seq2Seq":
+        raise ValueError(f"{args.checkpoint} was not written by this demo (it needs a Seq2Seq with a vocabulary, "
+                         f"it holds a {ckpt.model_type}); give the best.npz of a canonicalize.py run")
+    model, _ = model_from_checkpoint(ckpt)
+    vocab = Vocab.from_json(ckpt.vocab)
+    for s in args.smiles:
+        if len(vocab.encode(s)) >= model.config.max_len:
+            raise ValueError(f"the input SMILES {s[:40]!r}... is too long for this model ({len(vocab.encode(s))} "
+                             f"tokens with BOS and EOS; it reads fewer than {model.config.max_len})")
     outs = translate(model, vocab, args.smiles, beam=args.beam)
+    lines = []
     for s, (pred,) in zip(args.smiles, outs):
         verdict = "correct" if pred == canonical(s) else "differs from RDKit: " + canonical(s)
-        print(f"{s}\t{pred}\t{verdict}")
+        lines.append(f"{s}\t{pred}\t{verdict}")
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        cli.write_text(args.out, text, overwrite=args.force)
+        print(f"wrote {len(lines)} translations to {args.out}")
+    else:
+        sys.stdout.write(text)
     return 0
 
 

@@ -60,37 +60,43 @@ QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from minitransformer.chem.cli import add_common_arguments
-    p = argparse.ArgumentParser(description="Train a transformer on SMILES and generate molecules.")
+    from minitransformer.chem import cli
+    p = cli.ArgumentParser(prog="molecules.py", description="Train a transformer on SMILES and generate molecules.")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS))
-    add_common_arguments(p, out="runs/molecules")
-    p.add_argument("--augment", type=float, default=None,
+    cli.add_common_arguments(p, out="runs/molecules")
+    p.add_argument("--augment", type=cli.number(0, 1), default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--form", default=None, choices=["as-is", "canonical", "kekule"],
                    help="how training molecules are written (default: the preset's)")
-    p.add_argument("--dropout", type=float, default=None, help="override every dropout of the model")
-    p.add_argument("--lr", type=float, default=None, help="override the peak learning rate")
-    p.add_argument("--batch-size", type=int, default=None, help="override the batch size")
-    p.add_argument("--samples", type=int, default=2000, help="molecules to sample at the end")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--pretrain-data", default=None,
-                   help="pretrain on these molecules first (druglike, a file, or none; default: the preset's)")
-    p.add_argument("--pretrain-epochs", type=int, default=None)
-    p.add_argument("--pretrain-mix", type=int, default=None,
+    p.add_argument("--dropout", type=cli.number(0, 1, hi_open=True), default=None,
+                   help="override every dropout of the model")
+    p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None, help="override the peak learning rate")
+    p.add_argument("--batch-size", type=cli.int_at_least(1), default=None, help="override the batch size")
+    p.add_argument("--samples", type=cli.int_at_least(1), default=2000, help="molecules to sample at the end")
+    p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0,
+                   help="sampling temperature, > 0 (default: 1)")
+    p.add_argument("--pretrain-data", default=None, type=cli.data_source(("druglike", "tox21", "none")),
+                   help="pretrain on these molecules first (druglike, tox21, a file, or none; default: the preset's)")
+    p.add_argument("--pretrain-epochs", type=cli.int_at_least(0), default=None)
+    p.add_argument("--pretrain-mix", type=cli.int_at_least(0), default=None,
                    help="keep this many phase-1 molecules in the phase-2 training set (against over-fitting)")
-    p.add_argument("--resume", default=None,
-                   help="continue an interrupted run from its last.npz, or from pretrain/last.npz when it "
-                        "stopped while pretraining (same options as before)")
+    cli.add_resume_argument(p, help="continue the run in --out (same data and options as before): alone, from "
+                                    "its last.npz, or pretrain/last.npz when it stopped while pretraining; or from "
+                                    "the checkpoint named")
     return p
 
 
 def build_sample_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="molecules.py sample", description="Sample from a saved model.")
-    p.add_argument("--checkpoint", required=True, help="a .npz written by a training run")
-    p.add_argument("-n", type=int, default=100, help="number of molecules")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="write the SMILES to this file (default: print them)")
+    from minitransformer.chem import cli
+    p = cli.ArgumentParser(prog="molecules.py sample", description="Sample from a saved model.")
+    p.add_argument("--checkpoint", required=True, type=cli.existing_file("checkpoint"),
+                   help="a .npz written by a training run")
+    p.add_argument("-n", type=cli.int_at_least(1), default=100, help="number of molecules")
+    p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0, help="> 0 (default: 1)")
+    p.add_argument("--seed", type=cli.seed, default=0)
+    p.add_argument("--out", default=None, type=cli.output_file,
+                   help="write the SMILES to this file (default: print them)")
+    p.add_argument("--force", action="store_true", help="overwrite the --out file if it exists")
     p.add_argument("--backend", default=None, choices=list(backend.BACKENDS)[:2])
     return p
 
@@ -116,7 +122,7 @@ def resolve_settings(args) -> dict:
     if args.augment is not None:
         s["augment"] = args.augment
     if args.pretrain_data is not None:
-        s["pretrain_data"] = None if args.pretrain_data.lower() == "none" else args.pretrain_data
+        s["pretrain_data"] = None if args.pretrain_data == "none" else args.pretrain_data
     if args.pretrain_epochs is not None:
         s["pretrain_epochs"] = args.pretrain_epochs
     if args.pretrain_mix is not None:
@@ -165,21 +171,21 @@ def sample_smiles(model, vocab, n, temperature, seed, batch_size=500):
 def train_command(args) -> int:
     from minitransformer.chem import canonical, evaluate_samples
     from minitransformer.chem.metrics import novelty
-    from minitransformer.chem.cli import write_json
-    from minitransformer.chem.draw import molecule_grid
+    from minitransformer.chem import cli
+    from minitransformer.chem.draw import molecule_grid_png
     from minitransformer.chem import Vocab
     from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles, pretraining_smiles
     from minitransformer.checkpoint import load_checkpoint
     from minitransformer.chem.lm_metrics import batches_of, sequence_metrics
-    from minitransformer.plots import plot_curves
     from minitransformer.tasks import LMTask
-    from minitransformer.train import TrainConfig, fit
+    from minitransformer.train import TrainConfig
 
     import numpy as np
     t0 = time.perf_counter()
     settings = resolve_settings(args)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # The folder belongs to one run: reusing it needs --resume (checked below) or --force.
+    resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=("last.npz", "pretrain/last.npz"))
     data = prepare_smiles(args.data, check_rdkit=settings["check_rdkit"], form=settings["form"],
                           limit=400 if args.quick else None)
     extra = []
@@ -192,23 +198,27 @@ def train_command(args) -> int:
     print(f"model: {model.num_parameters():,} weights; preset {args.preset}{' (quick)' if args.quick else ''}")
     run_info = {"preset": args.preset, "quick": args.quick, "settings": settings, "data": data.description,
                 "cleaning": data.clean_summary, "split": [len(data.train), len(data.val), len(data.test)],
-                "pretrain_molecules": len(extra), "pretrain_mix": min(len(extra), settings["pretrain_mix"])}
+                "pretrain_molecules": len(extra), "pretrain_mix": min(len(extra), settings["pretrain_mix"]),
+                "data_sha256": cli.data_fingerprint(data.train, data.val, data.test, extra)}
+    if resume is not None:  # the same data, vocabulary and settings, or a clear refusal
+        cli.check_resume(resume, out, run_info, vocab)
+    out.mkdir(parents=True, exist_ok=True)
     val_batches = batches_of(data.encode(data.val), 128, vocab.pad_id)
 
     def lm_metrics(trainer, epoch, metrics):
         return {f"val_{k}": v for k, v in sequence_metrics(trainer.model, val_batches, vocab.pad_id).items()}
 
     # Phase 1 (optional): pretrain on the extra molecules. Skipped when resuming phase 2.
-    resume_phase = load_checkpoint(args.resume).meta.get("phase", "train") if args.resume else None
+    resume_phase = load_checkpoint(resume).meta.get("phase", "train") if resume is not None else None
     if extra and resume_phase != "train":
         print(f"pretraining on {len(extra)} molecules for {settings['pretrain_epochs']} epochs")
         steps = -(-len(extra) // settings["batch_size"]) * settings["pretrain_epochs"]
         pre_config = TrainConfig(epochs=settings["pretrain_epochs"], batch_size=settings["batch_size"], clip=1.0,
                                  seed=args.seed, out_dir=str(out / "pretrain"), quiet=args.quiet)
-        fit(model, LMTask(vocab.pad_id), make_optimizer(settings, model, max(2, steps)), data.encode(extra),
-            config=pre_config, callbacks=[lm_metrics], vocab=vocab,
-            extra_meta={"run": run_info, "phase": "pretrain"},
-            resume=args.resume if resume_phase == "pretrain" else None)
+        cli.run_fit("pretrain", model, LMTask(vocab.pad_id), make_optimizer(settings, model, max(2, steps)),
+                    data.encode(extra), config=pre_config, callbacks=[lm_metrics], vocab=vocab,
+                    extra_meta={"run": run_info, "phase": "pretrain"},
+                    resume=resume if resume_phase == "pretrain" else None)
     t_pre = time.perf_counter() - t0
 
     # Phase 2: train on the main set (fine-tune, when phase 1 ran), optionally with a fixed
@@ -228,10 +238,11 @@ def train_command(args) -> int:
     config = TrainConfig(epochs=settings["epochs"], batch_size=settings["batch_size"], clip=1.0,
                          patience=settings["patience"], metric=settings["metric"], mode="min",
                          seed=args.seed, max_time=budget, out_dir=str(out), quiet=args.quiet)
-    write_json(out / "config.json", {"model": model.config.to_dict(), "train": config.__dict__, "run": run_info})
-    trainer = fit(model, LMTask(vocab.pad_id, settings["label_smoothing"]), optimizer, train_data,
-                  config=config, callbacks=[lm_metrics], vocab=vocab, extra_meta={"run": run_info, "phase": "train"},
-                  resume=args.resume if resume_phase == "train" else None)
+    cli.write_json(out / "config.json", {"model": model.config.to_dict(), "train": config.__dict__, "run": run_info})
+    trainer = cli.run_fit("train", model, LMTask(vocab.pad_id, settings["label_smoothing"]), optimizer, train_data,
+                          config=config, callbacks=[lm_metrics], vocab=vocab,
+                          extra_meta={"run": run_info, "phase": "train"},
+                          resume=resume if resume_phase == "train" else None)
     t_train = time.perf_counter() - t0
 
     # Evaluate the best checkpoint on the test split, then sample from it.
@@ -244,14 +255,17 @@ def train_command(args) -> int:
     t1 = time.perf_counter()
     samples = sample_smiles(model, vocab, args.samples, args.temperature, args.seed)
     t_sample = time.perf_counter() - t1
-    (out / "samples.smi").write_text("\n".join(samples) + "\n")
+    cli.write_text(out / "samples.smi", "\n".join(samples) + "\n")
     chem = evaluate_samples(samples, data.train, seed=args.seed)
     if extra:  # novelty above is against the main training set (the definition); this one counts phase 1 too
         chem["novelty_vs_all_training"] = novelty(samples, data.train + extra)
     valid = [s for s in samples if canonical(s) is not None]
-    if molecule_grid(valid, out / "molecules.png", n=24) == 0:
+    png, drawn = molecule_grid_png(valid, n=24)
+    if drawn:
+        cli.write_bytes(out / "molecules.png", png)
+    else:
         print(f"no valid molecule among the {len(samples)} samples, so there is no molecules.png to draw")
-    plot_curves(trainer.history, out / "curves.png")
+    cli.save_curves(trainer.history, out / "curves.png")
     if args.plot_attention:
         plot_attention_example(model, vocab, valid or data.test or data.train, out)
 
@@ -262,7 +276,7 @@ def train_command(args) -> int:
                     "sample_time_s": t_sample,
                     "wall_time_s": time.perf_counter() - t0, "parameters": model.num_parameters(),
                     "temperature": args.temperature, "preset": args.preset, "quick": args.quick})
-    write_json(out / "metrics.json", metrics)
+    cli.write_json(out / "metrics.json", metrics)
     print_summary(metrics, out)
     return 0
 
@@ -271,11 +285,12 @@ def plot_attention_example(model, vocab, smiles, out) -> None:
     """Causal self-attention maps (first and last layer, every head) of one molecule."""
     import numpy as np
     from minitransformer.viz import plot_decoder_attention
-    from minitransformer.chem.cli import attention_example
+    from minitransformer.chem.cli import attention_example, save_plot
     example = attention_example(smiles)
     ids = vocab.encode(example)[:-1]  # (T,): BOS + tokens, the model's input when it predicts EOS
     tokens = [vocab.id_to_token(i) for i in ids]
-    path = plot_decoder_attention(model, np.asarray(ids), tokens, out / "attention.png", layers=[0, -1])
+    path = save_plot(out / "attention.png",
+                     lambda target: plot_decoder_attention(model, np.asarray(ids), tokens, target, layers=[0, -1]))
     print(f"attention maps of {example} (first and last layer) in {path}")
 
 
@@ -298,20 +313,23 @@ def print_summary(m, out) -> None:
 
 
 def sample_command(argv) -> int:
-    from minitransformer.chem.cli import use_backend
+    from minitransformer.chem import cli
     args = build_sample_parser().parse_args(argv)
-    use_backend(args)
+    cli.refuse_overwrite(args.out, args.force)  # before any work
+    cli.use_backend(args)
     from minitransformer.chem import Vocab
-    from minitransformer.checkpoint import model_from_checkpoint
-    model, ckpt = model_from_checkpoint(args.checkpoint)
-    if ckpt.vocab is None:
-        print(f"error: {args.checkpoint} carries no vocabulary; it was not written by this demo", file=sys.stderr)
-        return 2
+    from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
+    ckpt = load_checkpoint(args.checkpoint)
+    if ckpt.model_type != "DecoderLM" or ckpt.vocab is None:
+        what = "no vocabulary" if ckpt.model_type == "DecoderLM" else f"a {ckpt.model_type} model"
+        raise ValueError(f"{args.checkpoint} holds {what}; sampling needs a DecoderLM checkpoint with a "
+                         "vocabulary, as written by a molecules.py training run (best.npz or last.npz)")
+    model, _ = model_from_checkpoint(ckpt)
     vocab = Vocab.from_json(ckpt.vocab)
     smiles = sample_smiles(model, vocab, args.n, args.temperature, args.seed)
     text = "\n".join(smiles) + "\n"
     if args.out:
-        Path(args.out).write_text(text)
+        cli.write_text(args.out, text, overwrite=args.force)
         print(f"wrote {len(smiles)} SMILES to {args.out}")
     else:
         sys.stdout.write(text)

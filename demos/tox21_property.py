@@ -49,19 +49,23 @@ QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from minitransformer.chem.cli import add_common_arguments
-    p = argparse.ArgumentParser(description="Predict Tox21 assay labels with a transformer encoder.")
-    add_common_arguments(p, out="runs/tox21_property")
+    from minitransformer.chem import cli
+    p = cli.ArgumentParser(prog="tox21_property.py",
+                           description="Predict Tox21 assay labels with a transformer encoder.")
+    cli.add_common_arguments(p, out="runs/tox21_property", data_names=("tox21",), data_suffixes=(".csv", ".csv.gz"),
+                             data_refused={"druglike": "the drug-like set has no property labels; use --data tox21 "
+                                                       "or a CSV with a smiles column and 0/1 label columns"})
     p.add_argument("--split", default="random", choices=["random", "scaffold"],
                    help="random 80/10/10 (seeded) or Bemis-Murcko scaffold split")
     p.add_argument("--pretrain", action="store_true",
                    help="pretrain as a masked language model on the training SMILES before fine-tuning")
-    p.add_argument("--pretrain-epochs", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None, help="override the fine-tuning peak learning rate")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--augment", type=float, default=None,
+    p.add_argument("--pretrain-epochs", type=cli.int_at_least(0), default=None)
+    p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None,
+                   help="override the fine-tuning peak learning rate")
+    p.add_argument("--batch-size", type=cli.int_at_least(1), default=None)
+    p.add_argument("--augment", type=cli.number(0, 1), default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
-    p.add_argument("--tta", type=int, default=None,
+    p.add_argument("--tta", type=cli.int_at_least(1), default=None,
                    help="random SMILES averaged per test molecule (1 = the SMILES as written in the file)")
     return p
 
@@ -75,8 +79,6 @@ def resolve_settings(args) -> dict:
         if getattr(args, key) is not None:
             s[key] = getattr(args, key)
     s["max_time"] = max_time(args, s["max_time"])
-    if s["tta"] < 1:
-        raise ValueError(f"--tta must be >= 1, got {s['tta']}")
     return s
 
 
@@ -139,9 +141,10 @@ def make_optimizer(lr, weight_decay, warmup, total_steps, model):
 
 def pretrain(model, vocab, train_smiles, s, args, out):
     """Masked-language-model pretraining on the training SMILES (random writings each epoch)."""
+    from minitransformer.chem.cli import run_fit
     from minitransformer.chem.lm_data import RandomizedEpochs
     from minitransformer.tasks import MLMTask
-    from minitransformer.train import TrainConfig, fit
+    from minitransformer.train import TrainConfig
     data = RandomizedEpochs(train_smiles, vocab, seed=args.seed + 1, p=1.0, max_tokens=s["max_len"],
                             encode=dict(cls=True))
     steps = max(2, -(-len(train_smiles) // s["batch_size"]) * s["pretrain_epochs"])
@@ -150,25 +153,24 @@ def pretrain(model, vocab, train_smiles, s, args, out):
     config = TrainConfig(epochs=s["pretrain_epochs"], batch_size=s["batch_size"], clip=1.0, seed=args.seed,
                          max_time=s["pretrain_max_time"], out_dir=str(out / "pretrain"), quiet=args.quiet)
     print(f"pretraining: masked language model, {s['pretrain_epochs']} epochs at most")
-    trainer = fit(model, task, optimizer, data, config=config, vocab=vocab)
-    return trainer
+    return run_fit("pretrain", model, task, optimizer, data, config=config, vocab=vocab)
 
 
 def train_command(args) -> int:
     from minitransformer.chem import Vocab
-    from minitransformer.chem.cli import print_table, write_json
+    from minitransformer.chem import cli
     from minitransformer.chem.properties import load_labelled
     from minitransformer.checkpoint import model_from_checkpoint
     from minitransformer.metrics import multilabel_roc_auc
     from minitransformer.models import Encoder, EncoderConfig
-    from minitransformer.plots import plot_curves
     from minitransformer.tasks import PropertyTask
-    from minitransformer.train import TrainConfig, fit
+    from minitransformer.train import TrainConfig
 
     t0 = time.perf_counter()
     s = resolve_settings(args)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # The folder belongs to one run: reusing it needs --force (this demo cannot resume).
+    cli.claim_run_folder(out, None, args.force, resume_places=None)
     table = load_labelled(args.data)
     if args.quick:
         table = table.take(range(min(400, len(table.smiles))))
@@ -195,6 +197,7 @@ def train_command(args) -> int:
                            mlm_head=args.pretrain, n_outputs=K, **s["model"])
     model = Encoder(config)
     print(f"model: {model.num_parameters():,} weights; pretraining {'on' if args.pretrain else 'off'}")
+    out.mkdir(parents=True, exist_ok=True)
     pre_history = []
     if args.pretrain:
         pre = pretrain(model, vocab, train.smiles, s, args, out)
@@ -213,9 +216,9 @@ def train_command(args) -> int:
     run_info = {"split": args.split, "pretrain": args.pretrain, "quick": args.quick, "settings": s,
                 "data": table.description, "cleaning": table.clean_summary, "tasks": table.tasks,
                 "sizes": [len(train.smiles), len(val.smiles), len(test.smiles)]}
-    write_json(out / "config.json", {"model": config.to_dict(), "train": train_config.__dict__, "run": run_info})
-    trainer = fit(model, task, optimizer, train_data, val_data, config=train_config, vocab=vocab,
-                  extra_meta={"run": run_info})
+    cli.write_json(out / "config.json", {"model": config.to_dict(), "train": train_config.__dict__, "run": run_info})
+    trainer = cli.run_fit("train", model, task, optimizer, train_data, val_data, config=train_config, vocab=vocab,
+                          extra_meta={"run": run_info})
     t_train = time.perf_counter() - t0
 
     # Test: the best epoch's weights, predictions averaged over several writings of each molecule.
@@ -227,8 +230,8 @@ def train_command(args) -> int:
     auc = multilabel_roc_auc(test.labels, probs, mask=~np.isnan(test.labels), names=table.tasks)
     single = multilabel_roc_auc(test.labels, per_view[0], mask=~np.isnan(test.labels))
     write_predictions(out / "predictions.csv", test, probs)
-    plot_curves(trainer.history, out / "curves.png",
-                panels=(("BCE loss", ("train_loss", "val_loss")), ("ROC-AUC", ("val_auc",))))
+    cli.save_curves(trainer.history, out / "curves.png",
+                    panels=(("BCE loss", ("train_loss", "val_loss")), ("ROC-AUC", ("val_auc",))))
     if args.plot_attention:
         plot_attention_example(model, vocab, test.smiles, out)
 
@@ -240,7 +243,7 @@ def train_command(args) -> int:
                "stop_reason": trainer.stop_reason, "pretrain_epochs": len(pre_history),
                "pretrain_time_s": t_pre, "train_time_s": t_train, "wall_time_s": time.perf_counter() - t0,
                "parameters": model.num_parameters(), "tta": s["tta"], "quick": args.quick}
-    write_json(out / "metrics.json", metrics)
+    cli.write_json(out / "metrics.json", metrics)
     rows = [("wall time", f"{metrics['wall_time_s'] / 60:.1f} min (pretraining {t_pre / 60:.1f} min, "
                           f"{len(pre_history)} epochs; fine-tuning {metrics['epochs']} epochs, best "
                           f"{metrics['best_epoch']}, stopped: {metrics['stop_reason']})"),
@@ -250,30 +253,34 @@ def train_command(args) -> int:
              for name, value in per_task.items()]
     rows += [("test ROC-AUC, mean", f"{auc['mean']:.4f} ({s['tta']} SMILES per molecule; "
                                     f"{single['mean']:.4f} with one)")]
-    print_table(rows, footer=f"outputs in {out}/: metrics.json history.json config.json best.npz "
+    cli.print_table(rows, footer=f"outputs in {out}/: metrics.json history.json config.json best.npz "
                              "predictions.csv curves.png")
     return 0
 
 
 def write_predictions(path, test, probs) -> None:
-    """CSV: smiles, then predicted probability and true label (empty if missing) per task."""
+    """CSV: smiles, then predicted probability and true label (empty if missing) per task (written atomically)."""
     import csv
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["smiles"] + [f"p_{t}" for t in test.tasks] + list(test.tasks))
-        for smiles, p, y in zip(test.smiles, probs, test.labels):
-            w.writerow([smiles] + [f"{v:.4f}" for v in p] + ["" if np.isnan(v) else int(v) for v in y])
+    import io
+    from minitransformer.chem.cli import write_text
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(["smiles"] + [f"p_{t}" for t in test.tasks] + list(test.tasks))
+    for smiles, p, y in zip(test.smiles, probs, test.labels):
+        w.writerow([smiles] + [f"{v:.4f}" for v in p] + ["" if np.isnan(v) else int(v) for v in y])
+    write_text(path, f.getvalue())
 
 
 def plot_attention_example(model, vocab, smiles, out) -> None:
     """Self-attention maps of every layer and head for one test molecule."""
     from minitransformer.chem.tokenizer import tokenize
     from minitransformer.viz import plot_encoder_attention
-    from minitransformer.chem.cli import attention_example
+    from minitransformer.chem.cli import attention_example, save_plot
     example = attention_example(smiles)
     ids = vocab.encode(example, cls=True)
     tokens = [vocab.id_to_token(i) for i in ids]
-    path = plot_encoder_attention(model, np.asarray(ids), tokens, out / "attention.png")
+    path = save_plot(out / "attention.png",
+                     lambda target: plot_encoder_attention(model, np.asarray(ids), tokens, target))
     print(f"attention maps of {example} ({len(tokenize(example))} tokens) in {path}")
 
 

@@ -21,11 +21,14 @@ canonical SMILES (one string per molecule, used to compare molecules) and
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
 import gzip
 import io
 import os
+import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Sequence
@@ -68,10 +71,52 @@ def druglike_path() -> Path:
     )
 
 
+def _check_file(path: Path, what: str = "SMILES file") -> None:
+    """FileNotFoundError for a missing path, IsADirectoryError for a folder; each names the path."""
+    if path.is_dir():
+        raise IsADirectoryError(f"{what} {path} is a folder, not a file; give the path of the file inside it")
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path} (resolved: {path.resolve()}). "
+                                "Check the path, or use data='tox21' or data='druglike'.")
+
+
+def _read_text(path: Path) -> str:
+    """The whole text of ``path`` (gunzipped when it ends in ``.gz``), decoded as UTF-8.
+
+    A UTF-8 byte-order mark at the start is dropped (``utf-8-sig``): spreadsheet
+    programs write one, and it must not become part of the first SMILES or column
+    name. Errors name the file: a damaged gzip file raises ValueError, and so does
+    text that is not UTF-8 (with the line of the first bad byte).
+    """
+    raw = path.read_bytes()
+    if path.name.lower().endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; EOFError: truncated
+            raise ValueError(f"{path} is not a readable gzip file ({type(exc).__name__}: {exc}); it may be "
+                             "truncated or not compressed at all. Download it again, or remove the .gz "
+                             "suffix if it is plain text") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        bom = 3 if raw.startswith(codecs.BOM_UTF8) else 0
+        start = exc.start + bom  # the position in ``raw``
+        line = raw.count(b"\n", 0, start) + 1
+        column = start - (raw.rfind(b"\n", 0, start) + 1) + 1
+        raise ValueError(f"{path}, line {line}: not UTF-8 text (byte 0x{raw[start]:02x} at column {column}); "
+                         "save the file as UTF-8") from None
+
+
 def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+    """``path`` as a text stream for the csv module (see :func:`_read_text`)."""
+    return io.StringIO(_read_text(path), newline="")
+
+
+def _first_field(cell: str) -> str:
+    """The SMILES of a cell or line: its first white-space separated field ("" if none).
+    A SMILES never contains white space; what follows it is a name (RDKit reads it so too)."""
+    fields = cell.split()
+    return fields[0] if fields else ""
 
 
 def _smiles_column(header: list[str], path: Path) -> int:
@@ -82,6 +127,8 @@ def _smiles_column(header: list[str], path: Path) -> int:
             return i
     for i, name in enumerate(names):
         if "smiles" in name:
+            print(f"{path}: no column is named 'smiles'; using column {header[i].strip()!r} as the SMILES",
+                  file=sys.stderr)
             return i
     raise ValueError(f"{path}: no SMILES column; the columns are {header}. "
                      "Name the column 'smiles' or pass column=<name or index>.")
@@ -98,15 +145,19 @@ def read_smiles(path: str | os.PathLike, column: str | int | None = None,
         it (``canonical_smiles``). Without one, ValueError lists the columns.
         ``header=False`` reads a file without a header row (then ``column``
         is an index, default 0). Cells are stripped of surrounding white
-        space; empty cells are kept as ``""`` so that cleaning can count them.
+        space, and only their first white-space separated field is kept (a
+        SMILES has no white space; RDKit would read the rest as a name); empty
+        cells are kept as ``""`` so that cleaning can count them.
     ``.smi`` / ``.txt`` (optionally ``.gz``)
         One molecule per line; the first white-space separated field is the
         SMILES. Blank lines and lines starting with ``#`` are skipped.
+
+    Files are read as UTF-8; a byte-order mark is dropped. A folder raises
+    IsADirectoryError, a missing file FileNotFoundError, a damaged ``.gz`` or
+    text that is not UTF-8 ValueError naming the file (and the line).
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"SMILES file not found: {path} (resolved: {path.resolve()}). "
-                                "Check the path, or use data='tox21' or data='druglike'.")
+    _check_file(path)
     name = path.name.lower()
     if name.endswith(_CSV_SUFFIXES):
         with _open_text(path) as f:
@@ -128,7 +179,7 @@ def read_smiles(path: str | os.PathLike, column: str | int | None = None,
                 if isinstance(column, str):
                     raise ValueError("a file without a header needs column as an index")
                 index = 0 if column is None else column
-            return [row[index].strip() if index < len(row) else "" for row in rows if row]
+            return [_first_field(row[index]) if index < len(row) else "" for row in rows if row]
     if name.endswith(_LINE_SUFFIXES):
         out = []
         with _open_text(path) as f:
@@ -173,7 +224,11 @@ def load_source(data: str | os.PathLike | None = None, data_dir: str | os.PathLi
         return LoadedSmiles(read_smiles(path, header=False),
                             f"drug-like WEHI set bundled with RDKit, {path}")
     path = Path(data)
-    return LoadedSmiles(read_smiles(path), f"file {path}")
+    smiles = read_smiles(path)
+    if not smiles:
+        raise ValueError(f"{path} holds no SMILES (the file is empty, or has only a header, blank lines "
+                         "or comments); give a file with one molecule per line or a smiles column")
+    return LoadedSmiles(smiles, f"file {path}")
 
 
 # --------------------------------------------------------------------------- cleaning

@@ -33,7 +33,7 @@ from pathlib import Path
 
 __all__ = [
     "TOX21_URL", "TOX21_FILENAME", "TOX21_CSV_SHA256", "TOX21_GZ_MD5",
-    "ChecksumError", "DownloadError", "cache_dir", "find_tox21", "download_file",
+    "ChecksumError", "DownloadError", "cache_dir", "where_to_put", "find_tox21", "download_file",
     "verify_gzip_csv",
 ]
 
@@ -112,15 +112,24 @@ def download_file(url: str, dest: str | os.PathLike, sha256: str | None = TOX21_
                     for chunk in iter(lambda: response.read(1 << 16), b""):
                         out.write(chunk)
             except (urllib.error.URLError, OSError) as exc:  # includes HTTPError and timeouts
+                reason = " ".join(str(getattr(exc, "reason", None) or exc).split())
                 raise DownloadError(
-                    f"could not download {url} ({exc}). Check the network, or place the file "
-                    f"by hand at {dest} or in the directory named by $MINITRANSFORMER_DATA."
+                    f"could not download {dest.name} from {url} ({reason}). Offline? Put the file "
+                    f"{where_to_put(dest)}"
                 ) from exc
         verify_gzip_csv(tmp, sha256=sha256, md5=md5)
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
     return dest
+
+
+def where_to_put(dest: Path) -> str:
+    """Where a user may place ``dest.name`` by hand, as the end of a sentence."""
+    env = os.environ.get("MINITRANSFORMER_DATA")
+    named = (f"at {Path(env) / dest.name} ($MINITRANSFORMER_DATA)" if env else
+             "in a folder named by $MINITRANSFORMER_DATA (not set now)")
+    return f"{named} or at {dest} (the user cache), or use the offline drug-like set (--data druglike)."
 
 
 def _candidates(data_dir: str | os.PathLike | None) -> list[Path]:
@@ -155,9 +164,9 @@ def find_tox21(data_dir: str | os.PathLike | None = None, download: bool = False
                 verify_gzip_csv(place, sha256=sha256, md5=md5)
             return place
     if not download:
-        searched = "\n  ".join(str(p) for p in places)
+        searched = ", ".join(str(p) for p in places)
         raise FileNotFoundError(
-            f"{TOX21_FILENAME} not found. Searched:\n  {searched}\n"
+            f"{TOX21_FILENAME} not found (searched: {searched}). "
             "Set MINITRANSFORMER_DATA to the directory holding it, or allow the download "
             f"(download=True) from {url}."
         )

@@ -1,16 +1,13 @@
 """Draw molecules with RDKit: a PNG grid of structures with their SMILES as legends."""
 from __future__ import annotations
 
-from pathlib import Path
-
+from minitransformer.atomic import write_bytes
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
 
 
-def molecule_grid(smiles, path, n: int = 24, per_row: int = 6, size: int = 250) -> int:
-    """Draw up to ``n`` parsable SMILES in a grid and write a PNG to ``path``.
-
-    Uses RDKit's Cairo drawer (no Pillow needed). Returns the number drawn.
-    """
+def molecule_grid_png(smiles, n: int = 24, per_row: int = 6, size: int = 250) -> tuple[bytes | None, int]:
+    """Draw up to ``n`` parsable SMILES in a grid; returns ``(PNG bytes, number drawn)``,
+    ``(None, 0)`` when none parses. Uses RDKit's Cairo drawer (no Pillow needed)."""
     require_rdkit()
     from rdkit.Chem.Draw import rdMolDraw2D
 
@@ -24,12 +21,20 @@ def molecule_grid(smiles, path, n: int = 24, per_row: int = 6, size: int = 250) 
             if len(mols) == n:
                 break
     if not mols:
-        return 0
+        return None, 0
     rows = (len(mols) + per_row - 1) // per_row
     cols = min(per_row, len(mols))
     drawer = rdMolDraw2D.MolDraw2DCairo(cols * size, rows * size, size, size)
     drawer.drawOptions().legendFontSize = 14
     drawer.DrawMolecules(mols, legends=legends)
     drawer.FinishDrawing()
-    Path(path).write_bytes(drawer.GetDrawingText())
-    return len(mols)
+    return drawer.GetDrawingText(), len(mols)
+
+
+def molecule_grid(smiles, path, n: int = 24, per_row: int = 6, size: int = 250) -> int:
+    """Draw up to ``n`` parsable SMILES in a grid and write a PNG to ``path`` (atomically:
+    see :mod:`minitransformer.atomic`). Returns the number drawn; nothing is written when 0."""
+    png, drawn = molecule_grid_png(smiles, n, per_row, size)
+    if drawn:
+        write_bytes(path, png)
+    return drawn

@@ -49,7 +49,10 @@ def load_and_clean(data=None, min_len: int | None = 10, max_len: int | None = 10
     Returns ``(kept SMILES, LoadedSmiles, CleanReport)``.
     """
     loaded = load_source(data, download=download)
-    kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=check_rdkit)
+    try:
+        kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=check_rdkit)
+    except ValueError as err:  # nothing usable: say which data it was
+        raise ValueError(f"{loaded.description}: {err}") from None
     log(f"data: {loaded.description}")
     log(f"cleaning: {report.summary()}")
     return (kept if limit is None else kept[:limit]), loaded, report

@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
-from minitransformer.chem.data import _open_text, _smiles_column, clean_indices
+from minitransformer.chem.data import _first_field, _open_text, _smiles_column, clean_indices
 from minitransformer.chem.download import find_tox21
 
 __all__ = ["TOX21_TASKS", "LabelledSmiles", "read_labelled", "load_labelled", "murcko_scaffold",
@@ -81,6 +81,9 @@ def read_labelled(path: str | os.PathLike, tasks: Sequence[str] | None = None) -
     ValueError naming the column and row of a label that is not 0, 1 or empty.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"labelled SMILES file {path} is a folder, not a file; give the path of the "
+                                "CSV file inside it")
     if not path.is_file():
         raise FileNotFoundError(f"labelled SMILES file not found: {path} (resolved: {path.resolve()}). "
                                 "Check the path, or use data='tox21'.")
@@ -90,7 +93,10 @@ def read_labelled(path: str | os.PathLike, tasks: Sequence[str] | None = None) -
     with _open_text(path) as f:
         rows = [row for row in csv.reader(f) if row]
     if not rows:
-        raise ValueError(f"{path}: the file is empty")
+        raise ValueError(f"{path}: the file is empty (no header, no SMILES); give a CSV with a smiles column "
+                         "and one column per label")
+    if len(rows) == 1:
+        raise ValueError(f"{path} holds no SMILES (only the header row {rows[0]})")
     header, body = rows[0], rows[1:]
     s_col = _smiles_column(header, path)
     if tasks is None:
@@ -108,7 +114,7 @@ def read_labelled(path: str | os.PathLike, tasks: Sequence[str] | None = None) -
         for k, c in enumerate(t_cols):
             if c < len(row):
                 labels[r, k] = _label(row[c], path, header[c], r + 1)
-    smiles = [row[s_col].strip() if s_col < len(row) else "" for row in body]
+    smiles = [_first_field(row[s_col]) if s_col < len(row) else "" for row in body]
     return LabelledSmiles(smiles, labels, [header[c] for c in t_cols], f"file {path}")
 
 
@@ -129,13 +135,16 @@ def load_labelled(data: str | os.PathLike | None = None, max_len: int | None = N
                          "smiles column and 0/1 label columns")
     else:
         table = read_labelled(data)
-    index, report = clean_indices(table.smiles, min_len=None, max_len=max_len, check_rdkit=True)
+    try:
+        index, report = clean_indices(table.smiles, min_len=None, max_len=max_len, check_rdkit=True)
+    except ValueError as err:  # nothing usable: say which data it was
+        raise ValueError(f"{table.description}: {err}") from None
     labelled = [i for i in index if not np.isnan(table.labels[i]).all()]
     summary = report.summary()
     if len(labelled) < len(index):
         summary += f"; {len(index) - len(labelled)} without any label dropped"
     if not labelled:
-        raise ValueError(f"no labelled molecules left after cleaning: {summary}")
+        raise ValueError(f"{table.description}: no labelled molecules left after cleaning: {summary}")
     out = table.take(labelled)
     out.clean_summary = summary
     log(f"data: {out.description}")

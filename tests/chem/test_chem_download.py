@@ -134,3 +134,34 @@ def test_found_file_is_verified(tmp_path, cache):
 
 def test_real_tox21_checksum(tox21_path):
     verify_gzip_csv(tox21_path)  # default pins: the decompressed CSV's sha256
+
+
+def _dead_url():
+    import socket
+
+    with socket.socket() as s:  # a port with nothing listening on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/tox21.csv.gz"
+
+
+def test_offline_message_says_where_to_put_the_file(tmp_path, cache, monkeypatch):
+    """Issue 14, item 11: offline, the one-line message names the file and both places for it."""
+    mine = tmp_path / "my-data"
+    monkeypatch.setenv("MINITRANSFORMER_DATA", str(mine))
+    with pytest.raises(DownloadError) as err:
+        find_tox21(download=True, url=_dead_url(), timeout=2)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert str(mine / TOX21_FILENAME) in msg and str(cache / TOX21_FILENAME) in msg
+    monkeypatch.delenv("MINITRANSFORMER_DATA")
+    with pytest.raises(DownloadError) as err:
+        find_tox21(download=True, url=_dead_url(), timeout=2)
+    msg = str(err.value)
+    assert "$MINITRANSFORMER_DATA" in msg and "not set" in msg and str(cache / TOX21_FILENAME) in msg
+
+
+def test_not_found_message_is_one_line(tmp_path, cache):
+    with pytest.raises(FileNotFoundError) as err:
+        find_tox21(tmp_path / "data")
+    assert "\n" not in str(err.value) and TOX21_FILENAME in str(err.value)

@@ -69,14 +69,26 @@ def test_no_test_molecule_is_trained_on_even_under_another_spelling(tmp_path):
 
 
 # --------------------------------------------------------------------------- end to end
+WRITTEN = []  # files the quick run wrote through minitransformer.atomic
+
+
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory, load_demo):
+def quick_run(tmp_path_factory, load_demo, atomic_spy):
     out = tmp_path_factory.mktemp("canonicalize")
     demo = load_demo("canonicalize")
     # RDKit's drug-like set ships with RDKit, so this runs without Tox21 or a network.
-    code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--quiet", "--plot-attention"])
+    with atomic_spy() as written:
+        code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--quiet", "--plot-attention"])
     assert code == 0
+    WRITTEN[:] = written
     return demo, out
+
+
+def test_every_output_is_written_atomically(quick_run):
+    """Issue 14, item 1: no file of the run is written in place (a full disk cannot truncate it)."""
+    _, out = quick_run
+    on_disk = {p.name for p in out.iterdir()}
+    assert on_disk <= set(WRITTEN), f"written in place: {sorted(on_disk - set(WRITTEN))}"
 
 
 def test_quick_run_writes_every_output(quick_run):

@@ -8,15 +8,27 @@ pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
 
 
+WRITTEN = []  # files the quick run wrote through minitransformer.atomic
+
+
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory, load_demo):
+def quick_run(tmp_path_factory, load_demo, atomic_spy):
     out = tmp_path_factory.mktemp("molecules")
     demo = load_demo("molecules")
     # RDKit's drug-like set ships with RDKit, so this runs without Tox21 or a network.
-    code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--samples", "60", "--quiet",
-                      "--plot-attention", "--pretrain-data", "druglike"])
+    with atomic_spy() as written:
+        code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--samples", "60", "--quiet",
+                          "--plot-attention", "--pretrain-data", "druglike"])
     assert code == 0
+    WRITTEN[:] = written
     return demo, out
+
+
+def test_every_output_is_written_atomically(quick_run):
+    """Issue 14, item 1: no file of the run is written in place (a full disk cannot truncate it)."""
+    _, out = quick_run
+    on_disk = {p.relative_to(out).name for p in out.rglob("*") if p.is_file()}
+    assert on_disk <= set(WRITTEN), f"written in place: {sorted(on_disk - set(WRITTEN))}"
 
 
 def test_quick_run_writes_every_output(quick_run):
@@ -52,10 +64,14 @@ def test_sample_command_reads_the_checkpoint(quick_run, tmp_path):
     assert len(target.read_text().splitlines()) == 7
 
 
-def test_bad_data_path_is_a_clear_error(tmp_path, load_demo):
+def test_bad_data_path_is_a_clear_error(tmp_path, load_demo, capsys):
+    from minitransformer.chem.cli import run_cli
     demo = load_demo("molecules")
-    with pytest.raises(FileNotFoundError, match="nope.csv"):
-        demo.main(["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o"), "--quiet"])
+    # checked while parsing the command line, before any work: one line, exit status 2
+    assert run_cli(demo.main, ["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o"),
+                               "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "nope.csv" in err and len(err.strip().splitlines()) == 1
     bad = tmp_path / "bad.csv"
     bad.write_text("name,value\na,1\n")
     with pytest.raises(ValueError, match="name"):

@@ -23,14 +23,26 @@ def labelled_csv(tmp_path_factory):
     return path
 
 
+WRITTEN = []  # files the quick run wrote through minitransformer.atomic
+
+
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory, labelled_csv, load_demo):
+def quick_run(tmp_path_factory, labelled_csv, load_demo, atomic_spy):
     out = tmp_path_factory.mktemp("tox21_property")
     demo = load_demo("tox21_property")
-    code = demo.main(["--quick", "--pretrain", "--data", str(labelled_csv), "--out", str(out), "--quiet",
-                      "--plot-attention"])
+    with atomic_spy() as written:
+        code = demo.main(["--quick", "--pretrain", "--data", str(labelled_csv), "--out", str(out), "--quiet",
+                          "--plot-attention"])
     assert code == 0
+    WRITTEN[:] = written
     return demo, out
+
+
+def test_every_output_is_written_atomically(quick_run):
+    """Issue 14, item 1: no file of the run is written in place (a full disk cannot truncate it)."""
+    _, out = quick_run
+    on_disk = {p.name for p in out.iterdir() if p.is_file()}
+    assert on_disk <= set(WRITTEN), f"written in place: {sorted(on_disk - set(WRITTEN))}"
 
 
 def test_quick_run_writes_every_output(quick_run):

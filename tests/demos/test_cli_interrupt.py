@@ -1,0 +1,121 @@
+"""Ctrl-C ends a demo with one line that names the right epoch and step (issue 14: 11, 14).
+
+The trainer catches KeyboardInterrupt and returns; the demos used to carry on into
+the next phase, evaluation and sampling as if training had finished (and a second
+Ctrl-C gave a traceback). Now the command stops with exit status 130 and one line:
+``interrupted training at epoch N (step S); last good checkpoint: <path> (end of
+epoch K, step T)``. The epoch is the one that was running; an interrupt while the
+end-of-epoch checkpoint is being written names that epoch, not the next one.
+"""
+import shutil
+
+import pytest
+
+from minitransformer.chem.cli import run_cli
+
+pytest.importorskip("rdkit")
+pytest.importorskip("matplotlib")
+
+# 400 drug-like molecules in --quick: 320 for training, 10 steps of 32 per epoch, 2 epochs
+BASE = ["--quick", "--quiet", "--data", "druglike", "--pretrain-data", "none", "--samples", "10"]
+STEPS_PER_EPOCH = 10
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def molecules(load_demo):
+    return load_demo("molecules")
+
+
+def interrupt_training_step(monkeypatch, k: int):
+    """Ctrl-C in the ``k``-th training step (1-based): ``k - 1`` steps are done."""
+    from minitransformer import tasks
+    real, calls = tasks.LMTask.loss, []
+
+    def loss(self, model, batch, rng=None):
+        calls.append(1)
+        if len(calls) == k:
+            raise KeyboardInterrupt
+        return real(self, model, batch, rng)
+    monkeypatch.setattr(tasks.LMTask, "loss", loss)
+
+
+def test_ctrl_c_mid_epoch_names_that_epoch_and_step(molecules, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    interrupt_training_step(monkeypatch, STEPS_PER_EPOCH + 3)
+    assert run_cli(molecules.main, BASE + ["--out", str(out)]) == 130
+    line = one_line_error(capsys)
+    assert line.startswith(f"interrupted training at epoch 2 (step {STEPS_PER_EPOCH + 2});"), line
+    assert f"last good checkpoint: {out / 'last.npz'} (end of epoch 1, step {STEPS_PER_EPOCH})" in line
+    assert "--resume" in line
+    assert not (out / "samples.smi").exists() and not (out / "metrics.json").exists(), \
+        "an interrupted run does not go on to sampling"
+
+
+def test_ctrl_c_while_the_epoch_checkpoint_is_written_names_that_epoch(molecules, tmp_path, capsys, monkeypatch):
+    """Epoch 1 has ended (its metrics are in the history) but its checkpoint is not on disk yet."""
+    import minitransformer.train as train
+    real = train.save_checkpoint
+
+    def save(path, *args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train, "save_checkpoint", save)
+    out = tmp_path / "run"
+    assert run_cli(molecules.main, BASE + ["--out", str(out)]) == 130
+    line = one_line_error(capsys)
+    assert line.startswith(f"interrupted training at the end of epoch 1 (step {STEPS_PER_EPOCH}), before its "
+                           "checkpoint was saved;"), line
+    assert "epoch 2" not in line and "last good checkpoint: none saved yet" in line
+    monkeypatch.setattr(train, "save_checkpoint", real)
+
+
+def test_ctrl_c_while_pretraining_stops_the_run(molecules, tmp_path, capsys, monkeypatch):
+    from minitransformer.chem.data import druglike_path, read_smiles
+    extra = tmp_path / "extra.smi"  # a small pretraining set: rewriting all 10,000 drug-like ones takes seconds
+    extra.write_text("\n".join(read_smiles(druglike_path(), header=False)[-200:]) + "\n")
+    out = tmp_path / "run"
+    interrupt_training_step(monkeypatch, 3)
+    argv = ["--quick", "--quiet", "--data", "druglike", "--pretrain-data", str(extra), "--out", str(out)]
+    assert run_cli(molecules.main, argv) == 130
+    line = one_line_error(capsys)
+    assert line.startswith("interrupted pretraining at epoch 1 (step 2);"), line
+    assert not (out / "config.json").exists() and not (out / "last.npz").exists(), \
+        "Ctrl-C while pretraining must not start the second phase"
+
+
+def test_ctrl_c_after_training_names_the_last_checkpoint(molecules, finished_molecules_run, tmp_path, capsys,
+                                                        monkeypatch):
+    out = tmp_path / "run"
+    shutil.copytree(finished_molecules_run[1], out)
+    (out / "metrics.json").unlink()
+
+    def sample(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(molecules, "sample_smiles", sample)
+    assert run_cli(molecules.main, BASE + ["--out", str(out), "--resume"]) == 130  # trained already: samples at once
+    line = one_line_error(capsys)
+    assert line.startswith(f"interrupted after training (epoch 2, step {2 * STEPS_PER_EPOCH})"), line
+    assert f"{out / 'last.npz'} (end of epoch 2, step {2 * STEPS_PER_EPOCH})" in line
+    assert not (out / "metrics.json").exists()
+
+
+def test_ctrl_c_before_training_and_in_a_subcommand(molecules, tmp_path, capsys, monkeypatch, tiny_checkpoints):
+    import minitransformer.chem.lm_data as lm_data
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(lm_data, "prepare_smiles", stop)
+    assert run_cli(molecules.main, BASE + ["--out", str(tmp_path / "run")]) == 130
+    assert one_line_error(capsys) == "interrupted before training started; nothing was saved"
+    monkeypatch.setattr(molecules, "sample_smiles", stop)
+    target = tmp_path / "s.smi"
+    assert run_cli(molecules.main, ["sample", "--checkpoint", str(tiny_checkpoints["lm"]), "--out",
+                                    str(target)]) == 130
+    assert one_line_error(capsys) == "interrupted; no file was written" and not target.exists()

@@ -1,0 +1,171 @@
+"""A run folder belongs to one run (issue 14, item 3).
+
+Re-running a demo into an old ``--out`` folder used to mix two runs: the new run's
+vocabulary with the old ``best.npz`` (an IndexError when decoding), the old
+``history.json`` next to the new ``metrics.json``. Now reusing a folder needs
+``--resume`` (same data, vocabulary and settings, checked) or ``--force`` (the old
+files move to ``old-YYYYmmdd-HHMMSS/`` first); otherwise the run is refused with
+both ways out in one line.
+"""
+import json
+import shutil
+
+import pytest
+
+from minitransformer.chem.cli import run_cli
+
+pytest.importorskip("rdkit")
+pytest.importorskip("matplotlib")
+
+BASE = ["--quick", "--quiet", "--pretrain-data", "none", "--samples", "10"]
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def molecules(load_demo):
+    return load_demo("molecules")
+
+
+@pytest.fixture(scope="module")
+def finished_run(finished_molecules_run):
+    """A finished quick run of the molecules demo on the drug-like set (BASE's options)."""
+    return finished_molecules_run[1]
+
+
+@pytest.fixture
+def old_run(finished_run, tmp_path):
+    """A private copy of the finished run (tests may change it)."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    return out
+
+
+@pytest.fixture
+def other_data(tmp_path):
+    """Other molecules, with tokens (Br, I, [nH]) the drug-like vocabulary does not have."""
+    rows = [f"{'C' * (8 + i % 9)}{tail}" for i in range(60)
+            for tail in ("Br", "I", "c1cc[nH]c1")][:120]
+    path = tmp_path / "other.smi"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_rerun_into_an_old_run_folder_is_refused(molecules, old_run, other_data, capsys):
+    before = snapshot(old_run)
+    code = run_cli(molecules.main, BASE + ["--data", str(other_data), "--out", str(old_run)])
+    assert code == 2
+    line = one_line_error(capsys)
+    assert "already holds a run" in line and "--resume" in line and "--force" in line
+    assert snapshot(old_run) == before, "a refused run must not touch the folder"
+
+
+def test_force_moves_the_old_run_aside_and_starts_afresh(molecules, old_run, other_data, capsys):
+    before = snapshot(old_run)
+    code = run_cli(molecules.main, BASE + ["--data", str(other_data), "--out", str(old_run), "--force"])
+    assert code == 0
+    aside = [p for p in old_run.iterdir() if p.name.startswith("old-")]
+    assert len(aside) == 1 and aside[0].is_dir()
+    assert snapshot(aside[0]) == before, "every old file is kept, unchanged, in old-*/"
+    config = json.loads((old_run / "config.json").read_text())
+    assert "other.smi" in config["run"]["data"], "the folder now holds the new run only"
+    history = json.loads((old_run / "history.json").read_text())
+    assert len(history) == json.loads((old_run / "metrics.json").read_text())["epochs"]
+
+
+def test_resume_with_other_data_is_refused_naming_what_differs(molecules, old_run, other_data, capsys):
+    before = snapshot(old_run)
+    for resume in (["--resume"], ["--resume", str(old_run / "last.npz")]):
+        code = run_cli(molecules.main, BASE + ["--data", str(other_data), "--out", str(old_run)] + resume)
+        assert code == 2
+        line = one_line_error(capsys)
+        assert line.startswith("error: cannot resume")
+        assert "vocabulary" in line and "data" in line and "--force" in line
+    assert snapshot(old_run) == before
+
+
+def test_resume_with_other_settings_is_refused(molecules, old_run, capsys):
+    code = run_cli(molecules.main, BASE + ["--data", "druglike", "--out", str(old_run), "--resume", "--lr", "0.01"])
+    assert code == 2
+    assert "settings.lr" in one_line_error(capsys)
+
+
+def test_resume_of_the_same_run_continues(molecules, old_run, capsys):
+    code = run_cli(molecules.main, BASE + ["--data", "druglike", "--out", str(old_run), "--resume",
+                                           "--max-minutes", "5"])  # a new time budget is fine
+    assert code == 0, capsys.readouterr().err
+
+
+def test_resume_and_force_together_or_resume_without_a_run(molecules, tmp_path, capsys, no_work):
+    (tmp_path / "run").mkdir()
+    code = run_cli(molecules.main, BASE + ["--data", "druglike", "--out", str(tmp_path / "run"), "--resume",
+                                           "--force"])
+    assert code == 2 and "contradict" in one_line_error(capsys)
+    code = run_cli(molecules.main, BASE + ["--data", "druglike", "--out", str(tmp_path / "run"), "--resume"])
+    assert code == 2 and "no checkpoint to resume" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("name", ["canonicalize", "tox21_property"])
+def test_other_demos_refuse_a_folder_holding_a_run(name, load_demo, tmp_path, capsys, no_work):
+    demo = load_demo(name)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}\n")
+    (out / "best.npz").write_bytes(b"old weights")
+    data = "druglike"
+    if name == "tox21_property":
+        data = str(tmp_path / "labels.csv")
+        (tmp_path / "labels.csv").write_text("smiles,y\nCCO,1\n")
+    assert run_cli(demo.main, ["--quick", "--quiet", "--data", data, "--out", str(out)]) == 2
+    line = one_line_error(capsys)
+    assert "already holds a run" in line and "--force" in line
+    assert ("--resume" in line) == (name == "canonicalize"), "offer --resume only where it exists"
+    assert (out / "best.npz").read_bytes() == b"old weights"
+
+
+def test_force_moves_only_run_files(molecules, tmp_path, capsys, no_work):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}\n")
+    (out / "pretrain").mkdir()
+    (out / "pretrain" / "last.npz").write_bytes(b"x")
+    (out / "notes.txt").write_text("my notes")
+    # no_work stops the run right after the folder was claimed (an unexpected error, status 1)
+    assert run_cli(molecules.main, BASE + ["--data", "druglike", "--out", str(out), "--force"]) == 1
+    aside = [p for p in out.iterdir() if p.name.startswith("old-")]
+    assert len(aside) == 1
+    assert sorted(p.name for p in aside[0].iterdir()) == ["config.json", "pretrain"]
+    assert (out / "notes.txt").read_text() == "my notes", "not a run's file: left where it is"
+
+
+def test_a_folder_without_run_files_is_free(molecules, tmp_path, capsys, no_work):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("my notes")
+    assert run_cli(molecules.main, BASE + ["--data", "druglike", "--out", str(out)]) == 1  # reached the work
+    assert "work started" in capsys.readouterr().err
+
+
+def test_resume_from_elsewhere_into_a_folder_of_another_run_is_refused(molecules, old_run, other_data, tmp_path,
+                                                                       capsys):
+    """The checkpoint named may fit the new data; the folder's own run must fit too."""
+    fresh = tmp_path / "fresh"
+    assert run_cli(molecules.main, BASE + ["--data", str(other_data), "--out", str(fresh)]) == 0
+    (old_run / "config.json").unlink()  # only the checkpoints tell which run the folder holds
+    before = snapshot(old_run)
+    code = run_cli(molecules.main, BASE + ["--data", str(other_data), "--out", str(old_run), "--resume",
+                                           str(fresh / "last.npz")])
+    assert code == 2
+    line = one_line_error(capsys)
+    assert "best.npz: vocabulary" in line or "last.npz: vocabulary" in line, line
+    assert snapshot(old_run) == before
