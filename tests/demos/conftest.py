@@ -68,14 +68,14 @@ def atomic_spy():
     @contextlib.contextmanager
     def spy():
         import minitransformer.atomic as atomic
-        import minitransformer.checkpoint as checkpoint
+        import minitransformer.checkpoint.files as checkpoint
         written, real = [], atomic.atomic_write
 
         def recording(path, *args, **kwargs):
             written.append(Path(path).name)
             return real(path, *args, **kwargs)
         with pytest.MonkeyPatch.context() as mp:
-            for module in (atomic, checkpoint):  # checkpoint.py holds its own name for it
+            for module in (atomic, checkpoint):  # checkpoint/files.py holds its own name for it
                 if getattr(module, "atomic_write", None) is real:
                     mp.setattr(module, "atomic_write", recording)
             yield written

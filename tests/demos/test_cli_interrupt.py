@@ -61,7 +61,7 @@ def test_ctrl_c_mid_epoch_names_that_epoch_and_step(molecules, tmp_path, capsys,
 
 def test_ctrl_c_while_the_epoch_checkpoint_is_written_names_that_epoch(molecules, tmp_path, capsys, monkeypatch):
     """Epoch 1 has ended (its metrics are in the history) but its checkpoint is not on disk yet."""
-    import minitransformer.train as train
+    import minitransformer.train.checkpointing as train  # where the trainer's save_checkpoint is looked up
     real = train.save_checkpoint
 
     def save(path, *args, **kwargs):
