@@ -1,0 +1,257 @@
+"""Reading a demo's command line: every argument is checked before any work starts.
+
+A typo in ``--temperature`` should cost a second, not an hour of training
+followed by a crash at sampling time. So each option gets a ``type=`` function
+that refuses a bad value while argparse parses the command line:
+
+* :func:`int_at_least`, :func:`number` and :func:`seed`: integers and finite
+  floats within bounds (no negative counts, no NaN, no seed NumPy cannot take);
+* :func:`existing_file` and :func:`data_source`: an input that exists, is a
+  readable file and not a folder, or one of the named built-in data sets;
+* :func:`output_file` and :func:`run_folder`: somewhere an output can go.
+
+:class:`ArgumentParser` reports the refusal as one line and exits with status 2.
+:func:`add_common_arguments` and :func:`add_resume_argument` add the options all
+demos share, and :func:`demo_main` is the ``main`` they have in common: it
+dispatches a subcommand or parses the training options and trains.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from minitransformer import atomic, backend
+from minitransformer.chem.cli.errors import BackendUnavailable, one_line
+from minitransformer.chem.cli.progress import PROGRESS
+
+
+class Auto(str):
+    """The type of :data:`AUTO`, so that a file named "auto" is still a file."""
+
+
+AUTO = Auto("auto")  # ``--resume`` without a path: the run folder's own last checkpoint
+SEED_MAX = 2 ** 32 - 1
+DATA_SUFFIXES = (".csv", ".csv.gz", ".smi", ".smi.gz", ".txt", ".txt.gz")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` whose errors are one line: ``error: <prog>: <what>``."""
+
+    def error(self, message):  # noqa: D102 (argparse's hook)
+        sys.stderr.write(f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def _parse_number(text: str, kind):
+    try:
+        value = kind(text.strip())
+    except (TypeError, ValueError, AttributeError):
+        raise argparse.ArgumentTypeError(
+            f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+    return value
+
+
+def int_at_least(lo: int) -> Callable[[str], int]:
+    """``type=`` for an integer option with a lower bound (``--epochs``: 1, ``--examples``: 0)."""
+    def parse(text: str) -> int:
+        value = _parse_number(text, int)
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        return value
+    parse.__name__ = f"integer >= {lo}"
+    return parse
+
+
+def seed(text: str) -> int:
+    """``type=`` for ``--seed``: an integer from 0 to 2**32 - 1 (what NumPy's generators take)."""
+    value = _parse_number(text, int)
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"a random seed must be an integer from 0 to {SEED_MAX}, got {text!r}")
+    return value
+
+
+def number(lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+           hi_open: bool = False) -> Callable[[str], float]:
+    """``type=`` for a finite float within bounds: ``number(0, lo_open=True)`` is ``> 0``,
+    ``number(0, 1, hi_open=True)`` is ``[0, 1)``. NaN and infinities are refused."""
+    if lo is not None and hi is not None:
+        want = f"a number in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    elif lo is not None:
+        want = f"a number {'>' if lo_open else '>='} {lo:g}"
+    elif hi is not None:
+        want = f"a number {'<' if hi_open else '<='} {hi:g}"
+    else:
+        want = "a finite number"
+
+    def parse(text: str) -> float:
+        value = _parse_number(text, float)
+        ok = math.isfinite(value)
+        if ok and lo is not None:
+            ok = value > lo if lo_open else value >= lo
+        if ok and hi is not None:
+            ok = value < hi if hi_open else value <= hi
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be {want}, got {text!r}")
+        return value
+    parse.__name__ = want
+    return parse
+
+
+def _file_problem(text: str, what: str) -> str | None:
+    """Why ``text`` is not a readable file (None when it is one)."""
+    if not text.strip():
+        return f"the {what} path is empty"
+    path = Path(text)
+    if path.is_dir():
+        return f"{text} is a folder, not a {what}; give the path of the file inside it"
+    if not path.exists():
+        resolved = path.resolve()
+        return f"no such {what}: {text}" + (f" (resolved: {resolved})" if str(resolved) != text else "")
+    if not path.is_file():
+        return f"{text} is not a regular file"
+    if not os.access(path, os.R_OK):
+        return f"{text} is not readable (permission denied)"
+    return None
+
+
+def existing_file(what: str = "file") -> Callable[[str], str]:
+    """``type=`` for an input file (``--checkpoint``): it exists, is a file, is readable."""
+    def parse(text: str) -> str:
+        problem = _file_problem(text, what)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return text
+    parse.__name__ = what
+    return parse
+
+
+def data_source(names: Sequence[str] = ("tox21", "druglike"), suffixes: Sequence[str] = DATA_SUFFIXES,
+                refused: dict | None = None) -> Callable[[str], str]:
+    """``type=`` for ``--data``: one of ``names`` (any case; returned in lower case) or an
+    existing file whose name ends in one of ``suffixes``. ``refused`` maps names that
+    cannot serve to the reason why."""
+    names, suffixes, refused = tuple(names), tuple(suffixes), dict(refused or {})
+    choices = ", ".join(names)
+
+    def parse(text: str) -> str:
+        if text.strip().lower() in refused:
+            raise argparse.ArgumentTypeError(refused[text.strip().lower()])
+        if text.strip().lower() in names:
+            return text.strip().lower()
+        problem = _file_problem(text, "data file")
+        if problem:
+            raise argparse.ArgumentTypeError(f"{problem}; give {choices} or the path of a "
+                                             f"{'/'.join(suffixes)} file")
+        if not text.lower().endswith(suffixes):
+            raise argparse.ArgumentTypeError(f"{text}: unknown file type; expected one of {', '.join(suffixes)}")
+        return text
+    parse.__name__ = "data source"
+    return parse
+
+
+def output_file(text: str) -> str:
+    """``type=`` for an output file (``sample --out``): not empty, not a folder, its folder
+    not a file. Whether it may be overwritten is :func:`refuse_overwrite`'s question."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the output file name is empty")
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name (e.g. {path / 'out.smi'})")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: {parent} is a file, not a folder")
+    return text
+
+
+def run_folder(text: str) -> str:
+    """``type=`` for ``--out`` of a training run: a folder (created if needed), not a file."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the run folder name is empty")
+    path = Path(text)
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            raise argparse.ArgumentTypeError(f"{p} is a file, not a folder; give a folder for the run's outputs")
+    return text
+
+
+def refuse_overwrite(path: str | os.PathLike | None, force: bool, option: str = "--out") -> None:
+    """Refuse (FileExistsRefusal, exit status 2) to replace the user's file without ``--force``."""
+    if path is not None and not force and Path(path).exists():
+        raise atomic.FileExistsRefusal(f"{path} already exists; pass --force to overwrite it, or give "
+                                       f"another {option}")
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, out: str,
+                         data_names: Sequence[str] = ("tox21", "druglike"),
+                         data_suffixes: Sequence[str] = DATA_SUFFIXES,
+                         data_refused: dict | None = None) -> argparse.ArgumentParser:
+    """Add the options every chemistry demo understands; ``out`` is the default run folder.
+    ``data_*`` say what ``--data`` accepts (see :func:`data_source`)."""
+    parser.add_argument("--data", default=None, type=data_source(data_names, data_suffixes, data_refused),
+                        help=f"{', '.join(data_names)}, or a {'/'.join(data_suffixes)} file "
+                             "(default: Tox21 if found, else druglike)")
+    parser.add_argument("--quick", action="store_true", help="tiny model and data: a smoke test under a minute")
+    parser.add_argument("--epochs", type=int_at_least(1), default=None, help="override the preset's number of epochs")
+    parser.add_argument("--max-minutes", type=number(0), default=None,
+                        help="training time budget (the preset's by default; 0 = no limit)")
+    parser.add_argument("--out", default=out, type=run_folder,
+                        help=f"run folder, created if needed (default: {out}); a folder holding another run "
+                             "needs --resume or --force")
+    parser.add_argument("--force", action="store_true",
+                        help="start afresh in a run folder that holds an earlier run (its files are moved to "
+                             "old-YYYYmmdd-HHMMSS/ inside it first)")
+    parser.add_argument("--backend", default=None, choices=list(backend.BACKENDS)[:2],
+                        help="numpy (default) or cupy")
+    parser.add_argument("--seed", type=seed, default=0, help=f"random seed, 0 to {SEED_MAX} (default: 0)")
+    parser.add_argument("--plot-attention", action="store_true",
+                        help="also write attention heatmaps of a test example to the run folder")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    return parser
+
+
+def add_resume_argument(parser: argparse.ArgumentParser, help: str) -> argparse.ArgumentParser:
+    """``--resume [CHECKPOINT]``: alone, the run folder's own last checkpoint (:data:`AUTO`)."""
+    checkpoint = existing_file("checkpoint")
+
+    def parse(text: str) -> str:  # argparse passes the const through ``type`` too
+        return text if isinstance(text, Auto) else checkpoint(text)
+    parse.__name__ = "checkpoint"
+    parser.add_argument("--resume", nargs="?", const=AUTO, default=None, type=parse,
+                        metavar="CHECKPOINT", help=help)
+    return parser
+
+
+def use_backend(args: argparse.Namespace) -> None:
+    """Switch the array backend when the user asked for one with ``--backend``."""
+    if getattr(args, "backend", None):
+        try:
+            backend.use(args.backend)
+        except (ImportError, RuntimeError) as err:
+            raise BackendUnavailable(str(err)) from err
+
+
+def max_time(args: argparse.Namespace, preset_seconds: float | None) -> float | None:
+    """The training time budget in seconds: ``--max-minutes`` (0 = none) or the preset's."""
+    if args.max_minutes is None:
+        return preset_seconds
+    if not (args.max_minutes >= 0 and math.isfinite(args.max_minutes)):
+        raise ValueError(f"--max-minutes must be a finite number >= 0 (0 = no limit), got {args.max_minutes}")
+    return args.max_minutes * 60 if args.max_minutes > 0 else None
+
+
+def demo_main(argv, build_parser, train_command, subcommands: dict | None = None) -> int:
+    """A demo's ``main``: ``argv[0]`` may name a subcommand (e.g. ``sample``), which gets
+    the remaining arguments; otherwise parse the training options, choose the backend
+    and train. ``argv=None`` reads ``sys.argv``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and subcommands and argv[0] in subcommands:
+        PROGRESS.reset(command=argv[0])
+        return subcommands[argv[0]](argv[1:])
+    PROGRESS.reset(command="train")
+    args = build_parser().parse_args(argv)
+    use_backend(args)
+    return train_command(args)

@@ -1,0 +1,100 @@
+"""How a demo fails: one line on stderr and an exit status, never a traceback.
+
+:func:`run_cli` wraps a demo's ``main``. Whatever goes wrong is sorted into one
+of three kinds, and each kind has its own exit status:
+
+* **2, a usage error**: the user can fix it by changing the command line - a
+  bad argument, an input file that is missing, unreadable or not what it claims
+  to be (any ``ValueError``, e.g. a damaged checkpoint), a file that would be
+  overwritten without ``--force``;
+* **1, a runtime error**: the command was right but the world was not - no
+  network, a full disk (:class:`WriteError`), training diverged, the backend
+  asked for is not installed (:class:`BackendUnavailable`), out of memory; an
+  exception nobody expected also lands here, named by its type and flagged as a
+  bug;
+* **130, Ctrl-C**: the message comes from
+  :func:`~minitransformer.chem.cli.progress.interrupt_message` and says where
+  training stopped and which checkpoint is the last good one.
+
+Setting ``MINITRANSFORMER_DEBUG=1`` re-raises instead, so a developer sees the
+full traceback.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Sequence
+
+from minitransformer.chem.cli.progress import interrupt_message
+
+DEBUG_ENV = "MINITRANSFORMER_DEBUG"
+
+
+class WriteError(RuntimeError):
+    """A file could not be written (full disk, no permission, ...); the old file is intact."""
+
+
+class BackendUnavailable(RuntimeError):
+    """The array backend asked for with ``--backend`` cannot be used here."""
+
+
+def one_line(message) -> str:
+    """``message`` as one line: runs of whitespace, newlines included, become one space."""
+    return " ".join(str(message).split())
+
+
+def _describe(exc: BaseException) -> tuple[int, str]:
+    """(exit status, one-line message) for an exception that reached :func:`run_cli`."""
+    from minitransformer.chem.download import DownloadError
+    from minitransformer.train import TrainingDiverged
+    text = one_line(exc) or type(exc).__name__
+    if isinstance(exc, (FileExistsError, IsADirectoryError, NotADirectoryError, FileNotFoundError)):
+        if exc.filename is not None and exc.strerror and text.startswith("[Errno"):  # raised by the OS
+            kind = "is a folder, not a file" if isinstance(exc, IsADirectoryError) else exc.strerror
+            text = f"{exc.filename}: {kind}"
+        return 2, text
+    if isinstance(exc, ValueError):  # bad input: data, checkpoint, SMILES (CheckpointError, UnicodeDecodeError)
+        return 2, text
+    if isinstance(exc, (WriteError, DownloadError, TrainingDiverged, BackendUnavailable)):
+        return 1, text
+    if isinstance(exc, OSError):  # a full disk, no permission, an I/O error
+        where = f"{exc.filename}: " if exc.filename else ""
+        return 1, f"{where}{exc.strerror or text} ({type(exc).__name__}, errno {exc.errno})"
+    if isinstance(exc, MemoryError):
+        return 1, "out of memory; try a smaller --batch-size, a smaller model or fewer samples"
+    if isinstance(exc, ImportError) and "pip install" in text:  # e.g. RDKit is missing
+        return 1, text
+    return 1, (f"unexpected {type(exc).__name__}: {text} (this is a bug; rerun with {DEBUG_ENV}=1 "
+               "to see the traceback)")
+
+
+def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+    """Run ``main(argv)`` and return its exit status; every failure becomes one line on stderr.
+
+    Exit status 2: a usage error (bad argument, missing or unreadable input, a file
+    that would be overwritten without ``--force``). 1: a runtime error (no network,
+    full disk, training diverged) or an unexpected exception (named by its type;
+    set ``MINITRANSFORMER_DEBUG=1`` for the traceback). 130: Ctrl-C, with the epoch
+    and step it stopped at and the last good checkpoint.
+    """
+    debug = os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse (--help, or its one-line error)
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(f"error: {one_line(exc.code)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        sys.stdout.flush()
+        print(interrupt_message(), file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        code, message = _describe(exc)
+        sys.stdout.flush()
+        print(f"error: {message}", file=sys.stderr)
+        return code

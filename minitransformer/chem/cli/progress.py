@@ -1,0 +1,116 @@
+"""What the demo is doing right now, so that Ctrl-C can say where it stopped.
+
+A KeyboardInterrupt carries no information, yet the user who pressed Ctrl-C
+wants to know two things: how far training got, and which file to resume from.
+The module-level :data:`PROGRESS` records what is needed to answer:
+
+* which command runs (``"train"`` or a subcommand such as ``sample``),
+* which phase (``"pretrain"`` or ``"train"``) and whether it is inside ``fit``,
+* the trainer (its epoch, step and position within the epoch),
+* the run folder, and whether this demo can resume at all.
+
+:func:`run_fit` keeps the record up to date around
+:func:`minitransformer.train.fit`; :func:`interrupt_message` turns it into one
+line. The "last good checkpoint" is read from the checkpoint's own metadata
+(:func:`saved_meta`), never guessed from file times.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class _Progress:
+    """What the demo is doing, for the Ctrl-C message: the phase, its trainer, its folder."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self, command: str | None = None):
+        self.command = command  # "train" for a training run, else a subcommand's name
+        self.phase = None  # "pretrain" / "train" once training started
+        self.training = False  # inside fit (or interrupted inside it)
+        self.trainer = None
+        self.out_dir = None
+        self.resumable = False
+
+
+PROGRESS = _Progress()
+
+
+def _track(trainer, epoch, metrics):
+    """A fit callback: remember the trainer (so Ctrl-C can name its epoch and step)."""
+    PROGRESS.trainer = trainer
+    return None
+
+
+def run_fit(phase: str, model, task, optimizer, train_data, val_data=None, *, config, callbacks=(), **kwargs):
+    """:func:`minitransformer.train.fit` for a demo: Ctrl-C during training ends the
+    command (KeyboardInterrupt, reported by :func:`run_cli` with the epoch, step and
+    last good checkpoint) instead of going on to evaluation and sampling."""
+    from minitransformer.train import fit
+    PROGRESS.phase, PROGRESS.training, PROGRESS.trainer = phase, True, None
+    PROGRESS.out_dir = Path(config.out_dir) if config.out_dir else None
+    trainer = fit(model, task, optimizer, train_data, val_data, config=config,
+                  callbacks=list(callbacks) + [_track], **kwargs)
+    PROGRESS.trainer = trainer
+    if trainer.stop_reason == "interrupted":
+        raise KeyboardInterrupt
+    PROGRESS.training = False
+    return trainer
+
+
+def _saved_state(path: Path) -> dict | None:
+    """The trainer state (epoch, step) stored in a checkpoint, or None if unreadable."""
+    meta = saved_meta(path)
+    state = meta.get("trainer") if meta else None
+    return state if isinstance(state, dict) else None
+
+
+def _last_good(out: Path | None) -> tuple[str, int | None]:
+    """('path (end of epoch K)' or 'none saved yet', K) for the run folder ``out``."""
+    if out is None:
+        return "none (nothing is saved)", None
+    for name in ("last.npz", "best.npz"):
+        state = _saved_state(out / name)
+        if state is not None:
+            return f"{out / name} (end of epoch {state.get('epoch')}, step {state.get('step')})", state.get("epoch")
+    return "none saved yet", None
+
+
+def interrupt_message() -> str:
+    """One line for Ctrl-C: where it stopped and what was kept."""
+    p = PROGRESS
+    if p.command != "train":
+        return "interrupted; no file was written"
+    if p.phase is None:
+        return "interrupted before training started; nothing was saved"
+    checkpoint, saved_epoch = _last_good(p.out_dir)
+    what = "pretraining" if p.phase == "pretrain" else "training"
+    t = p.trainer
+    if p.training:
+        if t is not None:
+            done, step = t.epoch, t.step  # epochs completed (saved or being saved), optimizer steps
+            if t.batch_index == 0 and done > 0 and (saved_epoch is None or saved_epoch < done):
+                where = f"at the end of epoch {done} (step {step}), before its checkpoint was saved"
+            else:
+                where = f"at epoch {done + 1} (step {step})"
+        else:  # interrupted before the first epoch ended
+            where = f"at epoch {(saved_epoch or 0) + 1}"
+        hint = "; continue with --resume" if p.resumable and saved_epoch is not None else ""
+        return f"interrupted {what} {where}; last good checkpoint: {checkpoint}{hint}"
+    ended = f" (epoch {t.epoch}, step {t.step})" if t is not None else ""
+    hint = "; rerun with --resume to evaluate again" if p.resumable else ""
+    return (f"interrupted after training{ended}, while evaluating or writing results; "
+            f"last good checkpoint: {checkpoint}{hint}")
+
+
+def saved_meta(path: Path) -> dict | None:
+    """The JSON metadata of a checkpoint (without loading its arrays), None if unreadable."""
+    import numpy as np
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
+        return meta if isinstance(meta, dict) else None
+    except Exception:  # missing, half-written, not a checkpoint: nothing to compare
+        return None

@@ -1,0 +1,188 @@
+"""A run folder belongs to one run.
+
+A training demo writes its outputs (``config.json``, ``last.npz``,
+``samples.smi``, ...) into ``--out``. Running it again into the same folder
+would mix two runs' files, so :func:`claim_run_folder` decides, before any
+work starts, what may happen to a folder that already holds a run:
+
+* without a flag it is refused, and the message names both ways out;
+* ``--resume`` continues the run in it; :func:`check_resume` then compares the
+  data (:func:`data_fingerprint`), the vocabulary and the settings recorded in
+  the checkpoints and ``config.json`` with this run's, and refuses with the
+  list of differences (only the time budget may change);
+* ``--force`` starts afresh after moving the earlier run's files, and only
+  those, into ``old-YYYYmmdd-HHMMSS/`` inside the folder.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Sequence
+
+from minitransformer import atomic
+from minitransformer.chem.cli.arguments import Auto
+from minitransformer.chem.cli.outputs import json_safe
+from minitransformer.chem.cli.progress import PROGRESS, saved_meta
+
+
+RUN_FILES = ("config.json", "metrics.json", "history.json", "best.npz", "last.npz", "samples.smi",
+             "predictions.tsv", "predictions.csv", "curves.png", "molecules.png", "attention.png",
+             "attention_cross.png", "pretrain")
+
+
+def _run_files(out: Path) -> list[str]:
+    """The names in ``out`` that a demo's run writes (an earlier run's outputs)."""
+    if not out.is_dir():
+        return []
+    names = {p.name for p in out.iterdir()}
+    return [n for n in RUN_FILES if n in names] + sorted(n for n in names if n.endswith(".npz")
+                                                         and n not in RUN_FILES)
+
+
+def _move_aside(out: Path, names: Sequence[str]) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest, k = out / f"old-{stamp}", 1
+    while dest.exists():
+        k += 1
+        dest = out / f"old-{stamp}-{k}"
+    dest.mkdir()
+    for name in names:
+        os.replace(out / name, dest / name)
+    return dest
+
+
+def claim_run_folder(out: str | os.PathLike, resume: str | None, force: bool,
+                     resume_places: Sequence[str] | None = ("last.npz",)) -> Path | None:
+    """Make ``out`` this run's folder, before any work starts; returns the checkpoint to resume from.
+
+    * a new or empty folder (or one without any run's files): fine;
+    * ``--resume``: continue the run in it (``resume`` is a checkpoint path, or :data:`AUTO`
+      for the first of ``resume_places`` inside ``out``); :func:`check_resume` later
+      compares its data, vocabulary and settings with this run's;
+    * ``--force``: the earlier run's files move to ``out/old-YYYYmmdd-HHMMSS/`` first;
+    * otherwise: FileExistsRefusal, naming both ways out.
+
+    ``resume_places=None``: the demo cannot resume (only ``--force`` is offered).
+    """
+    out = Path(out)
+    PROGRESS.out_dir, PROGRESS.resumable = out, resume_places is not None
+    if resume is not None and force:
+        raise ValueError("--resume and --force contradict each other: --resume continues the run in "
+                         f"{out}, --force starts afresh (moving its files aside); pass one of them")
+    if resume is not None:
+        if resume_places is None:
+            raise ValueError("this demo cannot resume a run; pass --force to start afresh")
+        if not isinstance(resume, Auto):
+            return Path(resume)
+        for place in resume_places:
+            if (out / place).is_file():
+                return out / place
+        raise FileNotFoundError(f"--resume: {out} holds no checkpoint to resume from "
+                                f"({' or '.join(resume_places)}); start the run without --resume")
+    present = _run_files(out)
+    if present and not force:
+        shown = ", ".join(present[:4]) + (", ..." if len(present) > 4 else "")
+        ways = "pass --resume to continue it, " if resume_places is not None else ""
+        raise atomic.FileExistsRefusal(
+            f"{out} already holds a run ({shown}); {ways}--force to start afresh (its files move to "
+            f"{out / 'old-YYYYmmdd-HHMMSS'}/), or give another --out")
+    if present:
+        dest = _move_aside(out, present)
+        print(f"--force: moved the earlier run's files ({', '.join(present)}) to {dest}/")
+    return None
+
+
+def data_fingerprint(*splits: Sequence[str]) -> str:
+    """SHA-256 (first 16 hex digits) of the molecules of each split, in order: the same
+    data in the same splits gives the same fingerprint."""
+    h = hashlib.sha256()
+    for split in splits:
+        for s in split:
+            h.update(s.encode("utf-8") + b"\n")
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+_RESUME_IGNORES = ("settings.max_time",)  # a new time budget for the rest is fine
+
+
+def _flat(obj, prefix: str = "") -> dict:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: obj}
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _differences(saved: dict, new: dict) -> list[str]:
+    saved, new = _flat(json_safe(saved)), _flat(json_safe(new))
+    return [f"{key}: {_short(saved[key])} then, {_short(new.get(key))} now" for key in saved
+            if key not in _RESUME_IGNORES and new.get(key) != saved[key]]
+
+
+def _vocab_difference(saved, new) -> str | None:
+    old_tokens = list((saved or {}).get("tokens", []))
+    new_tokens = list((new or {}).get("tokens", []))
+    if saved is None or old_tokens == new_tokens:
+        return None
+    gone = [t for t in old_tokens if t not in set(new_tokens)]
+    added = [t for t in new_tokens if t not in set(old_tokens)]
+    detail = ", ".join(x for x in (f"new tokens {added[:5]}" if added else "",
+                                   f"missing tokens {gone[:5]}" if gone else "") if x) or "another token order"
+    return f"vocabulary: {len(old_tokens)} tokens then, {len(new_tokens)} now ({detail})"
+
+
+def check_resume(resume: str | os.PathLike, out: str | os.PathLike, run_info: dict, vocab) -> None:
+    """Refuse (ValueError) to resume from a checkpoint, or into a folder, made with other
+    data, another vocabulary or other settings; the message lists what differs.
+
+    Compared with this run's ``run_info`` and ``vocab``: the run metadata and vocabulary
+    of the checkpoint resumed from and of the checkpoints already in the run folder
+    (``last.npz``, ``best.npz``, ``pretrain/*.npz``), and the folder's ``config.json``
+    (its ``run`` entry). Keys a saved run lacks (older versions) and the time budget
+    are not compared.
+    """
+    from minitransformer.checkpoint import load_checkpoint
+    resume, out = Path(resume), Path(out)
+    sources = [(resume, load_checkpoint(resume).meta)]  # a damaged one: CheckpointError, exit status 2
+    seen = {resume.resolve()}
+    for name in ("last.npz", "best.npz", "pretrain/last.npz", "pretrain/best.npz"):
+        path = out / name
+        if path.is_file() and path.resolve() not in seen:
+            seen.add(path.resolve())
+            meta = saved_meta(path)
+            if meta is not None:
+                sources.append((path, meta))
+    new_vocab = vocab.to_json() if hasattr(vocab, "to_json") else vocab
+    problems = []
+    for path, meta in sources:
+        try:
+            label = path.relative_to(out).as_posix()
+        except ValueError:  # resuming from a checkpoint outside the run folder
+            label = str(path)
+        if isinstance(meta.get("run"), dict):
+            problems += [f"{label}: {d}" for d in _differences(meta["run"], run_info)]
+        vocab_diff = _vocab_difference(meta.get("vocab"), new_vocab)
+        if vocab_diff:
+            problems.append(f"{label}: {vocab_diff}")
+    config = out / "config.json"
+    if config.is_file():
+        try:
+            saved = json.loads(config.read_text(encoding="utf-8")).get("run")
+        except (ValueError, AttributeError) as err:
+            raise ValueError(f"{config} is not readable JSON ({err}); pass --force to start afresh") from None
+        if isinstance(saved, dict):
+            problems += [f"config.json: {d}" for d in _differences(saved, run_info)]
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise ValueError(f"cannot resume {resume}: it or the run in {out} was made with other data or settings "
+                         f"({shown}); resume with the options of that run, or pass --force to start afresh")
