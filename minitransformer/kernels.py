@@ -36,7 +36,7 @@ NAMES = (
     "embedding_forward", "embedding_backward",
     "softmax_forward", "softmax_backward", "log_softmax",
     "cross_entropy_forward", "cross_entropy_backward",
-    "attention_forward", "attention_backward",
+    "attention_forward", "attention_backward", "merge_heads",
     "relative_bias_forward", "relative_bias_backward",
     "layernorm_forward", "layernorm_backward",
     "gelu_forward", "gelu_backward", "relu_forward", "relu_backward",

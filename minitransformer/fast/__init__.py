@@ -13,6 +13,7 @@ FAST_KERNELS = {
     "cross_entropy_backward": softmax.cross_entropy_backward,
     "attention_forward": attention.attention_forward,
     "attention_backward": attention.attention_backward,
+    "merge_heads": attention.merge_heads,
     "layernorm_forward": layernorm.layernorm_forward,
     "layernorm_backward": layernorm.layernorm_backward,
     "gelu_forward": activations.gelu_forward,

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from minitransformer.backend import xp
 from minitransformer.fast.parallel import batch_slices, parallel_for
+from minitransformer.nn import attention as reference
 from minitransformer.nn.attention import check_attention_inputs, sum_to_shape
 
 
@@ -98,10 +99,15 @@ def attention_backward(dout, cache: FastAttentionCache):
     """As :func:`minitransformer.nn.attention.attention_backward`."""
     qs, k, v, p, pd, o, dropout_mask, scale, bias = cache
     B, H, Tq, Tk = p.shape
-    # token-major memory, as for the output: putting the heads side by side is then free
-    dq = xp.empty((B, Tq, H, qs.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dh)
-    dk = xp.empty((B, Tk, H, k.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dh)
-    dv = xp.empty((B, Tk, H, v.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dv)
+    # token-major memory, as for the output: putting the heads side by side is then free;
+    # self-attention's three share one (B, T, 3, H, d) buffer, the fused projection's dqkv
+    if qs.shape == k.shape == v.shape:
+        buf = xp.empty((B, Tq, 3, H, qs.shape[3]), dtype=p.dtype)  # (B, T, 3, H, d)
+        dq, dk, dv = (buf[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # (B, H, T, d) each
+    else:
+        dq = xp.empty((B, Tq, H, qs.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dh)
+        dk = xp.empty((B, Tk, H, k.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dh)
+        dv = xp.empty((B, Tk, H, v.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dv)
     pieces = batch_slices(B, H * Tq * Tk * p.itemsize)
     dbias_parts = {}  # piece start -> that block's dA summed to the bias's shape
 
@@ -140,3 +146,33 @@ def _backward_block(dout, qs, k, v, p, pd, out, dropout_mask, scale, dq, dk, dv)
     dq *= scale  # in the forward pass qs = scale * q
     xp.matmul(dp.swapaxes(-1, -2), qs, out=dk)  # (b, H, Tk, Dh)
     return dp
+
+
+def merge_heads(*parts):
+    """As :func:`minitransformer.nn.attention.merge_heads`, but free (a reshape, no copy)
+    when the parts are, in order, the head views of one token-major (B, T, n, H, d)
+    buffer, which is what :func:`attention_backward` returns for self-attention."""
+    base = _shared_buffer(parts)
+    if base is None:
+        return reference.merge_heads(*parts)
+    B, T, n, H, d = base.shape
+    return base.reshape(B, T, n * H * d)  # (B, T, n*H*d), a view
+
+
+def _address(a) -> int:
+    """Where an array's first element sits in memory (NumPy or CuPy)."""
+    return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]
+
+
+def _shared_buffer(parts):
+    """The (B, T, n, H, d) buffer whose [:, :, i] head views the parts are, or None."""
+    base = getattr(parts[0], "base", None)
+    if len(parts) < 2 or base is None or getattr(base, "ndim", 0) != 5 or base.shape[2] != len(parts) \
+            or not base.flags.c_contiguous:
+        return None
+    for i, part in enumerate(parts):
+        view = base[:, :, i].transpose(0, 2, 1, 3)  # (B, H, T, d)
+        if part.base is not base or part.shape != view.shape or part.strides != view.strides \
+                or _address(part) != _address(view):
+            return None
+    return base

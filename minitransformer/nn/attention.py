@@ -242,10 +242,13 @@ def split_heads(x, H: int):
     return x.reshape(B, T, H, HD // H).transpose(0, 2, 1, 3)
 
 
-def merge_heads(x):
-    """(B, H, T, d) -> (B, T, H*d) (a copy: the heads become contiguous per token)."""
-    B, H, T, D = x.shape
-    return x.transpose(0, 2, 1, 3).reshape(B, T, H * D)
+def merge_heads(*parts):
+    """Put the heads side by side: each (B, H, T, d) part becomes (B, T, H*d), and
+    several parts follow one another along the features, (B, T, n*H*d). A copy (the
+    heads become contiguous per token)."""
+    merged = [p.transpose(0, 2, 1, 3).reshape(p.shape[0], p.shape[2], p.shape[1] * p.shape[3])
+              for p in parts]  # (B, T, H*d) each
+    return merged[0] if len(merged) == 1 else xp.concatenate(merged, axis=-1)  # (B, T, n*H*d)
 
 
 class MultiHeadAttention(Module):
@@ -355,7 +358,7 @@ class MultiHeadAttention(Module):
             drop = make_dropout_mask(shape, self.attn_dropout, self.rng, q.dtype)  # (B, H, Tq, Tk)
         o, attn_cache = kernels.attention_forward(q, k, v, mask=mask, dropout_mask=drop,
                                                   bias=pos_bias)  # (B, H, Tq, dh)
-        y = self.proj(merge_heads(o))  # (B, Tq, D)
+        y = self.proj(kernels.merge_heads(o))  # (B, Tq, D)
         self.cache = {"cross": context is not None, "linear": linear_caches, "attn": attn_cache}
         return y
 
@@ -372,14 +375,13 @@ class MultiHeadAttention(Module):
         dq, dk, dv, dbias = kernels.attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
         if dbias is not None:
             self.position_bias.backward(dbias)  # (1, H, Tq, Tk), summed over the batch
-        dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (B, T*, H*dh) each
         if not cache["cross"]:
-            return self.qkv.backward(xp.concatenate([dq, dk, dv], axis=-1))  # (B, Tq, D)
+            return self.qkv.backward(kernels.merge_heads(dq, dk, dv))  # (B, Tq, D), from (B, Tq, 3*H*dh)
         q_lin, kv_lin = cache["linear"]
         if kv_lin is None:
             raise RuntimeError("MultiHeadAttention: backward through a cached (decoding) cross-attention")
-        dx, dWq, dbq = kernels.linear_backward(dq, q_lin)  # (B, Tq, D)
-        dctx, dWkv, dbkv = kernels.linear_backward(xp.concatenate([dk, dv], axis=-1), kv_lin)  # (B, Tk, D)
+        dx, dWq, dbq = kernels.linear_backward(kernels.merge_heads(dq), q_lin)  # (B, Tq, D)
+        dctx, dWkv, dbkv = kernels.linear_backward(kernels.merge_heads(dk, dv), kv_lin)  # (B, Tk, D)
         self.qkv.weight.grad[:, :inner] += dWq
         self.qkv.weight.grad[:, inner:] += dWkv
         if self.qkv.bias is not None:

@@ -534,6 +534,26 @@ def test_layernorm(any_backend, c):
 
 
 # ---------------------------------------------------------------------------
+# merge_heads
+# ---------------------------------------------------------------------------
+@covers("merge_heads")
+@SETTINGS
+@given(B=st.integers(0, 3), H=st.integers(1, 4), T=st.integers(1, 6), d=st.integers(1, 5),
+       order=st.permutations([0, 1, 2]), n=st.integers(1, 3), seed=st.integers(0, 2**32 - 1))
+def test_merge_heads(any_backend, B, H, T, d, order, n, seed):
+    """Equal to the reference for plain arrays, for the views of one buffer that the fast
+    attention backward returns (free then: a view of the buffer), and for those views in
+    another order or a subset (a copy, like the reference)."""
+    g = np.random.default_rng(seed)
+    q, k, v, do = (_dev(g.standard_normal((B, H, T, d))) for _ in range(4))
+    _, cache = FAST["attention_forward"](q, k, v)
+    views = FAST["attention_backward"](do, cache)[:3]  # (B, H, T, d) each, one token-major buffer
+    plain = [_dev(_host(a)) for a in views]  # the same values in arrays of their own
+    for parts in (views, [views[i] for i in order][:n], plain[:n]):
+        assert_close("merged", FAST["merge_heads"](*parts), REFERENCE["merge_heads"](*parts), scale=1.0)
+
+
+# ---------------------------------------------------------------------------
 # linear
 # ---------------------------------------------------------------------------
 @covers("linear_forward")
