@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Callable, Sequence
 
 from minitransformer.chem.cli.progress import interrupt_message
@@ -68,6 +69,20 @@ def _describe(exc: BaseException) -> tuple[int, str]:
                "to see the traceback)")
 
 
+# NumPy's floating-point warnings ("overflow encountered in cast", "invalid value
+# encountered in ...") say nothing the trainer does not already report: it checks the
+# loss and the gradients for non-finite values and stops with one line (exit status 1).
+_FLOAT_WARNINGS = r"(overflow|invalid value|divide by zero|underflow) encountered"
+
+
+def _quiet_floating_point(main, argv):
+    """``main(argv)`` with NumPy's floating-point RuntimeWarnings off; other warnings pass."""
+    import numpy as np
+    with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        warnings.filterwarnings("ignore", message=_FLOAT_WARNINGS, category=RuntimeWarning)
+        return main(argv)
+
+
 def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
     """Run ``main(argv)`` and return its exit status; every failure becomes one line on stderr.
 
@@ -79,7 +94,7 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
     """
     debug = os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
     try:
-        return main(argv)
+        return _quiet_floating_point(main, argv)
     except SystemExit as exc:  # argparse (--help, or its one-line error)
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
@@ -88,8 +103,11 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
     except KeyboardInterrupt:
         if debug:
             raise
-        sys.stdout.flush()
-        print(interrupt_message(), file=sys.stderr)
+        try:
+            sys.stdout.flush()
+            print(interrupt_message(), file=sys.stderr)
+        except KeyboardInterrupt:  # a second Ctrl-C while reporting the first
+            pass
         return 130
     except Exception as exc:
         if debug:
@@ -98,3 +116,23 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
         sys.stdout.flush()
         print(f"error: {message}", file=sys.stderr)
         return code
+
+
+def exit_for_good(code: int):
+    """``sys.exit(code)`` for a demo script once :func:`run_cli` has returned: a Ctrl-C while
+    the interpreter shuts down (worker threads joining) prints one line and exits 130
+    instead of killing the process silently. Everything was already written."""
+    import signal
+
+    def _on_sigint(signum, frame):
+        try:
+            print("interrupted while shutting down; everything was already written", file=sys.stderr)
+            sys.stderr.flush()
+        finally:
+            os._exit(130)
+
+    try:
+        signal.signal(signal.SIGINT, _on_sigint)
+    except (ValueError, OSError):  # not the main thread
+        pass
+    sys.exit(code)
