@@ -24,11 +24,12 @@ def molecule_grid_png(smiles, n: int = 24, per_row: int = 6, size: int = 250) ->
         return None, 0
     rows = (len(mols) + per_row - 1) // per_row
     cols = min(per_row, len(mols))
-    drawer = rdMolDraw2D.MolDraw2DCairo(cols * size, rows * size, size, size)
-    drawer.drawOptions().legendFontSize = 14
-    drawer.DrawMolecules(mols, legends=legends)
-    drawer.FinishDrawing()
-    return drawer.GetDrawingText(), len(mols)
+    with quiet_rdkit():  # drawing logs too (e.g. "unsupported number of radical electrons")
+        drawer = rdMolDraw2D.MolDraw2DCairo(cols * size, rows * size, size, size)
+        drawer.drawOptions().legendFontSize = 14
+        drawer.DrawMolecules(mols, legends=legends)
+        drawer.FinishDrawing()
+        return drawer.GetDrawingText(), len(mols)
 
 
 def molecule_grid(smiles, path, n: int = 24, per_row: int = 6, size: int = 250) -> int:

@@ -17,3 +17,11 @@ def test_grid_stops_at_n_and_writes_nothing_without_molecules(tmp_path):
     assert molecule_grid(["C" * k for k in range(1, 30)], tmp_path / "a.png", n=5) == 5
     assert molecule_grid(["((", ""], tmp_path / "b.png") == 0
     assert not (tmp_path / "b.png").exists()
+
+
+def test_drawing_keeps_rdkit_logs_off_stderr(capfd):
+    # RDKit logs "unsupported number of radical electrons" while drawing such a molecule
+    from minitransformer.chem.draw import molecule_grid_png
+    png, drawn = molecule_grid_png(["[C]", "[CH]1CC1", "CCO"])
+    assert drawn == 3 and png
+    assert capfd.readouterr().err == ""
