@@ -327,6 +327,16 @@ def split_random(smiles: Sequence[str], fractions: tuple[float, float, float] = 
     return tuple([smiles[i] for i in np.sort(part)] for part in parts)
 
 
+def min_split_size(fractions=(0.8, 0.1, 0.1), need_test: bool = False) -> int:
+    """The fewest molecules :func:`split_random` needs to give a non-empty train and
+    validation split (and test split when ``need_test``), for the error messages."""
+    for n in range(1, 100_000):
+        n_train, n_val = int(fractions[0] * n), int(fractions[1] * n)
+        if n_train and n_val and (not need_test or n - n_train - n_val > 0):
+            return n
+    return 100_000
+
+
 # --------------------------------------------------------------------------- one molecule
 def canonical(smiles: str, isomeric: bool = True) -> str | None:
     """RDKit's canonical SMILES of ``smiles``, or None when it does not parse (or is empty).

@@ -100,7 +100,10 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
     else:
         raise ValueError(f"split must be 'ordered' or 'random', got {split!r}")
     if not train or not val:
-        raise ValueError(f"not enough molecules to split: {len(kept)} usable SMILES")
+        from minitransformer.chem.data import min_split_size
+        need = 2 if split == "ordered" else min_split_size(fractions)
+        raise ValueError(f"{loaded.description}: not enough molecules to split: {len(kept)} usable SMILES after "
+                         f"cleaning, and the {split} split needs at least {need}; add molecules to the data")
     vocab = Vocab.build(train)
     log(f"split: {len(train)} train / {len(val)} val / {len(test)} test; vocabulary of {len(vocab)} tokens")
     return SmilesSplits(train, val, test, vocab, loaded.description, report.summary())

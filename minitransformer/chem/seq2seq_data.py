@@ -123,7 +123,10 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
         + (f", {too_long} longer than {max_tokens} tokens" if too_long else "") + ")")
     train, val, test = split_random(unique, fractions, seed)
     if not train or not val or not test:
-        raise ValueError(f"not enough molecules to split: {len(unique)} unique molecules")
+        from minitransformer.chem.data import min_split_size
+        raise ValueError(f"{loaded.description}: not enough molecules to split: {len(unique)} unique molecules "
+                         f"after cleaning, and the split needs at least {min_split_size(fractions, need_test=True)}; "
+                         "add molecules to the data")
 
     rng = np.random.default_rng([seed, 104729])  # the vocabulary's writings, independent of the epochs
     writings = list(train) + [randomize_smiles(s, rng) for _ in range(vocab_draws) for s in train]
