@@ -22,20 +22,25 @@ folder and print worked examples and a summary.
 """
 from __future__ import annotations
 
-import os
-
-# Before NumPy loads: idle OpenBLAS threads sleep after ~1.5 ms, so the library's
-# CPU thread pool gets the cores (minitransformer/fast/parallel.py explains).
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
-
-import argparse  # noqa: E402
 import sys
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+try:  # Ctrl-C while starting: one line, exit status 130, no traceback
+    import os
 
-from minitransformer import backend  # noqa: E402
+    # Before NumPy loads: idle OpenBLAS threads sleep after ~1.5 ms, so the library's
+    # CPU thread pool gets the cores (minitransformer/fast/parallel.py explains).
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
+
+    import argparse  # noqa: E402
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+    from minitransformer import backend  # noqa: E402
+except KeyboardInterrupt:
+    print("interrupted while starting; nothing was written", file=sys.stderr)
+    raise SystemExit(130) from None
 
 PRESETS = {
     # Pre-LN, D=128, a deeper encoder than decoder (4 + 2 layers), sinusoidal positions, one
@@ -280,7 +285,7 @@ def train_command(args) -> int:
                          metric="val_loss", mode="min",
                          seed=args.seed, max_time=settings["max_time"], eval_batch_size=128,
                          out_dir=str(out), quiet=args.quiet)
-    run_info = {"preset": args.preset, "quick": args.quick, "settings": settings, "data": data.description,
+    run_info = {"preset": args.preset, "quick": args.quick, "seed": args.seed, "settings": settings, "data": data.description,
                 "cleaning": data.clean_summary, "duplicates_dropped": data.duplicates,
                 "split": [len(data.train), len(data.val), len(data.test)],
                 "data_sha256": cli.data_fingerprint(data.train, data.val, data.test)}
@@ -403,9 +408,15 @@ def main(argv=None) -> int:
 
 def cli() -> int:
     """``main`` for the command line: known input errors print one clear line, not a traceback."""
-    from minitransformer.chem.cli import run_cli
+    try:
+        from minitransformer.chem.cli import run_cli
+    except KeyboardInterrupt:
+        print("interrupted while starting; nothing was written", file=sys.stderr)
+        return 130
     return run_cli(main)
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    _code = cli()
+    from minitransformer.chem.cli.errors import exit_for_good
+    exit_for_good(_code)

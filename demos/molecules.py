@@ -14,20 +14,25 @@ everything to the run folder and print a summary.
 """
 from __future__ import annotations
 
-import os
-
-# Before NumPy loads: idle OpenBLAS threads sleep after ~1.5 ms, so the library's
-# CPU thread pool gets the cores (minitransformer/fast/parallel.py explains).
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
-
-import argparse  # noqa: E402
 import sys
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+try:  # Ctrl-C while starting: one line, exit status 130, no traceback
+    import os
 
-from minitransformer import backend  # noqa: E402
+    # Before NumPy loads: idle OpenBLAS threads sleep after ~1.5 ms, so the library's
+    # CPU thread pool gets the cores (minitransformer/fast/parallel.py explains).
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
+
+    import argparse  # noqa: E402
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+    from minitransformer import backend  # noqa: E402
+except KeyboardInterrupt:
+    print("interrupted while starting; nothing was written", file=sys.stderr)
+    raise SystemExit(130) from None
 
 PRESETS = {
     # Ours: pre-LN, tied embeddings, AdamW with warmup + cosine, molecules written in
@@ -196,7 +201,7 @@ def train_command(args) -> int:
     vocab = data.vocab
     model = make_model(settings, vocab, args.seed)
     print(f"model: {model.num_parameters():,} weights; preset {args.preset}{' (quick)' if args.quick else ''}")
-    run_info = {"preset": args.preset, "quick": args.quick, "settings": settings, "data": data.description,
+    run_info = {"preset": args.preset, "quick": args.quick, "seed": args.seed, "settings": settings, "data": data.description,
                 "cleaning": data.clean_summary, "split": [len(data.train), len(data.val), len(data.test)],
                 "pretrain_molecules": len(extra), "pretrain_mix": min(len(extra), settings["pretrain_mix"]),
                 "data_sha256": cli.data_fingerprint(data.train, data.val, data.test, extra)}
@@ -343,9 +348,15 @@ def main(argv=None) -> int:
 
 def cli() -> int:
     """``main`` for the command line: known input errors print one clear line, not a traceback."""
-    from minitransformer.chem.cli import run_cli
+    try:
+        from minitransformer.chem.cli import run_cli
+    except KeyboardInterrupt:
+        print("interrupted while starting; nothing was written", file=sys.stderr)
+        return 130
     return run_cli(main)
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    _code = cli()
+    from minitransformer.chem.cli.errors import exit_for_good
+    exit_for_good(_code)

@@ -20,20 +20,25 @@ test time the predictions of several writings of each molecule are averaged.
 """
 from __future__ import annotations
 
-import os
-
-# Before NumPy loads: idle OpenBLAS threads sleep after ~1.5 ms, so the library's
-# CPU thread pool gets the cores (minitransformer/fast/parallel.py explains).
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
-
-import argparse  # noqa: E402
 import sys
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+try:  # Ctrl-C while starting: one line, exit status 130, no traceback
+    import os
 
-import numpy as np  # noqa: E402
+    # Before NumPy loads: idle OpenBLAS threads sleep after ~1.5 ms, so the library's
+    # CPU thread pool gets the cores (minitransformer/fast/parallel.py explains).
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
+
+    import argparse  # noqa: E402
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+    import numpy as np  # noqa: E402
+except KeyboardInterrupt:
+    print("interrupted while starting; nothing was written", file=sys.stderr)
+    raise SystemExit(130) from None
 
 PRESET = dict(
     model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, norm="pre", pos="learned", activation="gelu",
@@ -177,7 +182,9 @@ def train_command(args) -> int:
     train_i, val_i, test_i = split_indices(table, args.split, args.seed)
     train, val, test = table.take(train_i), table.take(val_i), table.take(test_i)
     if not train.smiles or not val.smiles or not test.smiles:
-        raise ValueError(f"not enough molecules to split three ways: {len(table.smiles)} usable")
+        raise ValueError(f"{table.description}: not enough molecules to split three ways: {len(table.smiles)} "
+                         "usable; the split needs at least 10 labelled molecules (more for --split scaffold); "
+                         "add molecules to the data")
     vocab = Vocab.build(train.smiles, extras=(Vocab.CLS, Vocab.MASK))
     too_long = [s_ for s_ in table.smiles if len(vocab.encode(s_, cls=True)) > s["max_len"]]
     if too_long:
@@ -213,7 +220,7 @@ def train_command(args) -> int:
                                metric="val_auc", mode="max", seed=args.seed, eval_batch_size=128,
                                max_time=None if s["max_time"] is None else max(60.0, s["max_time"] - t_pre),
                                out_dir=str(out), quiet=args.quiet)
-    run_info = {"split": args.split, "pretrain": args.pretrain, "quick": args.quick, "settings": s,
+    run_info = {"split": args.split, "pretrain": args.pretrain, "quick": args.quick, "seed": args.seed, "settings": s,
                 "data": table.description, "cleaning": table.clean_summary, "tasks": table.tasks,
                 "sizes": [len(train.smiles), len(val.smiles), len(test.smiles)]}
     cli.write_json(out / "config.json", {"model": config.to_dict(), "train": train_config.__dict__, "run": run_info})
@@ -291,9 +298,15 @@ def main(argv=None) -> int:
 
 def cli() -> int:
     """``main`` for the command line: known input errors print one clear line, not a traceback."""
-    from minitransformer.chem.cli import run_cli
+    try:
+        from minitransformer.chem.cli import run_cli
+    except KeyboardInterrupt:
+        print("interrupted while starting; nothing was written", file=sys.stderr)
+        return 130
     return run_cli(main)
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    _code = cli()
+    from minitransformer.chem.cli.errors import exit_for_good
+    exit_for_good(_code)

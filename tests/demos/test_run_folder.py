@@ -169,3 +169,26 @@ def test_resume_from_elsewhere_into_a_folder_of_another_run_is_refused(molecules
     line = one_line_error(capsys)
     assert "best.npz: vocabulary" in line or "last.npz: vocabulary" in line, line
     assert snapshot(old_run) == before
+
+
+def test_resume_with_another_seed_is_refused(molecules, old_run, capsys):
+    # the seed fixes the split, the batch order and the samples: resuming under another one mixes two runs
+    code = run_cli(molecules.main, BASE + ["--data", "druglike", "--out", str(old_run), "--resume", "--seed", "7"])
+    assert code == 2
+    assert "seed" in one_line_error(capsys)
+
+
+def test_divergence_prints_one_line_and_no_numpy_warnings(molecules, tmp_path, capsys, recwarn):
+    code = run_cli(molecules.main, BASE + ["--data", "druglike", "--out", str(tmp_path / "run"), "--lr", "1e308"])
+    assert code == 1
+    one_line_error(capsys)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_one_molecule_names_the_file_and_how_many_are_needed(molecules, tmp_path, capsys):
+    data = tmp_path / "one.smi"
+    data.write_text("CCOc1ccccc1C(=O)O\n")
+    code = run_cli(molecules.main, BASE + ["--data", str(data), "--out", str(tmp_path / "run")])
+    assert code == 2
+    line = one_line_error(capsys)
+    assert "one.smi" in line and "at least" in line
