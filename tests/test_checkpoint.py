@@ -390,8 +390,26 @@ def test_different_architecture_lists_names_and_shapes(tmp_path, target):
     wide = make_model("DecoderLM", d_model=32, n_heads=2, n_layers=3)
     path = save_checkpoint(tmp_path / "wide.npz", wide, Adam(wide))
     msg = _refuse(path, target, "different architecture")
-    assert "embed.tok.weight" in msg and "(11, 32)" in msg and "(11, 16)" in msg  # a shape mismatch
+    assert "\n" not in msg and str(path) in msg  # one line, naming the file
+    assert "shape of " in msg and "32)" in msg and "16)" in msg  # a shape mismatch
     assert "not in model: blocks.2." in msg  # an extra layer
+    assert "more" in msg and len(msg) < 600  # a few differences, then "... and N more"
+
+
+def test_bad_config_of_a_loaded_checkpoint_names_the_file_not_the_arrays(tmp_path):
+    """model_from_checkpoint(Checkpoint) with a bad config: one short line naming the file."""
+    path = save_checkpoint(tmp_path / "m.npz", make_model("DecoderLM"))
+    ckpt = load_checkpoint(path)
+    assert ckpt.path == path and str(path) in repr(ckpt) and "array" not in repr(ckpt)
+    ckpt.meta["config"]["d_model"] = 10**9
+    with pytest.raises(CheckpointError) as info:
+        model_from_checkpoint(ckpt)
+    msg = str(info.value)
+    assert str(path) in msg and "MAX_PARAMETERS" in msg and "\n" not in msg and len(msg) < 400
+    ckpt.meta["config"]["d_model"] = 15  # not a multiple of n_heads: the config's own check
+    with pytest.raises(CheckpointError) as info:
+        model_from_checkpoint(ckpt)
+    assert str(path) in str(info.value) and len(str(info.value)) < 400
 
 
 def test_different_model_type_is_refused(tmp_path):

@@ -213,7 +213,7 @@ def _read(path, before_arrays=None) -> Checkpoint:
     weights = {k[len("weights/"):]: v for k, v in data.items() if k.startswith("weights/")}
     optim = {k[len("optim/"):]: v for k, v in data.items() if k.startswith("optim/")}
     _check_finite(path, weights, optim)
-    return Checkpoint(weights=weights, meta=meta, optim_arrays=optim)
+    return Checkpoint(weights=weights, meta=meta, optim_arrays=optim, path=path)
 
 
 def load_checkpoint(path) -> Checkpoint:
