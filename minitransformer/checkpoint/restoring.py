@@ -35,7 +35,11 @@ def _fit_problems(model, model_type, shapes: dict) -> list[str]:
     return problems
 
 
-def _does_not_fit(where, problems, shown: int = 3) -> CheckpointError:
+_REBUILD = "load it with model_from_checkpoint, or build the model with the checkpoint's config"
+_FORGED = "its weights disagree with its own config: the file is corrupted or forged; use an earlier checkpoint"
+
+
+def _does_not_fit(where, problems, shown: int = 3, hint: str = _REBUILD) -> CheckpointError:
     """One line: the file, the first few differences, and how many more there are."""
     kinds: dict = {}  # one of each kind of difference first (type, missing, extra, shape), then the rest
     for p in problems:
@@ -45,8 +49,7 @@ def _does_not_fit(where, problems, shown: int = 3) -> CheckpointError:
     listed = "; ".join(ordered[:shown])
     if len(problems) > shown:
         listed += f"; ... and {len(problems) - shown} more"
-    return CheckpointError(f"{where} does not fit this model (different architecture): {listed}; "
-                           "load it with model_from_checkpoint, or build the model with the checkpoint's config")
+    return CheckpointError(f"{where} does not fit this model (different architecture): {listed}; {hint}")
 
 
 def restore(model, ckpt: Checkpoint, optimizer=None) -> None:
@@ -104,7 +107,7 @@ def model_from_checkpoint(path_or_ckpt):
         model = _build_model(meta, where)
         problems = _fit_problems(model, meta.get("model_type"), weight_shapes)
         if problems:
-            raise _does_not_fit(where, problems)
+            raise _does_not_fit(where, problems, hint=_FORGED)
         built["model"] = model
 
     if isinstance(path_or_ckpt, Checkpoint):
