@@ -390,8 +390,26 @@ def test_different_architecture_lists_names_and_shapes(tmp_path, target):
     wide = make_model("DecoderLM", d_model=32, n_heads=2, n_layers=3)
     path = save_checkpoint(tmp_path / "wide.npz", wide, Adam(wide))
     msg = _refuse(path, target, "different architecture")
-    assert "embed.tok.weight" in msg and "(11, 32)" in msg and "(11, 16)" in msg  # a shape mismatch
+    assert "\n" not in msg and str(path) in msg  # one line, naming the file
+    assert "shape of " in msg and "32)" in msg and "16)" in msg  # a shape mismatch
     assert "not in model: blocks.2." in msg  # an extra layer
+    assert "more" in msg and len(msg) < 600  # a few differences, then "... and N more"
+
+
+def test_bad_config_of_a_loaded_checkpoint_names_the_file_not_the_arrays(tmp_path):
+    """model_from_checkpoint(Checkpoint) with a bad config: one short line naming the file."""
+    path = save_checkpoint(tmp_path / "m.npz", make_model("DecoderLM"))
+    ckpt = load_checkpoint(path)
+    assert ckpt.path == path and str(path) in repr(ckpt) and "array" not in repr(ckpt)
+    ckpt.meta["config"]["d_model"] = 10**9
+    with pytest.raises(CheckpointError) as info:
+        model_from_checkpoint(ckpt)
+    msg = str(info.value)
+    assert str(path) in msg and "MAX_PARAMETERS" in msg and "\n" not in msg and len(msg) < 400
+    ckpt.meta["config"]["d_model"] = 15  # not a multiple of n_heads: the config's own check
+    with pytest.raises(CheckpointError) as info:
+        model_from_checkpoint(ckpt)
+    assert str(path) in str(info.value) and len(str(info.value)) < 400
 
 
 def test_different_model_type_is_refused(tmp_path):
@@ -720,3 +738,40 @@ def test_the_limits_are_read_from_their_module(tmp_path, monkeypatch):
     monkeypatch.setattr(limits, "MAX_PARAMETERS", 10)
     with pytest.raises(CheckpointError, match=r"MAX_PARAMETERS=10 of minitransformer\.checkpoint\.limits"):
         model_from_checkpoint(path)
+
+
+# ---------------------------------------------------------------------------
+# crafted metadata and integer arrays: refused by load_checkpoint, one line naming file and entry
+# ---------------------------------------------------------------------------
+def _crafted(tmp_path, change, name="c.npz"):
+    model = make_model("DecoderLM")
+    path = save_checkpoint(tmp_path / "src.npz", model, Adam(model), vocab=Vocab([str(i) for i in range(11)]),
+                           extra={"trainer": {"epoch": 1, "batch": 0, "step": 2, "best": 1.5, "best_epoch": 1,
+                                              "bad_epochs": 0, "history": []}})
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays.pop("__meta__").tobytes())
+    change(meta, arrays)
+    return write_npz(tmp_path / name, meta, **arrays)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda m, a: m.update(model_rng={}), "'model_rng'"),
+    (lambda m, a: m.update(model_rng={"seed": "abc", "counter": 0}), "'model_rng'"),
+    (lambda m, a: m.update(vocab=123), "'vocab'"),
+    (lambda m, a: m.update(vocab={"format": "x", "version": 2}), "no 'tokens'"),
+    (lambda m, a: m.update(vocab={"tokens": [1, 2]}), "not a list of strings"),
+    (lambda m, a: m.update(vocab={"format": "x", "tokens": ["a", "b"]}), "2 tokens .* vocabulary size is 11"),
+    (lambda m, a: m.update(trainer="garbage"), "'trainer' is a str"),
+    (lambda m, a: m.update(trainer={"epoch": 0}), "'trainer' has batch missing"),
+    (lambda m, a: a.update({"weights/ln_f.weight": a["weights/ln_f.weight"].astype(np.int32)}),
+     "weight ln_f.weight holds int32"),
+    (lambda m, a: a.update({k: a[k].astype(np.int64) for k in a if k.startswith("optim/")}), "optimizer state .* int64"),
+])
+def test_crafted_metadata_and_integer_arrays_are_refused_on_load(tmp_path, change, match):
+    path = _crafted(tmp_path, change)
+    with pytest.raises(CheckpointError, match=match) as info:
+        load_checkpoint(path)
+    msg = str(info.value)
+    assert str(path) in msg and "\n" not in msg and len(msg) < 400
+    load_checkpoint(_crafted(tmp_path, lambda m, a: None, "ok.npz"))  # the untouched file loads

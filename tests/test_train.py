@@ -925,3 +925,14 @@ def test_other_bad_config_values_are_refused_at_construction(bad, match):
     NaN max_time were silently taken as 'default' or 'never'."""
     with pytest.raises(ValueError, match=f"TrainConfig.{match}"):
         TrainConfig(**bad)
+
+
+def test_a_schedule_gone_bad_names_the_last_good_checkpoint(tmp_path):
+    """A schedule that gives NaN mid-run: one line saying the step and the last good checkpoint."""
+    model = lm_model()
+    opt = Adam(model, lr=lambda t: 1e-3 if t <= 3 else float("nan"))
+    with pytest.raises(ValueError) as info:
+        fit(model, LMTask(), opt, lm_data(24), config=cfg(epochs=5, out_dir=str(tmp_path)))
+    msg = str(info.value)
+    assert "schedule" in msg and "Last good checkpoint: " in msg and "\n" not in msg
+    assert "step 4" in msg and str(tmp_path) in msg  # the end of epoch 1 (3 steps) was saved

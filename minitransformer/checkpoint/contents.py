@@ -24,6 +24,16 @@ class Checkpoint:
     weights: dict
     meta: dict
     optim_arrays: dict = field(default_factory=dict)
+    path: object = None  # the file it was read from (None if built in memory); error messages name it
+
+    def __repr__(self) -> str:  # never the arrays: a repr can end up in an error message
+        where = self.path if self.path is not None else "in memory"
+        return f"Checkpoint({where}, {len(self.weights)} weights)"
+
+    @property
+    def where(self) -> str:
+        """How error messages name this checkpoint: its file, else "the checkpoint"."""
+        return str(self.path) if self.path is not None else "the checkpoint"
 
     @property
     def model_type(self) -> str | None:

@@ -178,6 +178,70 @@ def _parse_meta(path: Path, raw: np.ndarray) -> dict:
     return meta
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+_TRAINER_KEYS = {"epoch": "int", "batch": "int", "step": "int", "best": "number or null",
+                 "best_epoch": "int or null", "bad_epochs": "int", "history": "list"}
+
+
+def _meta_problem(meta: dict) -> str | None:
+    """What is wrong with the structure of a checkpoint's metadata entries (None if nothing):
+    each entry that restoring or resuming reads later is checked here, so a crafted file fails now."""
+    if "model_rng" in meta:
+        rng = meta["model_rng"]
+        if not (isinstance(rng, dict) and _is_int(rng.get("seed")) and _is_int(rng.get("counter"))):
+            return f"its metadata entry 'model_rng' is {str(rng)[:80]!r}, not {{'seed': int, 'counter': int}}"
+    if "trainer" in meta:
+        st = meta["trainer"]
+        if not isinstance(st, dict):
+            return f"its metadata entry 'trainer' is a {type(st).__name__}, not a JSON object"
+        for key, kind in _TRAINER_KEYS.items():
+            v = st.get(key, ...)
+            ok = {"int": _is_int(v) and v >= 0, "number or null": v is None or _is_number(v),
+                  "int or null": v is None or _is_int(v), "list": isinstance(v, list)}[kind]
+            if not ok:
+                got = "missing" if v is ... else repr(v)[:40]
+                return f"its metadata entry 'trainer' has {key} {got}, not {kind if kind != 'int' else 'an int >= 0'}"
+    vocab = meta.get("vocab")
+    if vocab is not None:
+        if not isinstance(vocab, (dict, list)):
+            return f"its metadata entry 'vocab' is a {type(vocab).__name__}, not a JSON object"
+        tokens = vocab if isinstance(vocab, list) else vocab.get("tokens")
+        if isinstance(vocab, dict) and "format" in vocab and tokens is None:
+            return "its metadata entry 'vocab' has no 'tokens' list"
+        if tokens is not None:
+            if not (isinstance(tokens, list) and all(isinstance(t, str) for t in tokens)):
+                return "its metadata entry 'vocab' has 'tokens' that are not a list of strings"
+            # a serialized vocabulary object (it names its format) must be the model's; free-form JSON is the user's
+            problem = "format" in vocab and _vocab_size_problem(len(tokens), meta.get("config"))
+            if problem:
+                return problem
+    return None
+
+
+def _vocab_size_problem(n: int, config) -> str | None:
+    """A recorded vocabulary whose size is not the model's vocabulary size."""
+    if not isinstance(config, dict):
+        return None  # the config's own checks say what is wrong with it
+    if _is_int(config.get("vocab_size")):
+        sizes = {config["vocab_size"]}
+    elif _is_int(config.get("tgt_vocab_size")):
+        src, tgt = config.get("src_vocab_size"), config["tgt_vocab_size"]
+        sizes = {tgt} if config.get("share_embeddings") or src == tgt else {src, tgt}
+    else:
+        return None
+    if n not in sizes:
+        return (f"its vocabulary has {n} tokens but its model config's vocabulary size is "
+                f"{' or '.join(map(str, sorted(sizes)))}; the file is corrupted or forged: use an earlier checkpoint")
+    return None
+
+
 def _read(path, before_arrays=None) -> Checkpoint:
     """Read a checkpoint in the bounded order of the module notes. ``before_arrays(meta,
     weight_shapes)`` runs after the metadata and the headers are checked and before any
@@ -200,20 +264,29 @@ def _read(path, before_arrays=None) -> Checkpoint:
         meta_info = members.pop(_META)
         _guarded(path, _header, path, zf, meta_info)
         meta = _parse_meta(path, _guarded(path, _read_array, zf, meta_info.filename))
+        problem = _meta_problem(meta)
+        if problem:
+            raise CheckpointError(f"{path}: {problem}")
         if "entries" in meta and sorted(members) != sorted(meta["entries"]):  # (older files have no list)
             missing = sorted(set(meta["entries"]) - set(members))
             unexpected = sorted(set(members) - set(meta["entries"]))
             raise CheckpointError(f"{path} is corrupted: its entries do not match its table of contents (missing "
                                   f"{missing[:3]}, unexpected {unexpected[:3]}); use an earlier checkpoint")
         members = {k: v for k, v in members.items() if k.startswith(("weights/", "optim/"))}  # others: ignored
-        shapes = {k: _guarded(path, _header, path, zf, info)[0] for k, info in members.items()}
+        headers = {k: _guarded(path, _header, path, zf, info) for k, info in members.items()}
+        for k in sorted(headers):
+            if headers[k][1].kind != "f":  # weights and optimizer state are floating point
+                kind = "weight" if k.startswith("weights/") else "optimizer state"
+                raise CheckpointError(f"{path}: {kind} {k.split('/', 1)[1]} holds {headers[k][1]} values, not "
+                                      "floating point; the file is corrupted or forged: use an earlier checkpoint")
+        shapes = {k: h[0] for k, h in headers.items()}
         if before_arrays is not None:
             before_arrays(meta, {k[len("weights/"):]: v for k, v in shapes.items() if k.startswith("weights/")})
         data = {k: _guarded(path, _read_array, zf, info.filename) for k, info in members.items()}
     weights = {k[len("weights/"):]: v for k, v in data.items() if k.startswith("weights/")}
     optim = {k[len("optim/"):]: v for k, v in data.items() if k.startswith("optim/")}
     _check_finite(path, weights, optim)
-    return Checkpoint(weights=weights, meta=meta, optim_arrays=optim)
+    return Checkpoint(weights=weights, meta=meta, optim_arrays=optim, path=path)
 
 
 def load_checkpoint(path) -> Checkpoint:

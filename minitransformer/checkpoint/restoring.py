@@ -35,9 +35,21 @@ def _fit_problems(model, model_type, shapes: dict) -> list[str]:
     return problems
 
 
-def _does_not_fit(problems) -> CheckpointError:
-    return CheckpointError("checkpoint does not fit this model (different architecture):\n  "
-                           + "\n  ".join(problems))
+_REBUILD = "load it with model_from_checkpoint, or build the model with the checkpoint's config"
+_FORGED = "its weights disagree with its own config: the file is corrupted or forged; use an earlier checkpoint"
+
+
+def _does_not_fit(where, problems, shown: int = 3, hint: str = _REBUILD) -> CheckpointError:
+    """One line: the file, the first few differences, and how many more there are."""
+    kinds: dict = {}  # one of each kind of difference first (type, missing, extra, shape), then the rest
+    for p in problems:
+        kinds.setdefault(p.split(":", 1)[0], []).append(p)
+    firsts = [group[0] for group in kinds.values()]
+    ordered = firsts + [p for p in problems if p not in firsts]
+    listed = "; ".join(ordered[:shown])
+    if len(problems) > shown:
+        listed += f"; ... and {len(problems) - shown} more"
+    return CheckpointError(f"{where} does not fit this model (different architecture): {listed}; {hint}")
 
 
 def restore(model, ckpt: Checkpoint, optimizer=None) -> None:
@@ -49,16 +61,16 @@ def restore(model, ckpt: Checkpoint, optimizer=None) -> None:
     """
     problems = _fit_problems(model, ckpt.model_type, {k: np.shape(v) for k, v in ckpt.weights.items()})
     if problems:
-        raise _does_not_fit(problems)
-    _check_finite("the checkpoint", ckpt.weights, ckpt.optim_arrays if optimizer is not None else {})
+        raise _does_not_fit(ckpt.where, problems)
+    _check_finite(ckpt.where, ckpt.weights, ckpt.optim_arrays if optimizer is not None else {})
     opt_state = ckpt.optimizer_state() if optimizer is not None else None
     if optimizer is not None and opt_state is None:
-        raise CheckpointError("checkpoint has no optimizer state to restore")
+        raise CheckpointError(f"{ckpt.where} has no optimizer state to restore")
     if optimizer is not None:
         try:
             optimizer.load_state_dict(opt_state)  # checks everything before it writes anything
         except ValueError as err:
-            raise CheckpointError(f"checkpoint's optimizer state does not fit: {err}") from err
+            raise CheckpointError(f"{ckpt.where}: its optimizer state does not fit ({_one_line(err)})") from err
     model.load_state_dict(ckpt.weights)  # cannot fail now: names and shapes were checked above
     if "model_rng" in ckpt.meta and getattr(model, "rng", None) is not None:
         model.rng.load_state_dict(ckpt.meta["model_rng"])
@@ -89,12 +101,13 @@ def model_from_checkpoint(path_or_ckpt):
     model's before any weight is read.
     """
     built = {}
+    where = path_or_ckpt.where if isinstance(path_or_ckpt, Checkpoint) else str(path_or_ckpt)
 
     def build(meta, weight_shapes):
-        model = _build_model(meta, path_or_ckpt)
+        model = _build_model(meta, where)
         problems = _fit_problems(model, meta.get("model_type"), weight_shapes)
         if problems:
-            raise _does_not_fit(problems)
+            raise _does_not_fit(where, problems, hint=_FORGED)
         built["model"] = model
 
     if isinstance(path_or_ckpt, Checkpoint):

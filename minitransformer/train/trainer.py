@@ -194,7 +194,11 @@ class Trainer(Checkpointing):
             self._check_finite(float(norm), "gradient norm", self.step + 1)
         else:
             _drop_gradients_unless_finite(model, loss, norm)  # no host read
-        self.optimizer.step()
+        try:
+            self.optimizer.step()
+        except ValueError as err:  # a schedule's NaN, infinite or negative rate: refused before any update
+            raise ValueError(f"{' '.join(str(err).split())} (epoch {self.epoch + 1}, step {self.step + 1}). "
+                             f"Last good checkpoint: {self._last_good()}.") from err
         if check_now:  # the update can make weights non-finite from finite gradients
             self._check_weights(self.step + 1)
             return loss, None, None, n_tok
