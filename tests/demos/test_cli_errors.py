@@ -10,16 +10,9 @@ import urllib.error
 import pytest
 
 from minitransformer.chem.cli import run_cli
+from cli_helpers import one_line_error  # noqa: E402
 
 pytest.importorskip("rdkit")
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 from minitransformer.chem.cli import run_cli
+from cli_helpers import one_line_error  # noqa: E402
 
 pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
@@ -19,14 +20,6 @@ pytest.importorskip("matplotlib")
 # 400 drug-like molecules in --quick: 320 for training, 10 steps of 32 per epoch, 2 epochs
 BASE = ["--quick", "--quiet", "--data", "druglike", "--pretrain-data", "none", "--samples", "10"]
 STEPS_PER_EPOCH = 10
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

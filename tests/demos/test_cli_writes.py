@@ -17,6 +17,7 @@ import tempfile
 import pytest
 
 from minitransformer.chem.cli import run_cli
+from cli_helpers import one_line_error  # noqa: E402
 
 pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
@@ -105,14 +106,6 @@ def disk_fills_up_writing(monkeypatch, name: str) -> list:
 
 def temporary_files(folder) -> list:
     return [p.name for p in pathlib.Path(folder).rglob("*") if p.name.endswith((".tmp", ".part"))]
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -13,19 +13,12 @@ import shutil
 import pytest
 
 from minitransformer.chem.cli import run_cli
+from cli_helpers import one_line_error  # noqa: E402
 
 pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
 
 BASE = ["--quick", "--quiet", "--pretrain-data", "none", "--samples", "10"]
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
