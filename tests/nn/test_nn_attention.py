@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from minitransformer import backend
 from minitransformer.functional import causal_mask, combine_masks, padding_mask
 from minitransformer.gradcheck import check_module
-from minitransformer.nn import KVCache, Module, MultiHeadAttention
+from minitransformer.nn import KVCache, MultiHeadAttention
+from nn_helpers import Rewound  # noqa: E402
 
 SETTINGS = settings(max_examples=20, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -126,28 +127,13 @@ def test_cross_attention_shares_the_fused_weight(any_backend, float64):
     np.testing.assert_allclose(_host(m(x, context=x)), _host(m(x)), rtol=1e-12, atol=1e-12)
 
 
-class _Rewound(Module):
-    """Rewinds the module's random stream before each forward, so every forward of a
-    training-mode gradient check draws the same dropout masks."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def forward(self, *args, **kwargs):
-        self.inner.rng.counter = 0
-        return self.inner.forward(*args, **kwargs)
-
-    def backward(self, dout):
-        return self.inner.backward(dout)
-
-
 @pytest.mark.parametrize("cross", [False, True])
 def test_attention_dropout_gradcheck_in_training_mode(any_backend, float64, cross):
     m = MultiHeadAttention(4, 2, attn_dropout=0.4, rng=backend.RNG(3))
     inputs = {"x": _randn(2, 3, 4)}
     if cross:
         inputs["context"] = _randn(2, 4, 4, seed=1)
-    wrapped = _Rewound(m)
+    wrapped = Rewound(m)
     check_module(wrapped, inputs, kwargs={"mask": causal_mask(3) if not cross else None},
                  eval_mode=False)
     # dropout really acted: the probabilities after dropout differ from the plain ones

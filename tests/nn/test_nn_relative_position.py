@@ -10,9 +10,10 @@ from minitransformer import backend, kernels
 from minitransformer.functional import causal_mask, relative_bias_backward, relative_bias_forward
 from minitransformer.gradcheck import check_kernel, check_module
 from minitransformer.nn import (
-    DecoderBlock, EncoderBlock, KVCache, Module, MultiHeadAttention, RelativePositionBias, TokenEmbedder,
+    DecoderBlock, EncoderBlock, KVCache, MultiHeadAttention, RelativePositionBias, TokenEmbedder,
 )
 from minitransformer.nn.relative_position import alibi_slopes, n_buckets, relative_buckets
+from nn_helpers import Rewound  # noqa: E402
 
 
 def _dev(a):
@@ -192,25 +193,10 @@ def test_gradcheck_attention_with_position_bias(any_backend, float64, kind, bidi
         {"position_bias.table"} if kind == "learned" else set())
 
 
-class _Rewound(Module):
-    """Rewinds the attention's random stream before each forward, so every forward of a
-    training-mode gradient check draws the same dropout masks."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def forward(self, *args, **kwargs):
-        self.inner.rng.counter = 0
-        return self.inner.forward(*args, **kwargs)
-
-    def backward(self, dout):
-        return self.inner.backward(dout)
-
-
 def test_gradcheck_with_position_bias_and_attention_dropout(any_backend, float64):
     pb = RelativePositionBias(2, max_distance=2, bidirectional=False, init_std=0.5, rng=backend.RNG(4))
     m = MultiHeadAttention(4, 2, attn_dropout=0.4, rng=backend.RNG(3), position_bias=pb)
-    report = check_module(_Rewound(m), _randn(2, 5, 4), kwargs={"mask": causal_mask(5)}, eval_mode=False)
+    report = check_module(Rewound(m), _randn(2, 5, 4), kwargs={"mask": causal_mask(5)}, eval_mode=False)
     assert "inner.position_bias.table" in {c.name for c in report.checks}
     assert m.cache["attn"].dropout_mask is not None
 
