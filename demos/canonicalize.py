@@ -67,7 +67,7 @@ BEAM = 5
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from minitransformer.chem import cli
+    from minitransformer import cli
     p = cli.ArgumentParser(prog="canonicalize.py", description="Train a transformer to translate randomized "
                                                                 "SMILES into canonical SMILES.")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS))
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_translate_parser() -> argparse.ArgumentParser:
-    from minitransformer.chem import cli
+    from minitransformer import cli
     p = cli.ArgumentParser(prog="canonicalize.py translate",
                            description="Canonicalize SMILES with a saved model (beam search).")
     p.add_argument("smiles", nargs="+", help="SMILES strings to canonicalize")
@@ -100,7 +100,7 @@ def build_translate_parser() -> argparse.ArgumentParser:
 
 
 def resolve_settings(args) -> dict:
-    from minitransformer.chem.cli import max_time
+    from minitransformer.cli import max_time
     s = dict(PRESETS[args.preset], limit=None)
     if args.quick:
         s.update(QUICK)
@@ -233,7 +233,7 @@ def exact_match_callback(vocab, sources, targets):
 
 def write_predictions(path, rows) -> None:
     """One tab-separated line per test molecule (the :data:`COLUMNS` of :func:`judge`), written atomically."""
-    from minitransformer.chem.cli import write_text
+    from minitransformer.cli import write_text
     lines = ["\t".join(COLUMNS)] + ["\t".join(str(r[c]) for c in COLUMNS) for r in rows]
     write_text(path, "\n".join(lines) + "\n")
 
@@ -260,7 +260,7 @@ def print_examples(rows, k: int) -> None:
 
 
 def train_command(args) -> int:
-    from minitransformer.chem import cli
+    from minitransformer import cli
     from minitransformer.chem.seq2seq_data import PairEpochs, prepare_pairs
     from minitransformer.checkpoint import model_from_checkpoint
     from minitransformer.tasks import Seq2SeqTask
@@ -332,7 +332,7 @@ def plot_attention(model, vocab, sources, targets, out) -> Path:
     the first test molecule of 12 to 40 tokens (or the first), teacher-forced on its
     canonical SMILES. Row = a target position, column = the source token it reads."""
     from minitransformer.chem import tokenize
-    from minitransformer.chem.cli import save_plot
+    from minitransformer.cli import save_plot
     from minitransformer.viz import plot_cross_attention
     i = next((i for i, t in enumerate(targets) if 12 <= len(tokenize(t)) <= 40), 0)
     src_ids, tgt_ids = vocab.encode(sources[i]), vocab.encode(targets[i])
@@ -344,7 +344,7 @@ def plot_attention(model, vocab, sources, targets, out) -> Path:
 
 
 def print_summary(m, out, attention: bool) -> None:
-    from minitransformer.chem.cli import print_table
+    from minitransformer.cli import print_table
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     print_table([
         ("wall time", f"{m['wall_time_s'] / 60:.1f} min ({m['epochs']} epochs, best {m['best_epoch']}, "
@@ -369,7 +369,8 @@ def print_summary(m, out, attention: bool) -> None:
 
 
 def translate_command(argv) -> int:
-    from minitransformer.chem import Vocab, canonical, cli
+    from minitransformer import cli
+    from minitransformer.chem import Vocab, canonical
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
     args = build_translate_parser().parse_args(argv)
     cli.refuse_overwrite(args.out, args.force)  # before any work
@@ -402,14 +403,14 @@ def translate_command(argv) -> int:
 
 
 def main(argv=None) -> int:
-    from minitransformer.chem.cli import demo_main
+    from minitransformer.cli import demo_main
     return demo_main(argv, build_parser, train_command, {"translate": translate_command})
 
 
 def cli() -> int:
     """``main`` for the command line: known input errors print one clear line, not a traceback."""
     try:
-        from minitransformer.chem.cli import run_cli
+        from minitransformer.cli import run_cli
     except KeyboardInterrupt:
         print("interrupted while starting; nothing was written", file=sys.stderr)
         return 130
@@ -418,5 +419,5 @@ def cli() -> int:
 
 if __name__ == "__main__":
     _code = cli()
-    from minitransformer.chem.cli.errors import exit_for_good
+    from minitransformer.cli.errors import exit_for_good
     exit_for_good(_code)

@@ -65,7 +65,7 @@ QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from minitransformer.chem import cli
+    from minitransformer import cli
     p = cli.ArgumentParser(prog="molecules.py", description="Train a transformer on SMILES and generate molecules.")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS))
     cli.add_common_arguments(p, out="runs/molecules")
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_sample_parser() -> argparse.ArgumentParser:
-    from minitransformer.chem import cli
+    from minitransformer import cli
     p = cli.ArgumentParser(prog="molecules.py sample", description="Sample from a saved model.")
     p.add_argument("--checkpoint", required=True, type=cli.existing_file("checkpoint"),
                    help="a .npz written by a training run")
@@ -107,7 +107,7 @@ def build_sample_parser() -> argparse.ArgumentParser:
 
 
 def resolve_settings(args) -> dict:
-    from minitransformer.chem.cli import max_time
+    from minitransformer.cli import max_time
     s = dict(PRESETS[args.preset])
     if args.quick:
         s.update(QUICK)
@@ -176,7 +176,7 @@ def sample_smiles(model, vocab, n, temperature, seed, batch_size=500):
 def train_command(args) -> int:
     from minitransformer.chem import canonical, evaluate_samples
     from minitransformer.chem.metrics import novelty
-    from minitransformer.chem import cli
+    from minitransformer import cli
     from minitransformer.chem.draw import molecule_grid_png
     from minitransformer.chem import Vocab
     from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles, pretraining_smiles
@@ -290,7 +290,7 @@ def plot_attention_example(model, vocab, smiles, out) -> None:
     """Causal self-attention maps (first and last layer, every head) of one molecule."""
     import numpy as np
     from minitransformer.viz import plot_decoder_attention
-    from minitransformer.chem.cli import attention_example, save_plot
+    from minitransformer.cli import attention_example, save_plot
     example = attention_example(smiles)
     ids = vocab.encode(example)[:-1]  # (T,): BOS + tokens, the model's input when it predicts EOS
     tokens = [vocab.id_to_token(i) for i in ids]
@@ -300,7 +300,7 @@ def plot_attention_example(model, vocab, smiles, out) -> None:
 
 
 def print_summary(m, out) -> None:
-    from minitransformer.chem.cli import print_table
+    from minitransformer.cli import print_table
     print_table([
         ("wall time", f"{m['wall_time_s'] / 60:.1f} min ({m['epochs']} epochs, best {m['best_epoch']}, "
                       f"stopped: {m['stop_reason']})"),
@@ -318,7 +318,7 @@ def print_summary(m, out) -> None:
 
 
 def sample_command(argv) -> int:
-    from minitransformer.chem import cli
+    from minitransformer import cli
     args = build_sample_parser().parse_args(argv)
     cli.refuse_overwrite(args.out, args.force)  # before any work
     cli.use_backend(args)
@@ -342,14 +342,14 @@ def sample_command(argv) -> int:
 
 
 def main(argv=None) -> int:
-    from minitransformer.chem.cli import demo_main
+    from minitransformer.cli import demo_main
     return demo_main(argv, build_parser, train_command, {"sample": sample_command})
 
 
 def cli() -> int:
     """``main`` for the command line: known input errors print one clear line, not a traceback."""
     try:
-        from minitransformer.chem.cli import run_cli
+        from minitransformer.cli import run_cli
     except KeyboardInterrupt:
         print("interrupted while starting; nothing was written", file=sys.stderr)
         return 130
@@ -358,5 +358,5 @@ def cli() -> int:
 
 if __name__ == "__main__":
     _code = cli()
-    from minitransformer.chem.cli.errors import exit_for_good
+    from minitransformer.cli.errors import exit_for_good
     exit_for_good(_code)

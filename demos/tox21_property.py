@@ -54,7 +54,7 @@ QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from minitransformer.chem import cli
+    from minitransformer import cli
     p = cli.ArgumentParser(prog="tox21_property.py",
                            description="Predict Tox21 assay labels with a transformer encoder.")
     cli.add_common_arguments(p, out="runs/tox21_property", data_names=("tox21",), data_suffixes=(".csv", ".csv.gz"),
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_settings(args) -> dict:
-    from minitransformer.chem.cli import max_time
+    from minitransformer.cli import max_time
     s = dict(PRESET)
     if args.quick:
         s.update(QUICK)
@@ -146,7 +146,7 @@ def make_optimizer(lr, weight_decay, warmup, total_steps, model):
 
 def pretrain(model, vocab, train_smiles, s, args, out):
     """Masked-language-model pretraining on the training SMILES (random writings each epoch)."""
-    from minitransformer.chem.cli import run_fit
+    from minitransformer.cli import run_fit
     from minitransformer.chem.lm_data import RandomizedEpochs
     from minitransformer.tasks import MLMTask
     from minitransformer.train import TrainConfig
@@ -163,7 +163,7 @@ def pretrain(model, vocab, train_smiles, s, args, out):
 
 def train_command(args) -> int:
     from minitransformer.chem import Vocab
-    from minitransformer.chem import cli
+    from minitransformer import cli
     from minitransformer.chem.properties import load_labelled
     from minitransformer.checkpoint import model_from_checkpoint
     from minitransformer.metrics import multilabel_roc_auc
@@ -269,7 +269,7 @@ def write_predictions(path, test, probs) -> None:
     """CSV: smiles, then predicted probability and true label (empty if missing) per task (written atomically)."""
     import csv
     import io
-    from minitransformer.chem.cli import write_text
+    from minitransformer.cli import write_text
     f = io.StringIO(newline="")
     w = csv.writer(f)
     w.writerow(["smiles"] + [f"p_{t}" for t in test.tasks] + list(test.tasks))
@@ -282,7 +282,7 @@ def plot_attention_example(model, vocab, smiles, out) -> None:
     """Self-attention maps of every layer and head for one test molecule."""
     from minitransformer.chem.tokenizer import tokenize
     from minitransformer.viz import plot_encoder_attention
-    from minitransformer.chem.cli import attention_example, save_plot
+    from minitransformer.cli import attention_example, save_plot
     example = attention_example(smiles)
     ids = vocab.encode(example, cls=True)
     tokens = [vocab.id_to_token(i) for i in ids]
@@ -292,14 +292,14 @@ def plot_attention_example(model, vocab, smiles, out) -> None:
 
 
 def main(argv=None) -> int:
-    from minitransformer.chem.cli import demo_main
+    from minitransformer.cli import demo_main
     return demo_main(argv, build_parser, train_command)
 
 
 def cli() -> int:
     """``main`` for the command line: known input errors print one clear line, not a traceback."""
     try:
-        from minitransformer.chem.cli import run_cli
+        from minitransformer.cli import run_cli
     except KeyboardInterrupt:
         print("interrupted while starting; nothing was written", file=sys.stderr)
         return 130
@@ -308,5 +308,5 @@ def cli() -> int:
 
 if __name__ == "__main__":
     _code = cli()
-    from minitransformer.chem.cli.errors import exit_for_good
+    from minitransformer.cli.errors import exit_for_good
     exit_for_good(_code)

@@ -79,7 +79,7 @@ def test_predictions_file_lines_up_with_the_test_split(quick_run):
 
 
 def test_label_sets_without_labels_or_files_are_clear_errors(tmp_path, capsys, load_demo):
-    from minitransformer.chem.cli import run_cli
+    from minitransformer.cli import run_cli
     demo = load_demo("tox21_property")
     assert run_cli(demo.main, ["--quick", "--data", "druglike", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "no property labels" in capsys.readouterr().err

@@ -4,7 +4,7 @@ answer is an exit status in {0, 1, 2}, never a traceback, and an error is one li
 Argument lists are drawn from each command's known options with good and bad values
 (negative, zero, NaN, infinite, huge, words, random text, missing files, folders,
 existing output files, a folder that holds a run). Each list runs in-process through
-:func:`~minitransformer.chem.cli.run_cli`; the first step of real work (loading the
+:func:`~minitransformer.cli.run_cli`; the first step of real work (loading the
 data, sampling, decoding) is replaced by ``SystemExit(0)``, so an example costs
 milliseconds and shows what the checks before any work let through.
 """
@@ -19,7 +19,7 @@ pytest.importorskip("rdkit")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from minitransformer.chem.cli import run_cli  # noqa: E402
+from minitransformer.cli import run_cli  # noqa: E402
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None, derandomize=False,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

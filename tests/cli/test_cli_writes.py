@@ -16,7 +16,7 @@ import tempfile
 
 import pytest
 
-from minitransformer.chem.cli import run_cli
+from minitransformer.cli import run_cli
 from cli_helpers import one_line_error  # noqa: E402
 
 pytest.importorskip("rdkit")

@@ -6,7 +6,7 @@ full disk or Ctrl-C therefore leaves the old file as it was and no temporary
 file behind. Here that is wrapped for the demos:
 
 * :func:`write_json`, :func:`write_text`, :func:`write_bytes`: an OSError
-  becomes a :class:`~minitransformer.chem.cli.errors.WriteError` that names the
+  becomes a :class:`~minitransformer.cli.errors.WriteError` that names the
   file (exit status 1); JSON goes through :func:`json_safe` first, since JSON
   has no NaN;
 * :func:`save_curves` and :func:`save_plot`: a figure is drawn in memory or in
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from minitransformer import atomic
-from minitransformer.chem.cli.errors import WriteError
+from minitransformer.cli.errors import WriteError
 
 
 def json_safe(obj):

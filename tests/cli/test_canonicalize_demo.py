@@ -9,7 +9,7 @@ pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
 
 from minitransformer.chem import canonical, randomize_smiles, read_smiles  # noqa: E402
-from minitransformer.chem.cli import run_cli  # noqa: E402
+from minitransformer.cli import run_cli  # noqa: E402
 from minitransformer.chem.data import druglike_path  # noqa: E402
 from minitransformer.chem.seq2seq_data import PairEpochs, prepare_pairs  # noqa: E402
 

@@ -65,7 +65,7 @@ def test_sample_command_reads_the_checkpoint(quick_run, tmp_path):
 
 
 def test_bad_data_path_is_a_clear_error(tmp_path, load_demo, capsys):
-    from minitransformer.chem.cli import run_cli
+    from minitransformer.cli import run_cli
     demo = load_demo("molecules")
     # checked while parsing the command line, before any work: one line, exit status 2
     assert run_cli(demo.main, ["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o"),

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from minitransformer import atomic, backend
-from minitransformer.chem.cli.errors import BackendUnavailable, one_line
-from minitransformer.chem.cli.progress import PROGRESS
+from minitransformer.cli.errors import BackendUnavailable, one_line
+from minitransformer.cli.progress import PROGRESS
 
 
 class Auto(str):

@@ -1,36 +1,36 @@
-"""Command-line plumbing shared by the chemistry demos (``demos/*.py``).
+"""The `minitransformer` command and the plumbing its subcommands share.
 
 The three demos (molecules, tox21_property, canonicalize) take the same basic
 options and fail the same way on bad input, so that code lives here once, one
 concern per file:
 
-* :mod:`~minitransformer.chem.cli.arguments` - arguments are checked while the
+* :mod:`~minitransformer.cli.arguments` - arguments are checked while the
   command line is parsed, before any work starts; the options every demo
   shares; :func:`demo_main`.
-* :mod:`~minitransformer.chem.cli.errors` - :func:`run_cli`: every failure is
+* :mod:`~minitransformer.cli.errors` - :func:`run_cli`: every failure is
   one line on stderr, with exit status 2 (usage), 1 (runtime) or 130 (Ctrl-C);
   ``MINITRANSFORMER_DEBUG=1`` shows the traceback instead.
-* :mod:`~minitransformer.chem.cli.progress` - what the demo is doing, so that
+* :mod:`~minitransformer.cli.progress` - what the demo is doing, so that
   Ctrl-C can name the epoch, the step and the last good checkpoint.
-* :mod:`~minitransformer.chem.cli.run_folders` - a run folder belongs to one run:
+* :mod:`~minitransformer.cli.run_folders` - a run folder belongs to one run:
   :func:`claim_run_folder` with ``--resume`` (checked by :func:`check_resume`)
   or ``--force`` (the old files move to ``old-YYYYmmdd-HHMMSS/``).
-* :mod:`~minitransformer.chem.cli.outputs` - nothing is half-written:
+* :mod:`~minitransformer.cli.outputs` - nothing is half-written:
   :func:`write_json`, :func:`write_text`, :func:`write_bytes`,
   :func:`save_curves` and :func:`save_plot` write atomically; :func:`print_table`.
 
-The demos use ``from minitransformer.chem import cli`` and ``cli.<name>``; every
+The demos use ``from minitransformer import cli`` and ``cli.<name>``; every
 name below is importable from this package.
 """
-from minitransformer.chem.cli.arguments import (AUTO, ArgumentParser, add_common_arguments, add_resume_argument,
+from minitransformer.cli.arguments import (AUTO, ArgumentParser, add_common_arguments, add_resume_argument,
                                                 data_source, demo_main, existing_file, int_at_least, max_time,
                                                 number, output_file, refuse_overwrite, run_folder, seed,
                                                 use_backend)
-from minitransformer.chem.cli.errors import DEBUG_ENV, BackendUnavailable, WriteError, run_cli
-from minitransformer.chem.cli.outputs import (attention_example, json_safe, print_table, save_curves,
+from minitransformer.cli.errors import DEBUG_ENV, BackendUnavailable, WriteError, run_cli
+from minitransformer.cli.outputs import (attention_example, json_safe, print_table, save_curves,
                                               save_plot, write_bytes, write_json, write_text)
-from minitransformer.chem.cli.progress import run_fit
-from minitransformer.chem.cli.run_folders import check_resume, claim_run_folder, data_fingerprint
+from minitransformer.cli.progress import run_fit
+from minitransformer.cli.run_folders import check_resume, claim_run_folder, data_fingerprint
 
 __all__ = ["ArgumentParser", "add_common_arguments", "add_resume_argument", "use_backend", "max_time", "run_cli",
            "write_json", "write_text", "write_bytes", "save_curves", "save_plot", "json_safe", "print_table",

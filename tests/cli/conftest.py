@@ -88,7 +88,7 @@ def finished_molecules_run(tmp_path_factory, load_demo):
     (the demo module, the run folder). Tests that change the folder must copy it first."""
     pytest.importorskip("rdkit")
     pytest.importorskip("matplotlib")
-    from minitransformer.chem.cli import run_cli
+    from minitransformer.cli import run_cli
     demo = load_demo("molecules")
     out = tmp_path_factory.mktemp("finished") / "run"
     argv = ["--quick", "--quiet", "--data", "druglike", "--pretrain-data", "none", "--samples", "10", "--out", str(out)]

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Sequence
 
 from minitransformer import atomic
-from minitransformer.chem.cli.arguments import Auto
-from minitransformer.chem.cli.outputs import json_safe
-from minitransformer.chem.cli.progress import PROGRESS, saved_meta
+from minitransformer.cli.arguments import Auto
+from minitransformer.cli.outputs import json_safe
+from minitransformer.cli.progress import PROGRESS, saved_meta
 
 
 RUN_FILES = ("config.json", "metrics.json", "history.json", "best.npz", "last.npz", "samples.smi",
