@@ -6,6 +6,8 @@ import json
 import math
 
 import numpy as np
+import sys
+
 import pytest
 
 from minitransformer import backend
@@ -313,7 +315,7 @@ def test_early_stopping_keeps_best(tmp_path):
     assert [h["score"] for h in history] == scores[:6]
     assert all("seen_lr" in h and "val_loss" in h and "train_loss" in h for h in history)
     assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5, 6]
-    assert sorted(p.name for p in out.iterdir()) == ["best.npz", "history.json", "last.npz"]
+    assert sorted(p.name for p in out.iterdir()) == ["best.npz", "history.csv", "history.json", "last.npz"]
 
 
 def test_early_stopping_on_val_loss_min_mode(tmp_path):
@@ -487,13 +489,36 @@ def test_quiet_prints_nothing(capsys):
     assert captured.out == "" and captured.err == ""
 
 
-def test_not_quiet_reports_progress(capsys):
+def test_not_quiet_reports_progress(capsys, monkeypatch):
     model = lm_model()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)  # a terminal: a progress bar too
     fit(model, LMTask(), Adam(model), lm_data(), lm_data(4, seed=3), config=cfg(epochs=2, quiet=False))
     captured = capsys.readouterr()
     assert "epoch 1:" in captured.out and "val_loss=" in captured.out
     assert "epoch 2" in captured.out
     assert "epoch 1" in captured.err and "loss=" in captured.err  # the tqdm progress bar
+
+
+def test_output_to_a_file_is_one_line_per_epoch_without_bar_frames(capsys, monkeypatch):
+    model = lm_model()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)  # redirected to a log file
+    fit(model, LMTask(), Adam(model), lm_data(), lm_data(4, seed=3), config=cfg(epochs=2, quiet=False))
+    captured = capsys.readouterr()
+    assert captured.err == "" and "\r" not in captured.out
+    assert [line.split(":")[0] for line in captured.out.splitlines()] == ["epoch 1", "epoch 2"]
+
+
+def test_history_csv_has_a_row_per_epoch_with_the_phase_first(tmp_path):
+    import csv
+    model = lm_model()
+    earlier = [{"phase": "pretrain", "epoch": 1, "step": 3, "lr": 0.001, "train_loss": 3.0, "time_s": 0.1}]
+    tr = fit(model, LMTask(), Adam(model), lm_data(), lm_data(4, seed=3), earlier_history=earlier,
+             config=cfg(epochs=2, out_dir=str(tmp_path)), extra_meta={"phase": "train"})
+    rows = list(csv.DictReader((tmp_path / "history.csv").open()))
+    assert [(r["phase"], r["epoch"]) for r in rows] == [("pretrain", "1"), ("train", "1"), ("train", "2")]
+    assert list(rows[0])[:6] == ["phase", "epoch", "step", "lr", "train_loss", "val_loss"]
+    assert float(rows[2]["val_loss"]) == pytest.approx(tr.history[1]["val_loss"], rel=1e-5)
+    assert rows[0]["val_loss"] == ""  # the pretraining row had none
 
 
 def test_empty_training_data_is_an_error():

@@ -1,4 +1,4 @@
-"""Draw molecules with RDKit: a PNG grid of structures with their SMILES as legends."""
+"""Draw molecules with RDKit: a PNG grid of structures with their canonical SMILES as legends."""
 from __future__ import annotations
 
 from minitransformer.atomic import write_bytes
@@ -8,7 +8,7 @@ from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rd
 def molecule_grid_png(smiles, n: int = 24, per_row: int = 6, size: int = 250) -> tuple[bytes | None, int]:
     """Draw up to ``n`` parsable SMILES in a grid; returns ``(PNG bytes, number drawn)``,
     ``(None, 0)`` when none parses. Uses RDKit's Cairo drawer (no Pillow needed)."""
-    require_rdkit()
+    Chem = require_rdkit()
     from rdkit.Chem.Draw import rdMolDraw2D
 
     mols, legends = [], []
@@ -17,7 +17,8 @@ def molecule_grid_png(smiles, n: int = 24, per_row: int = 6, size: int = 250) ->
             mol = mol_from_smiles(s)
             if mol is not None and mol.GetNumAtoms() > 0:
                 mols.append(mol)
-                legends.append(s if len(s) <= 40 else s[:37] + "...")
+                label = Chem.MolToSmiles(mol)  # canonical, aromatic form: how chemists read it
+                legends.append(label if len(label) <= 40 else label[:37] + "...")
             if len(mols) == n:
                 break
     if not mols:

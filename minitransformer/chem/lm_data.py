@@ -93,7 +93,9 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
     if split == "ordered":
         if len(kept) <= n_train + n_val:  # a small file: keep the 80/10/10 proportions instead
             n_train, n_val = int(0.8 * len(kept)), max(1, int(0.1 * len(kept)))
-            log(f"split: only {len(kept)} SMILES, so the ordered split is {n_train} / {n_val} / rest")
+            why = (f"the first {limit} cleaned SMILES (a quick run)" if limit is not None and len(kept) == limit
+                   else f"only {len(kept)} SMILES")
+            log(f"split: {why}, so the ordered split is 80/10/10: {n_train} / {n_val} / rest")
         train, val, test = split_in_order(kept, n_train, n_val)
     elif split == "random":
         train, val, test = split_random(kept, fractions, seed)

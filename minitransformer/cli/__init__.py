@@ -1,16 +1,21 @@
-"""The `minitransformer` command and the plumbing its subcommands share.
+"""The ``minitransformer`` command: its subcommands, and the plumbing they share.
 
-The three demos (molecules, tox21_property, canonicalize) take the same basic
-options and fail the same way on bad input, so that code lives here once, one
-concern per file:
+One module per subcommand (each has ``add_parser`` and ``run``):
+:mod:`~minitransformer.cli.train_lm`, :mod:`~minitransformer.cli.train_property`,
+:mod:`~minitransformer.cli.train_seq2seq`, :mod:`~minitransformer.cli.sample`,
+:mod:`~minitransformer.cli.translate`, :mod:`~minitransformer.cli.predict`,
+:mod:`~minitransformer.cli.score`, :mod:`~minitransformer.cli.attention` and
+:mod:`~minitransformer.cli.info`; :mod:`~minitransformer.cli.main` puts them
+under one parser. Every command takes its options the same way and fails the
+same way on bad input, so that code lives here once, one concern per file:
 
 * :mod:`~minitransformer.cli.arguments` - arguments are checked while the
-  command line is parsed, before any work starts; the options every demo
-  shares; :func:`demo_main`.
+  command line is parsed, before any work starts; the options every training
+  command shares.
 * :mod:`~minitransformer.cli.errors` - :func:`run_cli`: every failure is
   one line on stderr, with exit status 2 (usage), 1 (runtime) or 130 (Ctrl-C);
   ``MINITRANSFORMER_DEBUG=1`` shows the traceback instead.
-* :mod:`~minitransformer.cli.progress` - what the demo is doing, so that
+* :mod:`~minitransformer.cli.progress` - what the command is doing, so that
   Ctrl-C can name the epoch, the step and the last good checkpoint.
 * :mod:`~minitransformer.cli.run_folders` - a run folder belongs to one run:
   :func:`claim_run_folder` with ``--resume`` (checked by :func:`check_resume`)
@@ -18,22 +23,33 @@ concern per file:
 * :mod:`~minitransformer.cli.outputs` - nothing is half-written:
   :func:`write_json`, :func:`write_text`, :func:`write_bytes`,
   :func:`save_curves` and :func:`save_plot` write atomically; :func:`print_table`.
+* :mod:`~minitransformer.cli.provenance` - ``provenance.json``: what produced a run.
 
-The demos use ``from minitransformer import cli`` and ``cli.<name>``; every
+The commands use ``from minitransformer import cli`` and ``cli.<name>``; every
 name below is importable from this package.
 """
-from minitransformer.cli.arguments import (AUTO, ArgumentParser, add_common_arguments, add_resume_argument,
-                                                data_source, demo_main, existing_file, int_at_least, max_time,
-                                                number, output_file, refuse_overwrite, run_folder, seed,
-                                                use_backend)
+from minitransformer.cli.arguments import (AUTO, ArgumentParser, add_command, add_common_arguments,
+                                           add_resume_argument, data_source, existing_file, input_file,
+                                           int_at_least, max_time, number, output_file, refuse_overwrite,
+                                           run_folder, seed, use_backend)
 from minitransformer.cli.errors import DEBUG_ENV, BackendUnavailable, WriteError, run_cli
-from minitransformer.cli.outputs import (attention_example, json_safe, print_table, save_curves,
-                                              save_plot, write_bytes, write_json, write_text)
+from minitransformer.cli.outputs import (attention_example, format_duration, json_safe, outputs_line, print_table,
+                                         read_history,
+                                         save_curves, save_plot, write_bytes, write_json, write_text)
 from minitransformer.cli.progress import run_fit
+from minitransformer.cli.provenance import write_provenance
 from minitransformer.cli.run_folders import check_resume, claim_run_folder, data_fingerprint
 
-__all__ = ["ArgumentParser", "add_common_arguments", "add_resume_argument", "use_backend", "max_time", "run_cli",
-           "write_json", "write_text", "write_bytes", "save_curves", "save_plot", "json_safe", "print_table",
-           "attention_example", "demo_main", "int_at_least", "number", "seed", "data_source", "existing_file",
-           "output_file", "run_folder", "refuse_overwrite", "claim_run_folder", "check_resume",
-           "data_fingerprint", "run_fit", "WriteError", "BackendUnavailable", "DEBUG_ENV", "AUTO"]
+
+def plot_attention_example(model, vocab, smiles, out) -> None:
+    """``--plot-attention``: see :func:`minitransformer.cli.attention.plot_attention_example`."""
+    from minitransformer.cli.attention import plot_attention_example as plot
+    plot(model, vocab, smiles, out)
+
+
+__all__ = ["ArgumentParser", "add_command", "add_common_arguments", "add_resume_argument", "use_backend",
+           "max_time", "run_cli", "write_json", "write_text", "write_bytes", "save_curves", "save_plot",
+           "json_safe", "outputs_line", "print_table", "read_history", "attention_example", "format_duration", "int_at_least",
+           "number", "seed", "data_source", "existing_file", "input_file", "output_file", "run_folder",
+           "refuse_overwrite", "claim_run_folder", "check_resume", "data_fingerprint", "run_fit",
+           "write_provenance", "plot_attention_example", "WriteError", "BackendUnavailable", "DEBUG_ENV", "AUTO"]

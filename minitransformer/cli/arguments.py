@@ -1,4 +1,4 @@
-"""Reading a demo's command line: every argument is checked before any work starts.
+"""Reading a command line: every argument is checked before any work starts.
 
 A typo in ``--temperature`` should cost a second, not an hour of training
 followed by a crash at sampling time. So each option gets a ``type=`` function
@@ -153,6 +153,16 @@ def data_source(names: Sequence[str] = ("tox21", "druglike"), suffixes: Sequence
     return parse
 
 
+def input_file(what: str = "file") -> Callable[[str], str]:
+    """``type=`` for an input that may also be ``-``, standard input."""
+    readable = existing_file(what)
+
+    def parse(text: str) -> str:
+        return text if text == "-" else readable(text)
+    parse.__name__ = what
+    return parse
+
+
 def output_file(text: str) -> str:
     """``type=`` for an output file (``sample --out``): not empty, not a folder, its folder
     not a file. Whether it may be overwritten is :func:`refuse_overwrite`'s question."""
@@ -185,16 +195,26 @@ def refuse_overwrite(path: str | os.PathLike | None, force: bool, option: str = 
                                        f"another {option}")
 
 
+def add_command(subparsers, name: str, help: str, example: str, description: str | None = None):
+    """A subcommand's parser: ``help`` in the list of commands, ``description`` (default:
+    ``help``) on top of its own ``--help``, and ``example`` (one or more command lines) below."""
+    return subparsers.add_parser(name, help=help, description=description or help,
+                                 epilog="example:\n" + "\n".join(f"  {line}" for line in example.splitlines()),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, out: str,
                          data_names: Sequence[str] = ("tox21", "druglike"),
                          data_suffixes: Sequence[str] = DATA_SUFFIXES,
-                         data_refused: dict | None = None) -> argparse.ArgumentParser:
-    """Add the options every chemistry demo understands; ``out`` is the default run folder.
-    ``data_*`` say what ``--data`` accepts (see :func:`data_source`)."""
+                         data_refused: dict | None = None,
+                         data_default: str = "Tox21 if found, else druglike") -> argparse.ArgumentParser:
+    """Add the options every training command understands; ``out`` is the default run folder.
+    ``data_*`` say what ``--data`` accepts (see :func:`data_source`) and what it defaults to."""
     parser.add_argument("--data", default=None, type=data_source(data_names, data_suffixes, data_refused),
                         help=f"{', '.join(data_names)}, or a {'/'.join(data_suffixes)} file "
-                             "(default: Tox21 if found, else druglike)")
-    parser.add_argument("--quick", action="store_true", help="tiny model and data: a smoke test under a minute")
+                             f"(default: {data_default})")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny model, 400 molecules, 2 epochs: a smoke test that takes seconds")
     parser.add_argument("--epochs", type=int_at_least(1), default=None, help="override the preset's number of epochs")
     parser.add_argument("--max-minutes", type=number(0), default=None,
                         help="training time budget (the preset's by default; 0 = no limit)")
@@ -241,17 +261,3 @@ def max_time(args: argparse.Namespace, preset_seconds: float | None) -> float | 
     if not (args.max_minutes >= 0 and math.isfinite(args.max_minutes)):
         raise ValueError(f"--max-minutes must be a finite number >= 0 (0 = no limit), got {args.max_minutes}")
     return args.max_minutes * 60 if args.max_minutes > 0 else None
-
-
-def demo_main(argv, build_parser, train_command, subcommands: dict | None = None) -> int:
-    """A demo's ``main``: ``argv[0]`` may name a subcommand (e.g. ``sample``), which gets
-    the remaining arguments; otherwise parse the training options, choose the backend
-    and train. ``argv=None`` reads ``sys.argv``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and subcommands and argv[0] in subcommands:
-        PROGRESS.reset(command=argv[0])
-        return subcommands[argv[0]](argv[1:])
-    PROGRESS.reset(command="train")
-    args = build_parser().parse_args(argv)
-    use_backend(args)
-    return train_command(args)

@@ -107,3 +107,34 @@ def attention_example(smiles: Sequence[str], lo: int = 20, hi: int = 45) -> str:
         if lo <= len(s) <= hi:
             return s
     return max(smiles[:50], key=len)
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as a person reads it: ``0.4 s``, ``12 s``, ``3 min 05 s``, ``1 h 02 min``."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def read_history(folder: str | Path) -> list:
+    """The rows of ``folder/history.json`` (an earlier phase of the run), [] if there are none."""
+    import json
+    try:
+        rows = json.loads((Path(folder) / "history.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def outputs_line(out: str | Path) -> str:
+    """``outputs in OUT/: a b c``: the files the run left in its folder (checkpoints and
+    folders of earlier phases included), for the end of a summary."""
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in Path(out).iterdir()
+                   if not p.name.startswith((".", "old-")))
+    return f"outputs in {out}/: {' '.join(names)}"

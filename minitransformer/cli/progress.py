@@ -49,6 +49,7 @@ def run_fit(phase: str, model, task, optimizer, train_data, val_data=None, *, co
     command (KeyboardInterrupt, reported by :func:`run_cli` with the epoch, step and
     last good checkpoint) instead of going on to evaluation and sampling."""
     from minitransformer.train import fit
+    kwargs["extra_meta"] = {"phase": phase, **(kwargs.get("extra_meta") or {})}  # names the rows of history.csv
     PROGRESS.phase, PROGRESS.training, PROGRESS.trainer = phase, True, None
     PROGRESS.out_dir = Path(config.out_dir) if config.out_dir else None
     trainer = fit(model, task, optimizer, train_data, val_data, config=config,

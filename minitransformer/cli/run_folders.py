@@ -28,7 +28,8 @@ from minitransformer.cli.outputs import json_safe
 from minitransformer.cli.progress import PROGRESS, saved_meta
 
 
-RUN_FILES = ("config.json", "metrics.json", "history.json", "best.npz", "last.npz", "samples.smi",
+RUN_FILES = ("config.json", "metrics.json", "history.json", "history.csv", "provenance.json", "best.npz",
+             "last.npz", "samples.smi",
              "predictions.tsv", "predictions.csv", "curves.png", "molecules.png", "attention.png",
              "attention_cross.png", "pretrain")
 

@@ -10,6 +10,7 @@ divergence is caught in :mod:`~minitransformer.train.divergence`; the notes of
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -17,9 +18,10 @@ from typing import Callable
 import numpy as np
 
 from minitransformer import backend
-from minitransformer.atomic import write_json
+from minitransformer.atomic import write_json, write_text
 from minitransformer.checkpoint import fingerprint_hashes
 from minitransformer.optim import clip_grad_norm
+from minitransformer.train import history
 from minitransformer.train.batches import plan_batches
 from minitransformer.train.checkpointing import Checkpointing
 from minitransformer.train.config import TrainConfig
@@ -35,7 +37,8 @@ class Trainer(Checkpointing):
     name come from :class:`~minitransformer.train.checkpointing.Checkpointing`."""
 
     def __init__(self, model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
-                 callbacks=(), vocab=None, extra_meta: dict | None = None, fingerprint: dict | None = None):
+                 callbacks=(), vocab=None, extra_meta: dict | None = None, fingerprint: dict | None = None,
+                 earlier_history=()):
         self.model, self.task, self.optimizer = model, task, optimizer
         self.train_data, self.val_data = train_data, val_data
         self.config = config or TrainConfig()
@@ -46,6 +49,7 @@ class Trainer(Checkpointing):
         self.epoch, self.batch_index, self.step = 0, 0, 0
         self.best, self.best_epoch, self.bad_epochs = None, None, 0
         self.history: list[dict] = []
+        self.earlier_history = list(earlier_history)  # rows of earlier phases, for history.csv
         self.step_losses: list[float] = []
         self.stop_reason: str | None = None
         self.saved: dict[str, tuple[int, Path]] = {}  # name -> (step, path) of this run's finite checkpoints
@@ -134,7 +138,7 @@ class Trainer(Checkpointing):
         batches = self._plan(self.epoch, examples)
         model.train()
         bar = None
-        if not cfg.quiet:
+        if not cfg.quiet and sys.stderr.isatty():  # a log file gets the one line per epoch only
             from tqdm.auto import tqdm
             bar = tqdm(total=len(batches), initial=self.batch_index, desc=f"epoch {self.epoch + 1}",
                        leave=False, dynamic_ncols=True)
@@ -292,14 +296,20 @@ class Trainer(Checkpointing):
         elif self.epoch >= cfg.epochs:
             self.stop_reason, stop = "epochs", True
         self.save("last.npz")
-        if self.out_dir:  # strict JSON: a NaN or infinite metric (not the one above) is written as null
-            try:
-                write_json(self.out_dir / "history.json", [
-                    {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in h.items()}
-                    for h in self.history])
-            except OSError as err:
-                raise self._write_failed(self.out_dir / "history.json", err) from err
+        if self.out_dir:
+            self._write_history()
         return stop
+
+    def _write_history(self) -> None:
+        """``history.json`` (this phase) and ``history.csv`` (the earlier phases' rows, then
+        this phase's) in the run folder: see :mod:`~minitransformer.train.history`."""
+        rows = list(self.earlier_history) + history.tagged(self.history, self.extra_meta.get("phase", "train"))
+        for name, write in (("history.json", lambda p: write_json(p, history.json_rows(self.history))),
+                            ("history.csv", lambda p: write_text(p, history.csv_text(rows)))):
+            try:
+                write(self.out_dir / name)
+            except OSError as err:
+                raise self._write_failed(self.out_dir / name, err) from err
 
     def run(self):
         """Train until epochs, patience, max_steps or max_time says stop (or Ctrl-C)."""
@@ -325,7 +335,7 @@ class Trainer(Checkpointing):
 
 def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
         callbacks: list[Callable] = (), resume=None, vocab=None, extra_meta: dict | None = None,
-        fingerprint: dict | None = None) -> Trainer:
+        fingerprint: dict | None = None, earlier_history=()) -> Trainer:
     """Train ``model`` on ``train_data`` with ``task`` and ``optimizer``.
 
     Args:
@@ -348,13 +358,15 @@ def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig |
             checkpoint stores one sha256 per entry, plus one of ``vocab``; a resume whose
             entries or vocabulary differ is refused, naming the entries
             (:class:`~minitransformer.checkpoint.FingerprintMismatch`).
+        earlier_history: the rows of earlier phases of the same run (each with a
+            ``phase`` entry), written first in ``history.csv``.
 
     Returns:
         the :class:`Trainer`, with ``history`` (per-epoch metric dicts), ``step_losses``,
         ``best``/``best_epoch`` and ``stop_reason``.
     """
     trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta,
-                      fingerprint)
+                      fingerprint, earlier_history)
     if resume is not None:
         trainer.resume(resume)
     return trainer.run()

@@ -12,6 +12,7 @@ from minitransformer.chem import canonical, randomize_smiles, read_smiles  # noq
 from minitransformer.cli import run_cli  # noqa: E402
 from minitransformer.chem.data import druglike_path  # noqa: E402
 from minitransformer.chem.seq2seq_data import PairEpochs, prepare_pairs  # noqa: E402
+from minitransformer.chem.canonicalization import COLUMNS
 
 
 def _quiet(*_):
@@ -102,8 +103,8 @@ def test_quick_run_writes_every_output(quick_run):
     m = json.loads((out / "metrics.json").read_text())
     lines = (out / "predictions.tsv").read_text().splitlines()
     assert len(lines) == m["n_test"] + 1
-    assert lines[0].split("\t") == list(demo.COLUMNS)
-    assert all(len(line.split("\t")) == len(demo.COLUMNS) for line in lines)
+    assert lines[0].split("\t") == list(COLUMNS)
+    assert all(len(line.split("\t")) == len(COLUMNS) for line in lines)
 
 
 def test_quick_run_metrics_are_fractions(quick_run):
@@ -126,7 +127,7 @@ def test_quick_run_metrics_are_fractions(quick_run):
 
 def test_translate_command_reads_the_checkpoint(quick_run, capsys):
     demo, out = quick_run
-    assert demo.main(["translate", "--checkpoint", str(out / "best.npz"), "--beam", "2", "OCC(C)c1ccccc1"]) == 0
+    assert demo.main(["translate", str(out / "best.npz"), "--beam", "2", "OCC(C)c1ccccc1"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("OCC(C)c1ccccc1\t")
 
@@ -142,7 +143,7 @@ def test_missing_data_file_is_a_clear_error(tmp_path, capsys, load_demo):
 
 def test_bad_translate_input_is_a_clear_error(quick_run, tmp_path, capsys):
     demo, out = quick_run
-    assert run_cli(demo.main, ["translate", "--checkpoint", str(tmp_path / "none.npz"), "CCO"]) == 2
-    assert run_cli(demo.main, ["translate", "--checkpoint", str(out / "best.npz"), "C1CC"]) == 2
+    assert run_cli(demo.main, ["translate", str(tmp_path / "none.npz"), "CCO"]) == 2
+    assert run_cli(demo.main, ["translate", str(out / "best.npz"), "C1CC"]) == 2
     err = capsys.readouterr().err
     assert "none.npz" in err and "C1CC" in err

@@ -11,6 +11,8 @@ import pytest
 
 from minitransformer.cli import run_cli
 from cli_helpers import one_line_error  # noqa: E402
+import minitransformer.cli.sample as cli_sample
+import minitransformer.chem.canonicalization as canonicalization
 
 pytest.importorskip("rdkit")
 
@@ -113,19 +115,19 @@ def test_degenerate_data_files_are_one_line_errors(demos, tmp_path, capsys):
 
 
 BAD_SUBCOMMAND_ARGUMENTS = [
-    ("molecules", ["sample", "--checkpoint", "{lm}", "-n", "0"], ["-n", ">= 1"]),
-    ("molecules", ["sample", "--checkpoint", "{lm}", "-n", "-5"], ["-n"]),
-    ("molecules", ["sample", "--checkpoint", "{lm}", "--temperature", "0"], ["--temperature", "> 0"]),
-    ("molecules", ["sample", "--checkpoint", "{lm}", "--temperature", "-1"], ["--temperature"]),
-    ("molecules", ["sample", "--checkpoint", "{lm}", "--seed", "-1"], ["--seed", "from 0"]),
-    ("molecules", ["sample", "--checkpoint", "{folder}"], ["is a folder"]),
-    ("molecules", ["sample", "--checkpoint", "{folder}/nope.npz"], ["no such checkpoint"]),
-    ("molecules", ["sample", "--checkpoint", "{lm}", "--out", "{folder}"], ["is a folder"]),
-    ("molecules", ["sample", "--checkpoint", "{s2s}"], ["Seq2Seq", "DecoderLM"]),
-    ("molecules", ["sample", "--checkpoint", "{bare}"], ["no vocabulary"]),
-    ("canonicalize", ["translate", "--checkpoint", "{s2s}", "--beam", "0", "CCO"], ["--beam", ">= 1"]),
-    ("canonicalize", ["translate", "--checkpoint", "{folder}", "CCO"], ["is a folder"]),
-    ("canonicalize", ["translate", "--checkpoint", "{lm}", "CCO"], ["Seq2Seq"]),
+    ("molecules", ["sample", "{lm}", "-n", "0"], ["-n", ">= 1"]),
+    ("molecules", ["sample", "{lm}", "-n", "-5"], ["-n"]),
+    ("molecules", ["sample", "{lm}", "--temperature", "0"], ["--temperature", "> 0"]),
+    ("molecules", ["sample", "{lm}", "--temperature", "-1"], ["--temperature"]),
+    ("molecules", ["sample", "{lm}", "--seed", "-1"], ["--seed", "from 0"]),
+    ("molecules", ["sample", "{folder}"], ["is a folder"]),
+    ("molecules", ["sample", "{folder}/nope.npz"], ["no such checkpoint"]),
+    ("molecules", ["sample", "{lm}", "--out", "{folder}"], ["is a folder"]),
+    ("molecules", ["sample", "{s2s}"], ["Seq2Seq", "DecoderLM"]),
+    ("molecules", ["sample", "{bare}"], ["no vocabulary"]),
+    ("canonicalize", ["translate", "{s2s}", "--beam", "0", "CCO"], ["--beam", ">= 1"]),
+    ("canonicalize", ["translate", "{folder}", "CCO"], ["is a folder"]),
+    ("canonicalize", ["translate", "{lm}", "CCO"], ["Seq2Seq"]),
 ]
 
 
@@ -136,7 +138,8 @@ def test_bad_subcommand_arguments_are_one_line_errors(name, args, words, demos, 
 
     def no_decoding(*a, **k):
         raise AssertionError("decoding started before the arguments were checked")
-    monkeypatch.setattr(demo, "sample_smiles" if name == "molecules" else "translate", no_decoding)
+    monkeypatch.setattr(*((cli_sample, "sample_smiles") if name == "molecules" else (canonicalization, "translate")),
+                        no_decoding)
     folder = tmp_path / "folder"
     folder.mkdir()
     paths = dict(tiny_checkpoints, folder=folder)
@@ -153,9 +156,9 @@ def test_sample_refuses_to_overwrite_without_force_before_sampling(demos, tiny_c
     target = tmp_path / "mine.smi"
     target.write_text("my precious molecules\n")
     calls = []
-    real = demo.sample_smiles
-    monkeypatch.setattr(demo, "sample_smiles", lambda *a, **k: calls.append(1) or real(*a, **k))
-    argv = ["sample", "--checkpoint", str(tiny_checkpoints["lm"]), "-n", "3", "--out", str(target)]
+    real = cli_sample.sample_smiles
+    monkeypatch.setattr(cli_sample, "sample_smiles", lambda *a, **k: calls.append(1) or real(*a, **k))
+    argv = ["sample", str(tiny_checkpoints["lm"]), "-n", "3", "--out", str(target)]
     assert run_cli(demo.main, argv) == 2
     line = one_line_error(capsys)
     assert "already exists" in line and "--force" in line
@@ -168,12 +171,12 @@ def test_translate_out_refuses_to_overwrite_without_force(demos, tiny_checkpoint
     demo = demos["canonicalize"]
     target = tmp_path / "mine.tsv"
     target.write_text("keep me\n")
-    argv = ["translate", "--checkpoint", str(tiny_checkpoints["s2s"]), "--beam", "1", "--out", str(target),
+    argv = ["translate", str(tiny_checkpoints["s2s"]), "--beam", "1", "--out", str(target),
             "CCO", "c1ccccc1"]
     assert run_cli(demo.main, argv) == 2
     assert "--force" in one_line_error(capsys) and target.read_text() == "keep me\n"
     assert run_cli(demo.main, argv + ["--force"]) == 0
-    assert [line.split("\t")[0] for line in target.read_text().splitlines()] == ["CCO", "c1ccccc1"]
+    assert [line.split("\t")[0] for line in target.read_text().splitlines()] == ["source", "CCO", "c1ccccc1"]
 
 
 def test_offline_tox21_is_one_line_saying_where_to_put_the_file(demos, tmp_path, capsys, monkeypatch):

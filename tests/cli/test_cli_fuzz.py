@@ -20,6 +20,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from minitransformer.cli import run_cli  # noqa: E402
+import minitransformer.cli.sample as cli_sample
+import minitransformer.chem.canonicalization as canonicalization
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None, derandomize=False,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -173,7 +175,7 @@ def test_training_command_lines(name, load_demo, world, stop_before_work):
 
 def test_sample_command_lines(load_demo, world, stop_before_work, monkeypatch):
     demo = load_demo("molecules")
-    monkeypatch.setattr(demo, "sample_smiles", stop_before_work)
+    monkeypatch.setattr(cli_sample, "sample_smiles", stop_before_work)
     root, paths = world
 
     @SETTINGS
@@ -185,7 +187,7 @@ def test_sample_command_lines(load_demo, world, stop_before_work, monkeypatch):
 
 def test_translate_command_lines(load_demo, world, stop_before_work, monkeypatch):
     demo = load_demo("canonicalize")
-    monkeypatch.setattr(demo, "translate", stop_before_work)
+    monkeypatch.setattr(canonicalization, "translate", stop_before_work)
     root, paths = world
 
     @SETTINGS

@@ -13,6 +13,7 @@ import pytest
 
 from minitransformer.cli import run_cli
 from cli_helpers import one_line_error  # noqa: E402
+import minitransformer.cli.sample as cli_sample
 
 pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
@@ -91,7 +92,7 @@ def test_ctrl_c_after_training_names_the_last_checkpoint(molecules, finished_mol
 
     def sample(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(molecules, "sample_smiles", sample)
+    monkeypatch.setattr(cli_sample, "sample_smiles", sample)
     assert run_cli(molecules.main, BASE + ["--out", str(out), "--resume"]) == 130  # trained already: samples at once
     line = one_line_error(capsys)
     assert line.startswith(f"interrupted after training (epoch 2, step {2 * STEPS_PER_EPOCH})"), line
@@ -107,8 +108,8 @@ def test_ctrl_c_before_training_and_in_a_subcommand(molecules, tmp_path, capsys,
     monkeypatch.setattr(lm_data, "prepare_smiles", stop)
     assert run_cli(molecules.main, BASE + ["--out", str(tmp_path / "run")]) == 130
     assert one_line_error(capsys) == "interrupted before training started; nothing was saved"
-    monkeypatch.setattr(molecules, "sample_smiles", stop)
+    monkeypatch.setattr(cli_sample, "sample_smiles", stop)
     target = tmp_path / "s.smi"
-    assert run_cli(molecules.main, ["sample", "--checkpoint", str(tiny_checkpoints["lm"]), "--out",
+    assert run_cli(molecules.main, ["sample", str(tiny_checkpoints["lm"]), "--out",
                                     str(target)]) == 130
     assert one_line_error(capsys) == "interrupted; no file was written" and not target.exists()

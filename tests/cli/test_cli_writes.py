@@ -140,7 +140,7 @@ def test_full_disk_while_writing_sample_out_keeps_the_old_file(molecules, tiny_c
     target = tmp_path / "samples.smi"
     target.write_text("CCO\nc1ccccc1\n")
     failed = disk_fills_up_writing(monkeypatch, "samples.smi")
-    code = run_cli(molecules.main, ["sample", "--checkpoint", str(tiny_checkpoints["lm"]), "-n", "5",
+    code = run_cli(molecules.main, ["sample", str(tiny_checkpoints["lm"]), "-n", "5",
                                     "--out", str(target), "--force"])
     assert failed and code == 1
     line = one_line_error(capsys)

@@ -60,7 +60,7 @@ def test_quick_run_metrics_are_fractions(quick_run):
 def test_sample_command_reads_the_checkpoint(quick_run, tmp_path):
     demo, out = quick_run
     target = tmp_path / "more.smi"
-    assert demo.main(["sample", "--checkpoint", str(out / "best.npz"), "-n", "7", "--out", str(target)]) == 0
+    assert demo.main(["sample", str(out / "best.npz"), "-n", "7", "--out", str(target)]) == 0
     assert len(target.read_text().splitlines()) == 7
 
 

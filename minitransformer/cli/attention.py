@@ -1,0 +1,97 @@
+"""``minitransformer attention``: draw what a trained model attends to, for one molecule.
+
+For a generator (DecoderLM) the pictures show its causal self-attention; for a
+property model (Encoder), its self-attention; for a canonicalizer (Seq2Seq),
+the encoder's and decoder's self-attention and the cross-attention (which
+source token each output token reads). See ``docs/attention.md`` for how to
+read them. The training commands draw the same pictures for one test molecule
+with ``--plot-attention``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def add_parser(commands):
+    from minitransformer import cli
+    p = cli.add_command(commands, "attention", help="draw a model's attention maps for one molecule",
+                        example="minitransformer attention runs/lm/best.npz 'CC(=O)Oc1ccccc1C(=O)O' --out aspirin\n"
+                                "minitransformer attention runs/seq2seq/best.npz 'OCC(C)c1ccccc1' --layers 0 -1")
+    p.add_argument("checkpoint", type=cli.existing_file("checkpoint"),
+                   help="a checkpoint of any `minitransformer train` run (best.npz or last.npz)")
+    p.add_argument("smiles", help="the molecule, as SMILES")
+    p.add_argument("--out", default="attention", type=cli.run_folder,
+                   help="folder for the PNG files (created if needed; default: ./attention)")
+    p.add_argument("--layers", type=int, nargs="+", default=None,
+                   help="layers to draw, counted from 0 (negative: from the last; default: first and last)")
+    p.add_argument("--force", action="store_true", help="overwrite PNG files already in --out")
+    p.add_argument("--backend", default=None, choices=("numpy", "cupy"))
+    p.set_defaults(run=run)
+    return p
+
+
+def load_model(path):
+    """(model, vocabulary) of any checkpoint written by a training command."""
+    from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
+    from minitransformer.chem import Vocab
+    ckpt = load_checkpoint(path)
+    if ckpt.vocab is None:
+        raise ValueError(f"{path} holds a {ckpt.model_type} without a vocabulary, so its tokens cannot be named; "
+                         "give a checkpoint written by `minitransformer train`")
+    model, _ = model_from_checkpoint(ckpt)
+    return model.eval(), Vocab.from_json(ckpt.vocab)
+
+
+def draw(model, vocab, smiles: str, out: Path, layers=None, overwrite: bool = True) -> list:
+    """Write the attention pictures of ``smiles`` into ``out``; returns the paths written."""
+    import numpy as np
+
+    from minitransformer.chem.tokenizer import tokenize
+    from minitransformer.cli.outputs import save_plot
+    from minitransformer.viz import plot_cross_attention, plot_decoder_attention, plot_encoder_attention
+    kind = type(model).__name__
+    layers = [0, -1] if layers is None else layers
+    out = Path(out)
+    if kind == "DecoderLM":
+        ids = vocab.encode(smiles)[:-1]  # (T,): BOS + tokens, the input when the model predicts EOS
+        tokens = [vocab.id_to_token(i) for i in ids]
+        return [save_plot(out / "attention.png", lambda target: plot_decoder_attention(
+            model, np.asarray(ids), tokens, target, layers=layers))]
+    if kind == "Encoder":
+        ids = vocab.encode(smiles, cls=True)
+        tokens = [vocab.id_to_token(i) for i in ids]
+        return [save_plot(out / "attention.png", lambda target: plot_encoder_attention(
+            model, np.asarray(ids), tokens, target, layers=layers))]
+    if kind == "Seq2Seq":
+        from minitransformer.chem import canonical
+        target_smiles = canonical(smiles) or smiles
+        src_ids, tgt_ids = vocab.encode(smiles), vocab.encode(target_smiles)
+        src_tokens = ["<bos>"] + tokenize(smiles) + ["<eos>"]
+        tgt_tokens = ["<bos>"] + tokenize(target_smiles)  # decoder inputs: the target shifted right
+        return [save_plot(out / "attention_cross.png", lambda target: plot_cross_attention(
+            model, src_ids, tgt_ids[:-1], src_tokens, tgt_tokens, target, layers=layers,
+            title=f"cross-attention: {smiles}  ->  {target_smiles}"))]
+    raise ValueError(f"cannot draw the attention of a {kind}; expected a DecoderLM, Encoder or Seq2Seq checkpoint")
+
+
+def plot_attention_example(model, vocab, smiles, out, targets=None) -> None:
+    """``--plot-attention`` of the training commands: the pictures of one readable test molecule."""
+    from minitransformer.cli.outputs import attention_example
+    example = attention_example(smiles)
+    paths = draw(model, vocab, example, Path(out))
+    print(f"attention maps of {example} in {', '.join(str(p) for p in paths)}")
+
+
+def run(args) -> int:
+    from minitransformer.chem import canonical
+    if canonical(args.smiles) is None:
+        raise ValueError(f"RDKit cannot read the SMILES {args.smiles!r}; check it, e.g. with a molecule editor")
+    model, vocab = load_model(args.checkpoint)
+    from minitransformer.chem.tokenizer import tokenize
+    unknown = sorted({t for t in tokenize(args.smiles) if t not in vocab})
+    if unknown:
+        raise ValueError(f"the SMILES has tokens this model never saw ({' '.join(unknown)}); "
+                         "pick a molecule made of the atoms it was trained on")
+    paths = draw(model, vocab, args.smiles, Path(args.out), layers=args.layers, overwrite=args.force)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

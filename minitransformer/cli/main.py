@@ -1,0 +1,112 @@
+"""The ``minitransformer`` command: one argparse parser with a subcommand per job.
+
+    minitransformer train lm --quick                    # a molecule generator (decoder-only)
+    minitransformer train property --quick              # Tox21 property model (encoder)
+    minitransformer train seq2seq --quick               # SMILES canonicalizer (encoder-decoder)
+    minitransformer sample runs/lm/best.npz -n 100      # new molecules from a trained generator
+    minitransformer translate runs/seq2seq/best.npz 'OCC(C)c1ccccc1'
+    minitransformer predict runs/property/best.npz my_molecules.csv --out predictions.csv
+    minitransformer score samples.smi --reference tox21
+    minitransformer attention runs/lm/best.npz 'CC(=O)Oc1ccccc1C(=O)O'
+    minitransformer info runs/lm/best.npz
+
+Each subcommand lives in its own module of this package (``train_lm``,
+``sample``, ...), which adds its arguments with ``add_parser(subparsers)`` and
+does its work in ``run(args)``. :func:`main` parses the command line (every
+argument is checked before any work starts), and :func:`console`, the installed
+script, turns every failure into one line on stderr and an exit status (see
+:mod:`~minitransformer.cli.errors`).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from minitransformer.cli.arguments import ArgumentParser, add_command, use_backend
+from minitransformer.cli.progress import PROGRESS
+
+COMMANDS = ("train_lm", "train_property", "train_seq2seq", "sample", "translate", "attention", "info")
+
+
+def _command_modules():
+    import importlib
+    return {name: importlib.import_module(f"minitransformer.cli.{name}") for name in COMMANDS}
+
+
+def build_parser() -> ArgumentParser:
+    """The whole command line: ``minitransformer [--version] COMMAND ...``."""
+    from minitransformer import __version__
+    modules = _command_modules()
+    parser = ArgumentParser(
+        prog="minitransformer", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train transformers on molecules (SMILES), and use what they learned. "
+                    "Every command has its own --help with an example.",
+        epilog="examples:\n" + "\n".join(line for line in __doc__.splitlines() if line.startswith("    minitransformer")))
+    parser.add_argument("--version", action="version", version=f"minitransformer {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                     parser_class=ArgumentParser)
+    train = add_command(commands, "train", help="train a model: lm, property or seq2seq",
+                        description="Train a model on molecules. Each kind has its own --help.",
+                        example="minitransformer train lm --quick\nminitransformer train lm --help")
+    kinds = train.add_subparsers(dest="kind", metavar="KIND", required=True, parser_class=ArgumentParser)
+    for name in ("train_lm", "train_property", "train_seq2seq"):
+        modules[name].add_parser(kinds)
+    for name in COMMANDS[3:]:
+        modules[name].add_parser(commands)
+    return parser
+
+
+def _quiet_rdkit_logs() -> None:
+    """RDKit writes a log line for every SMILES it cannot parse; a command reports those itself."""
+    try:
+        from rdkit import RDLogger
+    except ImportError:
+        return
+    RDLogger.DisableLog("rdApp.*")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``), pick the backend, run the subcommand.
+    Errors propagate; :func:`console` turns them into one line and an exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse stops filling a ``nargs="*"`` positional at the first option, so in
+    # ``translate CKPT --beam 2 CCO`` the SMILES arrives here; it belongs to ``smiles``.
+    more = getattr(args, "more_positionals", None)
+    if more and extra and not any(e.startswith("-") and len(e) > 1 for e in extra):
+        setattr(args, more, list(getattr(args, more)) + extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.argv = argv  # for provenance.json
+    PROGRESS.reset(command="train" if args.command == "train" else args.command)
+    _quiet_rdkit_logs()
+    use_backend(args)
+    return args.run(args)
+
+
+def _relaunch_with_prompt_blas_threads(argv: Sequence[str]) -> None:
+    """Start this command again with ``OPENBLAS_THREAD_TIMEOUT=22`` if it is not set.
+
+    OpenBLAS reads the variable once, when NumPy loads it, and by the time an
+    installed script runs, ``import minitransformer`` has loaded NumPy. Without
+    it, idle BLAS threads spin and the library's CPU thread pool
+    (:mod:`minitransformer.fast.parallel`) must stay at one thread. The library
+    itself never changes the environment; the command, as a program, may.
+    """
+    if os.environ.get("OPENBLAS_THREAD_TIMEOUT") is not None or os.name != "posix":
+        return
+    env = dict(os.environ, OPENBLAS_THREAD_TIMEOUT="22")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "minitransformer", *argv], env)
+
+
+def console(argv: Sequence[str] | None = None) -> int:
+    """The installed ``minitransformer`` script (and ``python -m minitransformer``)."""
+    from minitransformer.cli.errors import exit_for_good, run_cli
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _relaunch_with_prompt_blas_threads(argv)
+    exit_for_good(run_cli(main, argv))

@@ -1,0 +1,106 @@
+"""``minitransformer sample``: new molecules from a trained generator (a DecoderLM checkpoint).
+
+Sampling draws one token at a time from the model's next-token distribution,
+reshaped by the temperature (below 1: sharper, above 1: flatter), and
+optionally cut to the ``top_k`` most likely tokens or to the smallest set whose
+probabilities add up to ``top_p`` (nucleus sampling); see
+:func:`minitransformer.generate.sample`. The KV cache makes each step cost one
+token's worth of work. The output is a ``.smi`` file (one SMILES per line) or a
+``.csv`` file that also says whether RDKit can read each molecule and gives its
+canonical SMILES.
+"""
+from __future__ import annotations
+
+import sys
+
+OUTPUT_SUFFIXES = (".smi", ".csv", ".txt")
+
+
+def add_parser(commands):
+    from minitransformer import cli
+    p = cli.add_command(commands, "sample", help="generate molecules from a trained generator (train lm)",
+                        example="minitransformer sample runs/lm/best.npz -n 1000 --top-k 20 --out samples.smi\n"
+                                "minitransformer sample runs/lm/best.npz -n 10 --temperature 0.8")
+    p.add_argument("checkpoint", type=cli.existing_file("checkpoint"),
+                   help="best.npz or last.npz of a `minitransformer train lm` run")
+    p.add_argument("-n", "--count", type=cli.int_at_least(1), default=100, help="number of molecules (default: 100)")
+    p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0, help="> 0 (default: 1)")
+    p.add_argument("--top-k", type=cli.int_at_least(1), default=None,
+                   help="sample among the k most likely tokens only (default: all)")
+    p.add_argument("--top-p", type=cli.number(0, 1, lo_open=True), default=None,
+                   help="sample among the most likely tokens whose probabilities add up to p (default: 1)")
+    p.add_argument("--seed", type=cli.seed, default=0)
+    p.add_argument("--out", default=None, type=cli.output_file,
+                   help="write to this .smi (one SMILES per line) or .csv file (default: print the SMILES)")
+    p.add_argument("--force", action="store_true", help="overwrite the --out file if it exists")
+    p.add_argument("--backend", default=None, choices=("numpy", "cupy"))
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+    return p
+
+
+def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None, seed: int = 0, batch_size: int = 500, quiet: bool = True) -> list:
+    """Draw ``n`` SMILES with the KV cache, ``batch_size`` at a time; returns the strings
+    (some may be invalid). The same seed gives the same molecules."""
+    from minitransformer.generate import sample
+    out = []
+    bar = None
+    if not quiet and sys.stderr.isatty() and n > batch_size:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=n, desc="sampling", unit="mol", leave=False)
+    for start in range(0, n, batch_size):
+        b = min(batch_size, n - start)
+        ids = sample(model, batch_size=b, temperature=temperature, top_k=top_k, top_p=top_p,
+                     rng=seed * 1000 + start)
+        out.extend(vocab.decode(row) for row in ids)
+        if bar is not None:
+            bar.update(b)
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def load_generator(path):
+    """(model, vocabulary) of a DecoderLM checkpoint with a vocabulary, or a one-line ValueError."""
+    from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
+    from minitransformer.chem import Vocab
+    ckpt = load_checkpoint(path)
+    if ckpt.model_type != "DecoderLM" or ckpt.vocab is None:
+        what = "no vocabulary" if ckpt.model_type == "DecoderLM" else f"a {ckpt.model_type} model"
+        raise ValueError(f"{path} holds {what}; sampling needs a DecoderLM checkpoint with a vocabulary, "
+                         "as written by `minitransformer train lm` (best.npz or last.npz)")
+    model, _ = model_from_checkpoint(ckpt)
+    return model, Vocab.from_json(ckpt.vocab)
+
+
+def csv_text(smiles) -> str:
+    """CSV: smiles, valid (RDKit reads it: 1/0), canonical (RDKit's canonical SMILES, blank if invalid)."""
+    import csv
+    import io
+
+    from minitransformer.chem import canonical
+    buf = io.StringIO(newline="")
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["smiles", "valid", "canonical"])
+    for s in smiles:
+        c = canonical(s) if s else None
+        writer.writerow([s, int(c is not None), c or ""])
+    return buf.getvalue()
+
+
+def run(args) -> int:
+    from minitransformer import cli
+    if args.out is not None and not args.out.lower().endswith(OUTPUT_SUFFIXES):
+        raise ValueError(f"--out {args.out}: unknown file type; give a {', '.join(OUTPUT_SUFFIXES)} file")
+    cli.refuse_overwrite(args.out, args.force)  # before any work
+    model, vocab = load_generator(args.checkpoint)
+    smiles = sample_smiles(model, vocab, args.count, temperature=args.temperature, top_k=args.top_k,
+                           top_p=args.top_p, seed=args.seed, quiet=args.quiet)
+    if args.out is None:
+        sys.stdout.write("\n".join(smiles) + "\n")
+        return 0
+    text = csv_text(smiles) if args.out.lower().endswith(".csv") else "\n".join(smiles) + "\n"
+    cli.write_text(args.out, text, overwrite=args.force)
+    print(f"wrote {len(smiles)} SMILES to {args.out}")
+    return 0

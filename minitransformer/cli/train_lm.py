@@ -1,0 +1,252 @@
+"""``minitransformer train lm``: a molecule generator, a decoder-only transformer on SMILES.
+
+The flow, top to bottom: load and clean SMILES -> split -> build the
+vocabulary -> (optionally) pretrain on a larger set of drug-like molecules ->
+train a DecoderLM (next-token prediction, the best epoch chosen by validation
+NLL) -> evaluate on the test split -> sample molecules with the KV cache ->
+judge them with RDKit -> write everything to the run folder and print a
+summary. The metrics (validity, uniqueness, novelty, IntDiv, KL score) are
+defined in :mod:`minitransformer.chem.metrics`.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+PRESETS = {
+    # Ours: pre-LN, tied embeddings, AdamW with warmup + cosine, molecules written in
+    # Kekule form, batch 32, and two phases: 5 epochs on RDKit's 10,000 drug-like
+    # molecules teach the SMILES grammar, then 12 epochs on Tox21 with 3,000 of those
+    # molecules mixed in, which keeps the model from memorising the small Tox21 set.
+    # Measured on Tox21 (docs/RESULTS.md): validity 0.749 -> 0.857 against Tox21 alone,
+    # with uniqueness and novelty up too (0.953 -> 0.973, 0.811 -> 0.866). Kekule beats
+    # canonical SMILES on validity; randomized-SMILES augmentation and dropout slowed
+    # learning too much for a 15-minute budget (validity 0.51-0.60).
+    "default": dict(
+        model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, norm="pre", pos="learned",
+                   activation="gelu", tie_embeddings=True, emb_dropout=0.0, attn_dropout=0.0,
+                   resid_dropout=0.0),
+        optimizer="adamw", lr=1.5e-3, weight_decay=0.01, warmup=300, schedule="cosine",
+        batch_size=32, epochs=12, patience=None, label_smoothing=0.0, augment=0.0,
+        max_time=13 * 60, check_rdkit=True, metric="val_nll_token", form="kekule",
+        pretrain_data="druglike", pretrain_epochs=5, pretrain_mix=3000),
+    # J. Tomczak, "ARMs parameterized by Transformers": 10 post-LN blocks, heads as wide
+    # as the model, dropout on the embedding sum only, Adamax, patience 10.
+    "tomczak": dict(
+        model="tomczak", optimizer="adamax", lr=1e-3, weight_decay=0.0, warmup=0, schedule="constant",
+        batch_size=64, epochs=1000, patience=10, label_smoothing=0.0, augment=0.0,
+        max_time=None, check_rdkit=False, metric="val_nll_mol_ref", form="as-is",
+        pretrain_data=None, pretrain_epochs=0, pretrain_mix=0),
+}
+QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", tie_embeddings=True),
+             epochs=2, batch_size=32, warmup=10, patience=None, max_time=None, augment=0.5,
+             pretrain_epochs=1, pretrain_limit=300, pretrain_mix=50, limit=400)
+MAX_LEN = 102  # BOS + up to 100 tokens + EOS
+
+
+def add_parser(kinds):
+    from minitransformer import cli
+    p = cli.add_command(kinds, "lm", help="a molecule generator (decoder-only, next-token prediction)",
+                        example="minitransformer train lm --quick\n"
+                                "minitransformer train lm --preset tomczak --data tox21 --out runs/tomczak")
+    p.add_argument("--preset", default="default", choices=sorted(PRESETS))
+    cli.add_common_arguments(p, out="runs/lm")
+    p.add_argument("--augment", type=cli.number(0, 1), default=None,
+                   help="probability of writing a training molecule as a random SMILES each epoch")
+    p.add_argument("--form", default=None, choices=["as-is", "canonical", "kekule"],
+                   help="how training molecules are written (default: the preset's)")
+    p.add_argument("--dropout", type=cli.number(0, 1, hi_open=True), default=None,
+                   help="override every dropout of the model")
+    p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None, help="override the peak learning rate")
+    p.add_argument("--batch-size", type=cli.int_at_least(1), default=None, help="override the batch size")
+    p.add_argument("--samples", type=cli.int_at_least(1), default=2000, help="molecules to sample at the end")
+    p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0,
+                   help="sampling temperature, > 0 (default: 1)")
+    p.add_argument("--pretrain-data", default=None, type=cli.data_source(("druglike", "tox21", "none")),
+                   help="pretrain on these molecules first (druglike, tox21, a file, or none; default: the preset's)")
+    p.add_argument("--pretrain-epochs", type=cli.int_at_least(0), default=None)
+    p.add_argument("--pretrain-mix", type=cli.int_at_least(0), default=None,
+                   help="keep this many phase-1 molecules in the phase-2 training set (against over-fitting)")
+    cli.add_resume_argument(p, help="continue the run in --out (same data and options as before): alone, from "
+                                    "its last.npz, or pretrain/last.npz when it stopped while pretraining; or from "
+                                    "the checkpoint named")
+    p.set_defaults(run=run)
+    return p
+
+
+def resolve_settings(args) -> dict:
+    """The preset, with --quick and the overrides of the command line applied."""
+    from minitransformer.cli import max_time
+    s = dict(PRESETS[args.preset], limit=None)
+    if args.quick:
+        s.update(QUICK)
+        if args.preset == "tomczak":
+            s["model"] = dict(QUICK["model"], norm="post", tie_embeddings=False)
+    for key in ("epochs", "form", "lr", "batch_size", "augment", "pretrain_epochs", "pretrain_mix"):
+        if getattr(args, key) is not None:
+            s[key] = getattr(args, key)
+    if args.dropout is not None and isinstance(s["model"], dict):
+        s["model"] = dict(s["model"], emb_dropout=args.dropout, attn_dropout=args.dropout,
+                          resid_dropout=args.dropout)
+    if args.pretrain_data is not None:
+        s["pretrain_data"] = None if args.pretrain_data == "none" else args.pretrain_data
+    if not s["pretrain_data"]:
+        s["pretrain_epochs"] = 0
+    s["max_time"] = max_time(args, s["max_time"])
+    return s
+
+
+def make_model(settings, vocab, seed):
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    ids = dict(vocab_size=len(vocab), pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id, seed=seed)
+    if settings["model"] == "tomczak":
+        return DecoderLM(DecoderLMConfig.tomczak(max_len=MAX_LEN, **ids))
+    return DecoderLM(DecoderLMConfig(max_len=MAX_LEN, **ids, **settings["model"]))
+
+
+def make_optimizer(settings, model, total_steps):
+    from minitransformer import optim
+    lr = settings["lr"]
+    if settings["schedule"] == "cosine":
+        lr = optim.WarmupCosineLR(lr, warmup=min(settings["warmup"], total_steps - 1), total=total_steps,
+                                  min_lr=lr * 0.05)
+    if settings["optimizer"] == "adamw":
+        return optim.AdamW(model, lr=lr, betas=(0.9, 0.98), weight_decay=settings["weight_decay"])
+    if settings["optimizer"] == "adamax":
+        return optim.Adamax(model, lr=lr)
+    return optim.Adam(model, lr=lr)
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from minitransformer import cli
+    from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
+    from minitransformer.chem import Vocab, canonical, evaluate_samples
+    from minitransformer.chem.draw import molecule_grid_png
+    from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles, pretraining_smiles
+    from minitransformer.chem.lm_metrics import batches_of, sequence_metrics
+    from minitransformer.chem.metrics import novelty
+    from minitransformer.cli.sample import sample_smiles
+    from minitransformer.tasks import LMTask
+    from minitransformer.train import TrainConfig
+    from minitransformer.train.history import tagged
+
+    t0 = time.perf_counter()
+    settings = resolve_settings(args)
+    out = Path(args.out)
+    # The folder belongs to one run: reusing it needs --resume (checked below) or --force.
+    resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=("last.npz", "pretrain/last.npz"))
+    data = prepare_smiles(args.data, check_rdkit=settings["check_rdkit"], form=settings["form"],
+                          limit=settings["limit"])
+    extra = []
+    if settings["pretrain_epochs"] > 0:
+        extra = pretraining_smiles(settings["pretrain_data"], exclude={canonical(x) for x in data.val + data.test},
+                                   form=settings["form"])[:settings.get("pretrain_limit")]
+        data.vocab = Vocab.build(data.train + extra)  # one vocabulary for both phases
+    vocab = data.vocab
+    model = make_model(settings, vocab, args.seed)
+    print(f"model: {model.num_parameters():,} weights; preset {args.preset}{' (quick)' if args.quick else ''}")
+    run_info = {"preset": args.preset, "quick": args.quick, "seed": args.seed, "settings": settings,
+                "data": data.description, "cleaning": data.clean_summary,
+                "split": [len(data.train), len(data.val), len(data.test)],
+                "pretrain_molecules": len(extra), "pretrain_mix": min(len(extra), settings["pretrain_mix"]),
+                "data_sha256": cli.data_fingerprint(data.train, data.val, data.test, extra)}
+    if resume is not None:  # the same data, vocabulary and settings, or a clear refusal
+        cli.check_resume(resume, out, run_info, vocab)
+    out.mkdir(parents=True, exist_ok=True)
+    cli.write_provenance(out, args.argv, args.seed, args.data, run_info["data_sha256"])
+    val_batches = batches_of(data.encode(data.val), 128, vocab.pad_id)
+
+    def lm_metrics(trainer, epoch, metrics):
+        return {f"val_{k}": v for k, v in sequence_metrics(trainer.model, val_batches, vocab.pad_id).items()}
+
+    # Phase 1 (optional): pretrain on the extra molecules. Skipped when resuming phase 2.
+    resume_phase = load_checkpoint(resume).meta.get("phase", "train") if resume is not None else None
+    pre_history = []
+    if extra and resume_phase != "train":
+        print(f"pretraining on {len(extra)} molecules for {settings['pretrain_epochs']} epochs")
+        steps = -(-len(extra) // settings["batch_size"]) * settings["pretrain_epochs"]
+        pre_config = TrainConfig(epochs=settings["pretrain_epochs"], batch_size=settings["batch_size"], clip=1.0,
+                                 seed=args.seed, out_dir=str(out / "pretrain"), quiet=args.quiet)
+        pre = cli.run_fit("pretrain", model, LMTask(vocab.pad_id), make_optimizer(settings, model, max(2, steps)),
+                          data.encode(extra), config=pre_config, callbacks=[lm_metrics], vocab=vocab,
+                          extra_meta={"run": run_info}, resume=resume if resume_phase == "pretrain" else None)
+        pre_history = tagged(pre.history, "pretrain")
+    elif extra:  # resuming phase 2: the pretraining rows come from its folder
+        pre_history = tagged(cli.read_history(out / "pretrain"), "pretrain")
+    t_pre = time.perf_counter() - t0
+
+    # Phase 2: train on the main set (fine-tune, when phase 1 ran), optionally with a fixed
+    # random subset of the phase-1 molecules mixed in, which keeps the model from memorising.
+    mix = [extra[i] for i in np.sort(np.random.default_rng([args.seed, 2]).permutation(len(extra))
+                                     [:settings["pretrain_mix"]])] if extra else []
+    train_smiles = data.train + mix
+    train_ids = data.encode(train_smiles)
+    train_data = train_ids
+    if settings["augment"] > 0:
+        train_data = RandomizedEpochs(train_smiles, vocab, seed=args.seed, p=settings["augment"],
+                                      max_tokens=model.config.max_len)
+    steps_per_epoch = -(-len(train_ids) // settings["batch_size"])
+    optimizer = make_optimizer(settings, model, max(2, steps_per_epoch * settings["epochs"]))
+    budget = None if settings["max_time"] is None else max(60.0, settings["max_time"] - t_pre)
+    config = TrainConfig(epochs=settings["epochs"], batch_size=settings["batch_size"], clip=1.0,
+                         patience=settings["patience"], metric=settings["metric"], mode="min",
+                         seed=args.seed, max_time=budget, out_dir=str(out), quiet=args.quiet)
+    cli.write_json(out / "config.json", {"model": model.config.to_dict(), "train": config.__dict__, "run": run_info})
+    trainer = cli.run_fit("train", model, LMTask(vocab.pad_id, settings["label_smoothing"]), optimizer, train_data,
+                          config=config, callbacks=[lm_metrics], vocab=vocab, extra_meta={"run": run_info},
+                          resume=resume if resume_phase == "train" else None, earlier_history=pre_history)
+    t_train = time.perf_counter() - t0
+
+    # Evaluate the best checkpoint on the test split, then sample from it.
+    if (out / "best.npz").exists():
+        model, _ = model_from_checkpoint(out / "best.npz")
+    model.eval()
+    test = sequence_metrics(model, batches_of(data.encode(data.test), 128, vocab.pad_id), vocab.pad_id) \
+        if data.test else {}
+    t1 = time.perf_counter()
+    samples = sample_smiles(model, vocab, args.samples, temperature=args.temperature, seed=args.seed,
+                            quiet=args.quiet)
+    t_sample = time.perf_counter() - t1
+    cli.write_text(out / "samples.smi", "\n".join(samples) + "\n")
+    chem = evaluate_samples(samples, data.train, seed=args.seed)
+    if extra:  # novelty above is against the main training set (the definition); this one counts phase 1 too
+        chem["novelty_vs_all_training"] = novelty(samples, data.train + extra)
+    valid = [s for s in samples if canonical(s) is not None]
+    png, drawn = molecule_grid_png(valid, n=24)
+    if drawn:
+        cli.write_bytes(out / "molecules.png", png)
+    else:
+        print(f"no valid molecule among the {len(samples)} samples, so there is no molecules.png to draw")
+    cli.save_curves(pre_history + tagged(trainer.history, "train"), out / "curves.png")
+    if args.plot_attention:
+        cli.plot_attention_example(model, vocab, valid or data.test or data.train, out)
+
+    metrics = {f"test_{k}": v for k, v in test.items()}
+    metrics.update(chem)
+    metrics.update({"epochs": len(trainer.history), "best_epoch": trainer.best_epoch,
+                    "stop_reason": trainer.stop_reason, "pretrain_time_s": t_pre, "train_time_s": t_train,
+                    "sample_time_s": t_sample, "wall_time_s": time.perf_counter() - t0,
+                    "parameters": model.num_parameters(), "temperature": args.temperature, "preset": args.preset,
+                    "quick": args.quick})
+    cli.write_json(out / "metrics.json", metrics)
+    print_summary(metrics, out)
+    return 0
+
+
+def print_summary(m, out) -> None:
+    from minitransformer.cli.outputs import format_duration, outputs_line, print_table
+    number = lambda key, fmt: format(m[key], fmt) if m.get(key) is not None else "n/a"  # noqa: E731
+    print_table([
+        ("wall time", f"{format_duration(m['wall_time_s'])} ({m['epochs']} epochs, best {m['best_epoch']}, "
+                      f"stopped: {m['stop_reason']})"),
+        ("test NLL per molecule (summed over tokens and EOS)", f"{number('test_nll_mol_ref', '.2f')} nats"),
+        ("test NLL per token", f"{number('test_nll_token', '.4f')} nats"),
+        ("test next-token accuracy (tokens + EOS)", number("test_acc_token", ".3f")),
+        ("validity (RDKit parses the sample)", f"{m['validity']:.3f} of {m['n_samples']} samples"),
+        ("uniqueness (distinct among the valid)", f"{m['uniqueness']:.3f}"),
+        ("novelty (valid, distinct, not in training)", f"{m['novelty']:.3f}"),
+        ("IntDiv1 / IntDiv2 (1 - mean Tanimoto)", f"{m['intdiv1']:.3f} / {m['intdiv2']:.3f}"),
+        ("KL score (descriptor distributions, 1 = same)", f"{m['kl_score']:.3f}"),
+    ], footer=outputs_line(out))

@@ -1,0 +1,265 @@
+"""``minitransformer train property``: predict the 12 Tox21 toxicity assays with a transformer encoder.
+
+The flow, top to bottom: load Tox21 (12 binary labels per molecule, many
+missing) -> split by molecule (random or by scaffold) -> build a vocabulary with
+<cls> and <mask> -> (optionally) pretrain the encoder as a masked language model
+on the training SMILES -> fine-tune it to predict all 12 labels from the final
+state of the <cls> token, with a masked sigmoid cross-entropy that skips missing
+labels -> keep the epoch with the best validation ROC-AUC (the area under the
+ROC curve: the chance that a random active molecule scores above a random
+inactive one; 0.5 is guessing) -> report the test ROC-AUC of every assay and
+their mean.
+
+Molecules are written as a fresh random SMILES each epoch (the same molecule,
+atoms visited in a random order), which multiplies the small training set; at
+test time the predictions of several writings of each molecule are averaged.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+PRESET = dict(
+    model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, norm="pre", pos="learned", activation="gelu",
+               tie_embeddings=True, emb_dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
+    max_len=256,  # <cls> + tokens + <eos>; Tox21's longest molecule has 240 tokens
+    lr=5e-4, weight_decay=0.01, warmup=200, batch_size=32, epochs=30, patience=8,
+    augment=1.0, tta=8, pos_weight=True, max_time=11 * 60,
+    pretrain_lr=1e-3, pretrain_epochs=12, pretrain_max_time=5 * 60,
+)
+QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", tie_embeddings=True),
+             epochs=2, pretrain_epochs=1, batch_size=32, warmup=5, patience=None, max_time=None,
+             pretrain_max_time=None, tta=2)
+
+
+def add_parser(kinds):
+    from minitransformer import cli
+    p = cli.add_command(kinds, "property", help="a property model: the 12 Tox21 assays (encoder + classifier)",
+                        example="minitransformer train property --quick\n"
+                                "minitransformer train property --pretrain --split scaffold --out runs/scaffold")
+    cli.add_common_arguments(p, out="runs/property", data_names=("tox21",), data_suffixes=(".csv", ".csv.gz"),
+                             data_refused={"druglike": "the drug-like set has no property labels; use --data tox21 "
+                                                       "or a CSV with a smiles column and 0/1 label columns"},
+                             data_default="tox21")
+    p.add_argument("--split", default="random", choices=["random", "scaffold"],
+                   help="random 80/10/10 (seeded) or Bemis-Murcko scaffold split")
+    p.add_argument("--pretrain", action="store_true",
+                   help="pretrain as a masked language model on the training SMILES before fine-tuning")
+    p.add_argument("--pretrain-epochs", type=cli.int_at_least(0), default=None)
+    p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None,
+                   help="override the fine-tuning peak learning rate")
+    p.add_argument("--batch-size", type=cli.int_at_least(1), default=None)
+    p.add_argument("--augment", type=cli.number(0, 1), default=None,
+                   help="probability of writing a training molecule as a random SMILES each epoch")
+    p.add_argument("--tta", type=cli.int_at_least(1), default=None,
+                   help="random SMILES averaged per test molecule (1 = the SMILES as written in the file)")
+    p.set_defaults(run=run)
+    return p
+
+
+def resolve_settings(args) -> dict:
+    from minitransformer.cli import max_time
+    s = dict(PRESET)
+    if args.quick:
+        s.update(QUICK)
+    for key in ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta"):
+        if getattr(args, key) is not None:
+            s[key] = getattr(args, key)
+    s["max_time"] = max_time(args, s["max_time"])
+    return s
+
+
+# ----------------------------------------------------------------------------- data
+def split_indices(table, how: str, seed: int):
+    """Row indices of train / validation / test (80/10/10)."""
+    from minitransformer.chem.data import split_random
+    from minitransformer.chem.properties import scaffold_split
+    if how == "scaffold":
+        return scaffold_split(table.smiles)
+    return split_random(list(range(len(table.smiles))), (0.8, 0.1, 0.1), seed)
+
+
+class LabelledEpochs:
+    """Callable ``epoch -> [(ids, labels), ...]``: fresh random SMILES each epoch, same labels."""
+
+    def __init__(self, smiles, labels, vocab, seed, p, max_tokens):
+        from minitransformer.chem.lm_data import RandomizedEpochs
+        self.ids = RandomizedEpochs(smiles, vocab, seed=seed, p=p, max_tokens=max_tokens, encode=dict(cls=True))
+        self.labels = labels
+
+    def __call__(self, epoch):
+        return list(zip(self.ids(epoch), self.labels))
+
+
+def test_views(smiles, vocab, n_views, seed, max_tokens):
+    """``n_views`` writings of each molecule: the string as given, then random SMILES."""
+    from minitransformer.chem.lm_data import RandomizedEpochs
+    views = [[vocab.encode(s, cls=True) for s in smiles]]
+    writer = RandomizedEpochs(smiles, vocab, seed=seed + 104729, max_tokens=max_tokens, encode=dict(cls=True))
+    views += [writer(v) for v in range(1, n_views)]
+    return views
+
+
+def predict_views(model, task, views, labels, batch_size=128):
+    """Sigmoid probabilities of every view: a list of (N, K) host arrays.
+
+    Each view is run in batches of similar length (sorted, then put back in order),
+    so little time goes into padding.
+    """
+    from minitransformer.backend import to_numpy, xp
+    out = []
+    for ids in views:
+        order = np.argsort([len(x) for x in ids], kind="stable")  # (N,)
+        z = np.empty((len(ids), len(labels[0])))  # (N, K) logits, in the original order
+        for i in range(0, len(ids), batch_size):
+            rows = order[i:i + batch_size]
+            batch = task.collate([(ids[j], labels[j]) for j in rows])
+            z[rows] = to_numpy(model(xp.asarray(batch[0]), head="cls"))  # (B, K)
+        out.append(0.5 * (1.0 + np.tanh(0.5 * z)))  # sigmoid(z), without overflow
+    return out
+
+
+# ----------------------------------------------------------------------------- training
+def make_optimizer(lr, weight_decay, warmup, total_steps, model):
+    from minitransformer import optim
+    schedule = optim.WarmupCosineLR(lr, warmup=min(warmup, total_steps - 1), total=total_steps, min_lr=lr * 0.05)
+    return optim.AdamW(model, lr=schedule, betas=(0.9, 0.98), weight_decay=weight_decay)
+
+
+def pretrain(model, vocab, train_smiles, s, args, out):
+    """Masked-language-model pretraining on the training SMILES (random writings each epoch)."""
+    from minitransformer.cli import run_fit
+    from minitransformer.chem.lm_data import RandomizedEpochs
+    from minitransformer.tasks import MLMTask
+    from minitransformer.train import TrainConfig
+    data = RandomizedEpochs(train_smiles, vocab, seed=args.seed + 1, p=1.0, max_tokens=s["max_len"],
+                            encode=dict(cls=True))
+    steps = max(2, -(-len(train_smiles) // s["batch_size"]) * s["pretrain_epochs"])
+    optimizer = make_optimizer(s["pretrain_lr"], s["weight_decay"], s["warmup"], steps, model)
+    task = MLMTask(vocab.mask_id, len(vocab), pad_id=vocab.pad_id, special_ids=vocab.special_ids)
+    config = TrainConfig(epochs=s["pretrain_epochs"], batch_size=s["batch_size"], clip=1.0, seed=args.seed,
+                         max_time=s["pretrain_max_time"], out_dir=str(out / "pretrain"), quiet=args.quiet)
+    print(f"pretraining: masked language model, {s['pretrain_epochs']} epochs at most")
+    return run_fit("pretrain", model, task, optimizer, data, config=config, vocab=vocab)
+
+
+def run(args) -> int:
+    from minitransformer.chem import Vocab
+    from minitransformer import cli
+    from minitransformer.chem.properties import load_labelled
+    from minitransformer.checkpoint import model_from_checkpoint
+    from minitransformer.metrics import multilabel_roc_auc
+    from minitransformer.models import Encoder, EncoderConfig
+    from minitransformer.tasks import PropertyTask
+    from minitransformer.train import TrainConfig
+    from minitransformer.train.history import tagged
+
+    t0 = time.perf_counter()
+    s = resolve_settings(args)
+    out = Path(args.out)
+    # The folder belongs to one run: reusing it needs --force (this demo cannot resume).
+    cli.claim_run_folder(out, None, args.force, resume_places=None)
+    table = load_labelled(args.data)
+    if args.quick:
+        table = table.take(range(min(400, len(table.smiles))))
+    train_i, val_i, test_i = split_indices(table, args.split, args.seed)
+    train, val, test = table.take(train_i), table.take(val_i), table.take(test_i)
+    if not train.smiles or not val.smiles or not test.smiles:
+        raise ValueError(f"{table.description}: not enough molecules to split three ways: {len(table.smiles)} "
+                         "usable; the split needs at least 10 labelled molecules (more for --split scaffold); "
+                         "add molecules to the data")
+    vocab = Vocab.build(train.smiles, extras=(Vocab.CLS, Vocab.MASK))
+    too_long = [s_ for s_ in table.smiles if len(vocab.encode(s_, cls=True)) > s["max_len"]]
+    if too_long:
+        raise ValueError(f"{len(too_long)} molecules need more than max_len={s['max_len']} tokens, "
+                         f"e.g. {too_long[0][:60]}...; shorten them or raise max_len")
+    K = len(table.tasks)
+    print(f"split ({args.split}): {len(train.smiles)} train / {len(val.smiles)} val / {len(test.smiles)} test; "
+          f"{K} tasks; vocabulary of {len(vocab)} tokens")
+
+    # Positives are rare (2-16% per assay); weighting them by #neg/#pos balances each task.
+    present = ~np.isnan(train.labels)  # (N, K)
+    pos = np.nansum(train.labels, axis=0)  # (K,)
+    neg = present.sum(axis=0) - pos  # (K,)
+    pos_weight = np.sqrt(neg / np.maximum(pos, 1)) if s["pos_weight"] else None  # (K,)
+
+    config = EncoderConfig(vocab_size=len(vocab), max_len=s["max_len"], pad_id=vocab.pad_id, seed=args.seed,
+                           mlm_head=args.pretrain, n_outputs=K, **s["model"])
+    model = Encoder(config)
+    print(f"model: {model.num_parameters():,} weights; pretraining {'on' if args.pretrain else 'off'}")
+    out.mkdir(parents=True, exist_ok=True)
+    cli.write_provenance(out, args.argv, args.seed, args.data,
+                         cli.data_fingerprint(train.smiles, val.smiles, test.smiles))
+    pre_history = []
+    if args.pretrain:
+        pre = pretrain(model, vocab, train.smiles, s, args, out)
+        pre_history = tagged(pre.history, "pretrain")
+    t_pre = time.perf_counter() - t0
+
+    task = PropertyTask(vocab.pad_id, pos_weight=pos_weight)
+    train_data = LabelledEpochs(train.smiles, train.labels, vocab, args.seed, s["augment"], s["max_len"])
+    val_data = list(zip([vocab.encode(x, cls=True) for x in val.smiles], val.labels))
+    steps = max(2, -(-len(train.smiles) // s["batch_size"]) * s["epochs"])
+    optimizer = make_optimizer(s["lr"], s["weight_decay"], s["warmup"], steps, model)
+    train_config = TrainConfig(epochs=s["epochs"], batch_size=s["batch_size"], clip=1.0, patience=s["patience"],
+                               metric="val_auc", mode="max", seed=args.seed, eval_batch_size=128,
+                               max_time=None if s["max_time"] is None else max(60.0, s["max_time"] - t_pre),
+                               out_dir=str(out), quiet=args.quiet)
+    run_info = {"split": args.split, "pretrain": args.pretrain, "quick": args.quick, "seed": args.seed, "settings": s,
+                "data": table.description, "cleaning": table.clean_summary, "tasks": table.tasks,
+                "sizes": [len(train.smiles), len(val.smiles), len(test.smiles)]}
+    cli.write_json(out / "config.json", {"model": config.to_dict(), "train": train_config.__dict__, "run": run_info})
+    trainer = cli.run_fit("train", model, task, optimizer, train_data, val_data, config=train_config, vocab=vocab,
+                          extra_meta={"run": run_info}, earlier_history=pre_history)
+    t_train = time.perf_counter() - t0
+
+    # Test: the best epoch's weights, predictions averaged over several writings of each molecule.
+    model, _ = model_from_checkpoint(out / "best.npz")
+    model.eval()
+    views = test_views(test.smiles, vocab, s["tta"], args.seed, s["max_len"])
+    per_view = predict_views(model, task, views, list(test.labels))  # s["tta"] x (N, K)
+    probs = np.mean(per_view, axis=0)  # (N, K): the average over the writings
+    auc = multilabel_roc_auc(test.labels, probs, mask=~np.isnan(test.labels), names=table.tasks)
+    single = multilabel_roc_auc(test.labels, per_view[0], mask=~np.isnan(test.labels))
+    write_predictions(out / "predictions.csv", test, probs)
+    cli.save_curves(pre_history + tagged(trainer.history, "train"), out / "curves.png",
+                    panels=(("loss (MLM cross-entropy, then BCE)", ("train_loss", "val_loss")),
+                            ("validation ROC-AUC", ("val_auc",))))
+    if args.plot_attention:
+        cli.plot_attention_example(model, vocab, test.smiles, out)
+
+    per_task = {name: None if np.isnan(v) else v for name, v in auc["per_label"].items()}  # JSON: no NaN
+    metrics = {"test_auc_mean": auc["mean"], "test_auc_mean_single_view": single["mean"],
+               "test_auc": per_task, "test_skipped": auc["skipped"], "val_auc_best": trainer.best,
+               "split": args.split,
+               "pretrain": args.pretrain, "epochs": len(trainer.history), "best_epoch": trainer.best_epoch,
+               "stop_reason": trainer.stop_reason, "pretrain_epochs": len(pre_history),
+               "pretrain_time_s": t_pre, "train_time_s": t_train, "wall_time_s": time.perf_counter() - t0,
+               "parameters": model.num_parameters(), "tta": s["tta"], "quick": args.quick}
+    cli.write_json(out / "metrics.json", metrics)
+    rows = [("wall time", f"{cli.format_duration(metrics['wall_time_s'])} (pretraining {cli.format_duration(t_pre)}, "
+                          f"{len(pre_history)} epochs; fine-tuning {metrics['epochs']} epochs, best "
+                          f"{metrics['best_epoch']}, stopped: {metrics['stop_reason']})"),
+            ("split", f"{args.split}: {len(train.smiles)} / {len(val.smiles)} / {len(test.smiles)}"),
+            ("best validation ROC-AUC", f"{trainer.best:.4f}")]
+    rows += [(f"  test ROC-AUC {name}", "n/a (one class)" if value is None else f"{value:.4f}")
+             for name, value in per_task.items()]
+    rows += [("test ROC-AUC, mean", f"{auc['mean']:.4f} ({s['tta']} SMILES per molecule; "
+                                    f"{single['mean']:.4f} with one)")]
+    cli.print_table(rows, footer=cli.outputs_line(out))
+    return 0
+
+
+def write_predictions(path, test, probs) -> None:
+    """CSV: smiles, then predicted probability and true label (empty if missing) per task (written atomically)."""
+    import csv
+    import io
+    from minitransformer.cli import write_text
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(["smiles"] + [f"p_{t}" for t in test.tasks] + list(test.tasks))
+    for smiles, p, y in zip(test.smiles, probs, test.labels):
+        w.writerow([smiles] + [f"{v:.4f}" for v in p] + ["" if np.isnan(v) else int(v) for v in y])
+    write_text(path, f.getvalue())
