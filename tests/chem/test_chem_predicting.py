@@ -1,0 +1,119 @@
+"""PropertyPredictor on a tiny untrained Encoder built as demos/tox21_property.py builds it."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rdkit")
+
+from minitransformer.atomic import FileExistsRefusal  # noqa: E402
+from minitransformer.checkpoint import save_checkpoint  # noqa: E402
+from minitransformer.chem import Vocab  # noqa: E402
+from minitransformer.chem.predicting import (PropertyPredictor, read_user_smiles,  # noqa: E402
+                                             view_probabilities, write_predictions_csv)
+from minitransformer.models import Encoder, EncoderConfig  # noqa: E402
+
+TRAIN = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CCN(CC)CC", "OC(=O)c1ccccc1"]
+TASKS = ["A", "B", "C"]
+
+
+def _checkpoint(path, tasks=TASKS, max_len=24, n_outputs=3, extras=(Vocab.CLS, Vocab.MASK)):
+    vocab = Vocab.build(TRAIN, extras=extras)
+    config = EncoderConfig(vocab_size=len(vocab), max_len=max_len, pad_id=vocab.pad_id, seed=0, mlm_head=False,
+                           n_outputs=n_outputs, d_model=16, n_heads=2, n_layers=1, d_ff=32, norm="pre",
+                           tie_embeddings=True)
+    extra = {"run": {"tasks": tasks}} if tasks is not None else None
+    return save_checkpoint(path, Encoder(config), vocab=vocab, extra=extra)
+
+
+@pytest.fixture
+def predictor(tmp_path):
+    return PropertyPredictor.from_checkpoint(_checkpoint(tmp_path / "m.npz"))
+
+
+def test_predict_shapes_flags_and_reasons(predictor):
+    smiles = ["CCO", "not a smiles", "", "C[Se]C", "c1ccccc1O" * 4, "CC(=O)Nc1ccc(O)cc1"]
+    probs, ok, reasons = predictor.predict(smiles, views=3, seed=0)
+    assert predictor.task_names == TASKS
+    assert probs.shape == (6, 3) and ok.tolist() == [True, False, False, False, False, True]
+    assert np.isnan(probs[~ok]).all() and ((probs[ok] > 0) & (probs[ok] < 1)).all()
+    assert reasons[0] is None and reasons[5] is None
+    assert "RDKit" in reasons[1] and reasons[2] == "empty SMILES"
+    assert "[Se]" in reasons[3] and "vocabulary" in reasons[3]
+    assert "max_len 24" in reasons[4]
+
+
+def test_same_seed_same_output_and_views_matter(predictor):
+    smiles = ["CCO", "CC(=O)Nc1ccc(O)cc1", "OC(=O)c1ccccc1"]
+    a = predictor.predict(smiles, views=4, seed=3)[0]
+    assert np.array_equal(a, predictor.predict(smiles, views=4, seed=3)[0])
+    one = predictor.predict(smiles, views=1, seed=3)[0]
+    direct = view_probabilities(predictor.model, predictor.vocab, smiles, 1, 3, 24)[0]
+    assert np.array_equal(one, direct)
+
+
+def test_matches_the_training_script(predictor):
+    demo = Path(__file__).resolve().parents[2] / "demos" / "tox21_property.py"
+    if not demo.is_file():
+        pytest.skip("demos/tox21_property.py has moved")
+    spec = importlib.util.spec_from_file_location("tox21_property_demo", demo)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from minitransformer.tasks import PropertyTask
+    smiles = ["CCO", "CC(=O)Nc1ccc(O)cc1", "OC(=O)c1ccccc1", "CCN(CC)CC"]
+    views = module.test_views(smiles, predictor.vocab, 4, 7, 24)
+    theirs = module.predict_views(predictor.model, PropertyTask(predictor.vocab.pad_id), views,
+                                  [np.full(3, np.nan)] * len(smiles), batch_size=2)
+    ours = view_probabilities(predictor.model, predictor.vocab, smiles, 4, 7, 24, batch_size=2)
+    assert all(np.array_equal(a, b) for a, b in zip(theirs, ours))
+    assert np.array_equal(np.mean(theirs, axis=0), predictor.predict(smiles, views=4, seed=7, batch_size=2)[0])
+
+
+def test_task_names_fall_back_to_tox21(tmp_path):
+    p = PropertyPredictor.from_checkpoint(_checkpoint(tmp_path / "m.npz", tasks=None, n_outputs=12))
+    assert p.task_names[0] == "NR-AR" and p.task_names[-1] == "SR-p53" and len(p.task_names) == 12
+
+
+@pytest.mark.parametrize("kind", ["no_head", "no_cls"])
+def test_refuses_other_checkpoints(tmp_path, kind):
+    path = tmp_path / f"{kind}.npz"
+    if kind == "no_head":
+        _checkpoint(path, n_outputs=0)
+    else:
+        _checkpoint(path, extras=())
+    with pytest.raises(ValueError) as err:
+        PropertyPredictor.from_checkpoint(path)
+    message = str(err.value)
+    assert str(path) in message and "\n" not in message and "Encoder property model" in message
+
+
+def test_csv_round_trip_and_refuses_overwrite(tmp_path, predictor):
+    src = tmp_path / "in.csv"
+    src.write_text("Name,SMILES\nm1,CCO\nm2,xyz\n\nm3,OC(=O)c1ccccc1\n")
+    ids, smiles = read_user_smiles(src)
+    assert ids == ["m1", "m2", "m3"] and smiles == ["CCO", "xyz", "OC(=O)c1ccccc1"]
+    probs, ok, reasons = predictor.predict(smiles, views=2)
+    out = tmp_path / "pred.csv"
+    write_predictions_csv(out, ids, smiles, probs, ok, reasons, predictor.task_names)
+    import csv
+    rows = list(csv.DictReader(out.open()))
+    assert [r["id"] for r in rows] == ids and [r["readable"] for r in rows] == ["1", "0", "1"]
+    assert rows[1]["A"] == "" and rows[1]["reason"] == reasons[1]
+    assert abs(float(rows[0]["B"]) - probs[0, 1]) < 1e-4
+    with pytest.raises(FileExistsRefusal):
+        write_predictions_csv(out, ids, smiles, probs, ok, reasons, predictor.task_names)
+    write_predictions_csv(out, None, smiles, probs, ok, reasons, predictor.task_names, overwrite=True)
+    assert out.read_text().startswith("smiles,readable,reason,A,B,C\n")
+
+
+def test_read_smi_gz_and_stdin(tmp_path, monkeypatch):
+    import gzip
+    import io
+    path = tmp_path / "x.smi.gz"
+    path.write_bytes(gzip.compress(b"SMILES\nCCO ethanol\n\n# note\nc1ccccc1\n"))
+    assert read_user_smiles(path) == (["ethanol", ""], ["CCO", "c1ccccc1"])
+    monkeypatch.setattr("sys.stdin", io.StringIO("id,smiles\na,CCO\n"))
+    assert read_user_smiles("-") == (["a"], ["CCO"])
+    monkeypatch.setattr("sys.stdin", io.StringIO("CCO one\nCCN\n"))
+    assert read_user_smiles("-") == (["one", ""], ["CCO", "CCN"])
