@@ -29,7 +29,7 @@ import numpy as _np
 __all__ = [
     "xp", "use", "name", "is_device_array", "to_numpy", "asarray", "scatter_add", "erf",
     "get_dtype", "set_dtype", "dtype_scope", "RNG", "synchronize", "BACKENDS", "values_on_host",
-    "forbid_host_sync",
+    "forbid_host_sync", "as_rng",
 ]
 
 BACKENDS = ("numpy", "cupy", "strict")
@@ -254,6 +254,29 @@ class RNG:
 
     def load_state_dict(self, state: dict) -> None:
         self.seed, self.counter = int(state["seed"]), int(state["counter"])
+
+    def __repr__(self) -> str:
+        return f"RNG(seed={self.seed}, counter={self.counter})"
+
+
+def as_rng(rng=None, default_seed: int = 0) -> RNG:
+    """Whatever a caller passed as ``rng``, as an :class:`RNG`.
+
+    ``None`` -> ``RNG(default_seed)``; an int -> ``RNG(seed)``; an :class:`RNG` ->
+    itself (shared, advanced in place); a NumPy ``Generator`` -> an :class:`RNG`
+    seeded by one draw from it (so the Generator advances, and the same Generator
+    state gives the same numbers). Anything else: a one-line ValueError (as for every bad setting).
+    """
+    if rng is None:
+        return RNG(default_seed)
+    if isinstance(rng, RNG):
+        return rng
+    if isinstance(rng, _np.random.Generator):
+        return RNG(int(rng.integers(2**63)))
+    if isinstance(rng, (int, _np.integer)) and not isinstance(rng, bool):
+        return RNG(int(rng))
+    raise ValueError(f"rng must be None, an int seed, a NumPy Generator (np.random.default_rng(seed)) "
+                    f"or a backend.RNG, got {type(rng).__name__}")
 
 
 use(os.environ.get("MINITRANSFORMER_BACKEND", "numpy").strip().lower() or "numpy")

@@ -324,13 +324,10 @@ def _inverse_cdf_draw(z, u):
 
 
 def _as_rng(rng) -> backend.RNG:
+    """None: a fresh random seed; otherwise :func:`backend.as_rng` (int, Generator, RNG)."""
     if rng is None:
         return backend.RNG(int(np.random.SeedSequence().entropy % (2 ** 63)))
-    if isinstance(rng, backend.RNG):
-        return rng
-    if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
-        return backend.RNG(int(rng))
-    raise ValueError(f"rng must be None, an int seed or a backend.RNG, got {type(rng).__name__}")
+    return backend.as_rng(rng)
 
 
 def sample(model, batch_size=None, src=None, max_len=None, prompt=None, temperature: float = 1.0,
@@ -355,7 +352,8 @@ def sample(model, batch_size=None, src=None, max_len=None, prompt=None, temperat
         top_k: int >= 1, or None for no top-k truncation.
         top_p: in (0, 1], or None (= 1) for no nucleus truncation.
         rng: a :class:`~minitransformer.backend.RNG` (advanced in place), an int
-            seed, or None for a fresh random seed.
+            seed, a NumPy ``Generator`` (one draw from it seeds the stream), or
+            None for a fresh random seed.
 
     Returns:
         Host ``numpy`` int64 array (B, T_out), laid out as in :func:`greedy`.

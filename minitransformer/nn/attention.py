@@ -48,7 +48,7 @@ from minitransformer import backend, kernels
 from minitransformer.backend import xp
 from minitransformer.nn.elementwise import make_dropout_mask
 from minitransformer.nn.linear import Linear
-from minitransformer.nn.module import Module
+from minitransformer.nn.module import Module, check_array
 from minitransformer.nn.relative_position import RelativePositionBias
 from minitransformer.nn.softmax import SoftmaxCache, softmax_backward, softmax_forward
 
@@ -282,7 +282,7 @@ class MultiHeadAttention(Module):
             d_head = d_model // n_heads
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"MultiHeadAttention: attn_dropout must be in [0, 1), got {attn_dropout}")
-        self.rng = rng or backend.RNG(0)
+        self.rng = backend.as_rng(rng)
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
         self.attn_dropout = float(attn_dropout)
         inner = n_heads * d_head
@@ -295,7 +295,12 @@ class MultiHeadAttention(Module):
             )
         self.position_bias = position_bias
 
+    def extra_repr(self):
+        dropout = f", attn_dropout={self.attn_dropout}" if self.attn_dropout else ""
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}{dropout}"
+
     def _check_input(self, x, what):
+        check_array(x, f"MultiHeadAttention {what}")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"MultiHeadAttention: {what} must have shape (B, T, d_model={self.d_model}), "

@@ -55,7 +55,7 @@ class FeedForward(Module):
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", ff_dropout: float = 0.0,
                  bias: bool = True, rng: backend.RNG | None = None):
-        rng = rng or backend.RNG(0)
+        rng = backend.as_rng(rng)
         self.fc1 = Linear(d_model, d_ff, bias=bias, rng=rng)
         self.act = make_activation(activation)
         self.drop = Dropout(ff_dropout, rng=rng)
@@ -106,7 +106,7 @@ class EncoderBlock(Module):
                  resid_dropout: float = 0.0, ff_dropout: float = 0.0, bias: bool = True,
                  rng: backend.RNG | None = None, relative_bias: str = "none",
                  relative_max_distance: int = 16):
-        rng = rng or backend.RNG(0)
+        rng = backend.as_rng(rng)
         self.norm = _check_norm(norm)
         position_bias = None if relative_bias == "none" else RelativePositionBias(
             n_heads, relative_max_distance, bidirectional=not self.causal, kind=relative_bias, rng=rng)
@@ -118,6 +118,9 @@ class EncoderBlock(Module):
         self.ff = FeedForward(d_model, d_ff, activation, ff_dropout, bias=bias, rng=rng)
         self.ln2 = LayerNorm(d_model)
         self.drop2 = Dropout(resid_dropout, rng=rng)
+
+    def extra_repr(self):
+        return f"norm={self.norm!r}"
 
     def _init_extra(self, *args):
         """Hook for the decoder's cross-attention sublayer (none here)."""

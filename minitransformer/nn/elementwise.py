@@ -35,7 +35,7 @@ import math
 
 from minitransformer import backend, kernels
 from minitransformer.backend import xp
-from minitransformer.nn.module import Module
+from minitransformer.nn.module import Module, check_array
 
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -118,7 +118,11 @@ class GELU(Module):
             raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
 
+    def extra_repr(self):
+        return "" if self.approximate == "none" else f"approximate={self.approximate!r}"
+
     def forward(self, x):
+        check_array(x, "GELU")
         y, self.cache = kernels.gelu_forward(x, self.approximate)
         return y
 
@@ -130,6 +134,7 @@ class ReLU(Module):
     """``max(x, 0)``."""
 
     def forward(self, x):
+        check_array(x, "ReLU")
         y, self.cache = kernels.relu_forward(x)
         return y
 
@@ -155,7 +160,10 @@ class Dropout(Module):
         if not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
         self.p = float(p)
-        self.rng = rng or backend.RNG(0)
+        self.rng = backend.as_rng(rng)
+
+    def extra_repr(self):
+        return f"p={self.p}"
 
     @property
     def active(self) -> bool:
@@ -164,6 +172,7 @@ class Dropout(Module):
 
     def forward(self, x):
         """x: (...) -> (...); the identity in eval mode or with p = 0."""
+        check_array(x, "Dropout")
         y, mask = kernels.dropout_forward(x, self.p if self.active else 0.0, self.rng)
         self.cache = (mask,)  # a tuple: the identity's mask is None, yet forward has run
         return y
@@ -173,8 +182,10 @@ class Dropout(Module):
         return kernels.dropout_backward(dy, mask)
 
 
-def set_rng(module: Module, rng: backend.RNG) -> None:
-    """Give every sub-module that draws random numbers (attribute ``rng``) the same stream."""
+def set_rng(module: Module, rng) -> None:
+    """Give every sub-module that draws random numbers (attribute ``rng``) the same stream.
+    ``rng``: a :class:`backend.RNG`, an int seed or a NumPy Generator (:func:`backend.as_rng`)."""
+    rng = backend.as_rng(rng)
     for m in module.modules():
         if hasattr(m, "rng"):
             m.rng = rng

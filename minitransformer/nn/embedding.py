@@ -41,7 +41,7 @@ from minitransformer import backend, kernels
 from minitransformer.backend import xp
 from minitransformer.nn.elementwise import Dropout
 from minitransformer.nn.linear import Linear
-from minitransformer.nn.module import Module, Parameter
+from minitransformer.nn.module import Module, Parameter, check_array
 
 
 def check_ids(ids, vocab_size: int, what: str = "embedding"):
@@ -68,7 +68,9 @@ def check_ids(ids, vocab_size: int, what: str = "embedding"):
 
 def check_token_batch(ids, vocab_size: int, max_len: int, what: str) -> None:
     """Raise ValueError unless ``ids`` is a (B, T) integer batch a model can read:
-    1 <= T <= max_len, every id in [0, vocab_size). B = 0 is allowed (an empty batch)."""
+    1 <= T <= max_len, every id in [0, vocab_size). B = 0 is allowed (an empty batch).
+    A Python list is refused (ValueError) with the fix: wrap it with np.asarray."""
+    check_array(ids, what)
     if getattr(ids, "ndim", None) != 2:
         raise ValueError(f"{what}: ids must have shape (B, T), got {tuple(getattr(ids, 'shape', ()))}")
     if ids.shape[1] == 0:
@@ -122,11 +124,16 @@ class Embedding(Module):
     """Lookup table ``weight`` (n, d); ``forward(ids (B, T)) -> (B, T, d)``."""
 
     def __init__(self, n: int, d: int, init_std: float = 0.02, rng: backend.RNG | None = None):
-        rng = rng or backend.RNG(0)
+        rng = backend.as_rng(rng)
         self.n, self.d = n, d
         self.weight = Parameter(rng.normal((n, d), std=init_std))  # (n, d)
 
+    def extra_repr(self):
+        return f"{self.n}, {self.d}"
+
     def forward(self, ids):
+        """ids: (...) integer -> (..., d)."""
+        check_array(ids, "Embedding")
         out, self.cache = kernels.embedding_forward(ids, self.weight.data)
         return out
 
@@ -148,9 +155,12 @@ class PositionalEmbedding(Module):
     """Learned absolute positions: ``weight`` (max_len, d)."""
 
     def __init__(self, max_len: int, d: int, init_std: float = 0.02, rng: backend.RNG | None = None):
-        rng = rng or backend.RNG(0)
+        rng = backend.as_rng(rng)
         self.max_len, self.d = max_len, d
         self.weight = Parameter(rng.normal((max_len, d), std=init_std))  # (max_len, d)
+
+    def extra_repr(self):
+        return f"max_len={self.max_len}, d={self.d}"
 
     def forward(self, T: int, offset: int = 0):
         """The codes of positions offset .. offset+T-1, shape (1, T, d)."""
@@ -184,6 +194,9 @@ class SinusoidalPositionalEncoding(Module):
     def on_astype(self, dtype):
         self.table = self._table(dtype)
 
+    def extra_repr(self):
+        return f"max_len={self.max_len}, d={self.d}"
+
     def forward(self, T: int, offset: int = 0):
         _check_positions(T, offset, self.max_len, "SinusoidalPositionalEncoding")
         self.cache = (T, offset)
@@ -202,6 +215,7 @@ class TokenEmbedder(Module):
                  rng: backend.RNG, shared_weight: Parameter | None = None):
         if pos not in ("learned", "sinusoidal", "relative"):
             raise ValueError(f"TokenEmbedder: pos must be 'learned', 'sinusoidal' or 'relative', got {pos!r}")
+        rng = backend.as_rng(rng)
         if pos == "sinusoidal":
             self.scale = math.sqrt(d_model)
             std = 1.0 / math.sqrt(d_model)
@@ -219,6 +233,9 @@ class TokenEmbedder(Module):
         else:
             self.pos = None  # relative: the attention layers see the positions
         self.drop = Dropout(emb_dropout, rng=rng)
+
+    def extra_repr(self):
+        return f"pos={'sinusoidal' if isinstance(self.pos, SinusoidalPositionalEncoding) else 'learned' if self.pos else 'relative'}, scale={self.scale:g}"
 
     def forward(self, ids, offset: int = 0):
         """ids: (B, T) integer; offset: position of the first token (KV-cached decoding)."""
@@ -251,6 +268,9 @@ class OutputProjection(Module):
     def named_children(self):
         if self.linear is not None:
             yield "linear", self.linear
+
+    def extra_repr(self):
+        return "" if self._tied is None else f"tied to the token embedding {tuple(self._tied.weight.shape)}"
 
     def forward(self, h):
         if self.linear is not None:

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from minitransformer import backend, kernels
 from minitransformer.backend import xp
-from minitransformer.nn.module import Module, Parameter
+from minitransformer.nn.module import Module, Parameter, check_array
 
 
 class LayerNormCache(NamedTuple):
@@ -87,8 +87,12 @@ class LayerNorm(Module):
         self.weight = Parameter(xp.ones(d, dtype=backend.get_dtype()))  # (d,)
         self.bias = Parameter(xp.zeros(d, dtype=backend.get_dtype()))  # (d,)
 
+    def extra_repr(self):
+        return f"{self.d}, eps={self.eps}"
+
     def forward(self, x):
         """x: (..., d) -> (..., d)."""
+        check_array(x, "LayerNorm")
         y, self.cache = kernels.layernorm_forward(x, self.weight.data, self.bias.data, self.eps)
         return y
 

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from minitransformer import backend, kernels
 from minitransformer.backend import xp
-from minitransformer.nn.module import Module, Parameter
+from minitransformer.nn.module import Module, Parameter, check_array
 
 
 class LinearCache(NamedTuple):
@@ -87,13 +87,17 @@ class Linear(Module):
     """``y = x @ weight + bias`` with weight (d_in, d_out) and bias (d_out,)."""
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True, rng: backend.RNG | None = None):
-        rng = rng or backend.RNG(0)
+        rng = backend.as_rng(rng)
         self.d_in, self.d_out = d_in, d_out
         self.weight = Parameter(uniform_init((d_in, d_out), 1.0 / math.sqrt(d_in), rng))  # (d_in, d_out)
         self.bias = Parameter(xp.zeros(d_out, dtype=backend.get_dtype())) if bias else None  # (d_out,)
 
+    def extra_repr(self):
+        return f"in={self.d_in}, out={self.d_out}, bias={self.bias is not None}"
+
     def forward(self, x):
         """x: (..., d_in) -> (..., d_out)."""
+        check_array(x, "Linear")
         b = None if self.bias is None else self.bias.data
         y, self.cache = kernels.linear_forward(x, self.weight.data, b)
         return y

@@ -20,20 +20,36 @@ class Parameter:
     """A trainable array ``data`` with its gradient ``grad`` (same shape and dtype).
 
     ``grad`` starts at zero; backward passes add into it, ``zero_grad`` clears it.
+    ``requires_grad=False`` freezes it (:meth:`Module.freeze`): backward still adds
+    into ``grad`` (cheap, and no layer has to know), but no optimizer moves it or
+    advances its state, and gradient clipping leaves it out of the norm.
     """
 
-    __slots__ = ("data", "grad")
+    __slots__ = ("data", "grad", "requires_grad")
 
-    def __init__(self, data):
+    def __init__(self, data, requires_grad: bool = True):
         self.data = data
         self.grad = xp.zeros_like(data)
+        self.requires_grad = bool(requires_grad)
 
     @property
     def shape(self):
         return self.data.shape
 
     def __repr__(self):
-        return f"Parameter(shape={tuple(self.data.shape)}, dtype={self.data.dtype})"
+        frozen = "" if self.requires_grad else ", requires_grad=False"
+        return f"Parameter(shape={tuple(self.data.shape)}, dtype={self.data.dtype}{frozen})"
+
+
+def check_array(x, what: str) -> None:
+    """Raise ValueError unless ``x`` is an array (NumPy, CuPy: anything with ``ndim``).
+
+    The layers' entry points call it, so ``Linear(...)([0.1, 0.2])`` fails with one
+    line naming the fix instead of deep inside a kernel. One attribute look-up: cheap.
+    """
+    if not hasattr(x, "ndim"):
+        raise ValueError(f"{what}: expected a NumPy/CuPy array, got {type(x).__name__}; "
+                        "wrap it with np.asarray(...)")
 
 
 def _shape(value) -> tuple:
@@ -98,8 +114,27 @@ class Module:
     def parameters(self) -> list[Parameter]:
         return [p for _, p in self.named_parameters()]
 
-    def num_parameters(self) -> int:
-        return int(sum(p.data.size for p in self.parameters()))
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        """How many numbers the parameters hold (tied ones once); ``trainable_only``
+        counts only those not frozen."""
+        return int(sum(p.data.size for p in self.parameters()
+                       if p.requires_grad or not trainable_only))
+
+    # -- freezing ------------------------------------------------------------
+    def requires_grad_(self, flag: bool = True) -> "Module":
+        """Set ``requires_grad`` of every parameter (see :class:`Parameter`); returns self."""
+        for p in self.parameters():
+            p.requires_grad = bool(flag)
+        return self
+
+    def freeze(self) -> "Module":
+        """Freeze every parameter: optimizers leave them as they are. Returns self,
+        so ``model.embed.freeze()`` reads as it does."""
+        return self.requires_grad_(False)
+
+    def unfreeze(self) -> "Module":
+        """Undo :meth:`freeze`: optimizers update these parameters again. Returns self."""
+        return self.requires_grad_(True)
 
     # -- gradients and modes -------------------------------------------------
     def zero_grad(self) -> None:
@@ -133,9 +168,14 @@ class Module:
         """{name: host NumPy copy of the weights}, whatever the backend."""
         return {name: np.array(backend.to_numpy(p.data)) for name, p in self.named_parameters()}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Load weights by name. All names and shapes are checked before anything
-        is written, so a mismatch leaves the module untouched."""
+    def load_state_dict(self, state: dict, strict: bool = True) -> tuple[list[str], list[str]]:
+        """Load weights by name; returns ``(missing_keys, unexpected_keys)``, sorted.
+
+        ``strict=True`` (the default) refuses any missing or unexpected name;
+        ``strict=False`` loads the names both sides have and reports the rest (as
+        PyTorch does). A shape mismatch is always refused. Everything is checked
+        before anything is written, so a refused dict leaves the module untouched.
+        """
         own = dict(self.named_parameters())
         missing = sorted(set(own) - set(state))
         unexpected = sorted(set(state) - set(own))
@@ -143,22 +183,41 @@ class Module:
             f"{n}: expected {tuple(own[n].shape)}, got {_shape(state[n])}"
             for n in own if n in state and tuple(own[n].shape) != _shape(state[n])
         ]
-        if missing or unexpected or wrong:
-            lines = []
-            if missing:
-                lines.append("missing: " + ", ".join(missing))
-            if unexpected:
-                lines.append("unexpected: " + ", ".join(unexpected))
-            if wrong:
-                lines.append("shape mismatch: " + "; ".join(wrong))
-            raise ValueError(
-                f"state dict does not fit {type(self).__name__} (the architecture differs):\n  "
-                + "\n  ".join(lines)
-            )
+        problems = []
+        if strict and missing:
+            problems.append("missing: " + ", ".join(missing))
+        if strict and unexpected:
+            problems.append("unexpected: " + ", ".join(unexpected))
+        if wrong:
+            problems.append("shape mismatch: " + "; ".join(wrong))
+        if problems:
+            fix = " (or strict=False to load the names that match)" if strict and (missing or unexpected) else ""
+            raise ValueError(f"state dict does not fit {type(self).__name__}: " + " | ".join(problems)
+                             + f"; load weights saved from the same architecture{fix}")
         for n, p in own.items():
+            if n not in state:
+                continue
             # np.array copies: under NumPy asarray alone would alias the caller's array
             p.data = backend.asarray(np.array(backend.to_numpy(state[n]), dtype=p.data.dtype))
             p.grad = xp.zeros_like(p.data)
+        return missing, unexpected
+
+    # -- printing ------------------------------------------------------------
+    def extra_repr(self) -> str:
+        """This module's own settings in one line, e.g. ``in=4, out=8, bias=True``
+        (leaf layers override it; containers print their children instead)."""
+        return ""
+
+    def __repr__(self) -> str:
+        """The module tree as PyTorch prints it: one child per indented line,
+        ``(name): Child(settings)``; a container's own settings come first."""
+        extra, children = self.extra_repr(), list(self.named_children())
+        if not children:
+            return f"{type(self).__name__}({extra})"
+        lines = [extra] if extra else []
+        lines += [f"({name}): " + repr(child) for name, child in children]
+        body = "\n".join(lines).replace("\n", "\n  ")
+        return f"{type(self).__name__}(\n  {body}\n)"
 
 
 class ModuleList(Module):

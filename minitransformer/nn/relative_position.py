@@ -156,11 +156,15 @@ class RelativePositionBias(Module):
         self.n_heads, self.max_distance = n_heads, int(max_distance)
         self.bidirectional, self.kind = bool(bidirectional), kind
         if kind == "learned":
-            rng = rng or backend.RNG(0)
+            rng = backend.as_rng(rng)
             shape = (n_heads, n_buckets(self.max_distance, self.bidirectional))  # (H, n_buckets)
             self.table = Parameter(rng.normal(shape, std=init_std))  # (H, n_buckets)
         else:
             self.slopes = alibi_slopes(n_heads)  # (H,)
+
+    def extra_repr(self):
+        distance = f", max_distance={self.max_distance}" if self.kind == "learned" else ""
+        return f"{self.kind!r}, n_heads={self.n_heads}{distance}, bidirectional={self.bidirectional}"
 
     def on_astype(self, dtype):
         if self.kind == "alibi":

@@ -10,6 +10,8 @@ The package has one module per job:
 * :mod:`~minitransformer.optim.optimizer`: the :class:`Optimizer` base class,
   the reference Adam update :func:`~minitransformer.optim.optimizer.adam_update`,
   :class:`Adam` and :class:`AdamW`;
+* :mod:`~minitransformer.optim.groups`: parameter groups (per-group ``lr`` and
+  ``weight_decay``) and :func:`param_groups`, the decay / no-decay split;
 * :mod:`~minitransformer.optim.state`: :class:`~minitransformer.optim.state.OptimizerState`,
   the mixin that gives every optimizer ``state_dict`` and ``load_state_dict``;
 * :mod:`~minitransformer.optim.sgd_adamax`: :class:`SGD` and :class:`Adamax`.
@@ -27,6 +29,7 @@ shape) at optimizer step :math:`t = 1, 2, \dots`:
 * products, squares, divisions and :math:`\max` of tensors are element-wise.
 """
 from minitransformer.optim.clip import clip_grad_norm, clip_grad_norm_on_device
+from minitransformer.optim.groups import param_groups
 from minitransformer.optim.optimizer import Adam, AdamW, Optimizer, default_no_decay
 from minitransformer.optim.schedules import ConstantLR, NoamLR, Schedule, WarmupCosineLR
 from minitransformer.optim.sgd_adamax import SGD, Adamax
@@ -34,5 +37,5 @@ from minitransformer.optim.sgd_adamax import SGD, Adamax
 __all__ = [
     "Optimizer", "SGD", "Adam", "AdamW", "Adamax",
     "Schedule", "ConstantLR", "NoamLR", "WarmupCosineLR", "clip_grad_norm_on_device",
-    "clip_grad_norm", "default_no_decay",
+    "clip_grad_norm", "default_no_decay", "param_groups",
 ]

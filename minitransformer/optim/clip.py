@@ -3,7 +3,7 @@ r"""Gradient clipping by the global L2 norm of all gradients.
 Clipping runs between the backward pass and the optimizer step: it measures
 how large the whole gradient is and, if it is too large, shrinks every
 gradient by the same factor, so the direction of the update is kept and only
-its length is capped. There is one function, :func:`clip_grad_norm`, and it
+its length is capped. Frozen parameters (``requires_grad`` False) take no part. There is one function, :func:`clip_grad_norm`, and it
 never reads a value back from the device: the norm it returns is a 0-d array,
 and ``float(norm)`` is the caller's choice (and the caller's host sync).
 
@@ -39,12 +39,13 @@ def _grad_norm_squared(plist):
 
 
 def parameter_list(params) -> list:
-    """Parameters (each once) from a module, Parameters, or (name, Parameter) pairs."""
+    """Trainable Parameters (each once) from a module, Parameters, or (name, Parameter)
+    pairs. Frozen ones (``requires_grad`` False) are left out."""
     items = params.parameters() if hasattr(params, "parameters") else params
     out, seen = [], set()
     for item in items:
         p = item if is_parameter(item) else item[1]
-        if id(p) not in seen:
+        if id(p) not in seen and getattr(p, "requires_grad", True):
             seen.add(id(p))
             out.append(p)
     return out
@@ -71,7 +72,10 @@ def clip_grad_norm(params, max_norm: float | None):
 
     Args:
         params: a module, a list of Parameters, or ``(name, Parameter)`` pairs.
-            A Parameter listed twice (tied weights) counts once.
+            A Parameter listed twice (tied weights) counts once. A frozen one
+            (``requires_grad`` False) neither counts in the norm nor is scaled:
+            the optimizer does not use its gradient (PyTorch likewise skips
+            parameters whose grad is None).
         max_norm: the threshold :math:`c > 0`, or ``None`` to measure only
             (the gradients are not touched).
 

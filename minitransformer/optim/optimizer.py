@@ -39,6 +39,13 @@ exempts every parameter with fewer than two dimensions (biases, LayerNorm gains
 and shifts, scalars) and decays the matrices (linear weights, embeddings). Pass
 ``no_decay=()`` to decay everything, a list of names, or a predicate
 ``(name, Parameter) -> bool``. ``optimizer.decayed_names()`` lists the result.
+**Parameter groups** (:mod:`minitransformer.optim.groups`) give a group of
+parameters its own ``lr`` and ``weight_decay``, as in PyTorch.
+
+**Frozen parameters** (``p.requires_grad`` False) are skipped by :meth:`Optimizer.step`:
+weights and state stay as they are. Each parameter counts its own updates in
+``optimizer.steps[name]``, which Adam's bias correction uses, so a parameter
+unfrozen after 100 steps takes a first step, not a 101st.
 
 Every scalar that meets an array (learning rate, betas, bias corrections) is a
 plain Python float, so a float32 model stays float32.
@@ -53,9 +60,10 @@ import numpy as np  # the number types a setting may have
 
 from minitransformer import kernels
 from minitransformer.backend import xp
+from minitransformer.optim.groups import param_groups, split_groups  # noqa: F401 (param_groups re-exported)
 from minitransformer.optim.state import OptimizerState
 
-__all__ = ["Optimizer", "Adam", "AdamW", "adam_update", "default_no_decay"]
+__all__ = ["Optimizer", "Adam", "AdamW", "adam_update", "default_no_decay", "param_groups"]
 
 
 def is_parameter(obj) -> bool:
@@ -179,9 +187,11 @@ class Optimizer(OptimizerState):
     assigning new arrays (as :class:`Adam` does with :func:`adam_update`).
 
     Args:
-        params: a module (anything with ``named_parameters()``) or an iterable
-            of ``(name, Parameter)`` pairs.
-        lr: a float, or a schedule ``t -> float`` giving the rate of step ``t``.
+        params: a module (anything with ``named_parameters()``), an iterable
+            of ``(name, Parameter)`` pairs, or a list of parameter groups
+            (dicts, see :mod:`minitransformer.optim.groups`).
+        lr: a float, or a schedule ``t -> float`` giving the rate of step ``t``
+            (the default of groups that set no ``lr``).
         weight_decay: the coefficient :math:`\lambda \ge 0`; how it enters the
             update depends on the optimizer.
         no_decay: which parameters are exempt from weight decay: ``None`` for
@@ -195,7 +205,14 @@ class Optimizer(OptimizerState):
 
     def __init__(self, params, lr, weight_decay: float = 0.0,
                  no_decay: Callable | Iterable[str] | None = None):
-        self.params: dict[str, object] = dict(named_parameters(params))
+        if isinstance(params, (list, tuple)) and params and isinstance(params[0], dict):
+            pairs, self.param_groups = split_groups(params, check_lr, check_hyperparameter)
+        else:  # one collection: one group of everything, with the optimizer's settings
+            pairs, self.param_groups = params, [{"names": None, "lr": None, "schedule": None,
+                                                  "weight_decay": None}]
+        self.params: dict[str, object] = dict(named_parameters(pairs))
+        self.param_groups[0]["names"] = self.param_groups[0]["names"] or list(self.params)
+        self._group_of = {n: i for i, g in enumerate(self.param_groups) for n in g["names"]}
         if callable(lr):
             self.schedule = lr
             self.lr = self._scheduled_lr(1)
@@ -205,6 +222,7 @@ class Optimizer(OptimizerState):
         self.weight_decay = check_hyperparameter("weight_decay", weight_decay)
         self._decay = self._resolve_no_decay(no_decay)
         self.t = 0
+        self.steps: dict[str, int] = {name: 0 for name in self.params}  # updates of each parameter
         self.state: dict[str, dict] = {
             name: {key: xp.zeros_like(p.data) for key in self._state_keys}  # each (*p.shape)
             for name, p in self.params.items()
@@ -223,8 +241,16 @@ class Optimizer(OptimizerState):
         return {n: n not in exempt for n in self.params}
 
     def decayed_names(self) -> list[str]:
-        """Names of the parameters weight decay applies to (if ``weight_decay > 0``)."""
-        return [n for n, d in self._decay.items() if d]
+        """Names of the parameters weight decay applies to: by their group's own
+        ``weight_decay`` (> 0), or else by ``no_decay`` (if ``weight_decay > 0``)."""
+        own = {n: self.param_groups[i]["weight_decay"] for n, i in self._group_of.items()}
+        return [n for n in self.params if (self._decay[n] if own[n] is None else own[n] > 0)]
+
+    def weight_decay_of(self, name: str) -> float:
+        """The weight-decay coefficient of one parameter: its group's, or the
+        optimizer's (0 if ``no_decay`` exempts it)."""
+        wd = self.param_groups[self._group_of[name]]["weight_decay"]
+        return wd if wd is not None else (self.weight_decay if self._decay[name] else 0.0)
 
     def get_lr(self, t: int | None = None) -> float:
         """The learning rate of step ``t`` (default: the step the next ``step()`` makes)."""
@@ -232,14 +258,15 @@ class Optimizer(OptimizerState):
             return self.lr
         return float(self.schedule(self.t + 1 if t is None else t))
 
-    def _scheduled_lr(self, t: int) -> float:
+    def _scheduled_lr(self, t: int, schedule=None) -> float:
         """The schedule's rate for step ``t``, refused unless finite and >= 0."""
-        lr = self.schedule(t)
+        schedule = schedule or self.schedule
+        lr = schedule(t)
         try:
             return check_lr(lr)
         except ValueError:
             raise ValueError(
-                f"the learning-rate schedule {self.schedule!r} gave lr={lr!r} for step {t}; a learning "
+                f"the learning-rate schedule {schedule!r} gave lr={lr!r} for step {t}; a learning "
                 "rate must be finite and >= 0, so no update was made: fix the schedule") from None
 
     def zero_grad(self) -> None:
@@ -251,33 +278,29 @@ class Optimizer(OptimizerState):
         """One update of every parameter from its current ``grad``.
 
         Increments ``t`` once, takes :math:`\\eta_t` from the schedule if there
-        is one (storing it in ``self.lr``), then updates each parameter. A
-        schedule whose rate is NaN, infinite or negative raises ``ValueError``
-        before anything changes.
+        is one (in ``self.lr``; a group's own in its ``"lr"``), then updates each
+        parameter that is not frozen, counting it in ``steps[name]``. A schedule
+        whose rate is NaN, infinite or negative raises ``ValueError`` before anything changes.
         """
         if self.schedule is not None:  # checked before anything changes
             self.lr = self._scheduled_lr(self.t + 1)
+        for g in self.param_groups:
+            if g["schedule"] is not None:
+                g["lr"] = self._scheduled_lr(self.t + 1, g["schedule"])
         self.t += 1
-        lr = self.lr
+        lrs = [self.lr if g["lr"] is None else g["lr"] for g in self.param_groups]
         for name, p in self.params.items():
+            if not getattr(p, "requires_grad", True):
+                continue  # frozen: weights and state stay as they are
+            self.steps[name] += 1
             state = self.state[name]
             for key, arr in state.items():  # the model was cast (astype) after we were built
                 if arr.dtype != p.data.dtype:
                     state[key] = arr.astype(p.data.dtype)  # (*p.shape)
-            self._update(name, p, state, lr)
+            self._update(name, p, state, lrs[self._group_of[name]])
 
     def _update(self, name: str, p, state: dict, lr: float) -> None:  # pragma: no cover
         raise NotImplementedError
-
-    def _l2_grad(self, name: str, p):
-        r"""The gradient with L2 regularisation folded in, :math:`g + \lambda\theta`.
-
-        Returns ``p.grad`` itself when there is no decay for this parameter, so
-        callers must not write into the result.
-        """
-        if self.weight_decay and self._decay[name]:
-            return p.grad + self.weight_decay * p.data  # (*p.shape) new array
-        return p.grad
 
 
 # ---------------------------------------------------------------------------
@@ -377,8 +400,8 @@ class Adam(Optimizer):
         super().__init__(params, lr, weight_decay, no_decay)
 
     def _update(self, name, p, state, lr):
-        (b1, b2), eps, t = self.betas, self.eps, self.t
-        wd = self.weight_decay if self._decay[name] else 0.0
+        (b1, b2), eps, t = self.betas, self.eps, self.steps[name]  # this parameter's update count
+        wd = self.weight_decay_of(name)
         m, v = state["m"], state["v"]                  # (*p.shape) each
         p.data, state["m"], state["v"] = kernels.adam_update(  # (*p.shape) each
             p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)

@@ -13,6 +13,17 @@ from minitransformer.optim.optimizer import Optimizer, _check_betas_eps, check_h
 __all__ = ["SGD", "Adamax"]
 
 
+def _l2_grad(opt: Optimizer, name: str, p):
+    r"""The gradient with L2 regularisation folded in, :math:`g + \lambda\theta`
+    (:math:`\lambda` = ``opt.weight_decay_of(name)``).
+
+    Returns ``p.grad`` itself when there is no decay for this parameter, so
+    callers must not write into the result.
+    """
+    wd = opt.weight_decay_of(name)
+    return p.grad + wd * p.data if wd else p.grad  # (*p.shape)
+
+
 class SGD(Optimizer):
     r"""Stochastic gradient descent, optionally with (Nesterov) momentum.
 
@@ -60,7 +71,7 @@ class SGD(Optimizer):
         super().load_state_dict(sd)
 
     def _update(self, name, p, state, lr):
-        g = self._l2_grad(name, p)                     # (*p.shape)
+        g = _l2_grad(self, name, p)                    # (*p.shape)
         if self.momentum == 0:
             p.data -= lr * g                           # (*p.shape) temporary
             return
@@ -110,8 +121,8 @@ class Adamax(Optimizer):
 
     def _update(self, name, p, state, lr):
         b1, b2 = self.betas
-        bc1 = 1.0 - b1 ** self.t
-        g = self._l2_grad(name, p)                     # (*p.shape)
+        bc1 = 1.0 - b1 ** self.steps[name]             # this parameter's update count
+        g = _l2_grad(self, name, p)                    # (*p.shape)
         m, u = state["m"], state["u"]                  # (*p.shape) each
         buf = xp.empty_like(m)                         # (*p.shape) the one scratch array
         xp.multiply(g, 1.0 - b1, out=buf)              # (out=: 0-d results stay arrays)

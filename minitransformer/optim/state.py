@@ -27,7 +27,10 @@ class OptimizerState:
         """Everything needed to resume, as plain Python values and host NumPy arrays.
 
         ``{"type": class name, "t": int, "lr": float, <hyperparameters>,
-        "schedule": repr or None, "state": {name: {key: numpy.ndarray}}}``.
+        "schedule": repr or None, "steps": {name: int}, "param_groups": [{"names":
+        [...], "lr": float or None, "weight_decay": float or None}], "state": {name:
+        {key: numpy.ndarray}}}``: ``steps`` counts each parameter's updates (less
+        than ``t`` for one that was frozen); a group's None is "the optimizer's own".
         The arrays are copies, so later steps do not change a saved dict. The
         schedule itself is not saved (it is a pure function of ``t``); its repr
         is kept for the record.
@@ -37,6 +40,9 @@ class OptimizerState:
             value = getattr(self, key)
             sd[key] = list(value) if isinstance(value, tuple) else value
         sd["schedule"] = None if self.schedule is None else repr(self.schedule)
+        sd["steps"] = dict(self.steps)
+        sd["param_groups"] = [{"names": list(g["names"]), "lr": g["lr"], "weight_decay": g["weight_decay"]}
+                              for g in self.param_groups]
         sd["state"] = {
             name: {key: np.array(backend.to_numpy(arr), copy=True) for key, arr in st.items()}
             for name, st in self.state.items()
@@ -82,6 +88,7 @@ class OptimizerState:
                     problems.append(str(err))
         if "t" not in sd:
             problems.append("the step counter t is missing")
+        steps, groups = self._check_steps_and_groups(sd, settings.get("t"), problems)
         if problems:
             raise ValueError(f"optimizer state dict does not fit this {type(self).__name__}: "
                              + "; ".join(problems))
@@ -92,10 +99,48 @@ class OptimizerState:
                 for key, arr in state[name].items()
             }
         self.t = settings.pop("t")
+        self.steps = steps if steps is not None else {name: self.t for name in self.params}
+        for g, saved in zip(self.param_groups, groups or ()):
+            g["weight_decay"] = saved["weight_decay"]
+            if g["schedule"] is None:
+                g["lr"] = saved["lr"]
         for key, value in settings.items():  # lr and the hyperparameters, validated above
             setattr(self, key, value)
+
+    def _check_steps_and_groups(self, sd: dict, t, problems: list) -> tuple:
+        """Validate ``sd["steps"]`` and ``sd["param_groups"]`` (both optional: a
+        checkpoint from before they existed has every step at ``t`` and one group).
+        Appends to ``problems``; returns ``(steps or None, groups or None)``."""
+        steps, groups = sd.get("steps"), sd.get("param_groups")
+        if steps is not None:
+            ok = (isinstance(steps, dict) and set(steps) == set(self.params)
+                  and all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= (t or 0)
+                          for k in steps.values()))
+            if not ok:
+                problems.append("steps must give every parameter a whole number of updates between 0 and t")
+                steps = None
+            else:
+                steps = {name: int(steps[name]) for name in self.params}
+        if groups is not None:
+            names = [list(g.get("names", ())) if isinstance(g, dict) else None for g in groups]
+            if names != [list(g["names"]) for g in self.param_groups]:
+                problems.append(f"parameter groups: saved {len(groups)} group(s) of other parameters than "
+                                f"this optimizer's {len(self.param_groups)}; build the groups as when saving")
+                return steps, None
+            checked = []
+            for i, g in enumerate(groups):
+                try:
+                    lr = None if g.get("lr") is None else self._check_setting("lr", g["lr"])
+                    wd = None if g.get("weight_decay") is None else self._check_setting("weight_decay",
+                                                                                      g["weight_decay"])
+                    checked.append({"lr": lr, "weight_decay": wd})
+                except ValueError as err:
+                    problems.append(f"parameter group {i}: {err}")
+            groups = checked
+        return steps, groups
 
     def __repr__(self) -> str:
         hyper = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._hyper)
         lr = repr(self.schedule) if self.schedule is not None else repr(self.lr)
-        return f"{type(self).__name__}({len(self.params)} parameters, lr={lr}, {hyper}, t={self.t})"
+        groups = f", {len(self.param_groups)} groups" if len(self.param_groups) > 1 else ""
+        return f"{type(self).__name__}({len(self.params)} parameters{groups}, lr={lr}, {hyper}, t={self.t})"
