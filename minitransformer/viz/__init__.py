@@ -15,8 +15,9 @@ from minitransformer.viz.heatmaps import (attention_figure, attention_png, plot_
                                           plot_cross_attention, plot_decoder_attention,
                                           plot_encoder_attention)
 from minitransformer.viz.maps import attention_maps, forward_maps
+from minitransformer.viz.report import render_attention
 
 __all__ = [
     "attention_maps", "forward_maps", "attention_figure", "attention_png", "plot_attention",
-    "plot_decoder_attention", "plot_encoder_attention", "plot_cross_attention",
+    "plot_decoder_attention", "plot_encoder_attention", "plot_cross_attention", "render_attention",
 ]
