@@ -52,9 +52,11 @@ def _check_length(model, n: int, what: str) -> None:
 
 def _layer_text(layers, heads, n_layers: int) -> str:
     """'layers 0-3, mean of heads' style text for the molecule drawing's title."""
-    ls = "all layers" if layers is None else f"layers {list(np.atleast_1d(layers))}"
-    hs = "all heads" if heads in (None, "mean") else f"heads {list(np.atleast_1d(heads))}"
-    return f"mean over {ls} ({n_layers} in the model), {hs} and query tokens"
+    ls = f"all {n_layers} layers" if layers is None else \
+        "layers " + ", ".join(str(int(i) % n_layers) for i in np.atleast_1d(layers))
+    hs = "all heads" if isinstance(heads, str) or heads is None else \
+        "heads " + ", ".join(str(int(i)) for i in np.atleast_1d(heads))
+    return f"mean over {ls}, {hs}, all query tokens"
 
 
 def _views(model, vocab, smiles: str, target: str | None):
@@ -133,7 +135,7 @@ def render_attention(model, vocab, smiles: str, out_dir, layers=None, heads=None
         if molecules and key_smiles:
             from minitransformer.chem.attention_drawing import attention_received, draw_attention_on_molecule
             weights = attention_received(maps, layers, None if heads == "mean" else heads)  # (Tk,)
-            title = f"{heading.split(':')[0]}: {_layer_text(layers, heads, len(maps))}"
+            title = f"{heading.split(':')[0]}\n{_layer_text(layers, heads, len(maps))}"
             pictures.append((out_dir / f"{stem}_molecule.png",
                              draw_attention_on_molecule(key_smiles, weights, k_labels, title=title)))
     if not overwrite:
