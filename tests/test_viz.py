@@ -259,3 +259,126 @@ def test_incremental_decoding_maps_are_refused_unless_partial():
         viz.attention_maps(s2s, "cross")
     assert [m.shape for m in viz.attention_maps(s2s, "cross", allow_partial=True)] == [(1, 2, 1, 5)] * 3
     assert [m.shape for m in viz.attention_maps(s2s, "self", "encoder")] == [(1, 2, 5, 5)] * 2
+
+
+# -- readable pictures: scale, colourbars, labels, mean heads -----------------------
+def _figure_maps():
+    model = _decoder()
+    model.forward(_dev(_batch(1, 5)))
+    return viz.attention_maps(model)  # 3 x (1, 2, 5, 5)
+
+
+def _heatmap_axes(fig):
+    """The panels (axes holding an image that is not a colourbar) and the colourbar axes."""
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    panels = [ax for ax in fig.axes if ax.images and ax not in bars and ax.get_visible()]
+    return panels, bars
+
+
+def test_map_scale_tops_at_each_panels_largest_probability():
+    pytest.importorskip("matplotlib")
+    maps = _figure_maps()
+    toks = [f"t{i}" for i in range(5)]
+    fig = viz.attention_figure(maps, toks, toks, layers=[0, 2])
+    panels, bars = _heatmap_axes(fig)
+    assert len(panels) == 4 and len(bars) == 4  # one colourbar per panel
+    wanted = [maps[li][0, h].max() for li in (0, 2) for h in (0, 1)]
+    for ax, top in zip(panels, wanted):
+        vmin, vmax = ax.images[0].get_clim()
+        assert vmin == 0.0 and vmax == pytest.approx(float(top))
+    for ax, bar in zip(panels, bars):  # each colourbar shows its own panel's scale
+        assert bar.get_ylim()[1] == pytest.approx(ax.images[0].get_clim()[1])
+
+
+def test_tick_labels_are_the_tokens_and_titles_name_layer_and_head():
+    pytest.importorskip("matplotlib")
+    maps = _figure_maps()
+    q, k = ["<bos>", "C", "c", "[nH]", "Cl"], ["<bos>", "C", "c", "[nH]"]
+    fig = viz.attention_figure(maps, q, k, layers=1, heads=1, title="decoder self-attention: CcCl")
+    (ax,), _ = _heatmap_axes(fig)
+    assert [t.get_text() for t in ax.get_yticklabels()] == q
+    assert [t.get_text() for t in ax.get_xticklabels()] == k
+    assert ax.get_title() == "layer 1, head 1"
+    assert "decoder self-attention: CcCl" in fig.get_suptitle()
+
+
+def test_row_scale_and_mean_heads():
+    pytest.importorskip("matplotlib")
+    maps = _figure_maps()
+    toks = [f"t{i}" for i in range(5)]
+    fig = viz.attention_figure(maps, toks, toks, heads="mean", scale="row")
+    panels, bars = _heatmap_axes(fig)
+    assert [ax.get_title() for ax in panels] == [f"layer {i}, mean of 2 heads" for i in range(3)]
+    assert len(bars) == 3
+    shown = panels[0].images[0].get_array()  # (5, 5) masked: each row divided by its max
+    np.testing.assert_allclose(shown.max(axis=1), 1.0)
+    mean = maps[0][0].mean(axis=0)  # (5, 5)
+    np.testing.assert_allclose(shown.filled(0), mean / mean.max(axis=1, keepdims=True))
+    assert shown.mask[0, 1]  # the future stays masked (drawn grey)
+    fixed = viz.attention_figure(maps, toks, toks, layers=0, scale="fixed")
+    panels, bars = _heatmap_axes(fixed)
+    assert len(bars) == 1 and all(ax.images[0].get_clim() == (0.0, 1.0) for ax in panels)
+    with pytest.raises(ValueError, match="scale must be one of"):
+        viz.attention_figure(maps, toks, toks, scale="log")
+    with pytest.raises(ValueError, match="heads must be"):
+        viz.attention_figure(maps, toks, toks, heads="max")
+
+
+# -- render_attention: every model kind, files written all or nothing ----------------
+def _chem_vocab(cls=False):
+    from minitransformer.chem import Vocab
+    return Vocab.build(["Cc1c[nH]c2ccc(Cl)cc12", "CC(=O)[O-]"], extras=(Vocab.CLS, Vocab.MASK) if cls else ())
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder", "seq2seq"])
+def test_render_attention_writes_heatmaps_and_molecules(family, tmp_path):
+    pytest.importorskip("rdkit")
+    pytest.importorskip("matplotlib")
+    vocab = _chem_vocab(cls=family == "encoder")
+    n, kw = len(vocab), dict(TINY, max_len=24)
+    model = {"decoder": lambda: DecoderLM(DecoderLMConfig(vocab_size=n, n_layers=2, **kw)),
+             "encoder": lambda: Encoder(EncoderConfig(vocab_size=n, n_layers=2, **kw)),
+             "seq2seq": lambda: Seq2Seq(Seq2SeqConfig(n, n, n_enc_layers=1, n_dec_layers=2, **kw))}[family]()
+    model.train()
+    extra = dict(target="CC(=O)[O-]") if family == "seq2seq" else {}
+    paths = viz.render_attention(model, vocab, "Cc1c[nH]c2ccc(Cl)cc12", tmp_path / "out", heads="mean", **extra)
+    stems = {"decoder": ["attention_decoder_self"], "encoder": ["attention_encoder_self"],
+             "seq2seq": ["attention_encoder_self", "attention_decoder_self", "attention_cross"]}[family]
+    assert [p.name for p in paths] == [f"{s}{m}.png" for s in stems for m in ("", "_molecule")]
+    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in paths)
+    assert sorted(tmp_path.joinpath("out").iterdir()) == sorted(paths)  # no temporary files left
+    assert all(m.training for m in model.modules())  # the model keeps its mode
+
+
+def test_render_attention_leaves_nothing_behind_on_failure(tmp_path, monkeypatch):
+    pytest.importorskip("rdkit")
+    pytest.importorskip("matplotlib")
+    from minitransformer.atomic import FileExistsRefusal
+    from minitransformer.viz import report
+    vocab = _chem_vocab()
+    model = Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), n_enc_layers=1, n_dec_layers=1, **dict(TINY, max_len=24)))
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="cannot parse"):
+        viz.render_attention(model, vocab, "C1CC", out)
+    with pytest.raises(ValueError, match="max_len"):
+        viz.render_attention(model, vocab, "C" * 30, out)
+    with pytest.raises(ValueError, match="Seq2Seq only"):
+        viz.render_attention(_decoder(), vocab, "CC", out, target="CC")
+    assert not out.exists()
+
+    calls = []
+    real = report.write_bytes
+
+    def fail_on_third(path, data, overwrite=True):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError("disk full")
+        return real(path, data, overwrite)
+    monkeypatch.setattr(report, "write_bytes", fail_on_third)
+    with pytest.raises(OSError, match="disk full"):
+        viz.render_attention(model, vocab, "CC(=O)[O-]", out, target="CC(=O)[O-]", heads="mean")
+    assert list(out.iterdir()) == []
+    monkeypatch.setattr(report, "write_bytes", real)
+    viz.render_attention(model, vocab, "CC(=O)[O-]", out, target="CCO", heads=0, layers=0, molecules=False)
+    with pytest.raises(FileExistsRefusal, match="already exists"):
+        viz.render_attention(model, vocab, "CC(=O)[O-]", out, target="CCO", overwrite=False)
