@@ -23,11 +23,27 @@ def add_parser(commands):
     p.add_argument("--out", default="attention", type=cli.run_folder,
                    help="folder for the PNG files (created if needed; default: ./attention)")
     p.add_argument("--layers", type=int, nargs="+", default=None,
-                   help="layers to draw, counted from 0 (negative: from the last; default: first and last)")
+                   help="layers to draw, counted from 0 (negative: from the last; default: all)")
+    p.add_argument("--heads", default=None, type=heads_option,
+                   help="heads to draw, e.g. '0 2', or 'mean' for one panel per layer (default: all)")
+    p.add_argument("--scale", default="map", choices=("map", "row", "fixed"),
+                   help="colour scale: each map from 0 to its own largest probability (map, the default), "
+                        "each row to its own largest (row), or 0 to 1 for all (fixed)")
     p.add_argument("--force", action="store_true", help="overwrite PNG files already in --out")
     p.add_argument("--backend", default=None, choices=("numpy", "cupy"))
     p.set_defaults(run=run)
     return p
+
+
+def heads_option(text: str):
+    """``--heads``: ``mean``, or head numbers separated by spaces or commas."""
+    import argparse
+    if text.strip().lower() == "mean":
+        return "mean"
+    try:
+        return [int(h) for h in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'mean' or head numbers such as '0 2', got {text!r}") from None
 
 
 def load_model(path):
@@ -42,43 +58,20 @@ def load_model(path):
     return model.eval(), Vocab.from_json(ckpt.vocab)
 
 
-def draw(model, vocab, smiles: str, out: Path, layers=None, overwrite: bool = True) -> list:
-    """Write the attention pictures of ``smiles`` into ``out``; returns the paths written."""
-    import numpy as np
-
-    from minitransformer.chem.tokenizer import tokenize
-    from minitransformer.cli.outputs import save_plot
-    from minitransformer.viz import plot_cross_attention, plot_decoder_attention, plot_encoder_attention
-    kind = type(model).__name__
-    layers = [0, -1] if layers is None else layers
-    out = Path(out)
-    if kind == "DecoderLM":
-        ids = vocab.encode(smiles)[:-1]  # (T,): BOS + tokens, the input when the model predicts EOS
-        tokens = [vocab.id_to_token(i) for i in ids]
-        return [save_plot(out / "attention.png", lambda target: plot_decoder_attention(
-            model, np.asarray(ids), tokens, target, layers=layers))]
-    if kind == "Encoder":
-        ids = vocab.encode(smiles, cls=True)
-        tokens = [vocab.id_to_token(i) for i in ids]
-        return [save_plot(out / "attention.png", lambda target: plot_encoder_attention(
-            model, np.asarray(ids), tokens, target, layers=layers))]
-    if kind == "Seq2Seq":
-        from minitransformer.chem import canonical
-        target_smiles = canonical(smiles) or smiles
-        src_ids, tgt_ids = vocab.encode(smiles), vocab.encode(target_smiles)
-        src_tokens = ["<bos>"] + tokenize(smiles) + ["<eos>"]
-        tgt_tokens = ["<bos>"] + tokenize(target_smiles)  # decoder inputs: the target shifted right
-        return [save_plot(out / "attention_cross.png", lambda target: plot_cross_attention(
-            model, src_ids, tgt_ids[:-1], src_tokens, tgt_tokens, target, layers=layers,
-            title=f"cross-attention: {smiles}  ->  {target_smiles}"))]
-    raise ValueError(f"cannot draw the attention of a {kind}; expected a DecoderLM, Encoder or Seq2Seq checkpoint")
+def draw(model, vocab, smiles: str, out: Path, layers=None, heads=None, scale: str = "map",
+         overwrite: bool = True) -> list:
+    """Write the attention pictures of ``smiles`` into ``out`` (heatmaps and molecule drawings,
+    see :func:`minitransformer.viz.render_attention`); returns the paths written."""
+    from minitransformer.viz import render_attention
+    return render_attention(model, vocab, smiles, out, layers=layers, heads=heads, scale=scale,
+                            overwrite=overwrite)
 
 
-def plot_attention_example(model, vocab, smiles, out, targets=None) -> None:
+def plot_attention_example(model, vocab, smiles, out) -> None:
     """``--plot-attention`` of the training commands: the pictures of one readable test molecule."""
     from minitransformer.cli.outputs import attention_example
     example = attention_example(smiles)
-    paths = draw(model, vocab, example, Path(out))
+    paths = draw(model, vocab, example, Path(out), layers=[0, -1])
     print(f"attention maps of {example} in {', '.join(str(p) for p in paths)}")
 
 
@@ -92,6 +85,7 @@ def run(args) -> int:
     if unknown:
         raise ValueError(f"the SMILES has tokens this model never saw ({' '.join(unknown)}); "
                          "pick a molecule made of the atoms it was trained on")
-    paths = draw(model, vocab, args.smiles, Path(args.out), layers=args.layers, overwrite=args.force)
+    paths = draw(model, vocab, args.smiles, Path(args.out), layers=args.layers, heads=args.heads, scale=args.scale,
+                 overwrite=args.force)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

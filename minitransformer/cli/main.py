@@ -27,7 +27,8 @@ from typing import Sequence
 from minitransformer.cli.arguments import ArgumentParser, add_command, use_backend
 from minitransformer.cli.progress import PROGRESS
 
-COMMANDS = ("train_lm", "train_property", "train_seq2seq", "sample", "translate", "attention", "info")
+COMMANDS = ("train_lm", "train_property", "train_seq2seq", "sample", "translate", "predict", "score",
+            "attention", "info")
 
 
 def _command_modules():

@@ -39,8 +39,9 @@ def _run_files(out: Path) -> list[str]:
     if not out.is_dir():
         return []
     names = {p.name for p in out.iterdir()}
-    return [n for n in RUN_FILES if n in names] + sorted(n for n in names if n.endswith(".npz")
-                                                         and n not in RUN_FILES)
+    return [n for n in RUN_FILES if n in names] + sorted(
+        n for n in names if n not in RUN_FILES and (n.endswith(".npz") or (n.startswith("attention") and
+                                                                           n.endswith(".png"))))
 
 
 def _move_aside(out: Path, names: Sequence[str]) -> Path:

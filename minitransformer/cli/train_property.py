@@ -93,34 +93,6 @@ class LabelledEpochs:
         return list(zip(self.ids(epoch), self.labels))
 
 
-def test_views(smiles, vocab, n_views, seed, max_tokens):
-    """``n_views`` writings of each molecule: the string as given, then random SMILES."""
-    from minitransformer.chem.lm_data import RandomizedEpochs
-    views = [[vocab.encode(s, cls=True) for s in smiles]]
-    writer = RandomizedEpochs(smiles, vocab, seed=seed + 104729, max_tokens=max_tokens, encode=dict(cls=True))
-    views += [writer(v) for v in range(1, n_views)]
-    return views
-
-
-def predict_views(model, task, views, labels, batch_size=128):
-    """Sigmoid probabilities of every view: a list of (N, K) host arrays.
-
-    Each view is run in batches of similar length (sorted, then put back in order),
-    so little time goes into padding.
-    """
-    from minitransformer.backend import to_numpy, xp
-    out = []
-    for ids in views:
-        order = np.argsort([len(x) for x in ids], kind="stable")  # (N,)
-        z = np.empty((len(ids), len(labels[0])))  # (N, K) logits, in the original order
-        for i in range(0, len(ids), batch_size):
-            rows = order[i:i + batch_size]
-            batch = task.collate([(ids[j], labels[j]) for j in rows])
-            z[rows] = to_numpy(model(xp.asarray(batch[0]), head="cls"))  # (B, K)
-        out.append(0.5 * (1.0 + np.tanh(0.5 * z)))  # sigmoid(z), without overflow
-    return out
-
-
 # ----------------------------------------------------------------------------- training
 def make_optimizer(lr, weight_decay, warmup, total_steps, model):
     from minitransformer import optim
@@ -148,6 +120,7 @@ def pretrain(model, vocab, train_smiles, s, args, out):
 def run(args) -> int:
     from minitransformer.chem import Vocab
     from minitransformer import cli
+    from minitransformer.chem.predicting import view_probabilities
     from minitransformer.chem.properties import load_labelled
     from minitransformer.checkpoint import model_from_checkpoint
     from minitransformer.metrics import multilabel_roc_auc
@@ -218,8 +191,7 @@ def run(args) -> int:
     # Test: the best epoch's weights, predictions averaged over several writings of each molecule.
     model, _ = model_from_checkpoint(out / "best.npz")
     model.eval()
-    views = test_views(test.smiles, vocab, s["tta"], args.seed, s["max_len"])
-    per_view = predict_views(model, task, views, list(test.labels))  # s["tta"] x (N, K)
+    per_view = view_probabilities(model, vocab, test.smiles, s["tta"], args.seed, s["max_len"])  # tta x (N, K)
     probs = np.mean(per_view, axis=0)  # (N, K): the average over the writings
     auc = multilabel_roc_auc(test.labels, probs, mask=~np.isnan(test.labels), names=table.tasks)
     single = multilabel_roc_auc(test.labels, per_view[0], mask=~np.isnan(test.labels))

@@ -45,25 +45,18 @@ def load_translator(path):
     return model, Vocab.from_json(ckpt.vocab)
 
 
-def read_sources(path: str) -> list:
-    """The SMILES of a file (first field of each line, or the smiles column of a CSV), or of stdin for ``-``."""
-    from minitransformer.chem.data import read_smiles
-    if path == "-":
-        return [line.split()[0] for line in sys.stdin if line.split() and not line.startswith("#")]
-    return read_smiles(path)
-
-
 def run(args) -> int:
     from minitransformer import cli
     from minitransformer.chem import canonical
     from minitransformer.chem.canonicalization import translate
     from minitransformer.chem.tokenizer import tokenize
+    from minitransformer.chem.user_files import read_user_smiles
     if not args.smiles and args.input is None:
         raise ValueError("no SMILES given; list them after the checkpoint, or pass --input FILE (- for stdin)")
     if args.smiles and args.input is not None:
         raise ValueError("give SMILES on the command line or --input, not both")
     cli.refuse_overwrite(args.out, args.force)  # before any work
-    sources = list(args.smiles) if args.smiles else read_sources(args.input)
+    sources = list(args.smiles) if args.smiles else read_user_smiles(args.input)[1]
     model, vocab = load_translator(args.checkpoint)
     problems = {}
     for i, s in enumerate(sources):

@@ -20,8 +20,9 @@ def load_demo():
 
 @pytest.fixture(scope="session")
 def tiny_checkpoints(tmp_path_factory):
-    """Small untrained checkpoints as the demos write them: ``{"lm": DecoderLM, "s2s": Seq2Seq}`` paths
-    (with a vocabulary), and ``"bare"``: a DecoderLM without one. Milliseconds to make."""
+    """Small untrained checkpoints as the training commands write them: ``{"lm": DecoderLM, "s2s": Seq2Seq,
+    "property": Encoder with 3 outputs}`` paths (with a vocabulary), and ``"bare"``: a DecoderLM without
+    one. Milliseconds to make."""
     from minitransformer.chem import Vocab
     from minitransformer.checkpoint import save_checkpoint
     from minitransformer.models import DecoderLM, DecoderLMConfig, Seq2Seq
@@ -30,13 +31,19 @@ def tiny_checkpoints(tmp_path_factory):
     ids = dict(pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id, seed=0)
     small = dict(d_model=16, n_heads=2, d_ff=32, max_len=40)
     folder = tmp_path_factory.mktemp("checkpoints")
-    paths = {"lm": folder / "lm.npz", "s2s": folder / "s2s.npz", "bare": folder / "bare.npz"}
+    paths = {"lm": folder / "lm.npz", "s2s": folder / "s2s.npz", "bare": folder / "bare.npz",
+             "property": folder / "property.npz"}
     lm = DecoderLM(DecoderLMConfig(len(vocab), n_layers=1, **small, **ids))
     save_checkpoint(paths["lm"], lm, vocab=vocab)
     save_checkpoint(paths["bare"], lm)
     s2s = Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), n_enc_layers=1, n_dec_layers=1, share_embeddings=True,
                                 tie_embeddings=True, **small, **ids))
     save_checkpoint(paths["s2s"], s2s, vocab=vocab)
+    from minitransformer.models import Encoder, EncoderConfig
+    pvocab = Vocab.build(["CCO", "c1ccccc1", "CC(=O)N", "CCCl", "C#N"], extras=(Vocab.CLS, Vocab.MASK))
+    encoder = Encoder(EncoderConfig(vocab_size=len(pvocab), pad_id=pvocab.pad_id, n_outputs=3, n_layers=1,
+                                    **dict(small, seed=0)))
+    save_checkpoint(paths["property"], encoder, vocab=pvocab, extra={"run": {"tasks": ["NR-AR", "SR-p53", "X"]}})
     return paths
 
 

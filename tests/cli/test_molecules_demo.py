@@ -33,8 +33,9 @@ def test_every_output_is_written_atomically(quick_run):
 
 def test_quick_run_writes_every_output(quick_run):
     _, out = quick_run
-    for name in ("metrics.json", "history.json", "config.json", "best.npz", "last.npz", "samples.smi",
-                 "curves.png", "attention.png", "pretrain/history.json", "pretrain/last.npz"):
+    for name in ("metrics.json", "history.json", "history.csv", "provenance.json", "config.json", "best.npz",
+                 "last.npz", "samples.smi", "curves.png", "attention_decoder_self.png",
+                 "attention_decoder_self_molecule.png", "pretrain/history.json", "pretrain/last.npz"):
         path = out / name
         assert path.exists() and path.stat().st_size > 0, f"missing or empty output: {name}"
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
@@ -62,6 +63,20 @@ def test_sample_command_reads_the_checkpoint(quick_run, tmp_path):
     target = tmp_path / "more.smi"
     assert demo.main(["sample", str(out / "best.npz"), "-n", "7", "--out", str(target)]) == 0
     assert len(target.read_text().splitlines()) == 7
+
+
+def test_history_csv_holds_both_phases_and_provenance_says_what_ran(quick_run):
+    import csv
+    _, out = quick_run
+    rows = list(csv.DictReader((out / "history.csv").open()))
+    m = json.loads((out / "metrics.json").read_text())
+    phases = [r["phase"] for r in rows]
+    assert phases == ["pretrain"] * phases.count("pretrain") + ["train"] * m["epochs"] and "pretrain" in phases
+    assert all(float(r["train_loss"]) > 0 and float(r["tokens_per_s"]) > 0 for r in rows)
+    p = json.loads((out / "provenance.json").read_text())
+    assert p["command"][:3] == ["minitransformer", "train", "lm"] and "--quick" in p["command"]
+    assert p["versions"]["numpy"] and p["versions"]["rdkit"] and p["seed"] == 0
+    assert len(p["data"]["file_sha256"]) == 64 and p["data"]["argument"] == "druglike"
 
 
 def test_bad_data_path_is_a_clear_error(tmp_path, load_demo, capsys):

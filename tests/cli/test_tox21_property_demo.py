@@ -47,11 +47,11 @@ def test_every_output_is_written_atomically(quick_run):
 
 def test_quick_run_writes_every_output(quick_run):
     _, out = quick_run
-    for name in ("metrics.json", "history.json", "config.json", "best.npz", "predictions.csv", "curves.png",
-                 "attention.png", "pretrain/history.json"):
+    for name in ("metrics.json", "history.json", "history.csv", "provenance.json", "config.json", "best.npz",
+                 "predictions.csv", "curves.png", "attention_encoder_self.png", "pretrain/history.json"):
         path = out / name
         assert path.exists() and path.stat().st_size > 0, f"missing or empty output: {name}"
-    for name in ("curves.png", "attention.png"):
+    for name in ("curves.png", "attention_encoder_self.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG", f"{name} is not a PNG"
 
 

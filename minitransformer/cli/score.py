@@ -1,0 +1,56 @@
+"""``minitransformer score``: judge a file of generated SMILES, ours or another generator's.
+
+The metrics (each defined in the table it prints, and in
+:mod:`minitransformer.chem.scoring`): validity, uniqueness, novelty against a
+reference set, internal diversity (IntDiv1, IntDiv2), the KL score of
+physico-chemical descriptor distributions, and the nearest-neighbour (SNN),
+fragment (Frag) and scaffold (Scaf) similarities to the reference. The reference
+is the molecules the generator was trained on: ``tox21``, ``druglike`` or a
+file. The result is printed as a table, and written as JSON with ``--json``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def add_parser(commands):
+    from minitransformer import cli
+    p = cli.add_command(commands, "score", help="judge a file of generated SMILES (validity, novelty, IntDiv, KL ...)",
+                        example="minitransformer score runs/lm/samples.smi --reference tox21\n"
+                                "minitransformer score other_model.csv --reference train.smi --json scores.json")
+    p.add_argument("samples", type=cli.input_file("SMILES file"),
+                   help="the generated molecules: .smi/.txt (one per line) or .csv (smiles column), or - for stdin")
+    p.add_argument("--reference", default=None,
+                   type=cli.data_source(("tox21", "druglike"), refused={"none": "leave out --reference instead"}),
+                   help="the training molecules, for novelty, KL, SNN, Frag and Scaf: tox21, druglike or a file "
+                        "(default: none, and those metrics are n/a)")
+    p.add_argument("--json", default=None, type=cli.output_file, metavar="FILE",
+                   help="also write the numbers as JSON to FILE (- for standard output, instead of the table)")
+    p.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
+    p.add_argument("--seed", type=cli.seed, default=0, help="seed for the pair sampling of IntDiv (default: 0)")
+    p.set_defaults(run=run)
+    return p
+
+
+def run(args) -> int:
+    from minitransformer import cli
+    from minitransformer.chem.scoring import format_score, load_reference, read_samples, score_smiles
+    to_stdout = args.json == "-"
+    if not to_stdout:
+        cli.refuse_overwrite(args.json, args.force, option="--json")  # before any work
+    samples = read_samples(args.samples)
+    if not samples:
+        raise ValueError(f"{args.samples}: no SMILES in it; give one molecule per line, or a CSV with a "
+                         "smiles column")
+    reference = load_reference(args.reference) if args.reference else None
+    result = score_smiles(samples, reference, seed=args.seed)
+    result["samples_file"], result["reference"] = str(args.samples), args.reference
+    if to_stdout:
+        sys.stdout.write(json.dumps(cli.json_safe(result), indent=1) + "\n")
+        return 0
+    sys.stdout.write(format_score(result))
+    if args.json:
+        cli.write_json(args.json, result, overwrite=args.force)
+        print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,181 @@
+"""The `minitransformer` command: every subcommand end to end on small data.
+
+Each test runs ``main`` in-process through ``run_cli`` (the same path as the
+installed script, without starting Python again), except the two that check
+``python -m minitransformer`` itself.
+"""
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minitransformer import __version__
+from minitransformer.cli import run_cli
+from minitransformer.cli.main import COMMANDS, main
+
+pytest.importorskip("rdkit")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(argv, capsys):
+    """(exit status, captured output) of ``minitransformer ARGV``; the capture starts empty."""
+    capsys.readouterr()
+    code = run_cli(main, [str(a) for a in argv])
+    return code, capsys.readouterr()
+
+
+def error_line(captured) -> str:
+    """The one line a failed command wrote on stderr (no traceback, no second line)."""
+    assert "Traceback" not in captured.err
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{captured.err}"
+    return lines[0]
+
+
+def test_help_lists_every_command_and_each_has_an_example(capsys):
+    code, out = run(["--help"], capsys)
+    assert code == 0
+    for name in ("train", "sample", "translate", "predict", "score", "attention", "info"):
+        assert f"\n    {name}" in out.out, f"{name} missing from --help"
+    assert "examples:" in out.out
+    for argv in (["train", "lm"], ["train", "property"], ["train", "seq2seq"],
+                 *[[c] for c in COMMANDS if not c.startswith("train_")]):
+        code, out = run([*argv, "--help"], capsys)
+        assert code == 0 and "example:\n  minitransformer " + " ".join(argv) in out.out, argv
+
+
+def test_version(capsys):
+    code, out = run(["--version"], capsys)
+    assert code == 0 and out.out.strip() == f"minitransformer {__version__}"
+
+
+def test_no_command_and_unknown_command_are_one_line_usage_errors(capsys):
+    code, out = run([], capsys)
+    assert code == 2 and "required: COMMAND" in error_line(out)
+    code, out = run(["fly"], capsys)
+    assert code == 2 and "invalid choice: 'fly'" in error_line(out)
+
+
+def test_python_dash_m_runs_the_command(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "minitransformer", "--version"], capture_output=True, text=True,
+                          cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and done.stdout.strip() == f"minitransformer {__version__}"
+    bad = subprocess.run([sys.executable, "-m", "minitransformer", "sample", str(tmp_path / "none.npz")],
+                         capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such checkpoint" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+# --------------------------------------------------------------------------- sample
+def test_sample_writes_smi_and_csv_and_a_seed_repeats(tiny_checkpoints, tmp_path, capsys):
+    smi, table = tmp_path / "a.smi", tmp_path / "a.csv"
+    base = ["sample", tiny_checkpoints["lm"], "-n", "6", "--top-k", "3", "--top-p", "0.9", "--temperature", "0.8"]
+    assert run([*base, "--out", smi], capsys)[0] == 0 and run([*base, "--out", table], capsys)[0] == 0
+    lines = smi.read_text().splitlines()
+    rows = list(csv.DictReader(table.open()))
+    assert len(lines) == 6 and [r["smiles"] for r in rows] == lines  # the same seed: the same molecules
+    assert all(r["valid"] in ("0", "1") and (r["valid"] == "1") == bool(r["canonical"]) for r in rows)
+    code, out = run([*base, "--seed", "1"], capsys)
+    assert code == 0 and len(out.out.splitlines()) == 6
+
+
+def test_sample_refuses_an_unknown_output_type_before_work(tiny_checkpoints, tmp_path, capsys):
+    assert run(["sample", tiny_checkpoints["lm"], "--out", tmp_path / "a.sdf"], capsys)[0] == 2
+    assert not (tmp_path / "a.sdf").exists()
+
+
+# --------------------------------------------------------------------------- translate
+def test_translate_reads_a_file_and_reports_bad_lines_in_place(tiny_checkpoints, tmp_path, capsys):
+    src = tmp_path / "in.smi"
+    src.write_text("CCO first\nC1CC broken\nCC[Se]C unknown-token\nc1ccccc1\n")
+    code, out = run(["translate", tiny_checkpoints["s2s"], "--input", src, "--beam", "1"], capsys)
+    assert code == 0
+    lines = [line.split("\t") for line in out.out.splitlines()]
+    assert lines[0] == ["source", "prediction", "verdict"] and [r[0] for r in lines[1:]] == \
+        ["CCO", "C1CC", "CC[Se]C", "c1ccccc1"]
+    assert "RDKit cannot read" in lines[2][2] and "never saw: [Se]" in lines[3][2]
+    assert lines[1][2] == "correct" or lines[1][2].startswith("differs from RDKit's CCO")
+
+
+def test_translate_with_only_bad_input_is_an_error(tiny_checkpoints, capsys):
+    code, out = run(["translate", tiny_checkpoints["s2s"], "C1CC"], capsys)
+    assert code == 2 and "RDKit cannot read" in error_line(out)
+
+
+# --------------------------------------------------------------------------- predict
+def test_predict_on_a_users_csv(tiny_checkpoints, tmp_path, capsys):
+    mine = tmp_path / "mine.csv"
+    mine.write_text("name,SMILES\nethanol,CCO\njunk,not-a-molecule\nbenzene,c1ccccc1\n")
+    out = tmp_path / "p.csv"
+    code, said = run(["predict", tiny_checkpoints["property"], mine, "--out", out, "--views", "2"], capsys)
+    assert code == 0 and "1 of 3 molecules could not be read" in said.err
+    rows = list(csv.DictReader(out.open()))
+    assert list(rows[0]) == ["id", "smiles", "readable", "reason", "NR-AR", "SR-p53", "X"]
+    assert [(r["id"], r["readable"]) for r in rows] == [("ethanol", "1"), ("junk", "0"), ("benzene", "1")]
+    assert rows[1]["NR-AR"] == "" and "RDKit" in rows[1]["reason"]
+    assert all(0 < float(rows[i][t]) < 1 for i in (0, 2) for t in ("NR-AR", "SR-p53", "X"))
+    code, said = run(["predict", tiny_checkpoints["property"], mine, "--out", out], capsys)  # no --force
+    assert code == 2 and "--force" in error_line(said)
+
+
+def test_predict_reads_stdin_and_refuses_a_generator_checkpoint(tiny_checkpoints, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("CCO\nCCCl chloropropane\n"))
+    code, out = run(["predict", tiny_checkpoints["property"], "-"], capsys)
+    rows = list(csv.DictReader(io.StringIO(out.out)))
+    assert code == 0 and [r["smiles"] for r in rows] == ["CCO", "CCCl"] and rows[1]["id"] == "chloropropane"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("CCO\n"))
+    code, out = run(["predict", tiny_checkpoints["lm"], "-"], capsys)
+    assert code == 2 and "Encoder" in error_line(out)
+
+
+# --------------------------------------------------------------------------- score
+def test_score_a_smiles_file_as_text_and_json(tmp_path, capsys):
+    samples, reference = tmp_path / "gen.smi", tmp_path / "train.smi"
+    samples.write_text("CCO\nCCO\nc1ccccc1O\nnot-valid\nCC(=O)Nc1ccc(O)cc1\n")
+    reference.write_text("CCO\nCCN\nc1ccccc1\nCC(=O)O\n")
+    scores = tmp_path / "scores.json"
+    code, out = run(["score", samples, "--reference", reference, "--json", scores], capsys)
+    assert code == 0
+    for word in ("validity", "uniqueness", "novelty", "IntDiv", "KL", "SNN"):
+        assert word in out.out, word
+    d = json.loads(scores.read_text())
+    assert d["validity"] == pytest.approx(4 / 5) and d["uniqueness"] == pytest.approx(3 / 4)
+    assert d["novelty"] == pytest.approx(2 / 3)  # CCO is in the reference
+    code, out = run(["score", samples, "--json", "-"], capsys)
+    assert code == 0 and json.loads(out.out)["novelty"] is None  # no reference: not a number
+
+
+# --------------------------------------------------------------------------- attention
+@pytest.mark.parametrize("kind,names", [("lm", ["attention_decoder_self.png", "attention_decoder_self_molecule.png"]),
+                                        ("s2s", ["attention_cross.png", "attention_encoder_self.png"]),
+                                        ("property", ["attention_encoder_self.png"])])
+def test_attention_draws_pngs_and_refuses_to_overwrite(kind, names, tiny_checkpoints, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "pics"
+    assert run(["attention", tiny_checkpoints[kind], "CC(=O)N", "--out", out, "--heads", "mean"], capsys)[0] == 0
+    for name in names:
+        assert (out / name).read_bytes()[:4] == b"\x89PNG", name
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, said = run(["attention", tiny_checkpoints[kind], "CC(=O)N", "--out", out, "--scale", "row"], capsys)
+    assert code == 2 and "--force" in error_line(said)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "refused before writing anything"
+    assert run(["attention", tiny_checkpoints[kind], "CC(=O)N", "--out", out, "--force"], capsys)[0] == 0
+
+
+# --------------------------------------------------------------------------- info
+def test_info_describes_a_finished_run(finished_molecules_run, capsys):
+    _, folder = finished_molecules_run
+    code, out = run(["info", folder / "best.npz"], capsys)
+    assert code == 0
+    for word in ("DecoderLM", "vocabulary", "made by", "minitransformer train lm", "validity="):
+        assert word in out.out, word
+    code, out = run(["info", folder / "best.npz", "--json"], capsys)
+    d = json.loads(out.out)
+    assert code == 0 and d["model"]["type"] == "DecoderLM" and d["model"]["parameters"] > 0
+    assert d["provenance"]["seed"] == 0 and d["metrics"]["n_samples"] == 10
+    assert d["vocabulary"]["size"] == len(d["vocabulary"]["tokens"]) > 4
