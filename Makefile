@@ -1,6 +1,6 @@
 # minitransformer developer commands.
 #
-#   make demo   build .venv with the [chem,plot] extras, run demos/$(DEMO).py
+#   make demo   build .venv with the package, run demos/$(DEMO).py
 #   make test   build .venv with the [all] extras, run the test suite (fast, then reference kernels)
 #   make clean  remove .venv and build/test caches
 #
@@ -55,7 +55,7 @@ $(VENV_PY):
 # Stamp files: the editable install is redone only when the packaging changes.
 # The package itself is installed in editable mode, so code edits need no reinstall.
 $(VENV)/.installed-demo: setup.cfg pyproject.toml | $(VENV_PY)
-	$(VENV_PY) -m pip install $(PIP_ARGS) -e '.[chem,plot]'
+	$(VENV_PY) -m pip install $(PIP_ARGS) -e .
 	@touch $@
 
 $(VENV)/.installed-test: setup.cfg pyproject.toml | $(VENV_PY)
