@@ -211,9 +211,9 @@ def run(args) -> int:
                "pretrain_time_s": t_pre, "train_time_s": t_train, "wall_time_s": time.perf_counter() - t0,
                "parameters": model.num_parameters(), "tta": s["tta"], "quick": args.quick}
     cli.write_json(out / "metrics.json", metrics)
-    rows = [("wall time", f"{cli.format_duration(metrics['wall_time_s'])} (pretraining {cli.format_duration(t_pre)}, "
-                          f"{len(pre_history)} epochs; fine-tuning {metrics['epochs']} epochs, best "
-                          f"{metrics['best_epoch']}, stopped: {metrics['stop_reason']})"),
+    pretrained = f"pretraining {cli.format_duration(t_pre)}, {len(pre_history)} epochs; " if pre_history else ""
+    rows = [("wall time", f"{cli.format_duration(metrics['wall_time_s'])} ({pretrained}fine-tuning "
+                          f"{metrics['epochs']} epochs, best {metrics['best_epoch']}, stopped: {metrics['stop_reason']})"),
             ("split", f"{args.split}: {len(train.smiles)} / {len(val.smiles)} / {len(test.smiles)}"),
             ("best validation ROC-AUC", f"{trainer.best:.4f}")]
     rows += [(f"  test ROC-AUC {name}", "n/a (one class)" if value is None else f"{value:.4f}")

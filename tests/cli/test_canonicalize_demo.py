@@ -94,7 +94,8 @@ def test_every_output_is_written_atomically(quick_run):
 
 def test_quick_run_writes_every_output(quick_run):
     demo, out = quick_run
-    for name in ("metrics.json", "history.json", "config.json", "best.npz", "last.npz", "predictions.tsv",
+    for name in ("metrics.json", "history.json", "history.csv", "provenance.json", "config.json", "best.npz",
+                 "last.npz", "predictions.tsv",
                  "curves.png", "attention_cross.png"):
         path = out / name
         assert path.exists() and path.stat().st_size > 0, f"missing or empty output: {name}"
