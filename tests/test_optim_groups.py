@@ -114,3 +114,11 @@ def test_checkpoint_resume_with_groups(tmp_path):
     weights2 = dict(model2.named_parameters())
     for n, p in model.named_parameters():
         np.testing.assert_array_equal(backend.to_numpy(weights2[n].data), backend.to_numpy(p.data), err_msg=n)
+
+
+def test_param_groups_default_rule_is_default_no_decay():
+    from minitransformer.optim import default_no_decay, param_groups
+    model = _model()
+    decayed, exempt = (dict(g["params"]) for g in param_groups(model, weight_decay=0.1))
+    for name, p in model.named_parameters():
+        assert (name in exempt) == default_no_decay(name, p) and (name in decayed) != (name in exempt)

@@ -32,12 +32,11 @@ def param_groups(model, weight_decay: float = 0.01, no_decay=None) -> list[dict]
     """Two groups of ``model``'s parameters, full dotted names kept:
     ``[{"params": decayed, "weight_decay": weight_decay}, {"params": exempt, "weight_decay": 0.0}]``.
 
-    ``no_decay(name, Parameter) -> bool`` picks the exempt ones; the default,
-    :func:`~minitransformer.optim.optimizer.default_no_decay`, exempts ``ndim < 2``
-    (biases, LayerNorm gains and shifts). An empty group is left out.
+    ``no_decay(name, Parameter) -> bool`` picks the exempt ones; the default exempts
+    ``ndim < 2`` (biases, LayerNorm gains and shifts), the rule of
+    :func:`~minitransformer.optim.optimizer.default_no_decay`. An empty group is left out.
     """
-    from minitransformer.optim.optimizer import default_no_decay  # (optimizer imports this module)
-    no_decay = no_decay or default_no_decay
+    no_decay = no_decay or (lambda name, param: param.data.ndim < 2)
     pairs = list(model.named_parameters())
     decay = [(n, p) for n, p in pairs if not no_decay(n, p)]
     exempt = [(n, p) for n, p in pairs if no_decay(n, p)]
@@ -50,20 +49,21 @@ def is_group_list(params) -> bool:
     return isinstance(params, (list, tuple)) and len(params) > 0 and all(isinstance(g, dict) for g in params)
 
 
-def _group_pairs(index: int, params) -> list:
+def _group_pairs(index: int, params, is_parameter) -> list:
     """``(name, Parameter)`` pairs of one group's ``"params"`` (bare Parameters get ``"<index>.<i>"``)."""
     if hasattr(params, "named_parameters"):
         return list(params.named_parameters())
     items = list(params)
-    from minitransformer.optim.optimizer import is_parameter
     return [(f"{index}.{i}", item) if is_parameter(item) else item for i, item in enumerate(items)]
 
 
-def split_groups(params: list[dict], check_lr, check_setting) -> tuple[list, list[dict]]:
+def split_groups(params: list[dict], check_lr, check_setting, is_parameter) -> tuple[list, list[dict]]:
     """``(pairs, groups)`` from a list of group dicts: every ``(name, Parameter)``
     pair in group order, and the groups as the optimizer keeps them (see the
     module docstring). ``check_lr`` and ``check_setting`` validate a group's ``lr``
-    and ``weight_decay`` as the constructor validates its own.
+    and ``weight_decay`` as the constructor validates its own; ``is_parameter``
+    tells a bare Parameter from a ``(name, Parameter)`` pair. (The optimizer passes
+    its own, so this module needs nothing from it.)
     """
     if not is_group_list(params):
         raise ValueError("parameter groups must be a list of dicts such as {'params': ..., 'weight_decay': 0.0}")
@@ -73,7 +73,7 @@ def split_groups(params: list[dict], check_lr, check_setting) -> tuple[list, lis
         if unknown or "params" not in g:
             raise ValueError(f"parameter group {i}: keys {sorted(g)}; a group has 'params' and optionally "
                              "'lr' and 'weight_decay'")
-        gp = _group_pairs(i, g["params"])
+        gp = _group_pairs(i, g["params"], is_parameter)
         if not gp:
             raise ValueError(f"parameter group {i} has no parameters")
         lr, schedule = g.get("lr"), None

@@ -206,7 +206,7 @@ class Optimizer(OptimizerState):
     def __init__(self, params, lr, weight_decay: float = 0.0,
                  no_decay: Callable | Iterable[str] | None = None):
         if isinstance(params, (list, tuple)) and params and isinstance(params[0], dict):
-            pairs, self.param_groups = split_groups(params, check_lr, check_hyperparameter)
+            pairs, self.param_groups = split_groups(params, check_lr, check_hyperparameter, is_parameter)
         else:  # one collection: one group of everything, with the optimizer's settings
             pairs, self.param_groups = params, [{"names": None, "lr": None, "schedule": None,
                                                   "weight_decay": None}]
