@@ -75,17 +75,28 @@ def plot_attention_example(model, vocab, smiles, out) -> None:
     print(f"attention maps of {example} in {', '.join(str(p) for p in paths)}")
 
 
-def run(args) -> int:
-    from minitransformer.chem import canonical
-    if canonical(args.smiles) is None:
-        raise ValueError(f"RDKit cannot read the SMILES {args.smiles!r}; check it, e.g. with a molecule editor")
-    model, vocab = load_model(args.checkpoint)
+def in_the_models_words(smiles: str, vocab) -> str:
+    """``smiles`` as given if the model knows all its tokens, else the same molecule in
+    Kekulé or canonical aromatic form (a generator trained on Kekulé SMILES has no
+    ``c`` token); a one-line ValueError when no form fits."""
+    from minitransformer.chem.data import canonical, kekule
     from minitransformer.chem.tokenizer import tokenize
-    unknown = sorted({t for t in tokenize(args.smiles) if t not in vocab})
-    if unknown:
-        raise ValueError(f"the SMILES has tokens this model never saw ({' '.join(unknown)}); "
-                         "pick a molecule made of the atoms it was trained on")
-    paths = draw(model, vocab, args.smiles, Path(args.out), layers=args.layers, heads=args.heads, scale=args.scale,
+    if canonical(smiles) is None:
+        raise ValueError(f"RDKit cannot read the SMILES {smiles!r}; check it, e.g. with a molecule editor")
+    for form in (smiles, kekule(smiles), canonical(smiles)):
+        if form and all(t in vocab for t in tokenize(form)):
+            if form != smiles:
+                print(f"the model does not know every token of {smiles}; drawing the same molecule as {form}")
+            return form
+    unknown = sorted({t for t in tokenize(smiles) if t not in vocab})
+    raise ValueError(f"the SMILES has tokens this model never saw ({' '.join(unknown)}), in any form; "
+                     "pick a molecule made of the atoms it was trained on")
+
+
+def run(args) -> int:
+    model, vocab = load_model(args.checkpoint)
+    smiles = in_the_models_words(args.smiles, vocab)
+    paths = draw(model, vocab, smiles, Path(args.out), layers=args.layers, heads=args.heads, scale=args.scale,
                  overwrite=args.force)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -36,7 +36,7 @@ class TrainConfig:
     max_steps: stop after this many optimizer steps in total (None: no limit).
     max_time: stop at the end of the first epoch that ends after this many seconds.
     eval_batch_size: batch size for evaluation (default: batch_size).
-    out_dir: where best.npz, last.npz and history.json go (None: keep nothing on disk).
+    out_dir: where best.npz, last.npz, history.json and history.csv go (None: keep nothing on disk).
     quiet: no progress bar and no per-epoch lines.
     sync_every: read the loss and gradient norm back to the host every this many
         steps (default: every step on the CPU, every 50 on a GPU, where each read

@@ -179,3 +179,19 @@ def test_info_describes_a_finished_run(finished_molecules_run, capsys):
     assert code == 0 and d["model"]["type"] == "DecoderLM" and d["model"]["parameters"] > 0
     assert d["provenance"]["seed"] == 0 and d["metrics"]["n_samples"] == 10
     assert d["vocabulary"]["size"] == len(d["vocabulary"]["tokens"]) > 4
+
+
+def test_attention_draws_an_aromatic_smiles_for_a_kekule_model(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from minitransformer.checkpoint import save_checkpoint
+    from minitransformer.chem import Vocab
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    vocab = Vocab.build(["CC(=O)OC1=CC=CC=C1C(=O)O", "CCO"])  # Kekulé only: no 'c' token
+    model = DecoderLM(DecoderLMConfig(len(vocab), d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=40,
+                                      pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id))
+    path = save_checkpoint(tmp_path / "kekule.npz", model, vocab=vocab)
+    code, said = run(["attention", path, "CC(=O)Oc1ccccc1C(=O)O", "--out", tmp_path / "pics"], capsys)
+    assert code == 0 and "drawing the same molecule as CC(=O)OC1=CC=CC=C1C(=O)O" in said.out
+    assert (tmp_path / "pics" / "attention_decoder_self.png").is_file()
+    code, said = run(["attention", path, "CC[Se]C", "--out", tmp_path / "other"], capsys)
+    assert code == 2 and "never saw ([Se])" in error_line(said)
