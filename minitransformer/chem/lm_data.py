@@ -172,7 +172,7 @@ def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, 
     """
     kept, _, _ = load_and_clean(data, min_len, max_len, log=lambda line: log(f"pretraining {line}"))
     exclude = set(exclude)
-    if is_moses(data):  # RDKit canonical SMILES already: compared as written (canonicalizing 1.58M takes minutes)
+    if is_moses(data):  # RDKit canonical SMILES already: compared as written (canonicalizing takes minutes)
         out = [s for s in kept if s not in exclude]
         removed, out = len(kept) - len(out), out[:limit]
         if form != "as-is":
