@@ -166,8 +166,9 @@ def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, 
     ``data`` is a source of :func:`load_source` (``"druglike"``: RDKit's 10,000
     drug-like SMILES; ``"moses"``: MOSES's 1.58M training molecules, compared with
     ``exclude`` as written, since they are RDKit canonical SMILES already). The same
-    cleaning and ``form`` as the main set apply, and every molecule whose canonical SMILES is in ``exclude`` (the main set's
-    validation and test molecules) is dropped, so the held-out splits stay unseen.
+    cleaning and ``form`` as the main set apply, and every molecule whose canonical
+    SMILES is in ``exclude`` (the main set's validation and test molecules) is dropped,
+    so the held-out splits stay unseen.
     ``limit`` keeps the first molecules left (for MOSES before rewriting: a quick run stays quick).
     """
     kept, _, _ = load_and_clean(data, min_len, max_len, log=lambda line: log(f"pretraining {line}"))
