@@ -6,7 +6,9 @@ The pipeline a training script runs, in order:
    :func:`read_smiles`. Built-in sources are ``"tox21"`` (the MoleculeNet
    Tox21 table, located or downloaded by :func:`find_tox21`) and
    ``"druglike"`` (10,000 drug-like SMILES from the WEHI screening library that
-   ship inside RDKit, so they need no network; see :func:`druglike_path`).
+   ship inside RDKit, so they need no network; see :func:`druglike_path`) and
+   ``"moses"`` (the 1.58M training molecules of the MOSES benchmark, see
+   :mod:`minitransformer.chem.moses`).
 2. :func:`clean_smiles` drops empty strings, strings outside a length window
    (in characters) and strings RDKit cannot parse, and reports how many went
    for each reason. It keeps the input order.
@@ -203,11 +205,12 @@ def load_source(data: str | os.PathLike | None = None, data_dir: str | os.PathLi
                 download: bool = True, timeout: float = 10.0) -> LoadedSmiles:
     """Read the raw SMILES of a named source or file.
 
-    ``data`` is ``"tox21"``, ``"druglike"``, or the path of a SMILES file (see
+    ``data`` is ``"tox21"``, ``"druglike"``, ``"moses"`` (the MOSES training split,
+    see :mod:`minitransformer.chem.moses`), or the path of a SMILES file (see
     :func:`read_smiles`). ``None`` means Tox21 when it can be found or
     downloaded, and otherwise prints one line saying why and uses the
     drug-like set. ``data_dir``, ``download`` and ``timeout`` are passed to
-    :func:`find_tox21`.
+    :func:`find_tox21` (or :func:`~minitransformer.chem.moses.find_moses`).
     """
     if data is None:
         try:
@@ -219,6 +222,10 @@ def load_source(data: str | os.PathLike | None = None, data_dir: str | os.PathLi
     if isinstance(data, str) and data.lower() == "tox21":
         path = find_tox21(data_dir, download=download, timeout=timeout)
         return LoadedSmiles(read_smiles(path), f"Tox21 (MoleculeNet), {path}")
+    if isinstance(data, str) and data.lower() == "moses":
+        from minitransformer.chem.moses import find_moses, read_moses_file
+        path = find_moses("train", data_dir=data_dir, download=download, timeout=timeout)
+        return LoadedSmiles(read_moses_file(path), f"MOSES train split, {path}")
     if isinstance(data, str) and data.lower() == "druglike":
         path = druglike_path()
         return LoadedSmiles(read_smiles(path, header=False),

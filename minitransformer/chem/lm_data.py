@@ -22,6 +22,7 @@ import numpy as np
 from minitransformer.chem.data import (
     canonical, clean_smiles, kekule, load_source, randomize_smiles, split_in_order, split_random,
 )
+from minitransformer.chem.moses import is_moses, load_moses, split_moses, spot_check
 from minitransformer.chem.vocab import Vocab
 
 
@@ -49,12 +50,16 @@ def load_and_clean(data=None, min_len: int | None = 10, max_len: int | None = 10
     Returns ``(kept SMILES, LoadedSmiles, CleanReport)``.
     """
     loaded = load_source(data, download=download)
+    sample = check_rdkit and is_moses(data)  # 1.58M clean molecules: RDKit checks a sample only
     try:
-        kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len, check_rdkit=check_rdkit)
+        kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len,
+                                    check_rdkit=check_rdkit and not sample)
     except ValueError as err:  # nothing usable: say which data it was
         raise ValueError(f"{loaded.description}: {err}") from None
     log(f"data: {loaded.description}")
     log(f"cleaning: {report.summary()}")
+    if sample:
+        log(spot_check(loaded.smiles))
     return (kept if limit is None else kept[:limit]), loaded, report
 
 
@@ -76,8 +81,11 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
     """Load, clean and split SMILES; build the vocabulary on the training split.
 
     Args:
-        data: ``"tox21"``, ``"druglike"``, a file path, or None (Tox21 if available,
-            else the drug-like set).
+        data: ``"tox21"``, ``"druglike"``, ``"moses"``, a file path, or None (Tox21 if
+            available, else the drug-like set). MOSES is not re-split: its own ``test``
+            file is the test split (cut to ``limit`` too), the last 10,000 molecules of its
+            training file (a tenth when fewer) the validation split, and ``split`` is ignored;
+            RDKit checks a random sample of 1,000 molecules only (MOSES is clean already).
         min_len, max_len: character-length limits (the reference keeps 10..100).
         check_rdkit: drop strings RDKit cannot parse.
         split: ``"ordered"`` (first n_train, next n_val, rest) or ``"random"`` (fractions).
@@ -87,10 +95,17 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
             no aromatic lowercase atoms). Rewriting needs the RDKit check.
     """
     kept, loaded, report = load_and_clean(data, min_len, max_len, check_rdkit, limit, download, log)
+    test = None
+    if is_moses(data):  # MOSES brings its own test split (cleaned by the same length window)
+        test = clean_smiles(load_moses("test", download=download), min_len, max_len, check_rdkit=False)[0][:limit]
     if form != "as-is":
         kept, dropped = rewrite_smiles(kept, form, max_len)
         log(f"molecules written in {form} form ({dropped} dropped: not kekulizable or now too long)")
-    if split == "ordered":
+        test = None if test is None else rewrite_smiles(test, form, max_len)[0]
+    if test is not None:
+        train, val = split_moses(kept)
+        log(f"split: MOSES's test split as test, the last {len(val)} training molecules as validation")
+    elif split == "ordered":
         if len(kept) <= n_train + n_val:  # a small file: keep the 80/10/10 proportions instead
             n_train, n_val = int(0.8 * len(kept)), max(1, int(0.1 * len(kept)))
             why = (f"the first {limit} cleaned SMILES (a quick run)" if limit is not None and len(kept) == limit
@@ -145,20 +160,31 @@ class RandomizedEpochs:
 
 
 def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, form: str = "as-is",
-                       log=print) -> list:
+                       limit: int | None = None, log=print) -> list:
     """Extra molecules to pretrain a language model on, before it is fine-tuned on the main set.
 
     ``data`` is a source of :func:`load_source` (``"druglike"``: RDKit's 10,000
-    drug-like SMILES). The same cleaning and ``form`` as the main set apply, and
-    every molecule whose canonical SMILES is in ``exclude`` (the main set's
-    validation and test molecules) is dropped, so the held-out splits stay unseen.
+    drug-like SMILES; ``"moses"``: MOSES's 1.58M training molecules, compared with
+    ``exclude`` as written, since they are RDKit canonical SMILES already). The same
+    cleaning and ``form`` as the main set apply, and every molecule whose canonical
+    SMILES is in ``exclude`` (the main set's validation and test molecules) is dropped,
+    so the held-out splits stay unseen.
+    ``limit`` keeps the first molecules left (for MOSES before rewriting: a quick run stays quick).
     """
     kept, _, _ = load_and_clean(data, min_len, max_len, log=lambda line: log(f"pretraining {line}"))
-    if form != "as-is":
-        kept, _ = rewrite_smiles(kept, form, max_len)
     exclude = set(exclude)
-    out = [s for s in kept if canonical(s) not in exclude]
-    log(f"pretraining: {len(kept) - len(out)} held-out molecules removed; {len(out)} left")
+    if is_moses(data):  # RDKit canonical SMILES already: compared as written (canonicalizing takes minutes)
+        out = [s for s in kept if s not in exclude]
+        removed, out = len(kept) - len(out), out[:limit]
+        if form != "as-is":
+            out, _ = rewrite_smiles(out, form, max_len)
+    else:
+        if form != "as-is":
+            kept, _ = rewrite_smiles(kept, form, max_len)
+        out = [s for s in kept if canonical(s) not in exclude]
+        removed, out = len(kept) - len(out), out[:limit]
+    log(f"pretraining: {removed} held-out molecules removed; {len(out)} left"
+        + (f" (the first {limit} kept)" if limit is not None and len(out) == limit else ""))
     if not out:
         raise ValueError(f"no pretraining molecules left from {data!r}")
     return out

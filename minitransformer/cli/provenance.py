@@ -40,6 +40,9 @@ def data_file(data: str | None) -> Path | None:
             return Path(find_tox21(download=False))
         if str(data).lower() == "druglike":
             return Path(druglike_path())
+        if str(data).lower() == "moses":
+            from minitransformer.chem.moses import find_moses
+            return Path(find_moses("train", download=False))
     except (OSError, ValueError, ImportError):
         return None
     return Path(data) if Path(data).is_file() else None

@@ -50,7 +50,7 @@ def add_parser(kinds):
                         example="minitransformer train lm --quick\n"
                                 "minitransformer train lm --preset tomczak --data tox21 --out runs/tomczak")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS))
-    cli.add_common_arguments(p, out="runs/lm")
+    cli.add_common_arguments(p, out="runs/lm", data_names=("tox21", "druglike", "moses"))
     p.add_argument("--augment", type=cli.number(0, 1), default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--form", default=None, choices=["as-is", "canonical", "kekule"],
@@ -62,8 +62,9 @@ def add_parser(kinds):
     p.add_argument("--samples", type=cli.int_at_least(1), default=2000, help="molecules to sample at the end")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0,
                    help="sampling temperature, > 0 (default: 1)")
-    p.add_argument("--pretrain-data", default=None, type=cli.data_source(("druglike", "tox21", "none")),
-                   help="pretrain on these molecules first (druglike, tox21, a file, or none; default: the preset's)")
+    p.add_argument("--pretrain-data", default=None, type=cli.data_source(("druglike", "tox21", "moses", "none")),
+                   help="pretrain on these molecules first (druglike, tox21, moses, a file, or none; default: the "
+                        "preset's)")
     p.add_argument("--pretrain-epochs", type=cli.int_at_least(0), default=None)
     p.add_argument("--pretrain-mix", type=cli.int_at_least(0), default=None,
                    help="keep this many phase-1 molecules in the phase-2 training set (against over-fitting)")
@@ -142,7 +143,7 @@ def run(args) -> int:
     extra = []
     if settings["pretrain_epochs"] > 0:
         extra = pretraining_smiles(settings["pretrain_data"], exclude={canonical(x) for x in data.val + data.test},
-                                   form=settings["form"])[:settings.get("pretrain_limit")]
+                                   form=settings["form"], limit=settings.get("pretrain_limit"))
         data.vocab = Vocab.build(data.train + extra)  # one vocabulary for both phases
     vocab = data.vocab
     model = make_model(settings, vocab, args.seed)

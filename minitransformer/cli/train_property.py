@@ -41,7 +41,9 @@ def add_parser(kinds):
                                 "minitransformer train property --pretrain --split scaffold --out runs/scaffold")
     cli.add_common_arguments(p, out="runs/property", data_names=("tox21",), data_suffixes=(".csv", ".csv.gz"),
                              data_refused={"druglike": "the drug-like set has no property labels; use --data tox21 "
-                                                       "or a CSV with a smiles column and 0/1 label columns"},
+                                                       "or a CSV with a smiles column and 0/1 label columns",
+                                           "moses": "MOSES has no property labels; use --data tox21 or a CSV with "
+                                                    "a smiles column and 0/1 label columns"},
                              data_default="tox21")
     p.add_argument("--split", default="random", choices=["random", "scaffold"],
                    help="random 80/10/10 (seeded) or Bemis-Murcko scaffold split")

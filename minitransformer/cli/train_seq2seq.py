@@ -47,7 +47,7 @@ def add_parser(kinds):
                                                   "minitransformer train seq2seq --epochs 30 --plot-attention",
                         help="a SMILES canonicalizer (encoder-decoder: any SMILES in, RDKit's canonical out)")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS))
-    cli.add_common_arguments(p, out="runs/seq2seq")
+    cli.add_common_arguments(p, out="runs/seq2seq", data_names=("tox21", "druglike", "moses"))
     p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None, help="override the peak learning rate")
     p.add_argument("--batch-size", type=cli.int_at_least(1), default=None, help="override the batch size")
     p.add_argument("--dropout", type=cli.number(0, 1, hi_open=True), default=None,

@@ -1,0 +1,313 @@
+"""The MOSES benchmark data: find it, verify it, fetch it once, read it fast.
+
+MOSES (Polykovskiy et al. 2020, Front. Pharmacol. 11:565644; MIT licence) is a
+split of ZINC Clean Leads into three files of canonical RDKit SMILES, one
+molecule a line under the header ``SMILES``:
+
+==================  ===========  ===============================================
+split               molecules    use
+==================  ===========  ===============================================
+``train``           1,584,663    training (a slice of it serves as validation)
+``test``              176,074    the test set (NLL, SNN, Frag, Scaf)
+``test_scaffolds``    176,225    molecules whose scaffolds never occur in train
+==================  ===========  ===============================================
+
+Where the files come from
+-------------------------
+:func:`find_moses` looks for ``<split>.csv.gz`` in, in order:
+
+1. the ``data_dir`` argument;
+2. ``$MINITRANSFORMER_DATA/moses/``;
+3. the user cache, ``cache_dir()/moses/`` (see :func:`~minitransformer.chem.download.cache_dir`).
+
+When all three miss, the files are read out of the PyPI wheel
+``molsets-0.3.1-py3-none-any.whl`` (a zip archive that holds them as
+``moses/dataset/data/<split>.csv.gz``): a copy of the wheel placed in one of the
+three folders is used as it is, otherwise (``download=True``) the wheel is
+downloaded into the cache. Every member is extracted into the cache, together
+with the two structural-alert tables of MOSES's "Filters" metric (``mcf.csv``
+and ``wehi_pains.csv``, see :func:`moses_filter_files`), and a downloaded
+wheel is deleted afterwards.
+
+Verification
+------------
+Each file is pinned by the SHA-256 of its bytes (:data:`SHA256`, taken from
+the wheel whose own SHA-256 is :data:`WHEEL_SHA256`). A file is hashed the
+first time it is used; the result goes into a small JSON marker in the cache,
+keyed by the file's path, size and modification time, so the 10 MB training
+file is not hashed again on every run (a changed size or time hashes it again).
+Downloads and extractions are written through :mod:`minitransformer.atomic`
+and hashed while they are written: a wrong checksum, a dropped connection or
+Ctrl-C leaves no file behind that a later run would trust.
+
+Reading
+-------
+:func:`load_moses` reads a split into a list of strings in about half a second
+(one gunzip, one ``split``). The token arrays of a split are built and cached
+by :mod:`minitransformer.chem.moses_tokens`.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+from minitransformer.atomic import atomic_write, write_json
+from minitransformer.chem.download import ChecksumError, DownloadError, cache_dir
+
+__all__ = ["SPLITS", "SHA256", "WHEEL_NAME", "WHEEL_URLS", "WHEEL_SHA256", "find_moses", "load_moses",
+           "moses_filter_files", "moses_places", "verify_file", "is_moses"]
+
+SPLITS = ("train", "test", "test_scaffolds")
+WHEEL_NAME = "molsets-0.3.1-py3-none-any.whl"
+WHEEL_SHA256 = "7f4450e3ebecebe79c3a2a55950c93daddee071120daf64a163d03481e811d34"
+#: Where PyPI serves the wheel. PyPI stores a file under the BLAKE2b-256 digest of its bytes
+#: (``packages/<2 hex>/<2 hex>/<60 hex>/<file name>``); the digest here is that of the wheel
+#: with :data:`WHEEL_SHA256`. The second address is files.pythonhosted.org's stable
+#: ``packages/<python tag>/<first letter>/<project>/<file name>`` form, which redirects to the first.
+WHEEL_URLS = (
+    "https://files.pythonhosted.org/packages/ca/04/335f23e9ae95ca381ac7c3f335303dbbeb0f8a604d167891cf60c9360178/"
+    + WHEEL_NAME,
+    "https://files.pythonhosted.org/packages/py3/m/molsets/" + WHEEL_NAME,
+)
+#: SHA-256 of each file, by name, and its path inside the wheel.
+SHA256 = {
+    "train.csv.gz": "786f0313aa6b9ba5514df685f885742a70ea8d86f1a4fa48115f7f80a634265c",
+    "test.csv.gz": "f896fbf3764f88d94670b9959e5872c600c12152a18233823e820761b7a791b2",
+    "test_scaffolds.csv.gz": "adffb2192c1bfe31ab0e13154d4af19a37dc18bdbf3cd7b4491e04405128adde",
+    "mcf.csv": "f4a2bfacb4cb8877295eb2a4b4e61ec9770a26388f1331e5dc9c193d22dd5f89",
+    "wehi_pains.csv": "d762e5420ec70f06d7e41d336cae6f67e2feb0eddf05c6171192a332726d296f",
+}
+MEMBERS = {
+    "train.csv.gz": "moses/dataset/data/train.csv.gz",
+    "test.csv.gz": "moses/dataset/data/test.csv.gz",
+    "test_scaffolds.csv.gz": "moses/dataset/data/test_scaffolds.csv.gz",
+    "mcf.csv": "moses/metrics/mcf.csv",
+    "wehi_pains.csv": "moses/metrics/wehi_pains.csv",
+}
+_MARKER = "verified.json"
+_CHUNK = 1 << 20
+
+
+def is_moses(data) -> bool:
+    """Whether a ``--data`` value names the MOSES set."""
+    return isinstance(data, str) and data.strip().lower() == "moses"
+
+
+def _cache() -> Path:
+    return cache_dir() / "moses"
+
+
+def moses_places(data_dir: str | os.PathLike | None = None) -> list[Path]:
+    """The folders searched, in order: ``data_dir``, ``$MINITRANSFORMER_DATA/moses``, the cache."""
+    places = [Path(data_dir)] if data_dir is not None else []
+    if os.environ.get("MINITRANSFORMER_DATA"):
+        places.append(Path(os.environ["MINITRANSFORMER_DATA"]) / "moses")
+    return places + [_cache()]
+
+
+def _where(data_dir) -> str:
+    """The searched folders, as the end of a sentence saying where to put the files."""
+    places = [f"in {data_dir} (the data folder given)"] if data_dir is not None else []
+    env = os.environ.get("MINITRANSFORMER_DATA")
+    places.append(f"in {Path(env) / 'moses'} ($MINITRANSFORMER_DATA/moses)" if env else
+                  "in $MINITRANSFORMER_DATA/moses (the variable is not set now)")
+    places.append(f"in {_cache()} (the user cache)")
+    return ", or ".join(places)
+
+
+# --------------------------------------------------------------------------- verification
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _marker_key(path: Path) -> tuple[str, dict]:
+    stat = path.stat()
+    return str(path.resolve()), {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _read_marker() -> dict:
+    try:
+        return json.loads((_cache() / _MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def verify_file(path: str | os.PathLike, sha256: str | None = None) -> Path:
+    """Check ``path`` against its pinned SHA-256 (by default ``SHA256[path.name]``).
+
+    A file already verified at the same size and modification time is trusted
+    without hashing again (the marker ``verified.json`` in the cache records it).
+    Raises :class:`ChecksumError` on a mismatch, naming the file and the fix.
+    """
+    path = Path(path)
+    want = sha256 or SHA256[path.name]
+    key, stamp = _marker_key(path)
+    marker = _read_marker()
+    if marker.get(key) == dict(stamp, sha256=want):
+        return path
+    got = _sha256_of(path)
+    if got != want:
+        raise ChecksumError(f"checksum mismatch for {path}: sha256 {got}, expected {want}; the file is damaged "
+                            "or another version: delete it and run again")
+    marker[key] = dict(stamp, sha256=want)
+    try:
+        write_json(_cache() / _MARKER, marker)
+    except OSError:  # a read-only cache only costs a hash next time
+        pass
+    return path
+
+
+# --------------------------------------------------------------------------- the wheel
+def _hashing_copy(source, sha256: str, what: str):
+    """A writer for :func:`atomic_write` that copies ``source`` and checks its SHA-256 before
+    the file is put in place (a mismatch raises, and atomic_write deletes the temporary file)."""
+    def write(out):
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: source.read(_CHUNK), b""):
+            digest.update(chunk)
+            out.write(chunk)
+        if digest.hexdigest() != sha256:
+            raise ChecksumError(f"checksum mismatch for {what}: sha256 {digest.hexdigest()}, expected {sha256}; "
+                                "it is damaged or another version")
+    return write
+
+
+def _download_wheel(data_dir, timeout: float) -> Path:
+    """Fetch the wheel into the cache, verified; :class:`DownloadError` when no address answers."""
+    dest = _cache() / WHEEL_NAME
+    reasons = []
+    for url in WHEEL_URLS:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return atomic_write(dest, _hashing_copy(response, WHEEL_SHA256, f"{WHEEL_NAME} from {url}"))
+        except (urllib.error.URLError, OSError) as exc:  # HTTPError, timeouts, a dropped connection
+            reasons.append(" ".join(str(getattr(exc, "reason", None) or exc).split()))
+    raise DownloadError(f"could not download the MOSES data ({reasons[0]}); offline? Download {WHEEL_URLS[0]} "
+                        f"(sha256 {WHEEL_SHA256[:12]}...) and put it, or its three files train.csv.gz, test.csv.gz "
+                        f"and test_scaffolds.csv.gz, {_where(data_dir)}")
+
+
+def _extract(wheel: Path) -> None:
+    """Write every member of :data:`MEMBERS` from ``wheel`` into the cache, each verified."""
+    with zipfile.ZipFile(wheel) as archive:
+        for name, member in MEMBERS.items():
+            dest = _cache() / name
+            if dest.is_file():
+                continue
+            with archive.open(member) as source:
+                atomic_write(dest, _hashing_copy(source, SHA256[name], f"{member} in {wheel}"))
+
+
+def _wheel_files(data_dir, download: bool, timeout: float) -> None:
+    """Fill the cache from a wheel found in the searched folders, else from a downloaded one."""
+    for place in moses_places(data_dir):
+        if (place / WHEEL_NAME).is_file():
+            _extract(verify_file(place / WHEEL_NAME, WHEEL_SHA256))
+            return
+    if not download:
+        raise FileNotFoundError(f"the MOSES files are not there; put train.csv.gz, test.csv.gz and "
+                                f"test_scaffolds.csv.gz (or the wheel {WHEEL_URLS[0]}) {_where(data_dir)}, "
+                                "or allow the download")
+    wheel = _download_wheel(data_dir, timeout)
+    try:
+        _extract(wheel)
+    finally:
+        wheel.unlink(missing_ok=True)  # 51 MB that is no longer needed
+
+
+def _find(name: str, data_dir, download: bool, timeout: float) -> Path:
+    for place in moses_places(data_dir):
+        if (place / name).is_file():
+            return verify_file(place / name)
+    _wheel_files(data_dir, download, timeout)
+    return verify_file(_cache() / name)
+
+
+def find_moses(split: str = "train", data_dir: str | os.PathLike | None = None, download: bool = True,
+               timeout: float = 30.0) -> Path:
+    """The verified path of ``<split>.csv.gz`` (``split`` one of :data:`SPLITS`).
+
+    Searches ``data_dir``, ``$MINITRANSFORMER_DATA/moses`` and the cache; else
+    reads the wheel (found there, or downloaded when ``download=True``) into the
+    cache. Offline without the files: :class:`DownloadError` (or, with
+    ``download=False``, FileNotFoundError) in one line naming the folders and
+    the wheel's address. A damaged file raises :class:`ChecksumError`.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown MOSES split {split!r}; choose one of {', '.join(SPLITS)}")
+    return _find(f"{split}.csv.gz", data_dir, download, timeout)
+
+
+def moses_filter_files(download: bool = True, data_dir: str | os.PathLike | None = None,
+                       timeout: float = 30.0) -> tuple[Path, Path]:
+    """The verified paths of MOSES's structural-alert tables ``(mcf.csv, wehi_pains.csv)``.
+
+    They are the two tables of MOSES's Filters metric, shipped in the same wheel
+    (``moses/metrics/``); they are found and fetched like :func:`find_moses`'s files.
+    """
+    return (_find("mcf.csv", data_dir, download, timeout), _find("wehi_pains.csv", data_dir, download, timeout))
+
+
+# --------------------------------------------------------------------------- reading
+def read_moses_file(path: str | os.PathLike, limit: int | None = None) -> list[str]:
+    """The SMILES of a MOSES ``.csv.gz`` (header ``SMILES``, one molecule a line), in file order.
+
+    One gunzip and one ``str.split`` over the whole text: MOSES SMILES hold no
+    white space or commas, so every field is a molecule. ``limit`` keeps the first.
+    """
+    path = Path(path)
+    with gzip.open(path, "rb") as f:
+        fields = f.read().decode("ascii").split()
+    if not fields or fields[0] != "SMILES":
+        raise ValueError(f"{path} is not a MOSES file (its first line should be SMILES)")
+    return fields[1:] if limit is None else fields[1:1 + limit]
+
+
+def load_moses(split: str = "train", limit: int | None = None, data_dir: str | os.PathLike | None = None,
+               download: bool = True) -> list[str]:
+    """The SMILES of a MOSES split (found, verified, fetched by :func:`find_moses`).
+
+    About 0.4 s for the 1,584,663 training molecules. ``limit`` keeps the first ``limit``.
+    """
+    return read_moses_file(find_moses(split, data_dir=data_dir, download=download), limit)
+
+
+# --------------------------------------------------------------------------- in the training pipeline
+#: Molecules of the training file held out as the validation split (the last ones of the file).
+VAL_SIZE = 10_000
+#: How many molecules :func:`spot_check` parses with RDKit.
+SPOT_CHECK = 1_000
+
+
+def spot_check(smiles: list[str], n: int = SPOT_CHECK, seed: int = 0) -> str:
+    """Parse a seeded random sample of ``n`` molecules with RDKit; a log line saying so.
+
+    MOSES is already cleaned (canonical RDKit SMILES, neutral, one fragment), so
+    the training pipeline checks a sample instead of 1.58 million molecules
+    (which would take minutes).
+    """
+    import numpy as np
+
+    from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit
+    pick = np.random.default_rng(seed).choice(len(smiles), size=min(n, len(smiles)), replace=False)
+    with quiet_rdkit():
+        bad = sum(mol_from_smiles(smiles[i]) is None for i in pick)
+    return (f"RDKit check: a random sample of {len(pick)} of {len(smiles)} MOSES molecules, {bad} not parsed "
+            "(MOSES is cleaned RDKit SMILES, so the rest is not checked)")
+
+
+def split_moses(train: list[str], val_size: int = VAL_SIZE) -> tuple[list, list]:
+    """``(train, validation)`` from the cleaned training molecules: the last ``val_size`` of
+    the file (a tenth of them when there are fewer than ``10 * val_size``) are held out."""
+    n_val = min(val_size, max(1, len(train) // 10))
+    return train[:len(train) - n_val], train[len(train) - n_val:]
