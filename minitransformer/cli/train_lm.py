@@ -66,6 +66,10 @@ def add_parser(kinds):
                    help="pretrain on these molecules first (druglike, tox21, moses, a file, or none; default: the "
                         "preset's)")
     p.add_argument("--pretrain-epochs", type=cli.int_at_least(0), default=None)
+    p.add_argument("--pretrain-limit", type=cli.int_at_least(1), default=None,
+                   help="pretrain on at most this many molecules (the first ones of the pretraining data)")
+    p.add_argument("--pretrain-minutes", type=cli.number(0), default=None,
+                   help="time budget of the pretraining phase (0 = none; it counts against --max-minutes)")
     p.add_argument("--pretrain-mix", type=cli.int_at_least(0), default=None,
                    help="keep this many phase-1 molecules in the phase-2 training set (against over-fitting)")
     cli.add_resume_argument(p, help="continue the run in --out (same data and options as before): alone, from "
@@ -83,7 +87,7 @@ def resolve_settings(args) -> dict:
         s.update(QUICK)
         if args.preset == "tomczak":
             s["model"] = dict(QUICK["model"], norm="post", tie_embeddings=False)
-    for key in ("epochs", "form", "lr", "batch_size", "augment", "pretrain_epochs", "pretrain_mix"):
+    for key in ("epochs", "form", "lr", "batch_size", "augment", "pretrain_epochs", "pretrain_mix", "pretrain_limit"):
         if getattr(args, key) is not None:
             s[key] = getattr(args, key)
     if args.dropout is not None and isinstance(s["model"], dict):
@@ -94,6 +98,8 @@ def resolve_settings(args) -> dict:
     if not s["pretrain_data"]:
         s["pretrain_epochs"] = 0
     s["max_time"] = max_time(args, s["max_time"])
+    if args.pretrain_minutes is not None:
+        s["pretrain_max_time"] = args.pretrain_minutes * 60 if args.pretrain_minutes > 0 else None
     return s
 
 
@@ -125,6 +131,7 @@ def run(args) -> int:
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
     from minitransformer.chem import Vocab, canonical, evaluate_samples
     from minitransformer.chem.draw import molecule_grid_png
+    from minitransformer.chem.failures import failure_counts
     from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles, pretraining_smiles
     from minitransformer.chem.lm_metrics import batches_of, sequence_metrics
     from minitransformer.chem.metrics import novelty
@@ -169,7 +176,8 @@ def run(args) -> int:
         print(f"pretraining on {len(extra)} molecules for {settings['pretrain_epochs']} epochs")
         steps = -(-len(extra) // settings["batch_size"]) * settings["pretrain_epochs"]
         pre_config = TrainConfig(epochs=settings["pretrain_epochs"], batch_size=settings["batch_size"], clip=1.0,
-                                 seed=args.seed, out_dir=str(out / "pretrain"), quiet=args.quiet)
+                                 seed=args.seed, out_dir=str(out / "pretrain"), quiet=args.quiet,
+                                 max_time=settings.get("pretrain_max_time"))
         pre = cli.run_fit("pretrain", model, LMTask(vocab.pad_id), make_optimizer(settings, model, max(2, steps)),
                           data.encode(extra), config=pre_config, callbacks=[lm_metrics], vocab=vocab,
                           extra_meta={"run": run_info}, resume=resume if resume_phase == "pretrain" else None)
@@ -212,6 +220,7 @@ def run(args) -> int:
     t_sample = time.perf_counter() - t1
     cli.write_text(out / "samples.smi", "\n".join(samples) + "\n")
     chem = evaluate_samples(samples, data.train, seed=args.seed)
+    chem["invalid_kinds"] = failure_counts(samples)  # why the invalid ones fail (chem/failures.py)
     if extra:  # novelty above is against the main training set (the definition); this one counts phase 1 too
         chem["novelty_vs_all_training"] = novelty(samples, data.train + extra)
     valid = [s for s in samples if canonical(s) is not None]
@@ -246,6 +255,7 @@ def print_summary(m, out) -> None:
         ("test NLL per token", f"{number('test_nll_token', '.4f')} nats"),
         ("test next-token accuracy (tokens + EOS)", number("test_acc_token", ".3f")),
         ("validity (RDKit parses the sample)", f"{m['validity']:.3f} of {m['n_samples']} samples"),
+        ("invalid samples, by kind", ", ".join(f"{k} {n}" for k, n in m["invalid_kinds"].items() if n) or "none"),
         ("uniqueness (distinct among the valid)", f"{m['uniqueness']:.3f}"),
         ("novelty (valid, distinct, not in training)", f"{m['novelty']:.3f}"),
         ("IntDiv1 / IntDiv2 (1 - mean Tanimoto)", f"{m['intdiv1']:.3f} / {m['intdiv2']:.3f}"),
