@@ -48,7 +48,7 @@ def quiet_rdkit():
 
 
 def mol_from_smiles(smiles: str):
-    """Parse and sanitize one SMILES; return the RDKit molecule, or None.
+    """Parse and sanitize one SMILES; return the RDKit molecule, or None (MOSES's ``get_mol``).
 
     None is returned for anything that is not a usable molecule: a string RDKit
     cannot parse or sanitize, and also the empty string (RDKit parses ``""`` as
@@ -62,3 +62,11 @@ def mol_from_smiles(smiles: str):
     if mol is None or mol.GetNumAtoms() == 0:
         return None
     return mol
+
+
+def has_radicals(mol) -> bool:
+    """True when some atom of ``mol`` has an unpaired electron (e.g. ``[CH3]``, ``C[O]``).
+
+    MOSES counts such molecules as valid; we count them too, and report them apart.
+    """
+    return any(atom.GetNumRadicalElectrons() for atom in mol.GetAtoms())

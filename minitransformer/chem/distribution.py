@@ -1,40 +1,48 @@
-"""GuacaMol-style KL-divergence score: do generated molecules look like the training set?
+r"""GuacaMol's KL-divergence score: do generated molecules look like the training set?
 
-For each of ten properties we compare the distribution over a reference set
-(molecules drawn from the training data) with the distribution over the
-generated set by the Kullback-Leibler divergence
+For each of ten properties :math:`k` we compare the distribution over a
+reference set (molecules drawn from the training data) with the distribution
+over the generated set by the Kullback-Leibler divergence
 
-    KL(P_ref || P_gen) = sum_x P_ref(x) * log(P_ref(x) / P_gen(x)),
+.. math:: \mathrm{KL}_k(P_\mathrm{ref} \,\|\, P_\mathrm{gen}) = \sum_x P_\mathrm{ref}(x) \log \frac{P_\mathrm{ref}(x)}{P_\mathrm{gen}(x)},
+          \qquad \mathrm{score} = \frac{1}{10} \sum_k e^{-\mathrm{KL}_k} .
 
-and report ``score = mean_k exp(-KL_k)``. Each term is 1 for identical
-distributions and falls toward 0 as they part, so the score lies in (0, 1].
-KL(P_ref || P_gen) is large where the reference has mass but the generated
-set has none: it punishes a generator that misses parts of chemical space.
+Each term is 1 for identical distributions and falls toward 0 as they part.
+KL(ref || gen) is large where the reference has mass but the generated set has
+none: it punishes a generator that misses parts of chemical space.
 
-The ten properties (Brown et al., "GuacaMol", J. Chem. Inf. Model. 2019):
+The ten properties are those of GuacaMol's ``KLDivBenchmark`` (Brown et al.,
+J. Chem. Inf. Model. 2019):
 
 * continuous: ``BertzCT`` (graph complexity), ``MolLogP`` (Crippen logP),
   ``MolWt``, ``TPSA`` (polar surface area), and the internal nearest-neighbour
   similarity: for each molecule, the largest Tanimoto similarity to another
-  molecule of the same set, on Morgan radius-2 (ECFP4-like) bit vectors of
-  4096 bits as GuacaMol uses;
+  molecule of the same set, on Morgan radius-2 bit vectors of 4096 bits;
 * discrete (integer counts): ``NumHAcceptors``, ``NumHDonors``,
   ``NumRotatableBonds``, ``NumAliphaticRings``, ``NumAromaticRings``.
 
-Estimating the densities
-------------------------
-Continuous properties: a Gaussian kernel density estimate of each set with
-Scott's bandwidth ``h = std(x) * n ** (-1/5)`` (what ``scipy.stats.gaussian_kde``
-uses in one dimension), evaluated on 1000 evenly spaced points spanning both
-sets. The bandwidth is floored at one grid step so that a set of near-identical
-values still shows up on the grid instead of as a spike between grid points.
+Estimating the distributions, as GuacaMol does
+----------------------------------------------
+Continuous: a Gaussian kernel density estimate of each set with Scott's
+bandwidth :math:`h = \mathrm{std}(x) \, n^{-1/5}` (``std`` with ``ddof=1``;
+this is ``scipy.stats.gaussian_kde`` in one dimension), evaluated on 1000
+evenly spaced points from the smallest to the largest value of *both* sets;
+``1e-10`` is added to each density and both are normalized to sum to one.
 
-Discrete properties: a histogram with one bin per integer value over the range
-of *both* sets. (GuacaMol uses ten bins over the reference range only, which
-silently ignores generated values outside that range.)
+Discrete: a histogram of the **reference** values in 10 equal bins over the
+reference's range (``numpy.histogram(ref, bins=10, density=True)``), and a
+histogram of the generated values in the *same* bins (generated values outside
+the reference range are not counted); ``1e-10`` is added to each density and
+both are normalized.
 
-Both densities get ``1e-10`` added and are renormalized before the KL sum, so
-an empty bin never produces ``log(0)``.
+Two corner cases where GuacaMol's code fails rather than answers, and what we do:
+a set whose values are all equal has no KDE bandwidth (scipy raises); we use one
+grid step as its bandwidth. A generated set with no value inside the reference
+bins gives ``0/0`` densities (NaN); we use all-zero counts, so only the
+``1e-10`` remains and the KL is large.
+
+Which molecules are compared is decided by the caller
+(:func:`minitransformer.chem.metrics.kl_sets`).
 """
 from __future__ import annotations
 
@@ -76,7 +84,8 @@ def gaussian_kde(data: np.ndarray, grid: np.ndarray, bandwidth: float | None = N
 
 
 def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
-    """KL(p || q) of two non-negative weight vectors, after adding 1e-10 and normalizing."""
+    """KL(p || q) of two non-negative weight vectors, after adding 1e-10 and normalizing
+    (``scipy.stats.entropy(p + 1e-10, q + 1e-10)``)."""
     p = np.asarray(p, dtype=np.float64) + _EPS
     q = np.asarray(q, dtype=np.float64) + _EPS
     p /= p.sum()
@@ -85,7 +94,7 @@ def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
 
 
 def continuous_kl(reference: np.ndarray, generated: np.ndarray) -> float:
-    """KL between Gaussian KDEs of two samples of a continuous property (each >= 2 values)."""
+    """GuacaMol's ``continuous_kldiv``: KL between Gaussian KDEs of two samples (each >= 2 values)."""
     reference = np.asarray(reference, dtype=np.float64)
     generated = np.asarray(generated, dtype=np.float64)
     lo = min(reference.min(), generated.min())
@@ -96,19 +105,19 @@ def continuous_kl(reference: np.ndarray, generated: np.ndarray) -> float:
     step = grid[1] - grid[0]
     densities = []
     for x in (reference, generated):
-        h = max(float(np.std(x, ddof=1)) * len(x) ** (-0.2), step)
-        densities.append(gaussian_kde(x, grid, bandwidth=h))
+        h = float(np.std(x, ddof=1)) * len(x) ** (-0.2)
+        densities.append(gaussian_kde(x, grid, bandwidth=h if h > 0 else step))
     return kl_divergence(*densities)
 
 
 def discrete_kl(reference: np.ndarray, generated: np.ndarray) -> float:
-    """KL between histograms (one bin per integer) of two samples of an integer property."""
-    reference = np.rint(np.asarray(reference, dtype=np.float64)).astype(np.int64)
-    generated = np.rint(np.asarray(generated, dtype=np.float64)).astype(np.int64)
-    lo = min(reference.min(), generated.min())
-    size = max(reference.max(), generated.max()) - lo + 1
-    p = np.bincount(reference - lo, minlength=size)
-    q = np.bincount(generated - lo, minlength=size)
+    """GuacaMol's ``discrete_kldiv``: KL between 10-bin histograms over the reference's range."""
+    reference = np.asarray(reference, dtype=np.float64)
+    generated = np.asarray(generated, dtype=np.float64)
+    p, bins = np.histogram(reference, bins=10, density=True)
+    counts, _ = np.histogram(generated, bins=bins)
+    width = np.diff(bins)
+    q = counts / (counts.sum() * width) if counts.sum() else np.zeros_like(p)  # density=True, no NaN
     return kl_divergence(p, q)
 
 
@@ -116,7 +125,8 @@ def descriptor_matrix(mols: Sequence) -> np.ndarray:
     """The nine RDKit descriptors of each molecule, shape (len(mols), 9), columns in
     the order ``CONTINUOUS + DISCRETE``. This is the slow part of the score
     (about 0.7 ms per molecule, mostly ``BertzCT`` and ``MolLogP``), so callers
-    that compare against the same reference repeatedly may compute it once."""
+    that compare against the same reference repeatedly may compute it once.
+    A non-finite value is replaced by 0, as GuacaMol does."""
     require_rdkit()
     from rdkit.Chem import Descriptors
 
@@ -124,6 +134,7 @@ def descriptor_matrix(mols: Sequence) -> np.ndarray:
     out = np.empty((len(mols), len(functions)), dtype=np.float64)
     for row, mol in enumerate(mols):
         out[row] = [f(mol) for f in functions]
+    out[~np.isfinite(out)] = 0.0
     return out
 
 

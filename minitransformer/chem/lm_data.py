@@ -74,10 +74,22 @@ def rewrite_smiles(smiles, form: str, max_len: int | None = None) -> tuple[list,
     return kept, len(written) - len(kept)
 
 
+def standardized(smiles, min_len: int | None, max_len: int | None, log=print) -> list:
+    """:func:`~minitransformer.chem.standardize.standardize_all`, then the length window again
+    (a desalted molecule can become shorter than ``min_len``); logs one line."""
+    from minitransformer.chem.standardize import standardize_all
+    kept, report = standardize_all(smiles)
+    fits = [s for s in kept if (min_len is None or len(s) >= min_len) and (max_len is None or len(s) <= max_len)]
+    log(report.summary() + (f"; {len(kept) - len(fits)} now outside the length window" if len(fits) < len(kept)
+                            else ""))
+    return fits
+
+
 def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit: bool = True,
                    split: str = "ordered", n_train: int = 6600, n_val: int = 400,
                    fractions=(0.8, 0.1, 0.1), seed: int = 0, limit: int | None = None,
-                   download: bool = True, form: str = "as-is", log=print) -> SmilesSplits:
+                   download: bool = True, form: str = "as-is", standardize: bool = True,
+                   log=print) -> SmilesSplits:
     """Load, clean and split SMILES; build the vocabulary on the training split.
 
     Args:
@@ -93,11 +105,17 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
         form: how each molecule is written: ``"as-is"`` (the file's string),
             ``"canonical"`` (RDKit canonical SMILES) or ``"kekule"`` (canonical Kekule form,
             no aromatic lowercase atoms). Rewriting needs the RDKit check.
+        standardize: replace each molecule by its standardized parent (largest organic
+            fragment, neutralised, metals handled; :mod:`minitransformer.chem.standardize`)
+            and log what changed. On by default; it needs RDKit, so it is skipped when
+            ``check_rdkit`` is False (a run that keeps the file's strings untouched).
     """
     kept, loaded, report = load_and_clean(data, min_len, max_len, check_rdkit, limit, download, log)
     test = None
     if is_moses(data):  # MOSES brings its own test split (cleaned by the same length window)
         test = clean_smiles(load_moses("test", download=download), min_len, max_len, check_rdkit=False)[0][:limit]
+    elif standardize and check_rdkit:  # (MOSES is standardized already)
+        kept = standardized(kept, min_len, max_len, log)
     if form != "as-is":
         kept, dropped = rewrite_smiles(kept, form, max_len)
         log(f"molecules written in {form} form ({dropped} dropped: not kekulizable or now too long)")

@@ -1,33 +1,56 @@
-"""Quality metrics for a set of generated SMILES, in the style of MOSES and GuacaMol.
+r"""Quality metrics of a set of generated SMILES, defined as MOSES and GuacaMol define them.
 
-Given ``samples`` (strings from a generative model) and the training SMILES:
+Let :math:`S` be the samples (strings from a generative model, in order) and
+:math:`V` the valid ones, written as canonical SMILES, *in sample order with
+repeats kept*. The definitions follow the MOSES benchmark (Polykovskiy et al.,
+"Molecular Sets (MOSES)", Front. Pharmacol. 2020, and its ``get_all_metrics``)
+and GuacaMol (Brown et al., J. Chem. Inf. Model. 2019):
 
-validity
-    fraction of all samples that RDKit parses and sanitizes into a molecule
-    with at least one atom.
-uniqueness
-    distinct canonical SMILES among the valid samples / number of valid samples.
+valid
+    :math:`|V| / |S|`. A sample is valid when RDKit parses *and sanitizes* it
+    (valences, aromaticity); the empty string is invalid. Molecules with
+    unpaired (radical) electrons are valid, as in MOSES, and counted apart:
+    ``n_radicals`` and ``radical_fraction`` (of the valid).
+unique@k (k = 1,000 and 10,000)
+    distinct canonical SMILES among the **first k valid** samples, divided by
+    how many were looked at: :math:`|\mathrm{set}(V_{1..k})| / |V_{1..k}|`.
+    With fewer than k valid samples MOSES warns and uses all of them; so do we,
+    and ``unique@k_n`` says how many were used. ``uniqueness`` is the same over
+    all valid samples.
 novelty
-    distinct valid samples whose canonical SMILES is not in the canonicalized
-    training set / distinct valid samples. A model that copies its training
-    data scores 0.
+    distinct valid samples whose canonical SMILES is not in the training set,
+    divided by the distinct valid samples. (MOSES compares with its training
+    file as written, which is already canonical; we canonicalize the training
+    set, which is the same thing for MOSES's data and correct for any other.)
 IntDiv_p (p = 1, 2)
-    internal diversity, ``1 - (mean over all ordered pairs (i, j) of T_ij ** p) ** (1/p)``
-    with ``T`` the Tanimoto similarity of Morgan radius-2, 1024-bit fingerprints
-    over the valid samples (duplicates included), self-pairs included. This is
-    the formula of the MOSES paper (Polykovskiy et al., 2020). Because
-    ``T_ii = 1`` is part of the mean, a set of ``n`` unrelated molecules
-    reaches at most ``1 - 1/n ** (1/p)``; a set of copies of one molecule
-    scores exactly 0. (The MOSES code takes the p-th root per molecule before
-    averaging; for p = 1 both agree.)
-KL score
-    GuacaMol's KL-divergence score (see :mod:`minitransformer.chem.distribution`)
-    between the distinct valid samples and a reference of equally many
-    molecules drawn, with a seeded generator, from the distinct valid training
-    molecules.
+    .. math:: \mathrm{IntDiv}_p = 1 - \frac{1}{|V|} \sum_{j \in V}
+              \Bigl( \frac{1}{|V|} \sum_{i \in V} T_{ij}^{\,p} \Bigr)^{1/p}
 
-Metrics over an empty set (no valid sample; fewer than two molecules for the
-KL score) are reported as 0.0 so every value stays a float in [0, 1].
+    over the valid samples with repeats (self-pairs included), :math:`T` the
+    Tanimoto similarity of Morgan radius-2, 1024-bit fingerprints. The p-th
+    root is taken *per molecule*, then averaged, as MOSES's code does. (Before,
+    we took one root of the grand mean, :math:`1 - (\mathrm{mean}_{ij} T_{ij}^p)^{1/p}`,
+    the formula printed in the paper; by Jensen's inequality that is never
+    larger, e.g. 0.8489 instead of MOSES's 0.8589 on the same samples. For
+    p = 1 both agree.)
+Filters
+    fraction of valid samples (repeats kept) that pass MOSES's structural
+    filters, see :mod:`minitransformer.chem.filters`; None with a reason when
+    the alert files are unavailable.
+KL score
+    GuacaMol's ``KLDivBenchmark`` (:mod:`minitransformer.chem.distribution`),
+    mapped onto a fixed list of samples as :func:`kl_sets` describes.
+SNN, Frag, Scaf
+    need a reference set; see :mod:`minitransformer.chem.fragments`.
+FCD (Fréchet ChemNet Distance)
+    is **not reported**: it compares activations of ChemNet, a neural network
+    pretrained on bioactivity data, and we cannot ship its weights (nor
+    retrain it to give the published numbers), so any value we printed would
+    not be MOSES's FCD.
+
+Metrics over an empty set are 0.0 in :func:`evaluate_samples` (so a failed run
+still prints numbers); :func:`~minitransformer.chem.scoring.score_smiles`
+reports them as None.
 """
 from __future__ import annotations
 
@@ -36,11 +59,15 @@ from typing import Sequence
 
 import numpy as np
 
-from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
-from minitransformer.chem.distribution import DESCRIPTORS, descriptor_matrix, kl_score
-from minitransformer.chem.similarity import mean_tanimoto_powers, morgan_bits
+from minitransformer.chem._rdkit import has_radicals, mol_from_smiles, quiet_rdkit, require_rdkit
+from minitransformer.chem.distribution import DESCRIPTORS, descriptor_matrix, kl_divergences
+from minitransformer.chem.similarity import column_mean_tanimoto_powers, morgan_bits
 
-__all__ = ["validity", "uniqueness", "novelty", "internal_diversity", "evaluate_samples"]
+__all__ = ["validity", "uniqueness", "unique_at_k", "novelty", "internal_diversity", "kl_sets",
+           "evaluate_samples", "UNIQUE_AT", "KL_SAMPLES"]
+
+UNIQUE_AT = (1_000, 10_000)
+KL_SAMPLES = 10_000  # GuacaMol's number_samples for the KL benchmark
 
 
 def _parse(smiles: Sequence[str]) -> tuple[list, list[str]]:
@@ -56,50 +83,59 @@ def _parse(smiles: Sequence[str]) -> tuple[list, list[str]]:
     return mols, canon
 
 
-class _TrainingSet:
-    """The training SMILES canonicalized once, with a lazily filled cache of descriptors.
+def _fraction(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
 
-    Descriptors (about 1 ms per molecule) dominate the cost of the KL score.
-    They are cached per distinct training molecule, which serves the
-    reference set on every later call and also every generated molecule that
-    is a copy of a training molecule.
+
+def _stereo_free(smiles: Sequence[str]) -> list[str]:
+    """GuacaMol's ``canonicalize_list(..., include_stereocenters=False)``: canonical SMILES without
+    stereo, invalid strings dropped, repeats dropped (first occurrence kept)."""
+    Chem = require_rdkit()
+    out = []
+    with quiet_rdkit():
+        for s in smiles:
+            mol = mol_from_smiles(s)
+            if mol is not None:
+                out.append(Chem.MolToSmiles(mol, isomericSmiles=False))
+    return list(dict.fromkeys(out))
+
+
+class _TrainingSet:
+    """The training SMILES canonicalized once, with caches for the KL score.
+
+    Descriptors (about 1 ms per molecule) dominate the cost of the KL score; they
+    are cached per stereo-free canonical SMILES, which also serves every generated
+    molecule that is a copy of a training molecule.
     """
 
     def __init__(self, train: Sequence[str]):
-        _, canon = _parse(train)
-        self.distinct = tuple(dict.fromkeys(canon))  # distinct molecules, first-seen order
-        self.index = {s: i for i, s in enumerate(self.distinct)}
-        self._descriptors = np.full((len(self.distinct), len(DESCRIPTORS)), np.nan)
+        self.train = tuple(train)
+        self.index = set(_parse(train)[1])
+        self._descriptors: dict[str, np.ndarray] = {}
+        self._references: dict = {}
 
-    def reference(self, size: int, seed: int) -> tuple[list[str], list]:
-        """``size`` distinct training molecules drawn with ``default_rng(seed)``: SMILES and molecules."""
-        pick = np.sort(np.random.default_rng(seed).choice(len(self.distinct), size=size,
-                                                          replace=False))
-        smiles = [self.distinct[i] for i in pick]
-        with quiet_rdkit():
-            return smiles, [mol_from_smiles(s) for s in smiles]
+    def reference(self, size: int, seed: int) -> list[str]:
+        """GuacaMol's reference: ``size`` training strings drawn without replacement with
+        ``numpy.random.RandomState(seed)``, then made stereo-free canonical and distinct."""
+        key = (size, seed)
+        if key not in self._references:
+            pick = np.random.RandomState(seed).choice(len(self.train), size=size, replace=False)
+            self._references[key] = _stereo_free([self.train[i] for i in pick])
+        return self._references[key]
 
     def descriptors(self, smiles: Sequence[str], mols: Sequence) -> np.ndarray:
-        """Descriptor rows of canonical ``smiles`` (molecules ``mols``), cached for training molecules."""
-        out = np.full((len(smiles), len(DESCRIPTORS)), np.nan)
-        rows = np.array([self.index.get(s, -1) for s in smiles], dtype=np.int64)
-        known = rows >= 0
-        out[known] = self._descriptors[rows[known]]
-        todo = np.flatnonzero(np.isnan(out[:, 0]))
-        if len(todo):
-            out[todo] = descriptor_matrix([mols[i] for i in todo])
-            cache = todo[known[todo]]
-            self._descriptors[rows[cache]] = out[cache]
-        return out
+        todo = [i for i, s in enumerate(smiles) if s not in self._descriptors]
+        if todo:
+            for i, row in zip(todo, descriptor_matrix([mols[i] for i in todo])):
+                self._descriptors[smiles[i]] = row
+        if not smiles:
+            return np.zeros((0, len(DESCRIPTORS)))
+        return np.stack([self._descriptors[s] for s in smiles])
 
 
 @functools.lru_cache(maxsize=4)
 def _training_set(train: tuple[str, ...]) -> _TrainingSet:
     return _TrainingSet(train)
-
-
-def _fraction(part: int, whole: int) -> float:
-    return part / whole if whole else 0.0
 
 
 def validity(samples: Sequence[str]) -> float:
@@ -113,6 +149,13 @@ def uniqueness(samples: Sequence[str]) -> float:
     return _fraction(len(set(canon)), len(canon))
 
 
+def unique_at_k(valid_canonical: Sequence[str], k: int) -> tuple[float, int]:
+    """MOSES's unique@k of the valid samples' canonical SMILES (in order): the fraction and how
+    many were used (``min(k, len)``; fewer than k means MOSES would warn)."""
+    head = list(valid_canonical[:k])
+    return _fraction(len(set(head)), len(head)), len(head)
+
+
 def novelty(samples: Sequence[str], train_smiles: Sequence[str]) -> float:
     """Distinct valid samples absent from the (canonicalized) training set / distinct valid samples."""
     distinct = set(_parse(samples)[1])
@@ -120,60 +163,123 @@ def novelty(samples: Sequence[str], train_smiles: Sequence[str]) -> float:
     return _fraction(sum(s not in known for s in distinct), len(distinct))
 
 
+def _intdiv(fps: np.ndarray, powers: tuple) -> np.ndarray:
+    """MOSES IntDiv_p for each p: 1 - mean over j of (mean over i of T_ij^p)^(1/p)."""
+    p = np.asarray(powers, dtype=np.float64)[:, None]
+    return 1.0 - np.mean(column_mean_tanimoto_powers(fps, powers) ** (1.0 / p), axis=1)
+
+
 def internal_diversity(samples: Sequence[str], p: int = 1) -> float:
-    """IntDiv_p of the valid samples (0.0 when there are none)."""
+    """MOSES's IntDiv_p of the valid samples, repeats kept (0.0 when there are none)."""
     mols = _parse(samples)[0]
     return float(_intdiv(morgan_bits(mols), (p,))[0]) if mols else 0.0
 
 
-def _intdiv(fps: np.ndarray, powers: tuple) -> np.ndarray:
-    p = np.asarray(powers, dtype=np.float64)
-    return 1.0 - mean_tanimoto_powers(fps, powers) ** (1.0 / p)
+def kl_sets(samples: Sequence[str], train_smiles: Sequence[str], seed: int = 0,
+            n: int | None = None) -> tuple[list[str], list[str]]:
+    """The generated and reference SMILES that GuacaMol's KL benchmark would compare.
+
+    GuacaMol asks the model for ``number_samples`` = 10,000 distinct molecules
+    (it samples up to twice that many), makes them stereo-free canonical, and
+    compares them with 10,000 training molecules drawn at random (seed 42),
+    also made stereo-free canonical and distinct. On a fixed list of samples
+    we use ``n = min(len(samples), 10_000, len(train))`` as number_samples
+    (``n`` overrides it); the generated set is the first ``n`` distinct
+    valid samples (stereo-free canonical, in sample order) and the reference is
+    ``n`` training strings drawn with ``RandomState(seed)``. Pass ``seed=42``
+    for GuacaMol's own draw. A model with many repeats or invalid samples
+    brings fewer than ``n`` molecules, which lowers its score, as in GuacaMol.
+    """
+    if n is None:
+        n = min(len(samples), KL_SAMPLES, len(train_smiles))
+    generated = _stereo_free(samples)[:n]
+    return generated, _training_set(tuple(train_smiles)).reference(n, seed)
 
 
-def evaluate_samples(samples: Sequence[str], train_smiles: Sequence[str], seed: int = 0) -> dict:
-    """All metrics of ``samples`` against ``train_smiles`` in one pass.
+def _kl(samples, training: _TrainingSet, seed: int) -> tuple[float | None, dict, int, int]:
+    """(KL score or None, the ten KL values, generated size, reference size)."""
+    n = min(len(samples), KL_SAMPLES, len(training.train))
+    if n < 2:
+        return None, {}, 0, 0
+    generated = _stereo_free(samples)[:n]
+    reference = training.reference(n, seed)
+    if len(generated) < 2 or len(reference) < 2:
+        return None, {}, len(generated), len(reference)
+    with quiet_rdkit():
+        gen_mols = [mol_from_smiles(s) for s in generated]
+        ref_mols = [mol_from_smiles(s) for s in reference]
+    kls = kl_divergences(ref_mols, gen_mols,
+                         reference_descriptors=training.descriptors(reference, ref_mols),
+                         generated_descriptors=training.descriptors(generated, gen_mols))
+    score = float(np.mean([np.exp(-v) for v in kls.values()]))
+    return score, kls, len(generated), len(reference)
 
-    Returns a dict with the fractions ``validity``, ``uniqueness``,
-    ``novelty``, ``intdiv1``, ``intdiv2``, ``kl_score`` (floats in [0, 1]) and
-    the counts ``n_samples``, ``n_valid``, ``n_unique``, ``n_novel``,
-    ``n_reference`` (molecules in the KL reference set). ``seed`` fixes the
-    reference subset. The canonicalized training set and the descriptors of
-    training molecules are cached (for the last four training lists), so
-    repeated calls with the same training list skip that work.
+
+def evaluate_samples(samples: Sequence[str], train_smiles: Sequence[str], seed: int = 0,
+                     filters="moses") -> dict:
+    """All metrics of ``samples`` against ``train_smiles`` in one pass (definitions above).
+
+    Returns a dict with the fractions ``validity``, ``radical_fraction``,
+    ``uniqueness``, ``unique@1000``, ``unique@10000``, ``novelty``, ``intdiv1``,
+    ``intdiv2``, ``kl_score`` (0.0 over an empty set), ``filters`` (None when
+    unavailable, with ``filters_note`` saying why), the counts ``n_samples``,
+    ``n_valid``, ``n_radicals``, ``n_unique``, ``n_novel``, ``unique@1000_n``,
+    ``unique@10000_n``, ``n_kl_generated`` and ``n_reference`` (the two KL sets),
+    and ``kl_divergences`` (the ten KL values). ``seed`` fixes the KL reference
+    draw. ``filters``: ``"moses"`` (MOSES's alerts if they are on this machine;
+    nothing is downloaded), a list from :func:`~minitransformer.chem.filters.load_filters`,
+    or None to skip. The canonicalized training set and the descriptors are
+    cached for the last four training lists.
     """
     samples = list(samples)
     mols, canon = _parse(samples)
     training = _training_set(tuple(train_smiles))
-    known = training.index
-
     distinct = list(dict.fromkeys(canon))
-    novel = [s for s in distinct if s not in known]
+    novel = [s for s in distinct if s not in training.index]
+    n_radicals = sum(has_radicals(m) for m in mols)
     result = {
         "validity": _fraction(len(mols), len(samples)),
+        "n_radicals": n_radicals,
+        "radical_fraction": _fraction(n_radicals, len(mols)),
         "uniqueness": _fraction(len(distinct), len(mols)),
-        "novelty": _fraction(len(novel), len(distinct)),
-        "intdiv1": 0.0,
-        "intdiv2": 0.0,
-        "kl_score": 0.0,
-        "n_samples": len(samples),
-        "n_valid": len(mols),
-        "n_unique": len(distinct),
-        "n_novel": len(novel),
-        "n_reference": 0,
     }
+    for k in UNIQUE_AT:
+        result[f"unique@{k}"], result[f"unique@{k}_n"] = unique_at_k(canon, k)
+    result.update({"novelty": _fraction(len(novel), len(distinct)), "intdiv1": 0.0, "intdiv2": 0.0,
+                   "filters": None, "filters_note": "", "kl_score": 0.0,
+                   "n_samples": len(samples), "n_valid": len(mols), "n_unique": len(distinct),
+                   "n_novel": len(novel)})
     if mols:
-        result["intdiv1"], result["intdiv2"] = map(float, _intdiv(morgan_bits(mols), (1, 2)))
-    n_ref = min(len(distinct), len(training.distinct))
-    if n_ref >= 2:
-        ref_smiles, ref_mols = training.reference(n_ref, seed)
-        first_mol = {}
-        for mol, s in zip(mols, canon):
-            first_mol.setdefault(s, mol)
-        gen_mols = [first_mol[s] for s in distinct]
-        result["kl_score"] = kl_score(
-            ref_mols, gen_mols,
-            reference_descriptors=training.descriptors(ref_smiles, ref_mols),
-            generated_descriptors=training.descriptors(distinct, gen_mols))
-        result["n_reference"] = n_ref
+        fps = _distinct_rows(mols, canon)
+        result["intdiv1"], result["intdiv2"] = map(float, _intdiv(fps, (1, 2)))
+    result["filters"], result["filters_note"] = _filters(mols, canon, filters)
+    score, kls, n_gen, n_ref = _kl(samples, training, seed)
+    result.update({"kl_score": score if score is not None else 0.0, "kl_divergences": kls,
+                   "n_kl_generated": n_gen, "n_reference": n_ref})
     return result
+
+
+def _distinct_rows(mols, canon) -> np.ndarray:
+    from minitransformer.chem.fragments import distinct_fingerprints
+    return distinct_fingerprints(mols, canon)
+
+
+def _filters(mols, canon, filters) -> tuple[float | None, str]:
+    """(fraction passing MOSES's filters, "") or (None, why not); each distinct molecule checked once."""
+    from minitransformer.chem.filters import default_filters, passes_filters
+    if filters is None:
+        return None, "not computed"
+    if isinstance(filters, str):
+        if filters != "moses":
+            raise ValueError(f"filters must be 'moses', a list of SMARTS queries or None, got {filters!r}")
+        filters, why = default_filters(download=False)
+        if filters is None:
+            return None, why
+    if not mols:
+        return None, "no valid sample"
+    verdict = {}
+    with quiet_rdkit():
+        for m, s in zip(mols, canon):
+            if s not in verdict:
+                verdict[s] = passes_filters(m, filters)
+    return sum(verdict[s] for s in canon) / len(canon), ""

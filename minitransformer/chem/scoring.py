@@ -3,65 +3,50 @@ r"""Scoring any set of generated SMILES: every generation metric in one report.
 :func:`score_smiles` takes samples (ours or another generator's, see
 :func:`~minitransformer.chem.user_files.read_user_smiles`) and, optionally, a
 reference set (:func:`load_reference`: the training molecules, RDKit's drug-like
-set, or a file). It reports the metrics of :func:`~minitransformer.chem.metrics.evaluate_samples`
-and three more that compare the samples with the reference. Let :math:`G` be the
-valid samples (duplicates kept) and :math:`R` the valid reference molecules.
+set, or a file). It reports the metrics of
+:func:`~minitransformer.chem.metrics.evaluate_samples` (valid, radicals,
+unique@k, novelty, IntDiv, Filters, KL score; their definitions are in
+:mod:`minitransformer.chem.metrics`) and MOSES's three comparisons with the
+reference, SNN, Frag and Scaf (:mod:`minitransformer.chem.fragments`). The
+reference plays both MOSES roles: the training set for novelty and the KL
+score, and the test set for SNN, Frag and Scaf.
 
-SNN, similarity to a nearest neighbour
-    .. math:: \mathrm{SNN} = \frac{1}{|G|} \sum_{g \in G} \max_{r \in R} T(g, r)
-
-    with :math:`T` the Tanimoto similarity of Morgan radius-2, 1024-bit
-    fingerprints. How close, on average, each sample comes to some reference
-    molecule: 1 when every sample is in the reference (a copying model), low for
-    samples from another part of chemical space.
-Frag, fragment similarity
-    .. math:: \mathrm{Frag} = \cos(c_G, c_R) = \frac{c_G \cdot c_R}{\lVert c_G \rVert \, \lVert c_R \rVert}
-
-    where :math:`c_S[f]` counts the molecules of set :math:`S` that contain the
-    BRICS fragment :math:`f` (BRICS cuts the bonds a chemist could make by a
-    known reaction). 1 when both sets are built from the same pieces in the
-    same proportions.
-Scaf, scaffold similarity
-    The same cosine over counts of Bemis-Murcko scaffolds (ring systems and the
-    chains linking them, side chains removed). Acyclic molecules have no
-    scaffold and are not counted.
-
-These follow the definitions of the MOSES benchmark (Polykovskiy et al., 2020),
-except how molecules are cut into BRICS fragments (see :func:`fragment_counts`).
+FCD is not reported: it needs ChemNet, a pretrained network we cannot ship.
 A metric whose denominator is empty (no sample, no valid sample, no scaffold in
-one set, no reference) is ``None`` rather than a made-up number.
+one set, no reference, no alert files for Filters) is ``None`` rather than a
+made-up number.
 """
 from __future__ import annotations
 
-import functools
-import math
 import os
-from collections import Counter
 from typing import Sequence
 
-import numpy as np
-
-from minitransformer.chem._rdkit import quiet_rdkit, require_rdkit
-from minitransformer.chem.metrics import _parse, evaluate_samples
-from minitransformer.chem.similarity import morgan_bits, tanimoto_matrix
+from minitransformer.chem.fragments import (cosine_of_counts, distinct_fingerprints, fragment_counts,
+                                            reference_features, scaffold_counts, snn)
+from minitransformer.chem.metrics import UNIQUE_AT, _parse, evaluate_samples
 
 __all__ = ["score_smiles", "format_score", "load_reference", "read_samples",
-           "snn", "fragment_counts", "scaffold_counts", "cosine_of_counts", "DEFINITIONS"]
+           "snn", "fragment_counts", "scaffold_counts", "cosine_of_counts", "DEFINITIONS", "FCD_NOTE"]
 
 # One line per metric, shown by :func:`format_score` (key -> (label, definition)).
 DEFINITIONS = {
     "n_samples": ("samples", "lines read (blank lines and headers skipped)"),
-    "validity": ("validity", "fraction of samples RDKit parses and sanitizes"),
-    "uniqueness": ("uniqueness", "distinct canonical SMILES among the valid / valid"),
-    "novelty": ("novelty", "distinct valid samples not in the reference / distinct valid"),
-    "intdiv1": ("IntDiv1", "1 - mean Tanimoto over all pairs of valid samples (Morgan r=2, 1024 bits)"),
-    "intdiv2": ("IntDiv2", "1 - (mean Tanimoto^2 over all pairs)^(1/2)"),
-    "kl_score": ("KL score", "exp(-KL) of 10 descriptor distributions vs the reference, averaged (GuacaMol)"),
-    "snn": ("SNN", "mean over valid samples of the largest Tanimoto to a reference molecule"),
-    "frag": ("Frag", "cosine of BRICS-fragment counts, samples vs reference"),
-    "scaf": ("Scaf", "cosine of Bemis-Murcko scaffold counts, samples vs reference"),
+    "validity": ("validity", "fraction of samples RDKit parses and sanitizes (MOSES valid)"),
+    "radical_fraction": ("radicals", "valid samples with an unpaired electron / valid (counted as valid)"),
+    "uniqueness": ("uniqueness", "distinct canonical SMILES among all valid / valid"),
+    "unique@1000": ("unique@1k", "distinct among the first 1,000 valid / those used (MOSES)"),
+    "unique@10000": ("unique@10k", "distinct among the first 10,000 valid / those used (MOSES)"),
+    "novelty": ("novelty", "distinct valid samples not in the reference / distinct valid (MOSES)"),
+    "intdiv1": ("IntDiv1", "1 - mean_j mean_i T_ij over valid samples (Morgan r=2, 1024 bits; MOSES)"),
+    "intdiv2": ("IntDiv2", "1 - mean_j (mean_i T_ij^2)^(1/2) (MOSES)"),
+    "filters": ("Filters", "valid samples passing MOSES's MCF + PAINS alerts, atoms, charge, ring rules"),
+    "kl_score": ("KL score", "mean of exp(-KL(ref||gen)) over 10 descriptor distributions (GuacaMol)"),
+    "snn": ("SNN", "mean over valid samples of the largest Tanimoto to a reference molecule (MOSES)"),
+    "frag": ("Frag", "cosine of BRICS-fragment counts, samples vs reference (MOSES)"),
+    "scaf": ("Scaf", "cosine of counts of Bemis-Murcko scaffolds with >= 2 rings (MOSES)"),
 }
-_SAMPLE_BLOCK = 1024  # samples per block of the nearest-neighbour search: memory block x |R| floats
+FCD_NOTE = ("FCD: not reported; it needs ChemNet, a network pretrained on bioactivity data, "
+            "whose weights we cannot ship")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -82,130 +67,74 @@ def read_samples(path_or_dash: str | os.PathLike) -> list[str]:
     return read_user_smiles(path_or_dash)[1]
 
 
-# --------------------------------------------------------------------------- the three comparisons
-def snn(sample_fps: np.ndarray, reference_fps: np.ndarray) -> float:
-    """Mean over the rows of ``sample_fps`` (n, k) of the largest Tanimoto similarity to a
-    row of ``reference_fps`` (m, k). Both need at least one row."""
-    if len(sample_fps) == 0 or len(reference_fps) == 0:
-        raise ValueError("SNN needs at least one sample and one reference fingerprint")
-    best = np.concatenate([tanimoto_matrix(sample_fps[i:i + _SAMPLE_BLOCK], reference_fps).max(axis=1)
-                           for i in range(0, len(sample_fps), _SAMPLE_BLOCK)])  # (n,)
-    return float(best.mean(dtype=np.float64))
-
-
-def fragment_counts(mols: Sequence) -> Counter:
-    """For each BRICS fragment, how many of ``mols`` contain it.
-
-    Every bond that matches a BRICS rule is cut at once
-    (``BRICS.BreakBRICSBonds``), each cut end is capped with a dummy atom
-    labelled by its rule (``[1*]``, ``[16*]`` ...), and the pieces are written
-    as canonical SMILES. A molecule with no BRICS bond is its own single
-    fragment. MOSES calls ``BRICS.BRICSDecompose`` instead, which cuts one bond
-    at a time; the pieces differ where BRICS cuts a double bond (about 5% of
-    drug-like molecules), so our Frag is close to, not identical with, the
-    MOSES value. The one-shot cut is 4 times faster, and far faster on the
-    large molecules of Tox21, where ``BRICSDecompose`` takes most of a minute.
-    """
-    Chem = require_rdkit()
-    from rdkit.Chem import BRICS
-    counts = Counter()
-    with quiet_rdkit():
-        for mol in mols:
-            pieces = Chem.GetMolFrags(BRICS.BreakBRICSBonds(mol), asMols=True, sanitizeFrags=False)
-            counts.update({Chem.MolToSmiles(piece) for piece in pieces})
-    return counts
-
-
-def scaffold_counts(mols: Sequence) -> Counter:
-    """For each Bemis-Murcko scaffold (canonical SMILES, stereo dropped), how many of
-    ``mols`` have it; acyclic molecules (empty scaffold) are left out."""
-    require_rdkit()
-    from rdkit.Chem.Scaffolds import MurckoScaffold
-    counts = Counter()
-    with quiet_rdkit():
-        for mol in mols:
-            try:
-                scaffold = MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False)
-            except Exception:  # RDKit raises for a few odd valences; no scaffold then
-                continue
-            if scaffold:
-                counts[scaffold] += 1
-    return counts
-
-
-def cosine_of_counts(a: Counter, b: Counter) -> float | None:
-    r""":math:`\sum_k a_k b_k / (\lVert a \rVert \lVert b \rVert)` over the union of keys;
-    None when either counter is empty (the angle is undefined)."""
-    if not a or not b:
-        return None
-    dot = sum(count * b[key] for key, count in a.items() if key in b)
-    norm = math.sqrt(sum(v * v for v in a.values())) * math.sqrt(sum(v * v for v in b.values()))
-    return float(dot / norm)
-
-
-class _ReferenceFeatures:
-    """Fingerprints, fragment counts and scaffold counts of a reference set, computed
-    once per reference (the reference is usually the same for many calls)."""
-
-    def __init__(self, reference: tuple[str, ...]):
-        mols, _ = _parse(reference)
-        self.n_valid = len(mols)
-        self.fps = morgan_bits(mols)  # (m, 1024)
-        self.fragments = fragment_counts(mols)
-        self.scaffolds = scaffold_counts(mols)
-
-
-@functools.lru_cache(maxsize=2)
-def _reference_features(reference: tuple[str, ...]) -> _ReferenceFeatures:
-    return _ReferenceFeatures(reference)
-
-
 # --------------------------------------------------------------------------- the report
-def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: int = 0) -> dict:
+def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: int = 0,
+                 filters="moses") -> dict:
     """All generation metrics of ``samples``, against ``reference`` when one is given.
 
-    Returns a JSON-ready dict: the fractions ``validity``, ``uniqueness``,
-    ``novelty``, ``intdiv1``, ``intdiv2``, ``kl_score``, ``snn``, ``frag``,
-    ``scaf`` (floats in [0, 1], or None when undefined: no sample, no valid
-    sample, no reference, fewer than two distinct valid samples for the KL
-    score), and the counts ``n_samples``, ``n_valid``, ``n_unique``,
-    ``n_novel`` (None without a reference), ``n_reference`` (all reference
-    strings), ``n_reference_valid`` and ``n_kl_reference`` (reference
-    molecules drawn for the KL score with ``seed``). Strings are stripped;
-    empty strings and bad SMILES count as invalid samples, never as errors.
+    Returns a JSON-ready dict: the fractions ``validity``, ``radical_fraction``,
+    ``uniqueness``, ``unique@1000``, ``unique@10000``, ``novelty``, ``intdiv1``,
+    ``intdiv2``, ``filters``, ``kl_score``, ``snn``, ``frag``, ``scaf`` (floats in
+    [0, 1], or None when undefined: no sample, no valid sample, no reference,
+    fewer than two KL molecules, no alert files), ``notes`` (why a value is None
+    where that is not obvious, and the FCD note), and the counts ``n_samples``,
+    ``n_valid``, ``n_radicals``, ``n_unique``, ``unique@1000_n``,
+    ``unique@10000_n``, ``n_novel`` (None without a reference), ``n_reference``
+    (all reference strings), ``n_reference_valid``, ``n_kl_generated`` and
+    ``n_kl_reference`` (the two KL sets, the reference drawn with ``seed``).
+    ``filters``: ``"moses"`` (MOSES's alert files, downloaded if needed), a list
+    of compiled alerts, or None to skip. Strings are stripped; empty strings and
+    bad SMILES count as invalid samples, never as errors.
     """
+    from minitransformer.chem.filters import default_filters
     samples = [s.strip() if isinstance(s, str) else "" for s in samples]
     has_ref = reference is not None and len(reference) > 0
     reference = [s.strip() for s in reference] if has_ref else []
-    base = evaluate_samples(samples, reference, seed=seed)
-    n, n_valid, n_unique = base["n_samples"], base["n_valid"], base["n_unique"]
-    result = {
-        "n_samples": n,
-        "n_valid": n_valid,
-        "n_unique": n_unique,
+    notes = {"fcd": FCD_NOTE}
+    if isinstance(filters, str) and filters == "moses":
+        filters, why = default_filters(download=True)
+        if filters is None:
+            notes["filters"] = why
+    base = evaluate_samples(samples, reference, seed=seed, filters=filters)
+    n, n_valid = base["n_samples"], base["n_valid"]
+    kl_ok = has_ref and base["n_reference"] >= 2 and base["n_kl_generated"] >= 2
+    result = {key: base[key] for key in ("n_samples", "n_valid", "n_radicals", "n_unique")}
+    result.update({
         "n_novel": base["n_novel"] if has_ref else None,
         "n_reference": len(reference) if has_ref else None,
         "n_reference_valid": None,
+        "n_kl_generated": base["n_kl_generated"] if has_ref else None,
         "n_kl_reference": base["n_reference"] if has_ref else None,
         "validity": base["validity"] if n else None,
+        "radical_fraction": base["radical_fraction"] if n_valid else None,
         "uniqueness": base["uniqueness"] if n_valid else None,
+    })
+    for k in UNIQUE_AT:
+        result[f"unique@{k}"] = base[f"unique@{k}"] if n_valid else None
+        result[f"unique@{k}_n"] = base[f"unique@{k}_n"]
+    result.update({
         "novelty": base["novelty"] if (has_ref and n_valid) else None,
         "intdiv1": base["intdiv1"] if n_valid else None,
         "intdiv2": base["intdiv2"] if n_valid else None,
-        "kl_score": base["kl_score"] if (has_ref and base["n_reference"] >= 2) else None,
+        "filters": base["filters"],
+        "kl_score": base["kl_score"] if kl_ok else None,
+        "kl_divergences": base["kl_divergences"] if kl_ok else None,
         "snn": None,
         "frag": None,
         "scaf": None,
         "seed": seed,
-    }
+    })
+    if base["filters"] is None and "filters" not in notes:
+        notes["filters"] = base["filters_note"]
     if has_ref:
-        ref = _reference_features(tuple(reference))
+        ref = reference_features(tuple(reference))
         result["n_reference_valid"] = ref.n_valid
-        mols, _ = _parse(samples)
+        mols, canon = _parse(samples)
         if mols and ref.n_valid:
-            result["snn"] = snn(morgan_bits(mols), ref.fps)
-            result["frag"] = cosine_of_counts(fragment_counts(mols), ref.fragments)
-            result["scaf"] = cosine_of_counts(scaffold_counts(mols), ref.scaffolds)
+            result["snn"] = snn(distinct_fingerprints(mols, canon), ref.fps)
+            result["frag"] = cosine_of_counts(fragment_counts(mols, canon), ref.fragments)
+            result["scaf"] = cosine_of_counts(scaffold_counts(mols, canon), ref.scaffolds)
+    result["notes"] = notes
     return result
 
 
@@ -223,14 +152,24 @@ def _note(result: dict, key: str) -> str:
     r = result
     if key == "validity" and r["n_samples"]:
         return f"{r['n_valid']} of {r['n_samples']}"
+    if key == "radical_fraction" and r["n_valid"]:
+        return f"{r['n_radicals']} of {r['n_valid']}"
     if key == "uniqueness" and r["n_valid"]:
         return f"{r['n_unique']} of {r['n_valid']}"
+    if key.startswith("unique@") and r.get(key) is not None:
+        k = int(key.split("@")[1])
+        used = r[f"{key}_n"]
+        return f"first {used} valid" + ("" if used >= k else f" (fewer than {k})")
+    if key == "kl_score" and r.get(key) is not None:
+        return f"{r['n_kl_generated']} vs {r['n_kl_reference']}"
     if key == "novelty" and r.get("n_novel") is not None and r["n_unique"]:
         return f"{r['n_novel']} of {r['n_unique']}"
     if r.get(key) is not None:
         return ""
     if key in ("novelty", "kl_score", "snn", "frag", "scaf") and r.get("n_reference") is None:
         return "no reference"
+    if key == "filters" and r.get("notes", {}).get("filters"):
+        return r["notes"]["filters"]
     if key == "kl_score":
         return "needs 2 distinct valid samples"
     if key == "scaf":
@@ -244,7 +183,9 @@ def format_score(result: dict) -> str:
             for key, (label, definition) in DEFINITIONS.items()]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() for a, b, c, d in rows]
+    lines.append(FCD_NOTE)
     if result.get("n_reference") is not None:
         lines.append(f"reference: {result['n_reference']} SMILES, {result['n_reference_valid']} valid; "
-                     f"KL score against {result['n_kl_reference']} of them drawn with seed {result['seed']}")
+                     f"KL score: {result['n_kl_generated']} distinct samples vs {result['n_kl_reference']} "
+                     f"reference molecules drawn with seed {result['seed']}")
     return "\n".join(lines)

@@ -99,7 +99,7 @@ def fixed_sources(smiles, vocab: Vocab, seed: int, draw: int, max_tokens: int | 
 
 def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: int = 10, max_len: int = 100,
                   max_tokens: int = 128, vocab_draws: int = 5, limit: int | None = None,
-                  download: bool = True, log=print) -> PairSplits:
+                  download: bool = True, standardize: bool = True, log=print) -> PairSplits:
     """Load, clean, canonicalize, de-duplicate and split molecules; build the shared
     vocabulary and the fixed validation/test sources (see the module docstring).
 
@@ -111,8 +111,13 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
             ``max_len``); longer randomized writings fall back to the canonical string.
         vocab_draws: randomized writings per training molecule that feed the vocabulary.
         limit: keep only the first ``limit`` cleaned SMILES (quick runs).
+        standardize: replace each molecule by its standardized parent before
+            canonicalizing (:func:`minitransformer.chem.lm_data.standardized`); on by default.
     """
     kept, loaded, report = load_and_clean(data, min_len, max_len, True, limit, download, log)
+    if standardize:
+        from minitransformer.chem.lm_data import standardized
+        kept = standardized(kept, min_len, max_len, log)
     written = [canonical(s) for s in kept]
     unique = list(dict.fromkeys(w for w in written if w is not None))  # first occurrence, file order
     duplicates = len(written) - len(unique)

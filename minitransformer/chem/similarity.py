@@ -24,7 +24,8 @@ import numpy as np
 
 from minitransformer.chem._rdkit import require_rdkit
 
-__all__ = ["morgan_bits", "tanimoto_matrix", "mean_tanimoto_powers", "nearest_neighbour_similarity"]
+__all__ = ["morgan_bits", "tanimoto_matrix", "mean_tanimoto_powers", "column_mean_tanimoto_powers",
+           "nearest_neighbour_similarity", "max_tanimoto"]
 
 _BLOCK = 2048
 
@@ -70,6 +71,40 @@ def mean_tanimoto_powers(fps: np.ndarray, powers: Sequence[float] = (1.0,)) -> n
         for k, p in enumerate(powers):
             totals[k] += np.sum(sim if p == 1 else sim ** p, dtype=np.float64)
     return totals / (n * n)
+
+
+def column_mean_tanimoto_powers(fps: np.ndarray, powers: Sequence[float] = (1.0,)) -> np.ndarray:
+    r"""For each p in ``powers`` and each row j, :math:`\frac{1}{n} \sum_i T(i, j)^p` (self-pair
+    included): an array of shape ``(len(powers), n)``. MOSES's internal diversity takes the
+    p-th root of each of these before averaging over j."""
+    n = len(fps)
+    if n == 0:
+        raise ValueError("need at least one fingerprint")
+    out = np.zeros((len(powers), n), dtype=np.float64)
+    for rows in _row_blocks(n):
+        sim = tanimoto_matrix(fps[rows], fps)  # symmetric, so row sums are column sums
+        for k, p in enumerate(powers):
+            out[k, rows] = np.sum(sim if p == 1 else sim ** p, axis=1, dtype=np.float64)
+    return out / n
+
+
+def max_tanimoto(fps: np.ndarray, reference_fps: np.ndarray) -> np.ndarray:
+    """For each row of ``fps`` (n, k), the largest Tanimoto similarity to a row of
+    ``reference_fps`` (m, k); memory stays at ``block x m`` floats."""
+    if len(fps) == 0 or len(reference_fps) == 0:
+        raise ValueError("need at least one fingerprint on each side")
+    out = np.empty(len(fps), dtype=np.float64)
+    reference_fps = np.asarray(reference_fps, dtype=np.float32)
+    ref_counts = reference_fps.sum(axis=1)[None, :]
+    block = max(1, min(_BLOCK, (1 << 25) // max(1, len(reference_fps))))  # ~128 MiB per temporary
+    for start in range(0, len(fps), block):
+        a = np.asarray(fps[start:start + block], dtype=np.float32)
+        inter = a @ reference_fps.T
+        union = a.sum(axis=1)[:, None] + ref_counts - inter
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sim = np.where(union == 0, 1.0, inter / union)
+        out[start:start + block] = sim.max(axis=1)
+    return out
 
 
 def nearest_neighbour_similarity(fps: np.ndarray) -> np.ndarray:

@@ -133,7 +133,7 @@ def test_evaluate_samples_hand_checked():
     # distinct valid: aspirin, salicylic acid (== DRUGS[5]), nicotinamide, estradiol-like, butanol
     assert result["n_unique"] == 5 and result["uniqueness"] == pytest.approx(5 / 6)
     assert result["n_novel"] == 3 and result["novelty"] == pytest.approx(3 / 5)
-    assert result["n_reference"] == 5
+    assert result["n_reference"] == 8  # GuacaMol number_samples = min(8 samples, 8 training)
     for key in ("validity", "uniqueness", "novelty", "intdiv1", "intdiv2", "kl_score"):
         assert 0.0 <= result[key] <= 1.0 and isinstance(result[key], float), (key, result[key])
     assert evaluate_samples(samples, train) == result, "the same seed gives the same result"

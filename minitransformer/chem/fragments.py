@@ -1,0 +1,198 @@
+r"""MOSES's three comparisons of generated molecules with a reference set: SNN, Frag and Scaf.
+
+Let :math:`G` be the valid generated molecules (duplicates kept, as MOSES keeps
+them) and :math:`R` the valid reference molecules (MOSES uses its ``test`` set,
+and again its ``test_scaffolds`` set).
+
+SNN, similarity to a nearest neighbour
+    .. math:: \mathrm{SNN} = \frac{1}{|G|} \sum_{g \in G} \max_{r \in R} T(g, r)
+
+    with :math:`T` the Tanimoto similarity of Morgan radius-2, 1024-bit
+    fingerprints (two empty fingerprints count as identical, :math:`T = 1`).
+Frag, fragment similarity
+    .. math:: \mathrm{Frag} = \cos(c_G, c_R) = \frac{\sum_f c_G[f]\, c_R[f]}{\lVert c_G \rVert \, \lVert c_R \rVert}
+
+    where :math:`c_S[f]` is how many times the BRICS fragment :math:`f` occurs
+    in the molecules of :math:`S`, *counting repeats inside a molecule*. A
+    molecule is cut with RDKit's ``FragmentOnBRICSBonds``, which breaks every
+    bond a BRICS retrosynthesis rule matches at once and caps each cut end with
+    a dummy atom labelled by its rule (``[1*]``, ``[16*]``, ...); the canonical
+    SMILES of the cut molecule, split at ``.``, lists the fragments. (This is
+    what MOSES's ``fragmenter`` does; it does not use ``BRICSDecompose``.)
+Scaf, scaffold similarity
+    The same cosine over counts of Bemis-Murcko scaffolds (ring systems and the
+    chains linking them, side chains removed; RDKit's ``GetScaffoldForMol``,
+    written as isomeric canonical SMILES). As in MOSES, a scaffold with fewer
+    than **two** rings is not counted: acyclic and single-ring molecules do not
+    take part.
+
+A cosine needs a non-empty count on both sides; otherwise it is None.
+
+Speed. Each distinct molecule is fingerprinted and cut once (a sample set is
+full of repeats). The reference side is the slow part (MOSES's test set has
+176k molecules), so :func:`reference_features` keeps the last references in
+memory and, for references of at least :data:`DISK_CACHE_MIN` molecules, also on
+disk under :func:`~minitransformer.chem.download.cache_dir`, keyed by the
+SHA-256 of the reference strings.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from collections import Counter
+from typing import Sequence
+
+import numpy as np
+
+from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
+from minitransformer.chem.similarity import max_tanimoto, morgan_bits
+
+__all__ = ["fragments_of", "scaffold_of", "fragment_counts", "scaffold_counts", "cosine_of_counts",
+           "snn", "ReferenceFeatures", "reference_features", "DISK_CACHE_MIN"]
+
+DISK_CACHE_MIN = 50_000
+_FORMAT = "moses-reference-v1"
+
+
+def fragments_of(mol) -> list[str]:
+    """The BRICS fragments of one molecule, repeats kept (MOSES's ``fragmenter``)."""
+    Chem = require_rdkit()
+    return Chem.MolToSmiles(Chem.FragmentOnBRICSBonds(mol)).split(".")
+
+
+def scaffold_of(mol, min_rings: int = 2) -> str | None:
+    """The Bemis-Murcko scaffold's SMILES, or None when it has fewer than ``min_rings`` rings."""
+    Chem = require_rdkit()
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+    try:
+        scaffold = MurckoScaffold.GetScaffoldForMol(mol)
+    except (ValueError, RuntimeError):
+        return None
+    smiles = Chem.MolToSmiles(scaffold)
+    if not smiles or scaffold.GetRingInfo().NumRings() < min_rings:
+        return None
+    return smiles
+
+
+def _by_molecule(smiles: Sequence[str], mols: Sequence, count_one) -> Counter:
+    """Sum of ``count_one(mol)`` (a Counter) over ``mols``, computed once per distinct SMILES."""
+    copies = Counter(smiles)
+    first = {}
+    for s, m in zip(smiles, mols):
+        first.setdefault(s, m)
+    total = Counter()
+    with quiet_rdkit():
+        for s, n in copies.items():
+            for key, c in count_one(first[s]).items():
+                total[key] += c * n
+    return total
+
+
+def fragment_counts(mols: Sequence, smiles: Sequence[str] | None = None) -> Counter:
+    """:math:`c[f]` over ``mols``; pass their canonical ``smiles`` to cut each distinct one once."""
+    smiles = list(smiles) if smiles is not None else list(range(len(mols)))
+    return _by_molecule(smiles, mols, lambda m: Counter(fragments_of(m)))
+
+
+def scaffold_counts(mols: Sequence, smiles: Sequence[str] | None = None) -> Counter:
+    """Scaffold counts over ``mols`` (scaffolds of two rings or more only)."""
+    smiles = list(smiles) if smiles is not None else list(range(len(mols)))
+
+    def one(m):
+        s = scaffold_of(m)
+        return Counter() if s is None else Counter({s: 1})
+    return _by_molecule(smiles, mols, one)
+
+
+def cosine_of_counts(a: Counter, b: Counter) -> float | None:
+    r""":math:`\sum_k a_k b_k / (\lVert a \rVert \lVert b \rVert)` over the union of keys;
+    None when either counter is empty (the angle is undefined)."""
+    if not a or not b:
+        return None
+    dot = sum(count * b[key] for key, count in a.items() if key in b)
+    norm = math.sqrt(sum(v * v for v in a.values())) * math.sqrt(sum(v * v for v in b.values()))
+    return float(dot / norm)
+
+
+def snn(sample_fps: np.ndarray, reference_fps: np.ndarray) -> float:
+    """Mean over the rows of ``sample_fps`` of the largest Tanimoto similarity to a row of
+    ``reference_fps`` (both need at least one row)."""
+    return float(max_tanimoto(sample_fps, reference_fps).mean())
+
+
+def distinct_fingerprints(mols: Sequence, smiles: Sequence[str]) -> np.ndarray:
+    """Morgan r=2, 1024-bit rows of ``mols``, fingerprinting each distinct SMILES once."""
+    index = {}
+    for i, s in enumerate(smiles):
+        index.setdefault(s, i)
+    rows = morgan_bits([mols[i] for i in index.values()])
+    where = {s: k for k, s in enumerate(index)}
+    return rows[[where[s] for s in smiles]]
+
+
+class ReferenceFeatures:
+    """What the three comparisons need of a reference: its fingerprints and its counts."""
+
+    def __init__(self, n_valid: int, fps: np.ndarray, fragments: Counter, scaffolds: Counter):
+        self.n_valid, self.fps, self.fragments, self.scaffolds = n_valid, fps, fragments, scaffolds
+
+    @classmethod
+    def compute(cls, reference: Sequence[str]) -> "ReferenceFeatures":
+        Chem = require_rdkit()
+        mols, canon = [], []
+        with quiet_rdkit():
+            for s in reference:
+                m = mol_from_smiles(s)
+                if m is not None:
+                    mols.append(m)
+                    canon.append(Chem.MolToSmiles(m))
+        fps = distinct_fingerprints(mols, canon) if mols else np.zeros((0, 1024), np.float32)
+        return cls(len(mols), fps, fragment_counts(mols, canon), scaffold_counts(mols, canon))
+
+    def save(self, path) -> None:
+        meta = json.dumps({"format": _FORMAT, "n_valid": self.n_valid,
+                           "fragments": self.fragments, "scaffolds": self.scaffolds})
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez_compressed(tmp, fps=np.packbits(self.fps.astype(np.uint8), axis=1),
+                            meta=np.frombuffer(meta.encode(), dtype=np.uint8))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path) -> "ReferenceFeatures":
+        with np.load(path) as z:
+            meta = json.loads(z["meta"].tobytes().decode())
+            if meta.get("format") != _FORMAT:
+                raise ValueError(f"{path}: not a {_FORMAT} file")
+            fps = np.unpackbits(z["fps"], axis=1, count=1024).astype(np.float32)
+        return cls(meta["n_valid"], fps, Counter(meta["fragments"]), Counter(meta["scaffolds"]))
+
+
+def _digest(reference: tuple[str, ...]) -> str:
+    h = hashlib.sha256(_FORMAT.encode())
+    for s in reference:
+        h.update(s.encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=3)
+def reference_features(reference: tuple[str, ...]) -> ReferenceFeatures:
+    """:class:`ReferenceFeatures` of ``reference``, cached in memory, and on disk for large ones."""
+    if len(reference) < DISK_CACHE_MIN:
+        return ReferenceFeatures.compute(reference)
+    from minitransformer.chem.download import cache_dir
+    path = cache_dir() / "reference_features" / f"{_digest(reference)}.npz"
+    if path.exists():
+        try:
+            return ReferenceFeatures.load(path)
+        except (OSError, ValueError, KeyError):
+            pass  # a damaged or old cache file: recompute and overwrite it
+    features = ReferenceFeatures.compute(reference)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        features.save(path)
+    except OSError:
+        pass  # a read-only cache only costs time
+    return features
