@@ -256,8 +256,11 @@ def print_summary(m, out) -> None:
         ("test next-token accuracy (tokens + EOS)", number("test_acc_token", ".3f")),
         ("validity (RDKit parses the sample)", f"{m['validity']:.3f} of {m['n_samples']} samples"),
         ("invalid samples, by kind", ", ".join(f"{k} {n}" for k, n in m["invalid_kinds"].items() if n) or "none"),
-        ("uniqueness (distinct among the valid)", f"{m['uniqueness']:.3f}"),
+        ("uniqueness (distinct among the valid; @1k)", f"{m['uniqueness']:.3f}; {m['unique@1000']:.3f}"),
         ("novelty (valid, distinct, not in training)", f"{m['novelty']:.3f}"),
         ("IntDiv1 / IntDiv2 (1 - mean Tanimoto)", f"{m['intdiv1']:.3f} / {m['intdiv2']:.3f}"),
         ("KL score (descriptor distributions, 1 = same)", f"{m['kl_score']:.3f}"),
+        ("Filters (MOSES: pass MCF, PAINS, atom rules)", number("filters", ".3f") if m.get("filters") is not None
+         else f"n/a ({m.get('filters_note') or 'no filter files'})"),
+        ("radicals (valid, but with unpaired electrons)", f"{m['n_radicals']} of {m['n_valid']} valid"),
     ], footer=outputs_line(out))
