@@ -467,11 +467,20 @@ def test_max_steps_stops_mid_epoch(tmp_path):
     assert (st["epoch"], st["batch"], st["step"]) == (1, 2, 5)
 
 
-def test_max_time_stops_at_epoch_end():
+def test_max_time_ends_the_running_epoch_early_and_evaluates_it(tmp_path):
     model = lm_model()
-    tr = fit(model, LMTask(), Adam(model), lm_data(24), config=cfg(epochs=50, max_time=0.0))
+    tr = fit(model, LMTask(), Adam(model), lm_data(24), lm_data(4, seed=3),
+             config=cfg(epochs=50, max_time=0.0, out_dir=str(tmp_path)))
     assert tr.stop_reason == "max_time"
-    assert len(tr.history) == 1 and tr.step == 3
+    assert len(tr.history) == 1 and tr.step == 1  # one step, then out of time: the epoch ends there
+    assert tr.history[0]["epoch_fraction"] == pytest.approx(1 / 3, abs=1e-4) and "val_loss" in tr.history[0]
+    assert load_checkpoint(tmp_path / "best.npz").meta["trainer"]["step"] == 1  # evaluated and saved
+
+
+def test_a_generous_max_time_leaves_epochs_whole():
+    model = lm_model()
+    tr = fit(model, LMTask(), Adam(model), lm_data(24), config=cfg(epochs=2, max_time=3600.0))
+    assert tr.stop_reason == "epochs" and all("epoch_fraction" not in h for h in tr.history)
 
 
 def test_epochs_zero_trains_nothing():

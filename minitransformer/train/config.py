@@ -34,7 +34,9 @@ class TrainConfig:
     seed: seeds batch order and per-batch task randomness.
     bucket: group examples of similar length into batches (less padding).
     max_steps: stop after this many optimizer steps in total (None: no limit).
-    max_time: stop at the end of the first epoch that ends after this many seconds.
+    max_time: stop after this many seconds: the epoch running then ends early (at a read-back
+        of the losses), is evaluated and saved like any epoch, and its history row says
+        which ``epoch_fraction`` of its batches ran.
     eval_batch_size: batch size for evaluation (default: batch_size).
     out_dir: where best.npz, last.npz, history.json and history.csv go (None: keep nothing on disk).
     quiet: no progress bar and no per-epoch lines.

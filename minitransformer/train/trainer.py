@@ -136,6 +136,7 @@ class Trainer(Checkpointing):
         cfg, model = self.config, self.model
         examples = self._examples(self.epoch)
         batches = self._plan(self.epoch, examples)
+        self._epoch_fraction = None
         model.train()
         bar = None
         if not cfg.quiet and sys.stderr.isatty():  # a log file gets the one line per epoch only
@@ -149,6 +150,10 @@ class Trainer(Checkpointing):
             while self.batch_index < len(batches):
                 if cfg.max_steps is not None and self.step >= cfg.max_steps:
                     self.stop_reason = "max_steps"
+                    break
+                if (cfg.max_time is not None and tokens and time.perf_counter() - t_start >= cfg.max_time
+                        and not pending):  # out of time: this epoch ends here, evaluated as usual
+                    self._epoch_fraction = self.batch_index / len(batches)
                     break
                 idx = batches[self.batch_index]
                 batch = self.task.collate([examples[j] for j in idx])
@@ -175,6 +180,8 @@ class Trainer(Checkpointing):
             return False
         self._epoch_train = {"train_loss": loss_sum / max(n_loss, 1),
                              "tokens_per_s": tokens / max(time.perf_counter() - t0, 1e-9)}
+        if self._epoch_fraction is not None:  # cut short by max_time: say how much of it ran
+            self._epoch_train["epoch_fraction"] = round(self._epoch_fraction, 4)
         return True
 
     def _step(self, batch, rng, check_now: bool):
