@@ -127,15 +127,23 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
     if base["filters"] is None and "filters" not in notes:
         notes["filters"] = base["filters_note"]
     if has_ref:
-        ref = reference_features(tuple(reference))
-        result["n_reference_valid"] = ref.n_valid
-        mols, canon = _parse(samples)
-        if mols and ref.n_valid:
-            result["snn"] = snn(distinct_fingerprints(mols, canon), ref.fps)
-            result["frag"] = cosine_of_counts(fragment_counts(mols, canon), ref.fragments)
-            result["scaf"] = cosine_of_counts(scaffold_counts(mols, canon), ref.scaffolds)
+        result.update(compare_with_reference(samples, reference))
     result["notes"] = notes
     return result
+
+
+def compare_with_reference(samples: Sequence[str], reference: Sequence[str]) -> dict:
+    """MOSES's three comparisons of the valid ``samples`` with ``reference``:
+    ``{"snn", "frag", "scaf", "n_reference_valid"}`` (None where undefined; see
+    :mod:`minitransformer.chem.fragments`)."""
+    ref = reference_features(tuple(reference))
+    out = {"snn": None, "frag": None, "scaf": None, "n_reference_valid": ref.n_valid}
+    mols, canon = _parse(samples)
+    if mols and ref.n_valid:
+        out["snn"] = snn(distinct_fingerprints(mols, canon), ref.fps)
+        out["frag"] = cosine_of_counts(fragment_counts(mols, canon), ref.fragments)
+        out["scaf"] = cosine_of_counts(scaffold_counts(mols, canon), ref.scaffolds)
+    return out
 
 
 def _value(result: dict, key: str) -> str:

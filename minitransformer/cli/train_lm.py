@@ -59,7 +59,8 @@ def add_parser(kinds):
                    help="override every dropout of the model")
     p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None, help="override the peak learning rate")
     p.add_argument("--batch-size", type=cli.int_at_least(1), default=None, help="override the batch size")
-    p.add_argument("--samples", type=cli.int_at_least(1), default=2000, help="molecules to sample at the end")
+    p.add_argument("--samples", type=cli.int_at_least(1), default=None,
+                   help="molecules to sample at the end (default: the preset's, 2000; 30,000 for moses)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0,
                    help="sampling temperature, > 0 (default: 1)")
     p.add_argument("--pretrain-data", default=None, type=cli.data_source(("druglike", "tox21", "moses", "none")),
@@ -83,11 +84,13 @@ def resolve_settings(args) -> dict:
     """The preset, with --quick and the overrides of the command line applied."""
     from minitransformer.cli import max_time
     s = dict(PRESETS[args.preset], limit=None)
+    s.setdefault("samples", 2000)
     if args.quick:
         s.update(QUICK)
         if args.preset == "tomczak":
             s["model"] = dict(QUICK["model"], norm="post", tie_embeddings=False)
-    for key in ("epochs", "form", "lr", "batch_size", "augment", "pretrain_epochs", "pretrain_mix", "pretrain_limit"):
+    for key in ("epochs", "form", "lr", "batch_size", "augment", "pretrain_epochs", "pretrain_mix", "pretrain_limit",
+                "samples"):
         if getattr(args, key) is not None:
             s[key] = getattr(args, key)
     if args.dropout is not None and isinstance(s["model"], dict):
@@ -135,6 +138,7 @@ def run(args) -> int:
     from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles, pretraining_smiles
     from minitransformer.chem.lm_metrics import batches_of, sequence_metrics
     from minitransformer.chem.metrics import novelty
+    from minitransformer.chem.moses import is_moses
     from minitransformer.cli.sample import sample_smiles
     from minitransformer.tasks import LMTask
     from minitransformer.train import TrainConfig
@@ -215,14 +219,23 @@ def run(args) -> int:
     test = sequence_metrics(model, batches_of(data.encode(data.test), 128, vocab.pad_id), vocab.pad_id) \
         if data.test else {}
     t1 = time.perf_counter()
-    samples = sample_smiles(model, vocab, args.samples, temperature=args.temperature, seed=args.seed,
+    samples = sample_smiles(model, vocab, settings["samples"], temperature=args.temperature, seed=args.seed,
                             quiet=args.quiet)
     t_sample = time.perf_counter() - t1
     cli.write_text(out / "samples.smi", "\n".join(samples) + "\n")
-    chem = evaluate_samples(samples, data.train, seed=args.seed)
+    if is_moses(args.data):  # novelty against all of MOSES's train, as MOSES counts it
+        from minitransformer.chem.moses import load_moses
+        chem = evaluate_samples(samples, load_moses("train"), seed=args.seed)
+    else:
+        chem = evaluate_samples(samples, data.train, seed=args.seed)
     chem["invalid_kinds"] = failure_counts(samples)  # why the invalid ones fail (chem/failures.py)
     if extra:  # novelty above is against the main training set (the definition); this one counts phase 1 too
         chem["novelty_vs_all_training"] = novelty(samples, data.train + extra)
+    if is_moses(args.data):  # the MOSES table: every MOSES metric beside the published models
+        from minitransformer.chem.moses_report import markdown_table, moses_benchmark
+        chem["moses"] = moses_benchmark(samples, seed=args.seed, base=dict(chem))
+        cli.write_text(out / "moses_table.md", markdown_table(chem["moses"]))
+        print(markdown_table(chem["moses"]))
     valid = [s for s in samples if canonical(s) is not None]
     png, drawn = molecule_grid_png(valid, n=24)
     if drawn:
