@@ -30,6 +30,9 @@ def add_parser(commands):
     p.add_argument("--top-p", type=cli.number(0, 1, lo_open=True), default=None,
                    help="sample among the most likely tokens whose probabilities add up to p (default: 1)")
     p.add_argument("--seed", type=cli.seed, default=0)
+    p.add_argument("--grammar", action="store_true",
+                   help="constrained sampling: ban tokens that break the SMILES syntax at each step (unclosed "
+                        "rings, unbalanced parentheses, bonds at the end); a feature of the sampler, off by default")
     p.add_argument("--out", default=None, type=cli.output_file,
                    help="write to this .smi (one SMILES per line) or .csv file (default: print the SMILES)")
     p.add_argument("--force", action="store_true", help="overwrite the --out file if it exists")
@@ -40,9 +43,11 @@ def add_parser(commands):
 
 
 def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None, seed: int = 0, batch_size: int = 500, quiet: bool = True) -> list:
+                  top_p: float | None = None, seed: int = 0, batch_size: int = 500, quiet: bool = True,
+                  constraint=None) -> list:
     """Draw ``n`` SMILES with the KV cache, ``batch_size`` at a time; returns the strings
-    (some may be invalid). The same seed gives the same molecules."""
+    (some may be invalid). The same seed gives the same molecules. ``constraint``: None,
+    or e.g. :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar` (see ``sample``)."""
     from minitransformer.generate import sample
     out = []
     bar = None
@@ -52,13 +57,19 @@ def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | N
     for start in range(0, n, batch_size):
         b = min(batch_size, n - start)
         ids = sample(model, batch_size=b, temperature=temperature, top_k=top_k, top_p=top_p,
-                     rng=seed * 1000 + start)
+                     rng=seed * 1000 + start, constraint=constraint)
         out.extend(vocab.decode(row) for row in ids)
         if bar is not None:
             bar.update(b)
     if bar is not None:
         bar.close()
     return out
+
+
+def grammar_constraint(vocab):
+    """The ``--grammar`` constraint: :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar`."""
+    from minitransformer.chem.smiles_grammar import SmilesGrammar
+    return SmilesGrammar(vocab)
 
 
 def load_generator(path):
@@ -95,8 +106,9 @@ def run(args) -> int:
         raise ValueError(f"--out {args.out}: unknown file type; give a {', '.join(OUTPUT_SUFFIXES)} file")
     cli.refuse_overwrite(args.out, args.force)  # before any work
     model, vocab = load_generator(args.checkpoint)
+    grammar = grammar_constraint(vocab) if args.grammar else None
     smiles = sample_smiles(model, vocab, args.count, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p, seed=args.seed, quiet=args.quiet)
+                           top_p=args.top_p, seed=args.seed, quiet=args.quiet, constraint=grammar)
     if args.out is None:
         sys.stdout.write("\n".join(smiles) + "\n")
         return 0

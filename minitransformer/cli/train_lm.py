@@ -75,6 +75,8 @@ def add_parser(kinds):
                    help="molecules to sample at the end (default: the preset's, 2000; 30,000 for moses)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0,
                    help="sampling temperature, > 0 (default: 1)")
+    p.add_argument("--grammar", action="store_true",
+                   help="sample the final molecules under the SMILES grammar constraint (see `sample --grammar`)")
     p.add_argument("--pretrain-data", default=None, type=cli.data_source(("druglike", "tox21", "moses", "none")),
                    help="pretrain on these molecules first (druglike, tox21, moses, a file, or none; default: the "
                         "preset's)")
@@ -151,7 +153,7 @@ def run(args) -> int:
     from minitransformer.chem.lm_metrics import batches_of, sequence_metrics
     from minitransformer.chem.metrics import novelty
     from minitransformer.chem.moses import is_moses
-    from minitransformer.cli.sample import sample_smiles
+    from minitransformer.cli.sample import grammar_constraint, sample_smiles
     from minitransformer.tasks import LMTask
     from minitransformer.train import TrainConfig
     from minitransformer.train.history import tagged
@@ -232,7 +234,7 @@ def run(args) -> int:
         if data.test else {}
     t1 = time.perf_counter()
     samples = sample_smiles(model, vocab, settings["samples"], temperature=args.temperature, seed=args.seed,
-                            quiet=args.quiet)
+                            quiet=args.quiet, constraint=grammar_constraint(vocab) if args.grammar else None)
     t_sample = time.perf_counter() - t1
     cli.write_text(out / "samples.smi", "\n".join(samples) + "\n")
     if is_moses(args.data):  # novelty against all of MOSES's train, as MOSES counts it
@@ -263,7 +265,8 @@ def run(args) -> int:
     metrics.update({"epochs": len(trainer.history), "best_epoch": trainer.best_epoch,
                     "stop_reason": trainer.stop_reason, "pretrain_time_s": t_pre, "train_time_s": t_train,
                     "sample_time_s": t_sample, "wall_time_s": time.perf_counter() - t0,
-                    "parameters": model.num_parameters(), "temperature": args.temperature, "preset": args.preset,
+                    "parameters": model.num_parameters(), "temperature": args.temperature, "grammar": args.grammar,
+                    "preset": args.preset,
                     "quick": args.quick})
     cli.write_json(out / "metrics.json", metrics)
     print_summary(metrics, out)
@@ -279,7 +282,8 @@ def print_summary(m, out) -> None:
         ("test NLL per molecule (summed over tokens and EOS)", f"{number('test_nll_mol_ref', '.2f')} nats"),
         ("test NLL per token", f"{number('test_nll_token', '.4f')} nats"),
         ("test next-token accuracy (tokens + EOS)", number("test_acc_token", ".3f")),
-        ("validity (RDKit parses the sample)", f"{m['validity']:.3f} of {m['n_samples']} samples"),
+        ("validity (RDKit parses the sample)", f"{m['validity']:.3f} of {m['n_samples']} samples"
+                                                + (", under the SMILES grammar" if m.get("grammar") else "")),
         ("invalid samples, by kind", ", ".join(f"{k} {n}" for k, n in m["invalid_kinds"].items() if n) or "none"),
         ("uniqueness (distinct among the valid; @1k)", f"{m['uniqueness']:.3f}; {m['unique@1000']:.3f}"),
         ("novelty (valid, distinct, not in training)", f"{m['novelty']:.3f}"),

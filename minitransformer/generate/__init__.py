@@ -56,15 +56,20 @@ Conventions
   "Attention is all you need"), capped at the model's ``max_len``.
 * Results come back as host NumPy arrays (token ids are what one prints, scores
   or stores). All work before that stays on the active backend's device.
+* ``greedy`` and ``sample`` take an optional ``constraint``: a rule that bans
+  some next tokens at every step (:mod:`.constraint`), such as the SMILES
+  grammar of :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar`. Off
+  by default; with ``constraint=None`` nothing changes.
 * The model is put in eval mode (dropout off) while decoding; each module's
   previous mode is restored afterwards.
 """
 from minitransformer.generate.beam import beam_search, gnmt_length_penalty
+from minitransformer.generate.constraint import Constraint
 from minitransformer.generate.decode import (
     DecodeState, decode_step_logits, filter_logits, greedy, init_decode_state, sample,
 )
 
 __all__ = [
     "DecodeState", "init_decode_state", "decode_step_logits", "greedy", "sample", "beam_search",
-    "gnmt_length_penalty", "filter_logits",
+    "gnmt_length_penalty", "filter_logits", "Constraint",
 ]

@@ -11,6 +11,7 @@ import numpy as np
 
 from minitransformer import backend
 from minitransformer.backend import xp
+from minitransformer.generate.constraint import advance_constraint, apply_constraint, start_constraint
 from minitransformer.models.decoder_lm import DecoderLM
 from minitransformer.models.seq2seq import Seq2Seq
 from minitransformer.nn.embedding import check_ids
@@ -191,12 +192,13 @@ def ban_specials(scores, cfg):
     return scores
 
 
-def _autoregress(model, src, prefix, max_len, use_cache, choose):
+def _autoregress(model, src, prefix, max_len, use_cache, choose, constraint=None):
     """The loop of greedy decoding and sampling, one token per row per step.
 
     ``choose(logits (B, V)) -> (B,)`` picks each row's next token (PAD and BOS
-    already banned). Rows that have produced EOS get PAD from then on; the loop
-    stops as soon as every row is done or the length limit is reached.
+    already banned, and the tokens ``constraint`` bans, if one is given: see
+    :mod:`.constraint`). Rows that have produced EOS get PAD from then on; the
+    loop stops as soon as every row is done or the length limit is reached.
 
     Returns the host array (B, T_out), T_out <= max_len.
     """
@@ -208,10 +210,17 @@ def _autoregress(model, src, prefix, max_len, use_cache, choose):
     t = P
     with _eval_mode(model):
         state = init_decode_state(model, src, use_cache)
+        if constraint is not None:
+            start_constraint(constraint, prefix, max_len)
         while t < max_len:
             logits = decode_step_logits(state, ids[:, :t])  # (B, V)
-            tok = choose(ban_specials(logits, cfg))  # (B,)
+            scores = ban_specials(logits, cfg)  # (B, V)
+            if constraint is not None:
+                scores = apply_constraint(scores, constraint, cfg)  # (B, V)
+            tok = choose(scores)  # (B,)
             tok = xp.where(done, cfg.pad_id, tok)  # (B,): finished rows only get PAD
+            if constraint is not None:
+                advance_constraint(constraint, tok)  # one device->host copy of (B,)
             ids[:, t] = tok
             done |= tok == cfg.eos_id
             t += 1
@@ -223,7 +232,8 @@ def _autoregress(model, src, prefix, max_len, use_cache, choose):
 # ---------------------------------------------------------------------------
 # Greedy decoding
 # ---------------------------------------------------------------------------
-def greedy(model, batch_size=None, src=None, max_len=None, prompt=None, use_cache: bool = True):
+def greedy(model, batch_size=None, src=None, max_len=None, prompt=None, use_cache: bool = True,
+           constraint=None):
     r"""Greedy decoding: :math:`y_t = \arg\max_v z_{t,v}` at every step.
 
     Args:
@@ -238,6 +248,9 @@ def greedy(model, batch_size=None, src=None, max_len=None, prompt=None, use_cach
             Default: a single BOS. It must not contain PAD (equal-length prompts).
         use_cache: KV-cached incremental decoding (True) or re-running the whole
             prefix each step (False); both give the same tokens.
+        constraint: None, or an object that bans next tokens at each step
+            (``start``, ``banned``, ``advance``; see :mod:`.constraint`), e.g.
+            :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar`.
 
     Returns:
         Host ``numpy`` int64 array (B, T_out): the prefix, the generated tokens,
@@ -245,7 +258,7 @@ def greedy(model, batch_size=None, src=None, max_len=None, prompt=None, use_cach
     """
     src, prefix, max_len = _setup(model, batch_size, src, prompt, max_len)
     return _autoregress(model, src, prefix, max_len, use_cache,
-                        lambda logits: logits.argmax(axis=1))  # (B,)
+                        lambda logits: logits.argmax(axis=1), constraint)  # (B,)
 
 
 # ---------------------------------------------------------------------------
@@ -331,7 +344,8 @@ def _as_rng(rng) -> backend.RNG:
 
 
 def sample(model, batch_size=None, src=None, max_len=None, prompt=None, temperature: float = 1.0,
-           top_k: int | None = None, top_p: float | None = None, rng=None, use_cache: bool = True):
+           top_k: int | None = None, top_p: float | None = None, rng=None, use_cache: bool = True,
+           constraint=None):
     r"""Ancestral sampling: :math:`y_t \sim \mathrm{softmax}(\tilde z_t)` at every step.
 
     :math:`\tilde z_t` are the logits after :func:`filter_logits` (temperature
@@ -347,7 +361,9 @@ def sample(model, batch_size=None, src=None, max_len=None, prompt=None, temperat
     :math:`\tau \to 0` approaches it.
 
     Args:
-        model, batch_size, src, max_len, prompt, use_cache: as in :func:`greedy`.
+        model, batch_size, src, max_len, prompt, use_cache, constraint: as in
+            :func:`greedy`. The constraint bans tokens before the filtering, so
+            top-k and top-p choose among the allowed tokens.
         temperature: :math:`\tau > 0`.
         top_k: int >= 1, or None for no top-k truncation.
         top_p: in (0, 1], or None (= 1) for no nucleus truncation.
@@ -371,4 +387,4 @@ def sample(model, batch_size=None, src=None, max_len=None, prompt=None, temperat
         u = rng.random((B,), dtype=xp.float64)  # (B,) uniforms in [0, 1)
         return _inverse_cdf_draw(z, u)  # (B,)
 
-    return _autoregress(model, src, prefix, max_len, use_cache, choose)
+    return _autoregress(model, src, prefix, max_len, use_cache, choose, constraint)

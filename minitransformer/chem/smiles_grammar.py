@@ -1,0 +1,290 @@
+"""SMILES grammar as a sampling constraint: never write a string that cannot parse.
+
+Most invalid samples of a SMILES generator fail before any chemistry: a ring
+label opened and never closed, a ``)`` without its ``(``, a bond at the end.
+:class:`SmilesGrammar` follows each row while it is sampled (a small state
+machine per row) and, before every step, bans the tokens that would break the
+syntax. It plugs into :func:`minitransformer.generate.sample` as
+``constraint=SmilesGrammar(vocab)`` (see :mod:`minitransformer.generate.constraint`).
+
+This is a feature of the sampler, switched off by default: the model's
+distribution is renormalised over the allowed tokens at each step. Nothing is
+filtered, resampled or repaired afterwards, and the rules are syntax only:
+valence, charges and aromaticity are left to the model, so a constrained sample
+can still fail RDKit's sanitization (a five-bonded carbon, say).
+
+The rules
+---------
+Tokens come in classes: atoms (``C``, ``c``, ``Cl``, ``[nH]``, ``[C@@H]``, ``*``),
+bonds (``- = # $ : / \\``), branch open ``(`` and close ``)``, ring labels
+(``1``..``9``, ``0``, ``%10``..), the fragment dot ``.``, and EOS. Examples
+below show a prefix and the next token (``C(`` + ``)`` means: after ``C(``,
+``)`` is banned).
+
+1. An atom is always allowed (``CC(=O)`` + ``N``).
+2. A bond needs something to hang from: banned at the start, after a bond and
+   after a dot (``C=`` + ``#``, ``=`` as the first token); allowed after an
+   atom, a ring label, ``(`` or ``)`` (``C(=O)``, ``C(C)=O``).
+3. ``(`` opens a branch off the last atom: banned at the start, right after
+   ``(``, after a bond and after a dot (``C((``, ``C=(``); allowed after an
+   atom, a ring label or ``)`` (``CC(C)(C)C``).
+4. ``)`` needs an open branch with something in it: banned when no branch is
+   open (``CC)``), right after ``(`` (``C()``) and right after a bond (``C(=)``).
+5. A ring label follows an atom, a ring label, or a bond that follows one of
+   these (``C1``, ``C12``, ``C=1CCCC1``, ``C1CCCC=1``); it is banned at the
+   start, after ``(``, after ``)`` and after a bond that follows ``(`` or
+   ``)`` (``C(1``, ``C(C)1``).
+6. A label that is not open opens a ring, unless ``max_open_rings`` rings are
+   open already (with 4: ``C1CC2CC3CC4CC`` + ``5``).
+7. A label that is open closes its ring, unless the bond it makes exists
+   already: banned on the atom that opened it (``C1`` + ``1``), on the atom
+   bonded to that one by the chain (``C1C`` + ``1``), or on an atom that already
+   closed a ring to the same atom (``C12CC1`` + ``2``). RDKit rejects all three.
+8. EOS ends a complete molecule: banned at the start (an empty sample), while a
+   branch or a ring is open (``C(C``, ``C1CC``), and right after a bond or
+   ``(`` (``CC=``).
+9. The dot starts a new fragment: allowed only where EOS would be
+   (``CC(=O)[O-].[Na+]``), and it then acts as the start.
+10. Specials other than EOS (PAD, BOS, UNK, ...) and tokens outside SMILES
+    (a lone ``@`` or ``H``) are never written.
+11. **Length budget.** A row must end with EOS within ``max_len`` tokens (BOS
+    included). :meth:`_Row.need` counts the tokens of one way to finish from
+    the current state: at most two more atoms (when a ring cannot close on the
+    current atom yet), one label per open ring, one ``)`` per open branch, and
+    EOS. A token is banned when the state it leads to needs more tokens than
+    are left after it. With ``max_len = 8``, after ``<bos>C1CC`` (5 tokens) two
+    may follow the next one: ``C`` (then ``1``, EOS) and ``1`` (then EOS) are
+    allowed, while ``(`` (then an atom, ``)``, ``1``, EOS) and a new ring
+    ``2`` are banned. The count is of one way to finish, not always the
+    shortest (``=`` is banned there too, though ``C1CC=1`` would fit), so the
+    rule errs on the safe side.
+
+    Why the row never gets stuck: the first token of that way to finish is
+    always allowed by rules 1-10 and lowers the count by at least one, so a row
+    that starts with enough room keeps enough room until its EOS. Only a
+    ``max_len`` that leaves fewer than two tokens (an atom and EOS) after the
+    prefix can leave a row with nothing allowed; the sampler then lets it end
+    (:func:`~minitransformer.generate.constraint.apply_constraint`).
+
+Cost: per step, a few Python operations per unfinished row, plus one short
+look-ahead per allowed token class when a row is within a few tokens of its
+budget.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from minitransformer.chem.vocab import Vocab
+
+__all__ = ["SmilesGrammar", "token_class"]
+
+# Token classes; ring label i of the vocabulary has class RING0 + i.
+BANNED, EOS, ATOM, BOND, OPEN, CLOSE, DOT, RING0 = range(8)
+_ORGANIC = {"B", "C", "N", "O", "S", "P", "F", "I", "Cl", "Br", "b", "c", "n", "o", "s", "p", "*"}
+_BONDS = {"-", "=", "#", "$", ":", "/", "\\"}
+_SIMPLE = {"(": OPEN, ")": CLOSE, ".": DOT}
+# How much one allowed token can raise _Row.need: opening a ring on an atom that
+# opened none adds the label and two atoms (``C`` + ``1`` needs ``CC1``), so 3.
+_MAX_RISE = 3
+
+
+def is_ring_label(token: str) -> bool:
+    """``0``..``9`` or ``%`` and two digits."""
+    return (len(token) == 1 and token.isdigit()) or (len(token) == 3 and token[0] == "%"
+                                                     and token[1:].isdigit())
+
+
+def token_class(token: str) -> int:
+    """The class of a non-special token: ATOM, BOND, OPEN, CLOSE, DOT, RING0 (any ring
+    label), or BANNED for anything outside SMILES."""
+    if token in _ORGANIC or (len(token) > 2 and token[0] == "[" and token[-1] == "]"):
+        return ATOM
+    if token in _BONDS:
+        return BOND
+    if is_ring_label(token):
+        return RING0
+    return _SIMPLE.get(token, BANNED)
+
+
+class _Row:
+    """The grammar state of one row.
+
+    last: the class of the last token, as a word: "start" (nothing yet, or a
+    dot), "atom", "bond", "open", "close", "ring" (a ring label) or "done".
+    Atoms are numbered as written; ``cur`` is the atom the next bond, branch or
+    ring label attaches to (-1 at the start), ``par`` the atom ``cur`` is
+    bonded to by the chain, ``partners`` the atoms ``cur`` has closed rings to.
+    ``bases`` holds the atom each open branch hangs from, ``rings`` maps each
+    open ring label to the atom that opened it.
+    """
+
+    __slots__ = ("last", "bond_after_atom", "bases", "rings", "cur", "par", "partners", "n_atoms")
+
+    def __init__(self):
+        self.last, self.bond_after_atom = "start", False
+        self.bases, self.rings, self.partners = [], {}, set()
+        self.cur = self.par = -1
+        self.n_atoms = 0
+
+    def clone(self) -> "_Row":
+        new = _Row.__new__(_Row)
+        new.last, new.bond_after_atom, new.cur, new.par, new.n_atoms = (
+            self.last, self.bond_after_atom, self.cur, self.par, self.n_atoms)
+        new.bases, new.rings, new.partners = list(self.bases), dict(self.rings), set(self.partners)
+        return new
+
+    def allowed(self, n_labels: int, max_open: int) -> list:
+        """Rules 1-10: one bool per class (RING0 + n_labels of them)."""
+        ok = [False] * (RING0 + n_labels)
+        last = self.last
+        after_atom = last in ("atom", "ring")
+        complete = after_atom or last == "close"  # a part of the molecule just ended
+        ok[ATOM] = True
+        ok[BOND] = complete or last == "open"
+        ok[OPEN] = complete
+        ok[CLOSE] = complete and bool(self.bases)
+        ok[DOT] = ok[EOS] = complete and not self.bases and not self.rings
+        if after_atom or (last == "bond" and self.bond_after_atom):
+            for i in range(n_labels):
+                opener = self.rings.get(i)
+                if opener is None:
+                    ok[RING0 + i] = len(self.rings) < max_open
+                else:
+                    ok[RING0 + i] = opener != self.cur and opener != self.par and opener not in self.partners
+        return ok
+
+    def advance(self, cls: int, label: int = -1) -> None:
+        """Write one token of class ``cls`` (``label``: the ring label's index)."""
+        if cls == ATOM:
+            self.par, self.cur, self.partners = self.cur, self.n_atoms, set()
+            self.n_atoms += 1
+            self.last = "atom"
+        elif cls == BOND:
+            self.bond_after_atom = self.last in ("atom", "ring")
+            self.last = "bond"
+        elif cls == OPEN:
+            self.bases.append(self.cur)
+            self.last = "open"
+        elif cls == CLOSE:
+            self.cur = self.bases.pop()  # back to the atom the branch hangs from
+            self.last = "close"
+        elif cls == DOT:
+            self.cur = self.par = -1
+            self.last = "start"
+        elif cls == EOS:
+            self.last = "done"
+        elif cls >= RING0:
+            if label in self.rings:
+                self.partners.add(self.rings.pop(label))
+            else:
+                self.rings[label] = self.cur
+            self.last = "ring"
+        else:
+            raise ValueError("SmilesGrammar: a special or non-SMILES token was written to an unfinished row")
+
+    def need(self) -> int:
+        """Tokens of one way to finish, EOS included (rule 11): extra atoms, then
+        one label per open ring, one ``)`` per open branch, EOS.
+
+        At most one ring per opening atom closes on each atom, and not on the
+        opening atom, its chain neighbour, or a partner. On the current atom
+        (after an atom or label) a ring opened by an atom ``o`` with ``c`` open
+        rings needs ``c + 1`` new atoms if ``o`` is the current atom, ``c`` if ``o``
+        is its neighbour or partner, else ``c - 1``. Elsewhere (start, bond,
+        ``(``, ``)``) the next atom attaches to ``cur``: ``c + 1`` if ``o`` is
+        ``cur``, else ``c``, and at least one atom unless after ``)``.
+        """
+        if self.last == "done":
+            return 0
+        extra = 0 if self.last in ("atom", "ring", "close") else 1
+        for opener, count in Counter(self.rings.values()).items():
+            if self.last in ("atom", "ring"):
+                if opener == self.cur:
+                    count += 1
+                elif opener != self.par and opener not in self.partners:
+                    count -= 1
+            elif opener == self.cur:
+                count += 1
+            extra = max(extra, count)
+        return extra + len(self.rings) + len(self.bases) + 1
+
+
+class SmilesGrammar:
+    """The SMILES syntax of rules 1-11 (module docstring) as a decoding constraint.
+
+    Args:
+        vocab: the generator's :class:`~minitransformer.chem.Vocab`.
+        max_open_rings: how many rings may be open at once (rule 6). The
+            default 4 is the most RDKit's 10,000 drug-like molecules ever have
+            open at once, in aromatic or Kekule form.
+
+    Use: ``sample(model, batch_size=B, constraint=SmilesGrammar(vocab))``.
+    """
+
+    def __init__(self, vocab: Vocab, max_open_rings: int = 4):
+        if isinstance(max_open_rings, bool) or not isinstance(max_open_rings, int) or max_open_rings < 1:
+            raise ValueError(f"max_open_rings must be an int >= 1, got {max_open_rings!r}")
+        self.vocab = vocab
+        self.max_open_rings = max_open_rings
+        tokens = vocab.tokens
+        self.labels = [t for t in tokens[vocab.n_specials:] if is_ring_label(t)]  # ring labels, vocab order
+        label_index = {t: i for i, t in enumerate(self.labels)}
+        classes = [BANNED] * len(tokens)
+        classes[vocab.eos_id] = EOS
+        for i in range(vocab.n_specials, len(tokens)):
+            c = token_class(tokens[i])
+            classes[i] = RING0 + label_index[tokens[i]] if c == RING0 else c
+        self.token_classes = np.array(classes, dtype=np.int64)  # (V,)
+        self._n_classes = RING0 + len(self.labels)
+        self._rows, self._length, self._max_len = [], 0, 0
+
+    # --------------------------------------------------------- the interface
+    def start(self, prefix: np.ndarray, max_len: int) -> None:
+        """New rows for the prefix (B, P); BOS is skipped, other prompt tokens must obey the rules."""
+        prefix = np.asarray(prefix)
+        self._rows = [_Row() for _ in range(prefix.shape[0])]
+        self._length, self._max_len = 0, int(max_len)
+        for j in range(prefix.shape[1]):
+            if (prefix[:, j] == self.vocab.bos_id).all():
+                self._length += 1
+                continue
+            for b, banned in enumerate(self.banned()):
+                if banned[prefix[b, j]]:
+                    raise ValueError(f"prompt row {b} breaks the SMILES grammar at position {j} "
+                                     f"({self.vocab.id_to_token(prefix[b, j])!r})")
+            self.advance(prefix[:, j])
+
+    def banned(self) -> np.ndarray:
+        """(B, V) bool: True for the tokens rules 1-11 forbid next (nothing for finished rows)."""
+        left = self._max_len - self._length - 1  # tokens that may follow the next one
+        ok = np.ones((len(self._rows), self._n_classes), dtype=bool)  # (B, C)
+        for b, row in enumerate(self._rows):
+            if row.last != "done":
+                ok[b] = self._allowed(row, left)
+        banned = ~ok[:, self.token_classes]  # (B, V)
+        banned[:, self.token_classes == BANNED] = True
+        return banned
+
+    def advance(self, tokens: np.ndarray) -> None:
+        """Write the tokens (B,) into every unfinished row."""
+        for row, tok in zip(self._rows, np.asarray(tokens).tolist()):
+            if row.last != "done":
+                cls = int(self.token_classes[tok])
+                row.advance(min(cls, RING0), cls - RING0)
+        self._length += 1
+
+    # ------------------------------------------------------------- the rules
+    def _allowed(self, row: _Row, left: int) -> list:
+        """Rules 1-10, then rule 11 when the row is near its budget."""
+        ok = row.allowed(len(self.labels), self.max_open_rings)
+        # need <= 2 * rings + branches + 2; far from the budget no token can matter
+        if 2 * len(row.rings) + len(row.bases) + 2 + _MAX_RISE <= left:
+            return ok
+        for cls in range(self._n_classes):
+            if ok[cls]:
+                ahead = row.clone()
+                ahead.advance(min(cls, RING0), cls - RING0)
+                ok[cls] = ahead.need() <= left
+        return ok

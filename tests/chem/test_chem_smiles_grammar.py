@@ -1,0 +1,177 @@
+"""SmilesGrammar: each rule on hand-written prefixes (allowed and banned), the length
+budget, random walks through the grammar, and sampling from an untrained model."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from minitransformer.chem import Vocab, tokenize
+from minitransformer.chem.smiles_grammar import RING0, SmilesGrammar, _Row
+from minitransformer.generate import greedy, sample
+from minitransformer.models import DecoderLM, DecoderLMConfig
+
+VOCAB = Vocab(["C", "c", "O", "N", "Cl", "[nH]", "[C@@H]", "(", ")", "=", "#", "-", "/", "1", "2", "3",
+               "4", "5", "%10", ".", "@"])
+EOS = "<eos>"
+
+
+def allowed_after(prefix: str, max_len: int = 60, max_open_rings: int = 4) -> set:
+    """The tokens the grammar allows after ``<bos>`` + ``prefix`` (one row)."""
+    grammar = SmilesGrammar(VOCAB, max_open_rings=max_open_rings)
+    ids = [VOCAB.bos_id] + [VOCAB.token_to_id(t) for t in tokenize(prefix)]
+    grammar.start(np.array([ids]), max_len)
+    banned = grammar.banned()[0]  # (V,)
+    return {VOCAB.id_to_token(i) for i in range(len(VOCAB)) if not banned[i]}
+
+
+@pytest.mark.parametrize("prefix,token,ok", [
+    # 1. atoms: always
+    ("", "C", True), ("C(", "c", True), ("C=", "Cl", True), ("C1", "[nH]", True), ("CC.", "O", True),
+    # 2. bonds: not at the start, after a bond, after a dot
+    ("", "=", False), ("C=", "#", False), ("CC.", "=", False),
+    ("C", "=", True), ("C(", "=", True), ("C(C)", "=", True), ("C1", "/", True),
+    # 3. branch open: not at the start, after '(', after a bond, after a dot
+    ("", "(", False), ("C(", "(", False), ("C=", "(", False), ("CC.", "(", False),
+    ("C", "(", True), ("C(C)", "(", True), ("C1", "(", True),
+    # 4. branch close: not without an open branch, right after '(' or a bond
+    ("CC", ")", False), ("C(", ")", False), ("C(=", ")", False), ("C(C)", ")", False),
+    ("C(C", ")", True), ("C(C(C)", ")", True), ("C(C1", ")", True),
+    # 5. ring labels: after an atom, a label, or a bond that follows one of those
+    ("", "1", False), ("C(", "1", False), ("C(C)", "1", False), ("C(=", "1", False), ("C(C)=", "1", False),
+    ("C", "1", True), ("C1", "2", True), ("C=", "1", True), ("C1CCCC=", "1", True), ("C", "%10", True),
+    # 7. closing: not onto the opening atom, its chain neighbour, or an existing partner
+    ("C1", "1", False), ("C1C", "1", False), ("C12CC1", "2", False), ("C1(C", "1", False), ("C1(CC", "1", True),
+    ("C1CC", "1", True), ("C12CC1C", "2", True), ("C(C1)C", "1", True),
+    # 8. EOS: not empty, not with an open branch or ring, not after a bond or '('
+    ("", EOS, False), ("C(C", EOS, False), ("C1CC", EOS, False), ("CC=", EOS, False), ("CC.", EOS, False),
+    ("C", EOS, True), ("C(C)", EOS, True), ("C1CC1", EOS, True), ("C1CC=1", EOS, True),
+    # 9. dot: only where EOS could be
+    ("C1CC", ".", False), ("C(C", ".", False), ("CC.", ".", False), ("CC", ".", True),
+    # 10. specials other than EOS and non-SMILES tokens: never
+    ("C", "<pad>", False), ("C", "<bos>", False), ("C", "<unk>", False), ("C", "@", False),
+])
+def test_rule(prefix, token, ok):
+    assert (token in allowed_after(prefix)) == ok
+
+
+def test_rule6_max_open_rings():
+    prefix = "C1CC2CC3CC4CC"  # four rings open
+    assert "5" not in allowed_after(prefix, max_open_rings=4)
+    assert "1" in allowed_after(prefix, max_open_rings=4)  # closing is still fine
+    assert "5" in allowed_after(prefix, max_open_rings=5)
+    with pytest.raises(ValueError, match="max_open_rings"):
+        SmilesGrammar(VOCAB, max_open_rings=0)
+
+
+def test_rule11_length_budget():
+    atoms = {"C", "c", "O", "N", "Cl", "[nH]", "[C@@H]"}
+    # <bos>C1CC is 5 tokens; with max_len 8, two may follow the next one
+    assert allowed_after("C1CC", max_len=8) == atoms | {"1"}
+    assert allowed_after("C1CC", max_len=7) == {"1"}  # then EOS, the last position
+    assert allowed_after("C(C", max_len=6) == {")"}  # then EOS
+    assert allowed_after("C", max_len=3) == {EOS}
+    assert "(" in allowed_after("C1CC", max_len=10)  # ( C 1 ) EOS: fits in positions 5-9
+    assert "(" not in allowed_after("C1CC", max_len=9)
+    assert allowed_after("", max_len=3) == atoms  # an atom, then EOS
+
+
+def test_prompt_that_breaks_the_grammar_is_refused():
+    grammar = SmilesGrammar(VOCAB)
+    bad = [[VOCAB.bos_id, VOCAB.token_to_id("C"), VOCAB.token_to_id(")")]]
+    with pytest.raises(ValueError, match="breaks the SMILES grammar at position 2"):
+        grammar.start(np.array(bad), 20)
+
+
+def _string_is_balanced(smiles: str) -> bool:
+    depth, open_rings = 0, set()
+    for tok in tokenize(smiles):
+        depth += (tok == "(") - (tok == ")")
+        if depth < 0:
+            return False
+        if tok.isdigit() or tok.startswith("%"):
+            open_rings ^= {tok}
+    return depth == 0 and not open_rings
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2 ** 32 - 1), max_len=st.integers(3, 40), max_open=st.integers(1, 4))
+def test_random_walks_always_finish_balanced(seed, max_len, max_open):
+    """Any choice among the allowed tokens ends with EOS within max_len, with balanced
+    parentheses and every ring closed; a token never raises the budget count by more
+    than _MAX_RISE, and the count never exceeds what is left."""
+    rng = np.random.default_rng(seed)
+    B = 8
+    grammar = SmilesGrammar(VOCAB, max_open_rings=max_open)
+    ids = np.full((B, max_len), VOCAB.pad_id)
+    ids[:, 0] = VOCAB.bos_id
+    grammar.start(ids[:, :1], max_len)
+    for t in range(1, max_len):
+        banned = grammar.banned()  # (B, V)
+        for b, row in enumerate(grammar._rows):
+            if row.last == "done":
+                continue
+            assert row.need() <= max_len - t
+            allowed = np.flatnonzero(~banned[b])
+            assert allowed.size, "a row was left with nothing allowed"
+            ids[b, t] = rng.choice(allowed)
+            cls = int(grammar.token_classes[ids[b, t]])
+            ahead = row.clone()
+            ahead.advance(min(cls, RING0), cls - RING0)
+            assert ahead.need() <= row.need() + 3
+        grammar.advance(ids[:, t])
+    for b in range(B):
+        assert (ids[b] == VOCAB.eos_id).any(), "a row was cut by max_len"
+        smiles = VOCAB.decode(ids[b])
+        assert smiles and _string_is_balanced(smiles), smiles
+
+
+def test_random_walks_parse_with_rdkit():
+    """Syntax only, but all of it: RDKit parses every walk (sanitization is not asked)."""
+    Chem = pytest.importorskip("rdkit.Chem")
+    from rdkit import RDLogger
+    RDLogger.DisableLog("rdApp.*")
+    rng = np.random.default_rng(0)
+    grammar = SmilesGrammar(VOCAB)
+    B, max_len = 200, 30
+    grammar.start(np.full((B, 1), VOCAB.bos_id), max_len)
+    rows = [[] for _ in range(B)]
+    for _ in range(max_len - 1):
+        tok = np.array([rng.choice(np.flatnonzero(~m)) for m in grammar.banned()])  # (B,)
+        grammar.advance(tok)
+        for b in range(B):
+            rows[b].append(tok[b])
+    failed = [s for s in map(VOCAB.decode, rows) if Chem.MolFromSmiles(s, sanitize=False) is None]
+    assert failed == []
+
+
+# ------------------------------------------------------------------ sampling
+def untrained_lm():
+    cfg = DecoderLMConfig(vocab_size=len(VOCAB), max_len=40, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                          pad_id=VOCAB.pad_id, bos_id=VOCAB.bos_id, eos_id=VOCAB.eos_id, seed=3)
+    return DecoderLM(cfg)
+
+
+def test_sampling_under_the_grammar_has_no_syntax_failures():
+    pytest.importorskip("rdkit")
+    from minitransformer.chem.failures import failure_counts
+    model = untrained_lm()
+    free = failure_counts([VOCAB.decode(r) for r in sample(model, batch_size=200, rng=1)])
+    ids = sample(model, batch_size=200, rng=1, constraint=SmilesGrammar(VOCAB))
+    constrained = failure_counts([VOCAB.decode(r) for r in ids])
+    assert free["unclosed ring"] > 0 and free["parentheses"] > 0
+    for kind in ("empty", "unclosed ring", "parentheses", "syntax"):
+        assert constrained[kind] == 0, constrained
+    assert (ids == VOCAB.eos_id).any(axis=1).all()  # every row ended with EOS
+
+
+def test_greedy_under_the_grammar():
+    ids = greedy(untrained_lm(), batch_size=3, constraint=SmilesGrammar(VOCAB))
+    for row in ids:
+        assert (row == VOCAB.eos_id).any() and _string_is_balanced(VOCAB.decode(row))
+
+
+def test_constraint_none_is_the_unconstrained_sampler():
+    model = untrained_lm()
+    a = sample(model, batch_size=50, rng=7)
+    b = sample(model, batch_size=50, rng=7, constraint=None)
+    np.testing.assert_array_equal(a, b)
