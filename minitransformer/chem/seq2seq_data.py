@@ -37,6 +37,7 @@ import numpy as np
 
 from minitransformer.chem.data import canonical, randomize_smiles, split_random
 from minitransformer.chem.lm_data import RandomizedEpochs, load_and_clean
+from minitransformer.chem.moses import is_moses
 from minitransformer.chem.tokenizer import tokenize
 from minitransformer.chem.vocab import Vocab
 
@@ -104,7 +105,9 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
     vocabulary and the fixed validation/test sources (see the module docstring).
 
     Args:
-        data: ``"tox21"``, ``"druglike"``, a file path, or None (Tox21 if available).
+        data: ``"tox21"``, ``"druglike"``, ``"moses"``, a file path, or None (Tox21 if
+            available). MOSES is not re-split (:func:`_moses_splits`): its training
+            file gives train and validation, its own ``test`` file the test molecules.
         seed: seeds the split, the vocabulary's randomized writings and the fixed sources.
         min_len, max_len: character-length window of the cleaning step (on the file's strings).
         max_tokens: the longest source or target, in ids with BOS and EOS (the model's
@@ -115,6 +118,10 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
             canonicalizing (:func:`minitransformer.chem.lm_data.standardized`); on by default.
     """
     kept, loaded, report = load_and_clean(data, min_len, max_len, True, limit, download, log)
+    if is_moses(data):
+        train, val, test = _moses_splits(kept, min_len, max_len, max_tokens, limit, download, log)
+        duplicates = 0
+        return _pairs(train, val, test, loaded, report, duplicates, seed, max_tokens, vocab_draws, log)
     if standardize:
         from minitransformer.chem.lm_data import standardized
         kept = standardized(kept, min_len, max_len, log)
@@ -133,13 +140,43 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
                          f"after cleaning, and the split needs at least {min_split_size(fractions, need_test=True)}; "
                          "add molecules to the data")
 
+    return _pairs(train, val, test, loaded, report, duplicates, seed, max_tokens, vocab_draws, log)
+
+
+#: Randomized writings for the vocabulary come from at most this many training molecules
+#: (MOSES has 1.58M; every token of a random writing shows up long before that).
+VOCAB_SAMPLE = 50_000
+#: At most this many MOSES test molecules are decoded (greedy and beam search take
+#: about a second per 50 molecules on 2 CPU cores).
+MOSES_TEST = 2_000
+
+
+def _moses_splits(kept, min_len, max_len, max_tokens, limit, download, log):
+    """MOSES's molecules are canonical, unique and standardized already: train and validation
+    from its training file (:func:`~minitransformer.chem.moses.split_moses`), test from the
+    first :data:`MOSES_TEST` molecules of its own test file."""
+    from minitransformer.chem.data import clean_smiles
+    from minitransformer.chem.moses import load_moses, split_moses
+    fits = lambda smiles: [s for s in smiles if len(tokenize(s)) + 2 <= max_tokens]  # noqa: E731
+    train, val = split_moses(fits(kept))
+    test = fits(clean_smiles(load_moses("test", download=download, limit=MOSES_TEST), min_len, max_len,
+                             check_rdkit=False)[0])
+    log(f"split: MOSES's training file as train / validation (its last {len(val)}), the first {len(test)} of "
+        "its test file as test")
+    return train, val, test
+
+
+def _pairs(train, val, test, loaded, report, duplicates, seed, max_tokens, vocab_draws, log) -> PairSplits:
+    """The shared vocabulary and the fixed validation and test sources of three splits."""
     rng = np.random.default_rng([seed, 104729])  # the vocabulary's writings, independent of the epochs
-    writings = list(train) + [randomize_smiles(s, rng) for _ in range(vocab_draws) for s in train]
+    some = train[:VOCAB_SAMPLE]
+    writings = list(train) + [randomize_smiles(s, rng) for _ in range(vocab_draws) for s in some]
     vocab = Vocab.build(writings)
     val_src = fixed_sources(val, vocab, seed, VAL_DRAW, max_tokens)
     test_src = fixed_sources(test, vocab, seed, TEST_DRAW, max_tokens)
     copies = sum(s == t for s, t in zip(test_src, test))
     log(f"split: {len(train)} train / {len(val)} val / {len(test)} test molecules; shared vocabulary of "
-        f"{len(vocab)} tokens (canonical + {vocab_draws} randomized writings of each training molecule)")
+        f"{len(vocab)} tokens (canonical + {vocab_draws} randomized writings of each of the first {len(some)} "
+        "training molecules)")
     return PairSplits(train, val, test, val_src, test_src, vocab, loaded.description, report.summary(),
                       duplicates, copies, max_tokens)

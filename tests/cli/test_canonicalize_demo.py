@@ -148,3 +148,23 @@ def test_bad_translate_input_is_a_clear_error(quick_run, tmp_path, capsys):
     assert run_cli(demo.main, ["translate", str(out / "best.npz"), "C1CC"]) == 2
     err = capsys.readouterr().err
     assert "none.npz" in err and "C1CC" in err
+
+
+def test_quick_run_on_moses_pairs_also_reports_tox21(tmp_path, capsys):
+    import os
+    from minitransformer.chem.moses import find_moses
+    from minitransformer.cli.main import main
+    try:
+        find_moses("train", download=False), find_moses("test", download=False)
+    except (OSError, ValueError):
+        pytest.skip("the MOSES files are not on this machine ($MINITRANSFORMER_DATA/moses)")
+    if not os.environ.get("MINITRANSFORMER_DATA"):
+        pytest.skip("Tox21 is needed too ($MINITRANSFORMER_DATA)")
+    out = tmp_path / "run"
+    assert run_cli(main, ["train", "seq2seq", "--quick", "--quiet", "--data", "moses", "--out", str(out),
+                          "--examples", "0"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["n_test"] > 0 and 0.0 <= m["greedy_top1"] <= 1.0
+    tox = m["tox21"]
+    assert tox["n_test"] > tox["n_skipped_unknown_tokens"] >= 0 and 0.0 <= tox["greedy_top1"] <= 1.0
+    assert "Tox21 test molecules: greedy top-1" in capsys.readouterr().out
