@@ -50,6 +50,13 @@ def add_parser(kinds):
     p.add_argument("--pretrain", action="store_true",
                    help="pretrain as a masked language model on the training SMILES before fine-tuning")
     p.add_argument("--pretrain-epochs", type=cli.int_at_least(0), default=None)
+    p.add_argument("--pretrain-data", default="train", type=cli.data_source(("train", "moses", "druglike")),
+                   help="molecules for --pretrain: the training split's (train, the default), moses, druglike or "
+                        "a file (the validation and test molecules are removed from it)")
+    p.add_argument("--pretrain-limit", type=cli.int_at_least(1), default=None,
+                   help="pretrain on at most this many molecules of --pretrain-data")
+    p.add_argument("--pretrain-minutes", type=cli.number(0), default=None,
+                   help="time budget of the pretraining (default: the preset's 5 minutes; 0 = none)")
     p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None,
                    help="override the fine-tuning peak learning rate")
     p.add_argument("--batch-size", type=cli.int_at_least(1), default=None)
@@ -66,9 +73,11 @@ def resolve_settings(args) -> dict:
     s = dict(PRESET)
     if args.quick:
         s.update(QUICK)
-    for key in ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta"):
-        if getattr(args, key) is not None:
+    for key in ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta", "pretrain_limit"):
+        if getattr(args, key, None) is not None:
             s[key] = getattr(args, key)
+    if getattr(args, "pretrain_minutes", None) is not None:
+        s["pretrain_max_time"] = args.pretrain_minutes * 60 if args.pretrain_minutes > 0 else None
     s["max_time"] = max_time(args, s["max_time"])
     return s
 
@@ -103,7 +112,8 @@ def make_optimizer(lr, weight_decay, warmup, total_steps, model):
 
 
 def pretrain(model, vocab, train_smiles, s, args, out):
-    """Masked-language-model pretraining on the training SMILES (random writings each epoch)."""
+    """Masked-language-model pretraining on ``train_smiles`` (the training split's, or
+    --pretrain-data's), written at random each epoch."""
     from minitransformer.cli import run_fit
     from minitransformer.chem.lm_data import RandomizedEpochs
     from minitransformer.tasks import MLMTask
@@ -115,7 +125,8 @@ def pretrain(model, vocab, train_smiles, s, args, out):
     task = MLMTask(vocab.mask_id, len(vocab), pad_id=vocab.pad_id, special_ids=vocab.special_ids)
     config = TrainConfig(epochs=s["pretrain_epochs"], batch_size=s["batch_size"], clip=1.0, seed=args.seed,
                          max_time=s["pretrain_max_time"], out_dir=str(out / "pretrain"), quiet=args.quiet)
-    print(f"pretraining: masked language model, {s['pretrain_epochs']} epochs at most")
+    print(f"pretraining: masked language model on {len(train_smiles)} molecules, {s['pretrain_epochs']} epochs "
+          "at most")
     return run_fit("pretrain", model, task, optimizer, data, config=config, vocab=vocab)
 
 
@@ -145,7 +156,13 @@ def run(args) -> int:
         raise ValueError(f"{table.description}: not enough molecules to split three ways: {len(table.smiles)} "
                          "usable; the split needs at least 10 labelled molecules (more for --split scaffold); "
                          "add molecules to the data")
-    vocab = Vocab.build(train.smiles, extras=(Vocab.CLS, Vocab.MASK))
+    extra = []  # other molecules to pretrain on (--pretrain-data), never the held-out ones
+    if args.pretrain and args.pretrain_data != "train":
+        from minitransformer.chem import canonical
+        from minitransformer.chem.lm_data import pretraining_smiles
+        extra = pretraining_smiles(args.pretrain_data, exclude={canonical(x) for x in val.smiles + test.smiles},
+                                   limit=s.get("pretrain_limit"))
+    vocab = Vocab.build(train.smiles + extra, extras=(Vocab.CLS, Vocab.MASK))
     too_long = [s_ for s_ in table.smiles if len(vocab.encode(s_, cls=True)) > s["max_len"]]
     if too_long:
         raise ValueError(f"{len(too_long)} molecules need more than max_len={s['max_len']} tokens, "
@@ -169,7 +186,7 @@ def run(args) -> int:
                          cli.data_fingerprint(train.smiles, val.smiles, test.smiles))
     pre_history = []
     if args.pretrain:
-        pre = pretrain(model, vocab, train.smiles, s, args, out)
+        pre = pretrain(model, vocab, extra or train.smiles, s, args, out)
         pre_history = tagged(pre.history, "pretrain")
     t_pre = time.perf_counter() - t0
 
@@ -182,7 +199,9 @@ def run(args) -> int:
                                metric="val_auc", mode="max", seed=args.seed, eval_batch_size=128,
                                max_time=None if s["max_time"] is None else max(60.0, s["max_time"] - t_pre),
                                out_dir=str(out), quiet=args.quiet)
-    run_info = {"split": args.split, "pretrain": args.pretrain, "quick": args.quick, "seed": args.seed, "settings": s,
+    run_info = {"split": args.split, "pretrain": args.pretrain, "pretrain_data": args.pretrain_data,
+                "pretrain_molecules": len(extra) or (len(train.smiles) if args.pretrain else 0),
+                "quick": args.quick, "seed": args.seed, "settings": s,
                 "data": table.description, "cleaning": table.clean_summary, "tasks": table.tasks,
                 "sizes": [len(train.smiles), len(val.smiles), len(test.smiles)]}
     cli.write_json(out / "config.json", {"model": config.to_dict(), "train": train_config.__dict__, "run": run_info})

@@ -85,3 +85,16 @@ def test_label_sets_without_labels_or_files_are_clear_errors(tmp_path, capsys, l
     assert "no property labels" in capsys.readouterr().err
     assert run_cli(demo.main, ["--quick", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path)]) == 2
     assert "nope.csv" in capsys.readouterr().err
+
+
+def test_pretraining_on_other_molecules_leaves_the_held_out_ones_out(labelled_csv, load_demo, tmp_path, capsys):
+    demo = load_demo("tox21_property")
+    out = tmp_path / "run"
+    assert demo.main(["--quick", "--pretrain", "--pretrain-data", "druglike", "--pretrain-limit", "500",
+                      "--data", str(labelled_csv), "--out", str(out), "--quiet"]) == 0
+    said = capsys.readouterr().out
+    assert "masked language model on 500 molecules" in said and "held-out molecules removed" in said
+    run = json.loads((out / "config.json").read_text())["run"]
+    assert run["pretrain_data"] == "druglike" and run["pretrain_molecules"] == 500
+    rows = [line.split(",")[0] for line in (out / "history.csv").read_text().splitlines()[1:]]
+    assert rows[0] == "pretrain" and rows[-1] == "train"
