@@ -159,16 +159,11 @@ class PropertyPredictor:
         return probs, ok, reasons
 
 
-def write_predictions_csv(path: str | os.PathLike, ids: Sequence[str] | None, smiles: Sequence[str],
-                          probs: np.ndarray, ok: np.ndarray, reasons: Sequence, task_names: Sequence[str],
-                          overwrite: bool = False) -> Path:
-    """Write the predictions as CSV, atomically; refuses to replace a file unless ``overwrite``.
-
-    Columns: ``id`` (only when some molecule has one), ``smiles``, ``readable`` (1/0),
-    ``reason`` (empty when readable), then one column per assay with the probability
-    to 4 decimals (empty for an unreadable molecule).
-    """
-    from minitransformer.atomic import write_text
+def predictions_csv(ids: Sequence[str] | None, smiles: Sequence[str], probs: np.ndarray, ok: np.ndarray,
+                    reasons: Sequence, task_names: Sequence[str]) -> str:
+    """The predictions as CSV text. Columns: ``id`` (only when some molecule has one),
+    ``smiles``, ``readable`` (1/0), ``reason`` (empty when readable), then one column per
+    assay with the probability to 4 decimals (empty for an unreadable molecule)."""
     probs = np.asarray(probs, dtype=np.float64)
     if probs.shape != (len(smiles), len(task_names)):
         raise ValueError(f"probs has shape {probs.shape}; expected ({len(smiles)}, {len(task_names)}): "
@@ -180,4 +175,12 @@ def write_predictions_csv(path: str | os.PathLike, ids: Sequence[str] | None, sm
     for i, s in enumerate(smiles):
         cells = [f"{p:.4f}" for p in probs[i]] if ok[i] else [""] * len(task_names)
         w.writerow(([ids[i]] if with_ids else []) + [s, int(bool(ok[i])), reasons[i] or ""] + cells)
-    return write_text(path, f.getvalue(), overwrite=overwrite)
+    return f.getvalue()
+
+
+def write_predictions_csv(path: str | os.PathLike, ids: Sequence[str] | None, smiles: Sequence[str],
+                          probs: np.ndarray, ok: np.ndarray, reasons: Sequence, task_names: Sequence[str],
+                          overwrite: bool = False) -> Path:
+    """Write :func:`predictions_csv` to ``path`` atomically; refuses to replace a file unless ``overwrite``."""
+    from minitransformer.atomic import write_text
+    return write_text(path, predictions_csv(ids, smiles, probs, ok, reasons, task_names), overwrite=overwrite)

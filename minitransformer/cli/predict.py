@@ -37,7 +37,7 @@ def add_parser(commands):
 
 def run(args) -> int:
     from minitransformer import cli
-    from minitransformer.chem.predicting import PropertyPredictor, write_predictions_csv
+    from minitransformer.chem.predicting import PropertyPredictor, predictions_csv, write_predictions_csv
     from minitransformer.chem.user_files import read_user_smiles
     cli.refuse_overwrite(args.out, args.force)  # before any work
     predictor = PropertyPredictor.from_checkpoint(args.checkpoint)
@@ -47,11 +47,7 @@ def run(args) -> int:
                          "smiles column")
     probs, ok, reasons = predictor.predict(smiles, views=args.views, seed=args.seed)
     if args.out is None:
-        import tempfile
-        from pathlib import Path
-        with tempfile.TemporaryDirectory() as tmp:  # one CSV writer for files and the terminal
-            path = write_predictions_csv(Path(tmp) / "p.csv", ids, smiles, probs, ok, reasons, predictor.task_names)
-            sys.stdout.write(path.read_text(encoding="utf-8"))
+        sys.stdout.write(predictions_csv(ids, smiles, probs, ok, reasons, predictor.task_names))
     else:
         write_predictions_csv(args.out, ids, smiles, probs, ok, reasons, predictor.task_names,
                               overwrite=args.force)
