@@ -517,6 +517,19 @@ def test_output_to_a_file_is_one_line_per_epoch_without_bar_frames(capsys, monke
     assert [line.split(":")[0] for line in captured.out.splitlines()] == ["epoch 1", "epoch 2"]
 
 
+def test_a_long_epoch_prints_a_progress_line_now_and_then_to_a_log(capsys, monkeypatch):
+    from minitransformer.train.trainer import Trainer
+    model = lm_model()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    monkeypatch.setattr(Trainer, "LINE_EVERY_S", 0.0)  # every read-back, for the test
+    fit(model, LMTask(), Adam(model), lm_data(24), config=cfg(epochs=1, quiet=False))
+    lines = capsys.readouterr().out.splitlines()
+    progress = [line for line in lines if line.startswith("  epoch 1:")]
+    assert [p.split(",")[0] for p in progress] == ["  epoch 1: 1 of 3 batches", "  epoch 1: 2 of 3 batches",
+                                                   "  epoch 1: 3 of 3 batches"]
+    assert all("tokens/s" in p and "mean loss" in p for p in progress) and lines[-1].startswith("epoch 1:")
+
+
 def test_history_csv_has_a_row_per_epoch_with_the_phase_first(tmp_path):
     import csv
     model = lm_model()

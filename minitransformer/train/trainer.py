@@ -65,6 +65,8 @@ class Trainer(Checkpointing):
         if self.out_dir:
             self.out_dir.mkdir(parents=True, exist_ok=True)
 
+    LINE_EVERY_S = 60.0  # without a terminal: a progress line this often inside a long epoch
+
     # -- settings, checked before any work ------------------------------------------
     TRAINER_METRICS = ("epoch", "step", "lr", "train_loss", "tokens_per_s", "time_s")
 
@@ -144,6 +146,7 @@ class Trainer(Checkpointing):
             bar = tqdm(total=len(batches), initial=self.batch_index, desc=f"epoch {self.epoch + 1}",
                        leave=False, dynamic_ncols=True)
         tokens, t0, loss_sum, n_loss = 0, time.perf_counter(), 0.0, 0
+        last_line = t0
         sync_every = cfg.sync_every or (50 if backend.name() == "cupy" else 1)
         pending = []  # (step, loss, norm, weights_ok) not yet read back to the host
         try:
@@ -171,6 +174,12 @@ class Trainer(Checkpointing):
                         bar.update(len(values))
                         bar.set_postfix(loss=f"{values[-1]:.4f}",
                                         tok_s=f"{tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
+                    elif not cfg.quiet and time.perf_counter() - last_line >= self.LINE_EVERY_S:
+                        last_line = time.perf_counter()  # a log file: one plain line now and then
+                        print(f"  epoch {self.epoch + 1}: {self.batch_index:,} of {len(batches):,} batches, "
+                              f"mean loss {loss_sum / n_loss:.4f}, "
+                              f"{tokens / max(last_line - t0, 1e-9):,.0f} tokens/s, "
+                              f"{(last_line - t0) / 60:.1f} min in", flush=True)
             if pending:  # stopped by max_steps between two reads
                 self._read_back(pending)
         finally:
