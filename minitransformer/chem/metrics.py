@@ -83,6 +83,19 @@ def _parse(smiles: Sequence[str]) -> tuple[list, list[str]]:
     return mols, canon
 
 
+def _canonical_set(smiles: Sequence[str]) -> set:
+    """The distinct canonical SMILES of the valid ``smiles``, one molecule in memory at a time
+    (MOSES's 1.58M training molecules would take over 20 GB as RDKit molecules at once)."""
+    Chem = require_rdkit()
+    out = set()
+    with quiet_rdkit():
+        for s in smiles:
+            mol = mol_from_smiles(s)
+            if mol is not None:
+                out.add(Chem.MolToSmiles(mol))
+    return out
+
+
 def _fraction(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
@@ -110,7 +123,7 @@ class _TrainingSet:
 
     def __init__(self, train: Sequence[str]):
         self.train = tuple(train)
-        self.index = set(_parse(train)[1])
+        self.index = _canonical_set(train)
         self._descriptors: dict[str, np.ndarray] = {}
         self._references: dict = {}
 
