@@ -70,3 +70,17 @@ def has_radicals(mol) -> bool:
     MOSES counts such molecules as valid; we count them too, and report them apart.
     """
     return any(atom.GetNumRadicalElectrons() for atom in mol.GetAtoms())
+
+
+def parse_valid(smiles) -> tuple[list, list[str]]:
+    """The valid molecules among ``smiles`` (see :func:`mol_from_smiles`) and their
+    canonical SMILES, same order, duplicates kept; RDKit's log is quiet meanwhile."""
+    Chem = require_rdkit()
+    mols, canon = [], []
+    with quiet_rdkit():
+        for s in smiles:
+            mol = mol_from_smiles(s)
+            if mol is not None:
+                mols.append(mol)
+                canon.append(Chem.MolToSmiles(mol))
+    return mols, canon

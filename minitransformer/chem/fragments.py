@@ -46,7 +46,7 @@ from typing import Sequence
 
 import numpy as np
 
-from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
+from minitransformer.chem._rdkit import parse_valid, quiet_rdkit, require_rdkit
 from minitransformer.chem.similarity import max_tanimoto, morgan_bits
 
 __all__ = ["fragments_of", "scaffold_of", "fragment_counts", "scaffold_counts", "cosine_of_counts",
@@ -140,14 +140,7 @@ class ReferenceFeatures:
 
     @classmethod
     def compute(cls, reference: Sequence[str]) -> "ReferenceFeatures":
-        Chem = require_rdkit()
-        mols, canon = [], []
-        with quiet_rdkit():
-            for s in reference:
-                m = mol_from_smiles(s)
-                if m is not None:
-                    mols.append(m)
-                    canon.append(Chem.MolToSmiles(m))
+        mols, canon = parse_valid(reference)
         fps = distinct_fingerprints(mols, canon) if mols else np.zeros((0, 1024), np.float32)
         return cls(len(mols), fps, fragment_counts(mols, canon), scaffold_counts(mols, canon))
 

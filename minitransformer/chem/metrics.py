@@ -59,7 +59,8 @@ from typing import Sequence
 
 import numpy as np
 
-from minitransformer.chem._rdkit import has_radicals, mol_from_smiles, quiet_rdkit, require_rdkit
+from minitransformer.chem._rdkit import has_radicals, mol_from_smiles, parse_valid, quiet_rdkit, require_rdkit
+from minitransformer.chem.data import canonical
 from minitransformer.chem.distribution import DESCRIPTORS, descriptor_matrix, kl_divergences
 from minitransformer.chem.similarity import column_mean_tanimoto_powers, morgan_bits
 
@@ -70,30 +71,10 @@ UNIQUE_AT = (1_000, 10_000)
 KL_SAMPLES = 10_000  # GuacaMol's number_samples for the KL benchmark
 
 
-def _parse(smiles: Sequence[str]) -> tuple[list, list[str]]:
-    """Valid molecules among ``smiles`` and their canonical SMILES (same order, duplicates kept)."""
-    Chem = require_rdkit()
-    mols, canon = [], []
-    with quiet_rdkit():
-        for s in smiles:
-            mol = mol_from_smiles(s)
-            if mol is not None:
-                mols.append(mol)
-                canon.append(Chem.MolToSmiles(mol))
-    return mols, canon
-
-
 def _canonical_set(smiles: Sequence[str]) -> set:
     """The distinct canonical SMILES of the valid ``smiles``, one molecule in memory at a time
     (MOSES's 1.58M training molecules would take over 20 GB as RDKit molecules at once)."""
-    Chem = require_rdkit()
-    out = set()
-    with quiet_rdkit():
-        for s in smiles:
-            mol = mol_from_smiles(s)
-            if mol is not None:
-                out.add(Chem.MolToSmiles(mol))
-    return out
+    return {c for c in map(canonical, smiles) if c is not None}
 
 
 def _fraction(part: int, whole: int) -> float:
@@ -153,12 +134,12 @@ def _training_set(train: tuple[str, ...]) -> _TrainingSet:
 
 def validity(samples: Sequence[str]) -> float:
     """Fraction of ``samples`` that are valid molecules."""
-    return _fraction(len(_parse(samples)[0]), len(samples))
+    return _fraction(len(parse_valid(samples)[0]), len(samples))
 
 
 def uniqueness(samples: Sequence[str]) -> float:
     """Distinct canonical SMILES among the valid samples / number of valid samples."""
-    canon = _parse(samples)[1]
+    canon = parse_valid(samples)[1]
     return _fraction(len(set(canon)), len(canon))
 
 
@@ -171,7 +152,7 @@ def unique_at_k(valid_canonical: Sequence[str], k: int) -> tuple[float, int]:
 
 def novelty(samples: Sequence[str], train_smiles: Sequence[str]) -> float:
     """Distinct valid samples absent from the (canonicalized) training set / distinct valid samples."""
-    distinct = set(_parse(samples)[1])
+    distinct = set(parse_valid(samples)[1])
     known = _training_set(tuple(train_smiles)).index
     return _fraction(sum(s not in known for s in distinct), len(distinct))
 
@@ -184,7 +165,7 @@ def _intdiv(fps: np.ndarray, powers: tuple) -> np.ndarray:
 
 def internal_diversity(samples: Sequence[str], p: int = 1) -> float:
     """MOSES's IntDiv_p of the valid samples, repeats kept (0.0 when there are none)."""
-    mols = _parse(samples)[0]
+    mols = parse_valid(samples)[0]
     return float(_intdiv(morgan_bits(mols), (p,))[0]) if mols else 0.0
 
 
@@ -245,7 +226,7 @@ def evaluate_samples(samples: Sequence[str], train_smiles: Sequence[str], seed: 
     cached for the last four training lists.
     """
     samples = list(samples)
-    mols, canon = _parse(samples)
+    mols, canon = parse_valid(samples)
     training = _training_set(tuple(train_smiles))
     distinct = list(dict.fromkeys(canon))
     novel = [s for s in distinct if s not in training.index]

@@ -23,7 +23,8 @@ from typing import Sequence
 
 from minitransformer.chem.fragments import (cosine_of_counts, distinct_fingerprints, fragment_counts,
                                             reference_features, scaffold_counts, snn)
-from minitransformer.chem.metrics import UNIQUE_AT, _parse, evaluate_samples
+from minitransformer.chem._rdkit import parse_valid
+from minitransformer.chem.metrics import UNIQUE_AT, evaluate_samples
 
 __all__ = ["score_smiles", "format_score", "load_reference", "read_samples",
            "snn", "fragment_counts", "scaffold_counts", "cosine_of_counts", "DEFINITIONS", "FCD_NOTE"]
@@ -138,7 +139,7 @@ def compare_with_reference(samples: Sequence[str], reference: Sequence[str]) -> 
     :mod:`minitransformer.chem.fragments`)."""
     ref = reference_features(tuple(reference))
     out = {"snn": None, "frag": None, "scaf": None, "n_reference_valid": ref.n_valid}
-    mols, canon = _parse(samples)
+    mols, canon = parse_valid(samples)
     if mols and ref.n_valid:
         out["snn"] = snn(distinct_fingerprints(mols, canon), ref.fps)
         out["frag"] = cosine_of_counts(fragment_counts(mols, canon), ref.fragments)

@@ -26,7 +26,6 @@ from typing import Callable, Sequence
 
 from minitransformer import atomic, backend
 from minitransformer.cli.errors import BackendUnavailable, one_line
-from minitransformer.cli.progress import PROGRESS
 
 
 class Auto(str):
