@@ -34,7 +34,6 @@ from typing import Sequence
 
 import numpy as np
 
-from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit
 from minitransformer.chem.user_files import read_user_smiles
 from minitransformer.chem.vocab import Vocab
 
@@ -126,18 +125,8 @@ class PropertyPredictor:
         return cls(model, vocab, tasks, config["max_len"], source=str(path))
 
     def unreadable_reason(self, smiles: str) -> str | None:
-        """Why the model cannot read ``smiles``, or None when it can."""
-        with quiet_rdkit():
-            if mol_from_smiles(smiles) is None:
-                return "RDKit cannot parse it" if smiles else "empty SMILES"
-        from minitransformer.chem.tokenizer import tokenize
-        unknown = sorted({t for t in tokenize(smiles) if self.vocab.token_to_id(t) == self.vocab.unk_id})
-        if unknown:
-            return f"tokens not in the model's vocabulary: {' '.join(unknown)}"
-        n = len(self.vocab.encode(smiles, cls=True))
-        if n > self.max_len:
-            return f"{n} tokens, more than the model's max_len {self.max_len}"
-        return None
+        """Why the model cannot read ``smiles``, or None when it can (:meth:`Vocab.unreadable_reason`)."""
+        return self.vocab.unreadable_reason(smiles, self.max_len, cls=True)
 
     def predict(self, smiles: Sequence[str], views: int = 8, seed: int = 0,
                 batch_size: int = 128) -> tuple[np.ndarray, np.ndarray, list]:

@@ -193,6 +193,24 @@ class Vocab:
             ids.append(self.eos_id)
         return ids
 
+    def unreadable_reason(self, smiles: str, max_len: int, cls: bool = False) -> str | None:
+        """Why a model with this vocabulary and ``max_len`` cannot read ``smiles``, or None:
+        empty, RDKit cannot parse it, a token it never saw, or more than ``max_len`` ids
+        once framed (``cls`` as in :meth:`encode`)."""
+        from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit
+        if not smiles:
+            return "empty SMILES"
+        with quiet_rdkit():
+            if mol_from_smiles(smiles) is None:
+                return "RDKit cannot read it"
+        unknown = sorted({t for t in tokenize(smiles) if t not in self._ids})
+        if unknown:
+            return f"not in the model's vocabulary; it never saw: {' '.join(unknown)}"
+        n = len(self.encode(smiles, cls=cls))
+        if n > max_len:
+            return f"{n} tokens, more than the model's max_len {max_len}"
+        return None
+
     def encode_batch(self, smiles_list: Sequence[str], bos: bool = True, eos: bool = True,
                      pad_to: int | None = None, cls: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Encode several SMILES into one padded matrix.

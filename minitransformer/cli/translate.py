@@ -49,7 +49,6 @@ def run(args) -> int:
     from minitransformer import cli
     from minitransformer.chem import canonical
     from minitransformer.chem.canonicalization import translate
-    from minitransformer.chem.tokenizer import tokenize
     from minitransformer.chem.user_files import read_user_smiles
     if not args.smiles and args.input is None:
         raise ValueError("no SMILES given; list them after the checkpoint, or pass --input FILE (- for stdin)")
@@ -58,15 +57,8 @@ def run(args) -> int:
     cli.refuse_overwrite(args.out, args.force)  # before any work
     sources = list(args.smiles) if args.smiles else read_user_smiles(args.input)[1]
     model, vocab = load_translator(args.checkpoint)
-    problems = {}
-    for i, s in enumerate(sources):
-        if canonical(s) is None:
-            problems[i] = "RDKit cannot read this SMILES"
-        elif any(t not in vocab for t in tokenize(s)):
-            unknown = sorted({t for t in tokenize(s) if t not in vocab})
-            problems[i] = f"tokens the model never saw: {' '.join(unknown)}"
-        elif len(vocab.encode(s)) > model.config.max_len:
-            problems[i] = f"too long for this model ({len(vocab.encode(s))} tokens, it reads {model.config.max_len})"
+    reasons = [vocab.unreadable_reason(s, model.config.max_len) for s in sources]
+    problems = {i: why for i, why in enumerate(reasons) if why is not None}
     if problems and len(problems) == len(sources):
         i = min(problems)
         raise ValueError(f"nothing to translate: {sources[i][:60]!r}: {problems[i]}"
