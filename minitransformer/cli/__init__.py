@@ -34,17 +34,10 @@ from minitransformer.cli.arguments import (AUTO, ArgumentParser, add_command, ad
                                            run_folder, seed, use_backend)
 from minitransformer.cli.errors import DEBUG_ENV, BackendUnavailable, WriteError, run_cli
 from minitransformer.cli.outputs import (attention_example, format_duration, json_safe, outputs_line, print_table,
-                                         read_history,
-                                         save_curves, save_plot, write_bytes, write_json, write_text)
+                                         read_history, save_curves, save_plot, write_bytes, write_json, write_text)
 from minitransformer.cli.progress import run_fit
 from minitransformer.cli.provenance import write_provenance
 from minitransformer.cli.run_folders import check_resume, claim_run_folder, data_fingerprint
-
-
-def plot_attention_example(model, vocab, smiles, out) -> None:
-    """``--plot-attention``: see :func:`minitransformer.cli.attention.plot_attention_example`."""
-    from minitransformer.cli.attention import plot_attention_example as plot
-    plot(model, vocab, smiles, out)
 
 
 __all__ = ["ArgumentParser", "add_command", "add_common_arguments", "add_resume_argument", "use_backend",
@@ -52,4 +45,4 @@ __all__ = ["ArgumentParser", "add_command", "add_common_arguments", "add_resume_
            "json_safe", "outputs_line", "print_table", "read_history", "attention_example", "format_duration", "int_at_least",
            "number", "seed", "data_source", "existing_file", "input_file", "output_file", "run_folder",
            "refuse_overwrite", "claim_run_folder", "check_resume", "data_fingerprint", "run_fit",
-           "write_provenance", "plot_attention_example", "WriteError", "BackendUnavailable", "DEBUG_ENV", "AUTO"]
+           "write_provenance", "WriteError", "BackendUnavailable", "DEBUG_ENV", "AUTO"]

@@ -58,20 +58,12 @@ def load_model(path):
     return model.eval(), Vocab.from_json(ckpt.vocab)
 
 
-def draw(model, vocab, smiles: str, out: Path, layers=None, heads=None, scale: str = "map",
-         overwrite: bool = True) -> list:
-    """Write the attention pictures of ``smiles`` into ``out`` (heatmaps and molecule drawings,
-    see :func:`minitransformer.viz.render_attention`); returns the paths written."""
-    from minitransformer.viz import render_attention
-    return render_attention(model, vocab, smiles, out, layers=layers, heads=heads, scale=scale,
-                            overwrite=overwrite)
-
-
 def plot_attention_example(model, vocab, smiles, out) -> None:
     """``--plot-attention`` of the training commands: the pictures of one readable test molecule."""
     from minitransformer.cli.outputs import attention_example
+    from minitransformer.viz import render_attention
     example = attention_example(smiles)
-    paths = draw(model, vocab, example, Path(out), layers=[0, -1])
+    paths = render_attention(model, vocab, example, Path(out), layers=[0, -1])
     print(f"attention maps of {example} in {', '.join(str(p) for p in paths)}")
 
 
@@ -96,7 +88,8 @@ def in_the_models_words(smiles: str, vocab) -> str:
 def run(args) -> int:
     model, vocab = load_model(args.checkpoint)
     smiles = in_the_models_words(args.smiles, vocab)
-    paths = draw(model, vocab, smiles, Path(args.out), layers=args.layers, heads=args.heads, scale=args.scale,
-                 overwrite=args.force)
+    from minitransformer.viz import render_attention  # heatmaps and molecule drawings, written atomically
+    paths = render_attention(model, vocab, smiles, Path(args.out), layers=args.layers, heads=args.heads,
+                             scale=args.scale, overwrite=args.force)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

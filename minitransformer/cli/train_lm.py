@@ -260,7 +260,8 @@ def run(args) -> int:
         print(f"no valid molecule among the {len(samples)} samples, so there is no molecules.png to draw")
     cli.save_curves(pre_history + tagged(trainer.history, "train"), out / "curves.png")
     if args.plot_attention:
-        cli.plot_attention_example(model, vocab, valid or data.test or data.train, out)
+        from minitransformer.cli.attention import plot_attention_example
+        plot_attention_example(model, vocab, valid or data.test or data.train, out)
 
     metrics = {f"test_{k}": v for k, v in test.items()}
     metrics.update(chem)

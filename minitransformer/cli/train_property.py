@@ -221,7 +221,8 @@ def run(args) -> int:
                     panels=(("loss (MLM cross-entropy, then BCE)", ("train_loss", "val_loss")),
                             ("validation ROC-AUC", ("val_auc",))))
     if args.plot_attention:
-        cli.plot_attention_example(model, vocab, test.smiles, out)
+        from minitransformer.cli.attention import plot_attention_example
+        plot_attention_example(model, vocab, test.smiles, out)
 
     per_task = {name: None if np.isnan(v) else v for name, v in auc["per_label"].items()}  # JSON: no NaN
     metrics = {"test_auc_mean": auc["mean"], "test_auc_mean_single_view": single["mean"],

@@ -188,7 +188,8 @@ def run(args) -> int:
                     panels=(("loss (nats per token)", ("train_loss", "val_loss")),
                             ("validation accuracy", ("val_acc", "val_exact"))))
     if args.plot_attention:
-        cli.plot_attention_example(model, vocab, data.test_src, out)
+        from minitransformer.cli.attention import plot_attention_example
+        plot_attention_example(model, vocab, data.test_src, out)
 
     if is_moses(args.data):  # the same model on the Tox21 test molecules it never saw
         metrics["tox21"] = tox21_exact_match(model, vocab, args.seed)
