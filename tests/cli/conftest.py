@@ -101,3 +101,15 @@ def finished_molecules_run(tmp_path_factory, load_demo):
     argv = ["--quick", "--quiet", "--data", "druglike", "--pretrain-data", "none", "--samples", "10", "--out", str(out)]
     assert run_cli(demo.main, argv) == 0
     return demo, out
+
+
+@pytest.fixture(scope="session")
+def molecules(load_demo):
+    """The module ``demos/molecules.py`` (``main`` runs ``minitransformer train lm``)."""
+    return load_demo("molecules")
+
+
+@pytest.fixture(scope="session")
+def finished_run(finished_molecules_run):
+    """The run folder of :func:`finished_molecules_run` (tests that change it copy it first)."""
+    return finished_molecules_run[1]

@@ -23,11 +23,6 @@ BASE = ["--quick", "--quiet", "--data", "druglike", "--pretrain-data", "none", "
 STEPS_PER_EPOCH = 10
 
 
-@pytest.fixture(scope="module")
-def molecules(load_demo):
-    return load_demo("molecules")
-
-
 def interrupt_training_step(monkeypatch, k: int):
     """Ctrl-C in the ``k``-th training step (1-based): ``k - 1`` steps are done."""
     from minitransformer import tasks

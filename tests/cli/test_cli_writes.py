@@ -108,17 +108,6 @@ def temporary_files(folder) -> list:
     return [p.name for p in pathlib.Path(folder).rglob("*") if p.name.endswith((".tmp", ".part"))]
 
 
-@pytest.fixture(scope="module")
-def molecules(load_demo):
-    return load_demo("molecules")
-
-
-@pytest.fixture(scope="module")
-def finished_run(finished_molecules_run):
-    """A finished quick run of the molecules demo (BASE's options)."""
-    return finished_molecules_run[1]
-
-
 @pytest.mark.parametrize("name", ["metrics.json", "samples.smi", "curves.png"])
 def test_full_disk_while_writing_a_run_output_keeps_the_old_file(name, molecules, finished_run, tmp_path,
                                                                  capsys, monkeypatch):

@@ -21,17 +21,6 @@ pytest.importorskip("matplotlib")
 BASE = ["--quick", "--quiet", "--pretrain-data", "none", "--samples", "10"]
 
 
-@pytest.fixture(scope="module")
-def molecules(load_demo):
-    return load_demo("molecules")
-
-
-@pytest.fixture(scope="module")
-def finished_run(finished_molecules_run):
-    """A finished quick run of the molecules demo on the drug-like set (BASE's options)."""
-    return finished_molecules_run[1]
-
-
 @pytest.fixture
 def old_run(finished_run, tmp_path):
     """A private copy of the finished run (tests may change it)."""
