@@ -7,6 +7,11 @@ physico-chemical descriptor distributions, and the nearest-neighbour (SNN),
 fragment (Frag) and scaffold (Scaf) similarities to the reference. The reference
 is the molecules the generator was trained on: ``tox21``, ``druglike`` or a
 file. The result is printed as a table, and written as JSON with ``--json``.
+
+``--reference moses`` judges the samples the MOSES way instead
+(:func:`~minitransformer.chem.moses_report.moses_benchmark`): novelty and the KL
+score against MOSES's ``train``, SNN, Frag and Scaf against ``test`` and
+``test_scaffolds``, printed under the published MOSES rows.
 """
 from __future__ import annotations
 
@@ -18,13 +23,16 @@ def add_parser(commands):
     from minitransformer import cli
     p = cli.add_command(commands, "score", help="judge a file of generated SMILES (validity, novelty, IntDiv, KL ...)",
                         example="minitransformer score runs/lm/samples.smi --reference tox21\n"
-                                "minitransformer score other_model.csv --reference train.smi --json scores.json")
+                                "minitransformer score other_model.csv --reference train.smi --json scores.json\n"
+                                "minitransformer score runs/moses/samples.smi --reference moses")
     p.add_argument("samples", type=cli.input_file("SMILES file"),
                    help="the generated molecules: .smi/.txt (one per line) or .csv (smiles column), or - for stdin")
     p.add_argument("--reference", default=None,
-                   type=cli.data_source(("tox21", "druglike"), refused={"none": "leave out --reference instead"}),
+                   type=cli.data_source(("tox21", "druglike", "moses"),
+                                        refused={"none": "leave out --reference instead"}),
                    help="the training molecules, for novelty, KL, SNN, Frag and Scaf: tox21, druglike or a file "
-                        "(default: none, and those metrics are n/a)")
+                        "(default: none, and those metrics are n/a); moses: the MOSES benchmark table (novelty "
+                        "and KL against its train file, SNN/Frag/Scaf against test and test_scaffolds)")
     p.add_argument("--json", default=None, type=cli.output_file, metavar="FILE",
                    help="also write the numbers as JSON to FILE (- for standard output, instead of the table)")
     p.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
@@ -43,6 +51,8 @@ def run(args) -> int:
     if not samples:
         raise ValueError(f"{args.samples}: no SMILES in it; give one molecule per line, or a CSV with a "
                          "smiles column")
+    if args.reference == "moses":
+        return run_moses(args, samples, to_stdout)
     reference = load_reference(args.reference) if args.reference else None
     result = score_smiles(samples, reference, seed=args.seed)
     result["samples_file"], result["reference"] = str(args.samples), args.reference
@@ -52,5 +62,25 @@ def run(args) -> int:
     sys.stdout.write(format_score(result))
     if args.json:
         cli.write_json(args.json, result, overwrite=args.force)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def run_moses(args, samples, to_stdout: bool) -> int:
+    """``--reference moses``: every MOSES column, printed under the published rows."""
+    from minitransformer import cli
+    from minitransformer.chem.moses_report import markdown_table, moses_benchmark
+    from minitransformer.chem.scoring import FCD_NOTE
+    print("scoring against MOSES: its 1.58M training molecules are canonicalized for novelty (minutes)",
+          file=sys.stderr)
+    row = moses_benchmark(samples, seed=args.seed)
+    row.update(samples_file=str(args.samples), reference="moses", fcd_note=FCD_NOTE)
+    if to_stdout:
+        sys.stdout.write(json.dumps(cli.json_safe(row), indent=1) + "\n")
+        return 0
+    sys.stdout.write(markdown_table(row, label=f"{args.samples} ({row['n_samples']:,} samples)"))
+    sys.stdout.write(f"\n{FCD_NOTE}.\n" + (f"Filters: {row['filters_note']}.\n" if row["filters_note"] else ""))
+    if args.json:
+        cli.write_json(args.json, row, overwrite=args.force)
         print(f"wrote {args.json}")
     return 0

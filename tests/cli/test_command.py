@@ -150,6 +150,24 @@ def test_score_a_smiles_file_as_text_and_json(tmp_path, capsys):
     assert code == 0 and json.loads(out.out)["novelty"] is None  # no reference: not a number
 
 
+def test_score_against_moses_prints_the_benchmark_table(tmp_path, capsys, monkeypatch):
+    import minitransformer.chem.filters as filters
+    import minitransformer.chem.moses as moses
+    splits = {"train": ["CCO", "c1ccccc1", "CC(=O)Nc1ccc(O)cc1"], "test": ["c1ccc2ccccc2c1", "CCCO"],
+              "test_scaffolds": ["c1ccc2[nH]ccc2c1"]}
+    monkeypatch.setattr(moses, "load_moses", lambda split, download=True, limit=None: list(splits[split]))
+    monkeypatch.setattr(filters, "default_filters", lambda download=True: (None, "no alert files in this test"))
+    samples, scores = tmp_path / "gen.smi", tmp_path / "moses.json"
+    samples.write_text("CCO\nc1ccc2ccccc2c1\nCCCCl\nC1CC\n")
+    code, out = run(["score", samples, "--reference", "moses", "--json", scores], capsys)
+    assert code == 0 and "| CharRNN | 0.9748 |" in out.out  # the published rows first
+    ours = [line for line in out.out.splitlines() if "(4 samples)" in line]
+    assert len(ours) == 1 and ours[0].split("|")[2].strip() == "0.7500"  # 3 of 4 valid
+    d = json.loads(scores.read_text())
+    assert d["valid"] == pytest.approx(3 / 4) and d["novelty"] == pytest.approx(2 / 3)  # CCO is in train
+    assert d["scaf_test"] == pytest.approx(1.0) and d["filters"] is None and "ChemNet" in d["fcd_note"]
+
+
 # --------------------------------------------------------------------------- attention
 @pytest.mark.parametrize("kind,names", [("lm", ["attention_decoder_self.png", "attention_decoder_self_molecule.png"]),
                                         ("s2s", ["attention_cross.png", "attention_encoder_self.png"]),
