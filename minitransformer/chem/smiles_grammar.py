@@ -9,9 +9,11 @@ syntax. It plugs into :func:`minitransformer.generate.sample` as
 
 This is a feature of the sampler, switched off by default: the model's
 distribution is renormalised over the allowed tokens at each step. Nothing is
-filtered, resampled or repaired afterwards, and the rules are syntax only:
-valence, charges and aromaticity are left to the model, so a constrained sample
-can still fail RDKit's sanitization (a five-bonded carbon, say).
+filtered, resampled or repaired afterwards. The rules below are syntax only;
+``SmilesGrammar(vocab, valence=True)`` adds the valence rules of
+:mod:`minitransformer.chem.smiles_valence` (no atom gets more bonds than RDKit
+allows it). Aromaticity is always left to the model, so a constrained sample
+can still fail RDKit's sanitization (an aromatic ring that cannot be kekulized).
 
 The rules
 ---------
@@ -76,6 +78,7 @@ from collections import Counter
 
 import numpy as np
 
+from minitransformer.chem.smiles_valence import Valence, atom_capacity, bond_order
 from minitransformer.chem.vocab import Vocab
 
 __all__ = ["SmilesGrammar", "token_class"]
@@ -219,15 +222,18 @@ class SmilesGrammar:
         max_open_rings: how many rings may be open at once (rule 6). The
             default 4 is the most RDKit's 10,000 drug-like molecules ever have
             open at once, in aromatic or Kekule form.
+        valence: also apply the valence rules V1-V5 of
+            :mod:`minitransformer.chem.smiles_valence` (needs RDKit).
 
     Use: ``sample(model, batch_size=B, constraint=SmilesGrammar(vocab))``.
     """
 
-    def __init__(self, vocab: Vocab, max_open_rings: int = 4):
+    def __init__(self, vocab: Vocab, max_open_rings: int = 4, valence: bool = False):
         if isinstance(max_open_rings, bool) or not isinstance(max_open_rings, int) or max_open_rings < 1:
             raise ValueError(f"max_open_rings must be an int >= 1, got {max_open_rings!r}")
         self.vocab = vocab
         self.max_open_rings = max_open_rings
+        self.valence = bool(valence)
         tokens = vocab.tokens
         self.labels = [t for t in tokens[vocab.n_specials:] if is_ring_label(t)]  # ring labels, vocab order
         label_index = {t: i for i, t in enumerate(self.labels)}
@@ -239,12 +245,16 @@ class SmilesGrammar:
         self.token_classes = np.array(classes, dtype=np.int64)  # (V,)
         self._n_classes = RING0 + len(self.labels)
         self._rows, self._length, self._max_len = [], 0, 0
+        if self.valence:
+            self._kinds, self.token_kinds = _valence_kinds(tokens, classes)
+        self._valences = []
 
     # --------------------------------------------------------- the interface
     def start(self, prefix: np.ndarray, max_len: int) -> None:
         """New rows for the prefix (B, P); BOS is skipped, other prompt tokens must obey the rules."""
         prefix = np.asarray(prefix)
         self._rows = [_Row() for _ in range(prefix.shape[0])]
+        self._valences = [Valence() for _ in self._rows] if self.valence else []
         self._length, self._max_len = 0, int(max_len)
         for j in range(prefix.shape[1]):
             if (prefix[:, j] == self.vocab.bos_id).all():
@@ -265,13 +275,22 @@ class SmilesGrammar:
                 ok[b] = self._allowed(row, left)
         banned = ~ok[:, self.token_classes]  # (B, V)
         banned[:, self.token_classes == BANNED] = True
+        for b, valence in enumerate(self._valences):
+            row = self._rows[b]
+            if row.last != "done":
+                kind_ok = np.array([valence.allowed(row, kind, _rings_open_after(row, kind))
+                                    for kind in self._kinds] + [True])  # (K + 1,), the last for non-SMILES
+                banned[b] |= ~kind_ok[self.token_kinds]
         return banned
 
     def advance(self, tokens: np.ndarray) -> None:
         """Write the tokens (B,) into every unfinished row."""
-        for row, tok in zip(self._rows, np.asarray(tokens).tolist()):
+        valences = self._valences or [None] * len(self._rows)
+        for row, valence, tok in zip(self._rows, valences, np.asarray(tokens).tolist()):
             if row.last != "done":
                 cls = int(self.token_classes[tok])
+                if valence is not None:
+                    valence.advance(row, self._kinds[self.token_kinds[tok]])
                 row.advance(min(cls, RING0), cls - RING0)
         self._length += 1
 
@@ -288,3 +307,37 @@ class SmilesGrammar:
                 ahead.advance(min(cls, RING0), cls - RING0)
                 ok[cls] = ahead.need() <= left
         return ok
+
+
+def _valence_kinds(tokens, classes) -> tuple:
+    """The distinct valence kinds of the vocabulary (see :meth:`Valence.allowed`) and, per
+    token, the index of its kind ((V,) ints; specials and non-SMILES tokens point one past
+    the end, to a kind that is always allowed: the syntax rules ban those already)."""
+    kinds, index, token_kinds = [], {}, []
+    for token, cls in zip(tokens, classes):
+        if cls == ATOM:
+            kind = ("atom", atom_capacity(token))
+        elif cls == BOND:
+            kind = ("bond", bond_order(token))
+        elif cls in (OPEN, CLOSE):
+            kind = ("open",) if cls == OPEN else ("close",)
+        elif cls >= RING0:
+            kind = ("ring", cls - RING0)
+        elif cls in (EOS, DOT):
+            kind = ("end",)
+        else:
+            token_kinds.append(-1)
+            continue
+        if kind not in index:
+            index[kind] = len(kinds)
+            kinds.append(kind)
+        token_kinds.append(index[kind])
+    token_kinds = np.array([len(kinds) if k < 0 else k for k in token_kinds], dtype=np.int64)  # (V,)
+    return kinds, token_kinds
+
+
+def _rings_open_after(row: _Row, kind: tuple) -> bool:
+    """Whether a ring is still open after a token of ``kind`` is written in ``row``."""
+    if kind[0] == "ring":
+        return kind[1] not in row.rings or len(row.rings) > 1
+    return bool(row.rings)

@@ -30,9 +30,7 @@ def add_parser(commands):
     p.add_argument("--top-p", type=cli.number(0, 1, lo_open=True), default=None,
                    help="sample among the most likely tokens whose probabilities add up to p (default: 1)")
     p.add_argument("--seed", type=cli.seed, default=0)
-    p.add_argument("--grammar", action="store_true",
-                   help="constrained sampling: ban tokens that break the SMILES syntax at each step (unclosed "
-                        "rings, unbalanced parentheses, bonds at the end); a feature of the sampler, off by default")
+    add_grammar_argument(p, "constrained sampling")
     p.add_argument("--out", default=None, type=cli.output_file,
                    help="write to this .smi (one SMILES per line) or .csv file (default: print the SMILES)")
     p.add_argument("--force", action="store_true", help="overwrite the --out file if it exists")
@@ -66,10 +64,21 @@ def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | N
     return out
 
 
-def grammar_constraint(vocab):
-    """The ``--grammar`` constraint: :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar`."""
+def add_grammar_argument(p, what: str) -> None:
+    """``--grammar [syntax|valence]`` (``sample`` and ``train lm``)."""
+    p.add_argument("--grammar", nargs="?", const="syntax", default=None, choices=("syntax", "valence"),
+                   help=f"{what}: ban the tokens that break the SMILES syntax at each step (unclosed rings, "
+                        "unbalanced parentheses, bonds at the end); --grammar valence also bans the ones that "
+                        "give an atom more bonds than RDKit allows; a feature of the sampler, off by default")
+
+
+def grammar_constraint(vocab, level: str | None):
+    """The ``--grammar`` constraint (None when off):
+    :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar`, with its valence rules for ``"valence"``."""
+    if level is None:
+        return None
     from minitransformer.chem.smiles_grammar import SmilesGrammar
-    return SmilesGrammar(vocab)
+    return SmilesGrammar(vocab, valence=level == "valence")
 
 
 def load_generator(path):
@@ -106,7 +115,7 @@ def run(args) -> int:
         raise ValueError(f"--out {args.out}: unknown file type; give a {', '.join(OUTPUT_SUFFIXES)} file")
     cli.refuse_overwrite(args.out, args.force)  # before any work
     model, vocab = load_generator(args.checkpoint)
-    grammar = grammar_constraint(vocab) if args.grammar else None
+    grammar = grammar_constraint(vocab, args.grammar)
     smiles = sample_smiles(model, vocab, args.count, temperature=args.temperature, top_k=args.top_k,
                            top_p=args.top_p, seed=args.seed, quiet=args.quiet, constraint=grammar)
     if args.out is None:

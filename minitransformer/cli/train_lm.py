@@ -61,6 +61,7 @@ MAX_LEN = 102  # BOS + up to 100 tokens + EOS
 
 def add_parser(kinds):
     from minitransformer import cli
+    from minitransformer.cli.sample import add_grammar_argument
     p = cli.add_command(kinds, "lm", help="a molecule generator (decoder-only, next-token prediction)",
                         example="minitransformer train lm --quick\n"
                                 "minitransformer train lm --preset tomczak --data tox21 --out runs/tomczak")
@@ -78,8 +79,7 @@ def add_parser(kinds):
                    help="molecules to sample at the end (default: the preset's, 2000; 30,000 for moses)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0,
                    help="sampling temperature, > 0 (default: 1)")
-    p.add_argument("--grammar", action="store_true",
-                   help="sample the final molecules under the SMILES grammar constraint (see `sample --grammar`)")
+    add_grammar_argument(p, "sample the final molecules under a constraint")
     p.add_argument("--pretrain-data", default=None, type=cli.data_source(("druglike", "tox21", "moses", "none")),
                    help="pretrain on these molecules first (druglike, tox21, moses, a file, or none; default: the "
                         "preset's)")
@@ -236,7 +236,7 @@ def run(args) -> int:
         if data.test else {}
     t1 = time.perf_counter()
     samples = sample_smiles(model, vocab, settings["samples"], temperature=args.temperature, seed=args.seed,
-                            quiet=args.quiet, constraint=grammar_constraint(vocab) if args.grammar else None)
+                            quiet=args.quiet, constraint=grammar_constraint(vocab, args.grammar))
     t_sample = time.perf_counter() - t1
     cli.write_text(out / "samples.smi", "\n".join(samples) + "\n")
     if is_moses(args.data):  # novelty against all of MOSES's train, as MOSES counts it
@@ -286,7 +286,7 @@ def print_summary(m, out) -> None:
         ("test NLL per token", f"{number('test_nll_token', '.4f')} nats"),
         ("test next-token accuracy (tokens + EOS)", number("test_acc_token", ".3f")),
         ("validity (RDKit parses the sample)", f"{m['validity']:.3f} of {m['n_samples']} samples"
-                                                + (", under the SMILES grammar" if m.get("grammar") else "")),
+                                                + (f", under the SMILES grammar ({m['grammar']})" if m.get("grammar") else "")),
         ("invalid samples, by kind", ", ".join(f"{k} {n}" for k, n in m["invalid_kinds"].items() if n) or "none"),
         ("uniqueness (distinct among the valid; @1k)", f"{m['uniqueness']:.3f}; {m['unique@1000']:.3f}"),
         ("novelty (valid, distinct, not in training)", f"{m['novelty']:.3f}"),

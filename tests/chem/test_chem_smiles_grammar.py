@@ -175,3 +175,96 @@ def test_constraint_none_is_the_unconstrained_sampler():
     a = sample(model, batch_size=50, rng=7)
     b = sample(model, batch_size=50, rng=7, constraint=None)
     np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------ valence (chem/smiles_valence.py)
+KEKULE = Vocab(["C", "N", "O", "F", "Cl", "S", "[N+]", "[O-]", "[C@@H]", "[NH3+]", "c", "=", "#", "-", "/",
+                "(", ")", "1", "2", "3", "4", "%10", "."])
+
+
+def valence_allows(prefix: str, vocab=KEKULE, max_len: int = 80) -> set:
+    grammar = SmilesGrammar(vocab, valence=True)
+    ids = [vocab.bos_id] + [vocab.token_to_id(t) for t in tokenize(prefix)]
+    grammar.start(np.array([ids]), max_len)
+    banned = grammar.banned()[0]  # (V,)
+    return {vocab.id_to_token(i) for i in range(len(vocab)) if not banned[i]}
+
+
+def test_atom_capacities_are_rdkits():
+    pytest.importorskip("rdkit")
+    from minitransformer.chem.smiles_valence import atom_capacity
+    want = {"C": 4, "N": 3, "O": 2, "F": 1, "Cl": 1, "S": 6, "[N+]": 4, "[O-]": 1, "[C@@H]": 3, "[NH3+]": 1}
+    assert {t: atom_capacity(t) for t in want} == want
+    assert atom_capacity("c") == atom_capacity("*") == np.inf  # aromatic and dummy atoms: not limited
+
+
+@pytest.mark.parametrize("prefix,token,ok", [
+    # V1: the new atom takes the bond, and cur has room for it
+    ("C=", "F", False), ("C=", "O", True), ("C#", "O", False), ("C#", "N", True), ("C[O-]", "C", False),
+    ("CC(F)(F)(F)", "F", False), ("CC(F)(F)", "F", True), ("C=", "[NH3+]", False), ("C", "[NH3+]", True),
+    # V2, V3: a bond symbol or a branch needs room on cur
+    ("CC(C)(C)", "=", False), ("CC(C)", "=", True), ("CO", "=", False), ("C=O", "(", False), ("CO", "(", True),
+    # V4: ring bonds count on both ends; two different symbols on one ring bond are banned
+    ("C1CC(F", "1", False), ("C1CC(C", "1", True), ("C=1CC#", "1", False), ("C=1CC=", "1", True),
+    ("C1CC=", "1", True), ("C1(C)(C)CC=", "1", False),
+    ("C1CCO", "=", False), ("C1CC(C)(C)C", "=", True),
+    # V5: no dead end with a ring open (O would leave nothing to close ring 1 or go on from)
+    ("C1CC(=", "O", True), ("C1CC(", "F", True), ("C1C=", "O", False), ("CC=", "O", True),
+])
+def test_valence_rule(prefix, token, ok):
+    pytest.importorskip("rdkit")
+    assert (token in valence_allows(prefix)) == ok
+
+
+def test_valence_never_bans_a_real_molecule():
+    """The 1,500 first drug-like molecules, aromatic and Kekule: no token of theirs is banned."""
+    Chem = pytest.importorskip("rdkit.Chem")
+    from minitransformer.chem.data import load_source
+    smiles = load_source("druglike").smiles[:1500]
+    kekule = []
+    for s in smiles:
+        mol = Chem.MolFromSmiles(s)
+        Chem.Kekulize(mol, clearAromaticFlags=True)
+        kekule.append(Chem.MolToSmiles(mol, kekuleSmiles=True))
+    for molecules in (smiles, kekule):
+        tokens = [tokenize(s) for s in molecules]
+        vocab = Vocab(sorted({t for ts in tokens for t in ts}))
+        grammar = SmilesGrammar(vocab, valence=True)
+        for s, ts in zip(molecules, tokens):
+            ids = [vocab.token_to_id(t) for t in ts] + [vocab.eos_id]
+            grammar.start(np.array([[vocab.bos_id]]), 200)
+            for j, i in enumerate(ids):
+                assert not grammar.banned()[0, i], f"{s}: token {j} ({vocab.id_to_token(i)!r}) banned"
+                grammar.advance(np.array([i]))
+
+
+def test_valence_walks_in_kekule_form_all_sanitize():
+    """Random walks over Kekule tokens that end where EOS is allowed: RDKit parses and
+    sanitizes every one (the valence and syntax rules together cover all its checks)."""
+    Chem = pytest.importorskip("rdkit.Chem")
+    from rdkit import RDLogger
+    RDLogger.DisableLog("rdApp.*")
+    vocab = Vocab([t for t in KEKULE.tokens[KEKULE.n_specials:] if t != "c"])
+    rng = np.random.default_rng(0)
+    B, max_len = 300, 100
+    grammar = SmilesGrammar(vocab, valence=True)
+    grammar.start(np.full((B, 1), vocab.bos_id), max_len)
+    rows, forced = [[] for _ in range(B)], set()
+    for _ in range(max_len - 1):
+        tok = []
+        for b, mask in enumerate(grammar.banned()):
+            allowed = np.flatnonzero(~mask)
+            if grammar._rows[b].last == "done":
+                tok.append(vocab.pad_id)
+            elif not allowed.size:  # nothing left: the sampler lets the row end (budget)
+                forced.add(b)
+                tok.append(vocab.eos_id)
+            else:
+                eos_ok = not mask[vocab.eos_id]
+                tok.append(vocab.eos_id if eos_ok and rng.random() < 0.15 else rng.choice(allowed))
+        grammar.advance(np.array(tok))
+        for b in range(B):
+            rows[b].append(tok[b])
+    assert len(forced) < B // 5, f"{len(forced)} of {B} walks ran out of room"
+    ended = [vocab.decode(rows[b]) for b in range(B) if b not in forced]
+    assert [s for s in ended if Chem.MolFromSmiles(s) is None] == []

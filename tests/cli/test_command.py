@@ -84,6 +84,18 @@ def test_sample_writes_smi_and_csv_and_a_seed_repeats(tiny_checkpoints, tmp_path
     assert code == 0 and len(out.out.splitlines()) == 6
 
 
+def test_sample_under_the_grammar_levels(tiny_checkpoints, capsys):
+    """--grammar (syntax) and --grammar valence: every sample parses; a third level is a usage error."""
+    Chem = pytest.importorskip("rdkit.Chem")
+    from minitransformer.chem.failures import failure_kind
+    for level in (["--grammar"], ["--grammar", "valence"]):
+        code, out = run(["sample", tiny_checkpoints["lm"], "-n", "30", *level], capsys)
+        kinds = {failure_kind(s) for s in out.out.splitlines() if Chem.MolFromSmiles(s) is None}
+        assert code == 0 and not kinds & {"empty", "unclosed ring", "parentheses", "syntax"}, kinds
+    code, out = run(["sample", tiny_checkpoints["lm"], "--grammar", "strict"], capsys)
+    assert code == 2 and "--grammar" in error_line(out)
+
+
 def test_sample_refuses_an_unknown_output_type_before_work(tiny_checkpoints, tmp_path, capsys):
     assert run(["sample", tiny_checkpoints["lm"], "--out", tmp_path / "a.sdf"], capsys)[0] == 2
     assert not (tmp_path / "a.sdf").exists()
