@@ -64,18 +64,18 @@ def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | N
     return out
 
 
-def add_grammar_argument(p, what: str) -> None:
-    """``--grammar [syntax|valence]`` (``sample`` and ``train lm``)."""
-    p.add_argument("--grammar", nargs="?", const="syntax", default=None, choices=("syntax", "valence"),
+def add_grammar_argument(p, what: str, default: str = "off by default") -> None:
+    """``--grammar [off|syntax|valence]`` (``sample`` and ``train lm``)."""
+    p.add_argument("--grammar", nargs="?", const="syntax", default=None, choices=("off", "syntax", "valence"),
                    help=f"{what}: ban the tokens that break the SMILES syntax at each step (unclosed rings, "
                         "unbalanced parentheses, bonds at the end); --grammar valence also bans the ones that "
-                        "give an atom more bonds than RDKit allows; a feature of the sampler, off by default")
+                        f"give an atom more bonds than RDKit allows; a feature of the sampler ({default})")
 
 
 def grammar_constraint(vocab, level: str | None):
     """The ``--grammar`` constraint (None when off):
     :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar`, with its valence rules for ``"valence"``."""
-    if level is None:
+    if level in (None, "off"):
         return None
     from minitransformer.chem.smiles_grammar import SmilesGrammar
     return SmilesGrammar(vocab, valence=level == "valence")

@@ -101,3 +101,38 @@ def test_resuming_the_second_phase_skips_pretraining(quick_run, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "pretraining on" not in printed, "a finished phase 1 must not run again on resume"
+
+
+def _settings(argv):
+    from minitransformer.cli.main import build_parser
+    from minitransformer.cli.train_lm import resolve_settings
+    return resolve_settings(build_parser().parse_args(["train", "lm", *argv]))
+
+
+def test_default_preset_pretrains_on_moses_and_samples_under_the_valence_grammar():
+    s = _settings([])
+    assert s["pretrain_data"] == "moses" and s["grammar"] == "valence" and s["pretrain_limit"] == 130_000
+    assert _settings(["--grammar", "off"])["grammar"] is None and _settings(["--grammar"])["grammar"] == "syntax"
+    assert _settings(["--preset", "tomczak"])["grammar"] is None and _settings(["--quick"])["pretrain_data"] == \
+        "druglike"  # a quick run never fetches MOSES
+
+
+def test_without_moses_phase1_falls_back_to_druglike_unless_the_user_named_it(monkeypatch, capsys):
+    from types import SimpleNamespace
+    import minitransformer.chem.lm_data as lm_data
+    from minitransformer.chem.download import DownloadError
+    from minitransformer.cli.train_lm import DRUGLIKE_PHASE1, phase1_molecules
+    real = lm_data.pretraining_smiles
+
+    def offline(data, **kw):
+        if data == "moses":
+            raise DownloadError("could not download molsets-0.3.1-py3-none-any.whl. Offline? Put the files ...")
+        return real(data, **kw)
+    monkeypatch.setattr(lm_data, "pretraining_smiles", offline)
+    data = SimpleNamespace(val=["CCO"], test=["c1ccccc1O"])
+    s = _settings([])
+    extra = phase1_molecules(s, data, user_chose=False)
+    assert len(extra) > 9000 and {k: s[k] for k in DRUGLIKE_PHASE1} == DRUGLIKE_PHASE1
+    assert "MOSES is not available (could not download molsets-0.3.1-py3-none-any.whl)" in capsys.readouterr().out
+    with pytest.raises(DownloadError):
+        phase1_molecules(_settings(["--pretrain-data", "moses"]), data, user_chose=True)
