@@ -66,7 +66,10 @@ below show a prefix and the next token (``C(`` + ``)`` means: after ``C(``,
     that starts with enough room keeps enough room until its EOS. Only a
     ``max_len`` that leaves fewer than two tokens (an atom and EOS) after the
     prefix can leave a row with nothing allowed; the sampler then lets it end
-    (:func:`~minitransformer.generate.constraint.apply_constraint`).
+    (:func:`~minitransformer.generate.constraint.apply_constraint`). With the
+    valence rules on, this argument no longer holds near the budget: valence
+    can ban the first token of that way to finish (see the limits in
+    :mod:`minitransformer.chem.smiles_valence`).
 
 Cost: per step, a few Python operations per unfinished row, plus one short
 look-ahead per allowed token class when a row is within a few tokens of its
@@ -246,7 +249,7 @@ class SmilesGrammar:
         self._n_classes = RING0 + len(self.labels)
         self._rows, self._length, self._max_len = [], 0, 0
         if self.valence:
-            self._kinds, self.token_kinds = _valence_kinds(tokens, classes)
+            self._kinds, self._token_kinds = _valence_kinds(tokens, classes)
         self._valences = []
 
     # --------------------------------------------------------- the interface
@@ -260,9 +263,10 @@ class SmilesGrammar:
             if (prefix[:, j] == self.vocab.bos_id).all():
                 self._length += 1
                 continue
+            rules = "SMILES grammar" + (" or its valence rules" if self.valence else "")
             for b, banned in enumerate(self.banned()):
                 if banned[prefix[b, j]]:
-                    raise ValueError(f"prompt row {b} breaks the SMILES grammar at position {j} "
+                    raise ValueError(f"prompt row {b} breaks the {rules} at position {j} "
                                      f"({self.vocab.id_to_token(prefix[b, j])!r})")
             self.advance(prefix[:, j])
 
@@ -280,7 +284,7 @@ class SmilesGrammar:
             if row.last != "done":
                 kind_ok = np.array([valence.allowed(row, kind, _rings_open_after(row, kind))
                                     for kind in self._kinds] + [True])  # (K + 1,), the last for non-SMILES
-                banned[b] |= ~kind_ok[self.token_kinds]
+                banned[b] |= ~kind_ok[self._token_kinds]
         return banned
 
     def advance(self, tokens: np.ndarray) -> None:
@@ -290,7 +294,7 @@ class SmilesGrammar:
             if row.last != "done":
                 cls = int(self.token_classes[tok])
                 if valence is not None:
-                    valence.advance(row, self._kinds[self.token_kinds[tok]])
+                    valence.advance(row, self._kinds[self._token_kinds[tok]])
                 row.advance(min(cls, RING0), cls - RING0)
         self._length += 1
 

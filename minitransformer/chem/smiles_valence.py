@@ -24,15 +24,29 @@ V1. An atom needs ``capacity >= b``, and ``spare(cur) >= b`` when it bonds to
     ``cur`` (``CC(F)(F)(F)`` + ``F`` is banned; ``C=`` + ``Cl`` is banned).
 V2. A bond symbol of order ``o`` needs ``spare(cur) >= o`` (``CC(C)(C)`` + ``=``).
 V3. ``(`` needs ``spare(cur) >= 1``.
-V4. Opening a ring reserves ``b`` on ``cur``; closing it needs ``spare(cur) >= o``
-    and, when the closing side writes a higher order than the opening side did,
-    the rest on the opening atom too. Two different bond symbols on the two
-    ends of a ring bond are banned (RDKit refuses them).
-V5. **Never a dead end.** While a ring is open the molecule must be able to go
-    on: some atom on the way back (``cur``, then each open branch's base) needs
-    ``spare >= 1``, or the next token is a new atom anyway (after a bond or
-    ``(``). A token after which this fails is banned (``C1CC(`` ... ``)`` back
-    to a full atom with a ring still open).
+V4. Opening a ring reserves ``b`` on ``cur``. The ring bond's order ``o`` is the
+    symbol written at either end (1 when neither writes one); closing needs
+    ``spare(cur) >= o``, and when only the closing end writes a symbol
+    (``C1CC=1``), the opening atom must take the ``o - 1`` it did not reserve.
+    Two different orders on the two ends are banned (OpenSMILES calls it an
+    error; RDKit silently keeps the opening one: ``C=1CC#1`` + ``1``).
+V5. **No dead end while a ring is open.** After an atom, a ring label or ``)``,
+    some atom the molecule can still grow from (``cur``, or the base of an
+    open branch, reached by closing branches) needs ``spare >= 1``; a token
+    after which none has is banned (``C1CC(C)(C)(C`` + ``)``: back on a full
+    atom with ring 1 open). After a bond or ``(`` the next token is a new atom,
+    which V1 checks. A fresh ``C`` on a single bond has 3 to spare, so from any
+    atom with 1 to spare every open ring can be closed (the rule assumes ``C``,
+    or another atom taking 4 bonds, is in the vocabulary).
+
+Limits. ``:`` (aromatic bond) and ``/``, ``\\`` count as order 1, so strings of
+``:`` between upper-case atoms are not fully checked (RDKit counts 1.5). The
+length budget of the grammar (its rule 11) counts the tokens needed to close
+rings and branches, not the extra atoms valence may need (``C=1CCO`` cannot
+close ring 1 on ``O``): a row that reaches ``max_len`` in such a state has no
+allowed token left, and the sampler ends it there, unfinished. In sampling
+this is rare (13 of 2,000 samples of the default model, all runaways cut at
+100 tokens; docs/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -85,7 +99,8 @@ class Valence:
     is written) for ``cur``, the open branches and rings, and keeps its own:
     ``spare`` (one float per atom, in writing order), ``pending`` (the order of
     a bond symbol just written, 0 when none) and ``ring_bond`` (label -> the
-    bond symbol's order written where the ring opened, 0 when none).
+    bond symbol's order written where the ring opened, 0 when none: such a ring
+    reserved 1 on its opener, hence the ``opened or 1`` below).
     """
 
     __slots__ = ("spare", "pending", "ring_bond")
@@ -158,7 +173,3 @@ class Valence:
                 self.spare[row.rings[label]] -= order - (opened or 1)
         self.pending = 0
 
-    def clone(self) -> "Valence":
-        new = Valence.__new__(Valence)
-        new.spare, new.pending, new.ring_bond = list(self.spare), self.pending, dict(self.ring_bond)
-        return new

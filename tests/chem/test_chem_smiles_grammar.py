@@ -210,6 +210,7 @@ def test_atom_capacities_are_rdkits():
     ("C1CCO", "=", False), ("C1CC(C)(C)C", "=", True),
     # V5: no dead end with a ring open (O would leave nothing to close ring 1 or go on from)
     ("C1CC(=", "O", True), ("C1CC(", "F", True), ("C1C=", "O", False), ("CC=", "O", True),
+    ("C1CC(C)(C)(C", ")", False), ("C1CC(C)(C", ")", True),
 ])
 def test_valence_rule(prefix, token, ok):
     pytest.importorskip("rdkit")
