@@ -29,9 +29,9 @@ The commands use ``from minitransformer import cli`` and ``cli.<name>``; every
 name below is importable from this package.
 """
 from minitransformer.cli.arguments import (AUTO, ArgumentParser, add_command, add_common_arguments,
-                                           add_resume_argument, data_source, existing_file, input_file,
-                                           int_at_least, max_time, number, output_file, refuse_overwrite,
-                                           run_folder, seed, use_backend)
+                                           add_resume_argument, check_phase_budget, data_source, existing_file,
+                                           input_file, int_at_least, max_time, number, output_file,
+                                           refuse_overwrite, run_folder, seed, use_backend)
 from minitransformer.cli.errors import DEBUG_ENV, BackendUnavailable, WriteError, run_cli
 from minitransformer.cli.outputs import (attention_example, format_duration, json_safe, outputs_line, print_table,
                                          read_history, save_curves, save_plot, write_bytes, write_json, write_text)
@@ -41,7 +41,8 @@ from minitransformer.cli.run_folders import check_resume, claim_run_folder, data
 
 
 __all__ = ["ArgumentParser", "add_command", "add_common_arguments", "add_resume_argument", "use_backend",
-           "max_time", "run_cli", "write_json", "write_text", "write_bytes", "save_curves", "save_plot",
+           "max_time", "check_phase_budget", "run_cli", "write_json", "write_text", "write_bytes", "save_curves",
+           "save_plot",
            "json_safe", "outputs_line", "print_table", "read_history", "attention_example", "format_duration", "int_at_least",
            "number", "seed", "data_source", "existing_file", "input_file", "output_file", "run_folder",
            "refuse_overwrite", "claim_run_folder", "check_resume", "data_fingerprint", "run_fit",

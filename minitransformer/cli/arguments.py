@@ -253,6 +253,17 @@ def use_backend(args: argparse.Namespace) -> None:
             raise BackendUnavailable(str(err)) from err
 
 
+def check_phase_budget(pretrain_seconds: float | None, total_seconds: float | None) -> None:
+    """Refuse a pretraining budget that leaves the fine-tuning (the rest of ``--max-minutes``,
+    at least a minute) less than a minute: the second phase would stop almost at once."""
+    if pretrain_seconds is None or total_seconds is None or total_seconds - pretrain_seconds >= 60:
+        return
+    minutes = lambda seconds: f"{seconds / 60:g}"  # noqa: E731
+    raise ValueError(f"--pretrain-minutes {minutes(pretrain_seconds)} leaves the fine-tuning less than a minute "
+                     f"of the {minutes(total_seconds)}-minute budget (pretraining counts against --max-minutes); "
+                     f"raise --max-minutes, e.g. to {minutes(pretrain_seconds + 660)}")
+
+
 def max_time(args: argparse.Namespace, preset_seconds: float | None) -> float | None:
     """The training time budget in seconds: ``--max-minutes`` (0 = none) or the preset's."""
     if args.max_minutes is None:

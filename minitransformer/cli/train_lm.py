@@ -107,7 +107,7 @@ def add_parser(kinds):
 
 def resolve_settings(args) -> dict:
     """The preset, with --quick and the overrides of the command line applied."""
-    from minitransformer.cli import max_time
+    from minitransformer.cli import check_phase_budget, max_time
     s = {"limit": None, "samples": 2000, **PRESETS[args.preset]}
     if args.quick:
         s.update(QUICK)
@@ -129,6 +129,8 @@ def resolve_settings(args) -> dict:
     s["max_time"] = max_time(args, s["max_time"])
     if args.pretrain_minutes is not None:
         s["pretrain_max_time"] = args.pretrain_minutes * 60 if args.pretrain_minutes > 0 else None
+    if s["pretrain_epochs"] > 0:
+        check_phase_budget(s.get("pretrain_max_time"), s["max_time"])
     return s
 
 

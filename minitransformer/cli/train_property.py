@@ -56,7 +56,8 @@ def add_parser(kinds):
     p.add_argument("--pretrain-limit", type=cli.int_at_least(1), default=None,
                    help="pretrain on at most this many molecules of --pretrain-data")
     p.add_argument("--pretrain-minutes", type=cli.number(0), default=None,
-                   help="time budget of the pretraining (default: the preset's 5 minutes; 0 = none)")
+                   help="time budget of the pretraining (default: the preset's 5 minutes; 0 = none); it counts "
+                        "against --max-minutes, so raise that too to keep the fine-tuning's share")
     p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None,
                    help="override the fine-tuning peak learning rate")
     p.add_argument("--batch-size", type=cli.int_at_least(1), default=None)
@@ -69,7 +70,7 @@ def add_parser(kinds):
 
 
 def resolve_settings(args) -> dict:
-    from minitransformer.cli import max_time
+    from minitransformer.cli import check_phase_budget, max_time
     s = dict(PRESET)
     if args.quick:
         s.update(QUICK)
@@ -79,6 +80,8 @@ def resolve_settings(args) -> dict:
     if getattr(args, "pretrain_minutes", None) is not None:
         s["pretrain_max_time"] = args.pretrain_minutes * 60 if args.pretrain_minutes > 0 else None
     s["max_time"] = max_time(args, s["max_time"])
+    if args.pretrain:
+        check_phase_budget(s["pretrain_max_time"], s["max_time"])
     return s
 
 

@@ -136,3 +136,15 @@ def test_without_moses_phase1_falls_back_to_druglike_unless_the_user_named_it(mo
     assert "MOSES is not available (could not download molsets-0.3.1-py3-none-any.whl)" in capsys.readouterr().out
     with pytest.raises(DownloadError):
         phase1_molecules(_settings(["--pretrain-data", "moses"]), data, user_chose=True)
+
+
+@pytest.mark.parametrize("argv", [["train", "lm", "--pretrain-minutes", "14", "--max-minutes", "14.5"],
+                                  ["train", "property", "--pretrain", "--pretrain-minutes", "15"]])
+def test_a_pretraining_budget_that_leaves_no_fine_tuning_is_refused_before_work(argv, tmp_path, capsys):
+    from minitransformer.cli import run_cli
+    from minitransformer.cli.main import main
+    out = tmp_path / "run"
+    assert run_cli(main, [*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "leaves the fine-tuning less than a minute" in err and "raise --max-minutes" in err and "\n" not in err
+    assert not out.exists()  # refused before any work
