@@ -64,7 +64,7 @@ from minitransformer.chem.data import canonical
 from minitransformer.chem.distribution import DESCRIPTORS, descriptor_matrix, kl_divergences
 from minitransformer.chem.similarity import column_mean_tanimoto_powers, morgan_bits
 
-__all__ = ["validity", "uniqueness", "unique_at_k", "novelty", "internal_diversity", "kl_sets",
+__all__ = ["validity", "uniqueness", "unique_at_k", "novelty", "internal_diversity", "kl_sets", "kl_against",
            "evaluate_samples", "UNIQUE_AT", "KL_SAMPLES"]
 
 UNIQUE_AT = (1_000, 10_000)
@@ -188,6 +188,13 @@ def kl_sets(samples: Sequence[str], train_smiles: Sequence[str], seed: int = 0,
         n = min(len(samples), KL_SAMPLES, len(train_smiles))
     generated = _stereo_free(samples)[:n]
     return generated, _training_set(tuple(train_smiles)).reference(n, seed)
+
+
+def kl_against(samples: Sequence[str], reference: Sequence[str], seed: int = 0) -> float | None:
+    """GuacaMol's KL score of ``samples`` against any ``reference`` set (for example molecules
+    held out from training), with the sets of :func:`kl_sets`; None with fewer than two
+    molecules on a side."""
+    return _kl(list(samples), _training_set(tuple(reference)), seed)[0]
 
 
 def _kl(samples, training: _TrainingSet, seed: int) -> tuple[float | None, dict, int, int]:

@@ -186,7 +186,7 @@ def run(args) -> int:
     from minitransformer.chem.failures import failure_counts
     from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles
     from minitransformer.chem.lm_metrics import batches_of, sequence_metrics
-    from minitransformer.chem.metrics import novelty
+    from minitransformer.chem.metrics import kl_against, novelty
     from minitransformer.chem.moses import is_moses
     from minitransformer.cli.sample import grammar_constraint, sample_smiles
     from minitransformer.tasks import LMTask
@@ -276,6 +276,8 @@ def run(args) -> int:
         chem = evaluate_samples(samples, load_moses("train"), seed=args.seed)
     else:
         chem = evaluate_samples(samples, data.train, seed=args.seed)
+        # KL against molecules the model never trained on (the validation and test splits)
+        chem["kl_score_heldout"] = kl_against(samples, data.val + data.test, seed=args.seed)
     chem["invalid_kinds"] = failure_counts(samples)  # why the invalid ones fail (chem/failures.py)
     if extra:  # novelty above is against the main training set (the definition); this one counts phase 1 too
         chem["novelty_vs_all_training"] = novelty(samples, data.train + extra)
@@ -323,7 +325,8 @@ def print_summary(m, out) -> None:
         ("uniqueness (distinct among the valid; @1k)", f"{m['uniqueness']:.3f}; {m['unique@1000']:.3f}"),
         ("novelty (valid, distinct, not in training)", f"{m['novelty']:.3f}"),
         ("IntDiv1 / IntDiv2 (1 - mean Tanimoto)", f"{m['intdiv1']:.3f} / {m['intdiv2']:.3f}"),
-        ("KL score (descriptor distributions, 1 = same)", f"{m['kl_score']:.3f}"),
+        ("KL score (descriptor distributions, 1 = same)", f"{m['kl_score']:.3f} against training molecules"
+         + (f", {m['kl_score_heldout']:.3f} against held-out ones" if m.get("kl_score_heldout") is not None else "")),
         ("Filters (MOSES: pass MCF, PAINS, atom rules)", number("filters", ".3f") if m.get("filters") is not None
          else f"n/a ({m.get('filters_note') or 'no filter files'})"),
         ("radicals (valid, but with unpaired electrons)", f"{m['n_radicals']} of {m['n_valid']} valid"),

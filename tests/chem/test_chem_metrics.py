@@ -146,6 +146,15 @@ def test_evaluate_samples_of_training_set_copy():
     assert result["kl_score"] == pytest.approx(1.0, abs=1e-9), "the reference is the same set"
 
 
+def test_kl_against_any_reference_matches_evaluate_samples():
+    from minitransformer.chem.metrics import kl_against
+    samples = DRUGS[:6] + ["CCCCO", "xx"]
+    assert kl_against(samples, DRUGS) == evaluate_samples(samples, DRUGS)["kl_score"]
+    assert kl_against(DRUGS, DRUGS) == pytest.approx(1.0, abs=1e-9)
+    assert kl_against(["CCCCCCCC", "CCCCCCCCCC", "CCCCCC", "CCCCCCCCCCCC"], DRUGS) < 0.5  # alkanes vs drugs
+    assert kl_against(["xx"], DRUGS) is None
+
+
 def test_evaluate_samples_with_nothing_valid():
     result = evaluate_samples(["xx", "", "C1CC"], DRUGS)
     assert result["n_valid"] == 0

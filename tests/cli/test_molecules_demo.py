@@ -47,7 +47,7 @@ def test_quick_run_writes_every_output(quick_run):
 def test_quick_run_metrics_are_fractions(quick_run):
     _, out = quick_run
     m = json.loads((out / "metrics.json").read_text())
-    for key in ("validity", "uniqueness", "novelty", "intdiv1", "intdiv2", "kl_score",
+    for key in ("validity", "uniqueness", "novelty", "intdiv1", "intdiv2", "kl_score", "kl_score_heldout",
                 "test_acc_token", "test_rec_ref"):
         assert 0.0 <= m[key] <= 1.0, f"{key} = {m[key]} is not in [0, 1]"
     for key in ("test_nll_token", "test_nll_mol_ref", "wall_time_s"):
