@@ -98,3 +98,36 @@ def test_pretraining_on_other_molecules_leaves_the_held_out_ones_out(labelled_cs
     assert run["pretrain_data"] == "druglike" and run["pretrain_molecules"] == 500
     rows = [line.split(",")[0] for line in (out / "history.csv").read_text().splitlines()[1:]]
     assert rows[0] == "pretrain" and rows[-1] == "train"
+
+
+def _property_settings(argv):
+    from minitransformer.cli.main import build_parser
+    from minitransformer.cli.train_property import resolve_settings
+    return resolve_settings(build_parser().parse_args(["train", "property", *argv]))
+
+
+def test_pretrain_defaults_to_moses_with_its_own_minutes_on_top_of_the_fine_tuning():
+    s = _property_settings(["--pretrain"])
+    assert (s["pretrain_data"], s["pretrain_limit"], s["pretrain_epochs"]) == ("moses", 250_000, 1)
+    assert s["pretrain_max_time"] == 15 * 60 and s["max_time"] == (11 + 15) * 60  # 11 minutes stay fine-tuning
+    s = _property_settings(["--pretrain", "--pretrain-data", "train"])
+    assert (s["pretrain_epochs"], s["pretrain_max_time"], s["max_time"]) == (12, 5 * 60, 16 * 60)
+    assert _property_settings(["--pretrain", "--max-minutes", "30"])["max_time"] == 30 * 60  # the user's total
+    assert _property_settings(["--quick", "--pretrain"])["pretrain_data"] == "train"  # quick fetches nothing
+    assert _property_settings([])["max_time"] == 11 * 60
+
+
+def test_without_moses_pretraining_falls_back_to_the_training_split(monkeypatch, capsys):
+    import minitransformer.chem.lm_data as lm_data
+    from minitransformer.chem.download import DownloadError
+    from minitransformer.cli.train_property import pretraining_molecules
+
+    def offline(data, **kw):
+        raise DownloadError("could not download molsets-0.3.1-py3-none-any.whl. Offline? ...")
+    monkeypatch.setattr(lm_data, "pretraining_smiles", offline)
+    s = _property_settings(["--pretrain"])
+    assert pretraining_molecules(s, ["CCO"], user_chose=False) == []
+    assert (s["pretrain_data"], s["pretrain_max_time"], s["max_time"]) == ("train", 5 * 60, 16 * 60)
+    assert "MOSES is not available" in capsys.readouterr().out
+    with pytest.raises(DownloadError):
+        pretraining_molecules(_property_settings(["--pretrain", "--pretrain-data", "moses"]), ["CCO"], True)
