@@ -67,9 +67,8 @@ below show a prefix and the next token (``C(`` + ``)`` means: after ``C(``,
     ``max_len`` that leaves fewer than two tokens (an atom and EOS) after the
     prefix can leave a row with nothing allowed; the sampler then lets it end
     (:func:`~minitransformer.generate.constraint.apply_constraint`). With the
-    valence rules on, this argument no longer holds near the budget: valence
-    can ban the first token of that way to finish (see the limits in
-    :mod:`minitransformer.chem.smiles_valence`).
+    valence rules on, the count is the length of a plan that obeys them too
+    (:meth:`SmilesGrammar._finish_cost`), and the same argument holds for it.
 
 Cost: per step, a few Python operations per unfinished row, plus one short
 look-ahead per allowed token class when a row is within a few tokens of its
@@ -250,6 +249,9 @@ class SmilesGrammar:
         self._rows, self._length, self._max_len = [], 0, 0
         if self.valence:
             self._kinds, self._token_kinds = _valence_kinds(tokens, classes)
+            self._kind_class = [int(np.asarray(classes)[self._token_kinds == k][0]) for k in range(len(self._kinds))]
+            finite = [k for k in self._kinds if k[0] == "atom" and np.isfinite(k[1])]
+            self._fresh = max(finite, key=lambda k: k[1]) if finite else None  # the plan's new atoms (C)
         self._valences = []
 
     # --------------------------------------------------------- the interface
@@ -276,14 +278,14 @@ class SmilesGrammar:
         ok = np.ones((len(self._rows), self._n_classes), dtype=bool)  # (B, C)
         for b, row in enumerate(self._rows):
             if row.last != "done":
-                ok[b] = self._allowed(row, left)
+                ok[b] = row.allowed(len(self.labels), self.max_open_rings) if self.valence else \
+                    self._allowed(row, left)
         banned = ~ok[:, self.token_classes]  # (B, V)
         banned[:, self.token_classes == BANNED] = True
         for b, valence in enumerate(self._valences):
             row = self._rows[b]
             if row.last != "done":
-                kind_ok = np.array([valence.allowed(row, kind, _rings_open_after(row, kind))
-                                    for kind in self._kinds] + [True])  # (K + 1,), the last for non-SMILES
+                kind_ok = self._valence_allowed(row, valence, ok[b], left)  # (K + 1,), the last for non-SMILES
                 banned[b] |= ~kind_ok[self._token_kinds]
         return banned
 
@@ -299,6 +301,65 @@ class SmilesGrammar:
         self._length += 1
 
     # ------------------------------------------------------------- the rules
+    def _valence_allowed(self, row: _Row, valence: Valence, ok_class, left: int) -> np.ndarray:
+        """Rules V1-V5 per kind, then the length budget as the cost of a plan to finish
+        (:meth:`_finish_cost`) when the row is near its budget."""
+        kind_ok = np.array([bool(ok_class[self._kind_class[i]]) and
+                            valence.allowed(row, kind, _rings_open_after(row, kind))
+                            for i, kind in enumerate(self._kinds)] + [True])
+        # the plan costs at most 1 + 3 * rings + 2 * branches + 1 tokens; a token adds at most
+        # one ring or branch, so far from the budget no token can matter
+        if 3 * (len(row.rings) + 1) + 2 * (len(row.bases) + 1) + 3 <= left:
+            return kind_ok
+        for i, kind in enumerate(self._kinds):
+            if kind_ok[i]:
+                ahead, ahead_valence = row.clone(), valence.clone()
+                self._step(ahead, ahead_valence, kind)
+                kind_ok[i] = self._finish_cost(ahead, ahead_valence) <= left
+        return kind_ok
+
+    def _step(self, row: _Row, valence: Valence, kind: tuple) -> None:
+        """Write one token of ``kind`` into the row and its valence."""
+        cls = {"atom": ATOM, "bond": BOND, "open": OPEN, "close": CLOSE, "end": EOS, "dot": DOT,
+               "ring": RING0}[kind[0]]
+        valence.advance(row, kind)
+        row.advance(cls, kind[1] if kind[0] == "ring" else -1)
+
+    def _finish_cost(self, row: _Row, valence: Valence) -> float:
+        """Tokens of one way to finish under every rule (EOS included), inf if none is found.
+
+        The plan, one token at a time: after a bond or ``(``, a new atom; while rings are
+        open, the first ring (in label order) that may close on the current atom, else a
+        new atom when the current one has room, else ``)``; then ``)`` for each open
+        branch, and EOS. New atoms are the vocabulary's atom with the most room (``C``).
+        The plan is a function of the state, so its first token leads to a state whose
+        plan is the rest: a row whose plan fits its budget keeps a token that fits.
+        """
+        row, valence = row.clone(), valence.clone()
+        fresh, cost = self._fresh, 0
+        while row.last != "done":
+            step = None
+            if row.last in ("bond", "open", "start"):
+                step = fresh
+            elif row.rings:
+                if row.last in ("atom", "ring"):
+                    step = next((("ring", label) for label in sorted(row.rings)
+                                 if row.rings[label] not in (row.cur, row.par) and
+                                 row.rings[label] not in row.partners and
+                                 valence.allowed(row, ("ring", label), _rings_open_after(row, ("ring", label)))),
+                                None)
+                if step is None and fresh is not None and valence.allowed(row, fresh, True):
+                    step = fresh
+                if step is None and row.bases and valence.allowed(row, ("close",), True):
+                    step = ("close",)
+            else:
+                step = ("close",) if row.bases else ("end",)
+            if step is None or cost > 4 * self._max_len:
+                return float("inf")
+            self._step(row, valence, step)
+            cost += 1
+        return cost
+
     def _allowed(self, row: _Row, left: int) -> list:
         """Rules 1-10, then rule 11 when the row is near its budget."""
         ok = row.allowed(len(self.labels), self.max_open_rings)
@@ -328,7 +389,7 @@ def _valence_kinds(tokens, classes) -> tuple:
         elif cls >= RING0:
             kind = ("ring", cls - RING0)
         elif cls in (EOS, DOT):
-            kind = ("end",)
+            kind = ("end",) if cls == EOS else ("dot",)
         else:
             token_kinds.append(-1)
             continue

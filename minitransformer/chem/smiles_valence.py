@@ -39,14 +39,16 @@ V5. **No dead end while a ring is open.** After an atom, a ring label or ``)``,
     atom with 1 to spare every open ring can be closed (the rule assumes ``C``,
     or another atom taking 4 bonds, is in the vocabulary).
 
+Length. Near ``max_len`` the grammar's budget (its rule 11) is replaced by the
+cost of a plan to finish that obeys these rules too
+(:meth:`~minitransformer.chem.smiles_grammar.SmilesGrammar._finish_cost`):
+``C=1CC`` + ``O`` is banned when only two tokens would be left, because ``O``
+cannot take the double ring bond and a closing atom must come first.
+
 Limits. ``:`` (aromatic bond) and ``/``, ``\\`` count as order 1, so strings of
-``:`` between upper-case atoms are not fully checked (RDKit counts 1.5). The
-length budget of the grammar (its rule 11) counts the tokens needed to close
-rings and branches, not the extra atoms valence may need (``C=1CCO`` cannot
-close ring 1 on ``O``): a row that reaches ``max_len`` in such a state has no
-allowed token left, and the sampler ends it there, unfinished. In sampling
-this is rare (13 of 2,000 samples of the default model, all runaways cut at
-100 tokens; docs/RESULTS.md).
+``:`` between upper-case atoms are not fully checked (RDKit counts 1.5). A
+quadruple bond ``$``, or two open rings of order 3, can still leave a row with
+nothing allowed (the sampler then ends it); neither occurs in our data.
 """
 from __future__ import annotations
 
@@ -172,4 +174,9 @@ class Valence:
                 self.spare[row.cur] -= order
                 self.spare[row.rings[label]] -= order - (opened or 1)
         self.pending = 0
+
+    def clone(self) -> "Valence":
+        new = Valence.__new__(Valence)
+        new.spare, new.pending, new.ring_bond = list(self.spare), self.pending, dict(self.ring_bond)
+        return new
 

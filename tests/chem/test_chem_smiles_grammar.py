@@ -239,33 +239,40 @@ def test_valence_never_bans_a_real_molecule():
                 grammar.advance(np.array([i]))
 
 
-def test_valence_walks_in_kekule_form_all_sanitize():
-    """Random walks over Kekule tokens that end where EOS is allowed: RDKit parses and
-    sanitizes every one (the valence and syntax rules together cover all its checks)."""
+@pytest.mark.parametrize("max_len", [8, 20, 60])
+def test_valence_walks_in_kekule_form_all_finish_and_sanitize(max_len):
+    """Uniform random walks over Kekule tokens under syntax + valence: every row ends with
+    an EOS the rules allowed (the length budget counts what valence needs), and RDKit
+    parses and sanitizes every string (the two rule sets cover all its checks)."""
     Chem = pytest.importorskip("rdkit.Chem")
     from rdkit import RDLogger
     RDLogger.DisableLog("rdApp.*")
     vocab = Vocab([t for t in KEKULE.tokens[KEKULE.n_specials:] if t != "c"])
-    rng = np.random.default_rng(0)
-    B, max_len = 300, 100
+    rng = np.random.default_rng(max_len)
+    B = 200
     grammar = SmilesGrammar(vocab, valence=True)
     grammar.start(np.full((B, 1), vocab.bos_id), max_len)
-    rows, forced = [[] for _ in range(B)], set()
+    rows = [[] for _ in range(B)]
     for _ in range(max_len - 1):
         tok = []
         for b, mask in enumerate(grammar.banned()):
-            allowed = np.flatnonzero(~mask)
             if grammar._rows[b].last == "done":
                 tok.append(vocab.pad_id)
-            elif not allowed.size:  # nothing left: the sampler lets the row end (budget)
-                forced.add(b)
-                tok.append(vocab.eos_id)
-            else:
-                eos_ok = not mask[vocab.eos_id]
-                tok.append(vocab.eos_id if eos_ok and rng.random() < 0.15 else rng.choice(allowed))
+                continue
+            allowed = np.flatnonzero(~mask)
+            assert allowed.size, f"row {b} has nothing allowed after {vocab.decode(rows[b])!r}"
+            tok.append(rng.choice(allowed))
         grammar.advance(np.array(tok))
         for b in range(B):
             rows[b].append(tok[b])
-    assert len(forced) < B // 5, f"{len(forced)} of {B} walks ran out of room"
-    ended = [vocab.decode(rows[b]) for b in range(B) if b not in forced]
-    assert [s for s in ended if Chem.MolFromSmiles(s) is None] == []
+    smiles = [vocab.decode(r) for r in rows]
+    assert all(vocab.eos_id in r for r in rows), "a row was cut by max_len"
+    assert [s for s in smiles if Chem.MolFromSmiles(s) is None] == []
+
+
+def test_valence_budget_counts_the_atoms_valence_needs():
+    """C=1CC + O: the ring needs a double bond, O has room for one single bond, so a
+    closing atom must come first: 3 more tokens (C, 1, EOS) where the budget leaves 2."""
+    pytest.importorskip("rdkit")
+    assert "O" not in valence_allows("C=1CC", max_len=9) and "1" in valence_allows("C=1CC", max_len=9)
+    assert "O" in valence_allows("C=1CC", max_len=10)
