@@ -36,14 +36,15 @@ PRESETS = {
         lr=2e-3, weight_decay=0.01, warmup=100, batch_size=32, epochs=20, label_smoothing=0.0,
         max_time=15 * 60, val_exact=200),
     # MOSES pairs (train seq2seq --data moses --preset moses): the default model, one pass over
-    # 430,000 MOSES molecules, each written at random, 28 minutes on 2 CPU cores (~9.6k tokens/s,
-    # ~246 batches of 64 a minute); tested on the first 2,000 molecules of MOSES's test file,
-    # and on the Tox21 test molecules.
+    # 420,000 MOSES molecules, each written at random, in 28 minutes on 2 CPU cores (9.6k
+    # tokens/s, ~245 batches of 64 a minute); tested on the first 2,000 molecules of MOSES's
+    # test file, and on the Tox21 test molecules. Measured (run s2, 98 % of 430,000 in the
+    # 28 minutes): greedy / beam-5 top-1 / beam-5 top-5 exact match 62.8 / 66.8 / 81.6%.
     "moses": dict(
         model=dict(d_model=128, n_heads=4, n_enc_layers=4, n_dec_layers=2, d_ff=512, norm="pre",
                    pos="sinusoidal", activation="gelu", emb_dropout=0.0, attn_dropout=0.0, resid_dropout=0.0),
         lr=2e-3, weight_decay=0.01, warmup=300, batch_size=64, epochs=1, label_smoothing=0.0,
-        max_time=28 * 60, val_exact=200, limit=440_000),
+        max_time=28 * 60, val_exact=200, limit=430_000),
 }
 QUICK = dict(model=dict(d_model=32, n_heads=2, n_enc_layers=1, n_dec_layers=1, d_ff=64, norm="pre"),
              epochs=2, batch_size=32, warmup=10, max_time=None, val_exact=20, limit=300)
