@@ -139,7 +139,8 @@ def test_without_moses_phase1_falls_back_to_druglike_unless_the_user_named_it(mo
 
 
 @pytest.mark.parametrize("argv", [["train", "lm", "--pretrain-minutes", "14", "--max-minutes", "14.5"],
-                                  ["train", "property", "--pretrain", "--pretrain-minutes", "15"]])
+                                  ["train", "property", "--pretrain", "--pretrain-minutes", "15",
+                                   "--max-minutes", "15.5"]])
 def test_a_pretraining_budget_that_leaves_no_fine_tuning_is_refused_before_work(argv, tmp_path, capsys):
     from minitransformer.cli import run_cli
     from minitransformer.cli.main import main
