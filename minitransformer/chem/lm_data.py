@@ -177,6 +177,21 @@ class RandomizedEpochs:
         return out
 
 
+def pretraining_or_fallback(settings: dict, user_chose: bool, instead: str, log=print, **kw) -> list | None:
+    """:func:`pretraining_smiles` of ``settings["pretrain_data"]`` (``kw`` passed on), or
+    None when that is the preset's MOSES and it cannot be had (no files, offline): then
+    one line says so and that ``instead`` is used, and the caller falls back. A
+    --pretrain-data the user named (``user_chose``) is never replaced: its error stands."""
+    from minitransformer.chem.download import DownloadError
+    try:
+        return pretraining_smiles(settings["pretrain_data"], **kw)
+    except (DownloadError, FileNotFoundError) as e:
+        if user_chose or settings["pretrain_data"] != "moses":
+            raise
+        log(f"MOSES is not available ({str(e).split('. ')[0]}); {instead}")
+        return None
+
+
 def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, form: str = "as-is",
                        limit: int | None = None, log=print) -> list:
     """Extra molecules to pretrain a language model on, before it is fine-tuned on the main set.

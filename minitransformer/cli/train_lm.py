@@ -143,21 +143,17 @@ def phase1_molecules(settings, data, user_chose: bool) -> list:
     place, said in one line and written into ``settings``; a --pretrain-data the user
     named is never replaced (its error stops the run)."""
     from minitransformer.chem import canonical
-    from minitransformer.chem.download import DownloadError
-    from minitransformer.chem.lm_data import pretraining_smiles
+    from minitransformer.chem import lm_data
     exclude = {canonical(x) for x in data.val + data.test}
-    try:
-        return pretraining_smiles(settings["pretrain_data"], exclude=exclude, form=settings["form"],
-                                  limit=settings.get("pretrain_limit"))
-    except (DownloadError, FileNotFoundError) as e:
-        if user_chose or settings["pretrain_data"] != "moses":
-            raise
-        print(f"MOSES is not available ({str(e).split('. ')[0]}); phase 1 uses RDKit's 10,000 drug-like "
-              "molecules instead")
-        for key, value in DRUGLIKE_PHASE1.items():  # the drug-like recipe, except what the user set
-            if key.startswith("pretrain") or settings[key] == PRESETS["default"][key]:
-                settings[key] = value
-        return pretraining_smiles("druglike", exclude=exclude, form=settings["form"])
+    extra = lm_data.pretraining_or_fallback(settings, user_chose, "phase 1 uses RDKit's 10,000 drug-like "
+                                            "molecules instead", exclude=exclude, form=settings["form"],
+                                            limit=settings.get("pretrain_limit"))
+    if extra is not None:
+        return extra
+    for key, value in DRUGLIKE_PHASE1.items():  # the drug-like recipe, except what the user set
+        if key.startswith("pretrain") or settings[key] == PRESETS["default"][key]:
+            settings[key] = value
+    return lm_data.pretraining_smiles("druglike", exclude=exclude, form=settings["form"])
 
 
 def make_model(settings, vocab, seed):

@@ -132,20 +132,15 @@ def pretraining_molecules(s, held_out, user_chose: bool) -> list:
     take its place (``[]`` is returned and ``s`` updated), said in one line; a
     --pretrain-data the user named is never replaced."""
     from minitransformer.chem import canonical
-    from minitransformer.chem.download import DownloadError
-    from minitransformer.chem.lm_data import pretraining_smiles
-    try:
-        return pretraining_smiles(s["pretrain_data"], exclude={canonical(x) for x in held_out},
-                                  limit=s.get("pretrain_limit"))
-    except (DownloadError, FileNotFoundError) as e:
-        if user_chose or s["pretrain_data"] != "moses":
-            raise
-        print(f"MOSES is not available ({str(e).split('. ')[0]}); pretraining on the training split's "
-              "molecules instead")
-        s.update(pretrain_data="train", **PRETRAIN["other"])
-        if "fine_tune_time" in s:  # the default budget follows the shorter pretraining
-            s["max_time"] = s["fine_tune_time"] + s["pretrain_max_time"]
-        return []
+    from minitransformer.chem.lm_data import pretraining_or_fallback
+    extra = pretraining_or_fallback(s, user_chose, "pretraining on the training split's molecules instead",
+                                    exclude={canonical(x) for x in held_out}, limit=s.get("pretrain_limit"))
+    if extra is not None:
+        return extra
+    s.update(pretrain_data="train", **PRETRAIN["other"])
+    if "fine_tune_time" in s:  # the default budget follows the shorter pretraining
+        s["max_time"] = s["fine_tune_time"] + s["pretrain_max_time"]
+    return []
 
 
 def pretrain(model, vocab, train_smiles, s, args, out):
