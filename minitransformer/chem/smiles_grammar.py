@@ -343,9 +343,8 @@ class SmilesGrammar:
                 step = fresh
             elif row.rings:
                 if row.last in ("atom", "ring"):
-                    step = next((("ring", label) for label in sorted(row.rings)
-                                 if row.rings[label] not in (row.cur, row.par) and
-                                 row.rings[label] not in row.partners and
+                    syntax_ok = row.allowed(len(self.labels), self.max_open_rings)  # rule 7 among them
+                    step = next((("ring", label) for label in sorted(row.rings) if syntax_ok[RING0 + label] and
                                  valence.allowed(row, ("ring", label), _rings_open_after(row, ("ring", label)))),
                                 None)
                 if step is None and fresh is not None and valence.allowed(row, fresh, True):
