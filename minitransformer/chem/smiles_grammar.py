@@ -249,7 +249,7 @@ class SmilesGrammar:
         self._rows, self._length, self._max_len = [], 0, 0
         if self.valence:
             self._kinds, self._token_kinds = _valence_kinds(tokens, classes)
-            self._kind_class = [int(np.asarray(classes)[self._token_kinds == k][0]) for k in range(len(self._kinds))]
+            self._kind_class = [_step_class(kind) for kind in self._kinds]  # the grammar class of each kind
             finite = [k for k in self._kinds if k[0] == "atom" and np.isfinite(k[1])]
             self._fresh = max(finite, key=lambda k: k[1]) if finite else None  # the plan's new atoms (C)
         self._valences = []
@@ -304,7 +304,7 @@ class SmilesGrammar:
     def _valence_allowed(self, row: _Row, valence: Valence, ok_class, left: int) -> np.ndarray:
         """Rules V1-V5 per kind, then the length budget as the cost of a plan to finish
         (:meth:`_finish_cost`) when the row is near its budget."""
-        kind_ok = np.array([bool(ok_class[self._kind_class[i]]) and
+        kind_ok = np.array([bool(ok_class[self._kind_class[i] + (kind[1] if kind[0] == "ring" else 0)]) and
                             valence.allowed(row, kind, _rings_open_after(row, kind))
                             for i, kind in enumerate(self._kinds)] + [True])
         # the plan costs at most 1 + 3 * rings + 2 * branches + 1 tokens; a token adds at most
@@ -315,15 +315,13 @@ class SmilesGrammar:
             if kind_ok[i]:
                 ahead, ahead_valence = row.clone(), valence.clone()
                 self._step(ahead, ahead_valence, kind)
-                kind_ok[i] = self._finish_cost(ahead, ahead_valence) <= left
+                kind_ok[i] = self._finish_cost(ahead, ahead_valence) <= left  # uses up the copies
         return kind_ok
 
     def _step(self, row: _Row, valence: Valence, kind: tuple) -> None:
         """Write one token of ``kind`` into the row and its valence."""
-        cls = {"atom": ATOM, "bond": BOND, "open": OPEN, "close": CLOSE, "end": EOS, "dot": DOT,
-               "ring": RING0}[kind[0]]
         valence.advance(row, kind)
-        row.advance(cls, kind[1] if kind[0] == "ring" else -1)
+        row.advance(_step_class(kind), kind[1] if kind[0] == "ring" else -1)
 
     def _finish_cost(self, row: _Row, valence: Valence) -> float:
         """Tokens of one way to finish under every rule (EOS included), inf if none is found.
@@ -334,8 +332,8 @@ class SmilesGrammar:
         branch, and EOS. New atoms are the vocabulary's atom with the most room (``C``).
         The plan is a function of the state, so its first token leads to a state whose
         plan is the rest: a row whose plan fits its budget keeps a token that fits.
+        ``row`` and ``valence`` are used up (the caller passes copies).
         """
-        row, valence = row.clone(), valence.clone()
         fresh, cost = self._fresh, 0
         while row.last != "done":
             step = None
@@ -398,6 +396,14 @@ def _valence_kinds(tokens, classes) -> tuple:
         token_kinds.append(index[kind])
     token_kinds = np.array([len(kinds) if k < 0 else k for k in token_kinds], dtype=np.int64)  # (V,)
     return kinds, token_kinds
+
+
+_KIND_CLASS = {"atom": ATOM, "bond": BOND, "open": OPEN, "close": CLOSE, "end": EOS, "dot": DOT, "ring": RING0}
+
+
+def _step_class(kind: tuple) -> int:
+    """The grammar class a valence kind is written with (RING0 for any ring label)."""
+    return _KIND_CLASS[kind[0]]
 
 
 def _rings_open_after(row: _Row, kind: tuple) -> bool:
