@@ -120,6 +120,18 @@ def build(cfg: DecoderLMConfig):
     return model, Adam(model, lr=1e-3)
 
 
+def sampling_model(name: str) -> DecoderLM:
+    """The config's model with max_len = 1 + 64, in which EOS can never be drawn.
+
+    The EOS logit's bias is set to -1e4 (probability exp(-1e4) = 0 in float32), so
+    no row stops early and every sampling call makes exactly 64 new tokens per row.
+    Nothing else changes: the weights and the work per step are the real model's.
+    """
+    model = DecoderLM(CONFIGS[name](SAMPLE_MAX_LEN))
+    model.head.linear.bias.data[model.config.eos_id] = -1e4
+    return model
+
+
 def train_step(model, optimizer, ids) -> None:
     """One training step as the trainer runs it: forward, mean cross-entropy over the
     targets, zero_grad, backward, global-norm clipping at 1.0, Adam update. The

@@ -8,7 +8,8 @@ makes one of an old commit). Run from the repository root::
         --tree after-reference=.@reference --rounds 10
 
 ``LABEL=PATH[@KERNELS]``: PATH is put alone on ``PYTHONPATH``; ``@KERNELS`` sets
-``MINITRANSFORMER_KERNELS`` (``reference`` or ``fast``) for that entry, which
+``MINITRANSFORMER_KERNELS`` (``reference`` or ``fast``; ``fast-numpy`` is the fast set
+with ``MINITRANSFORMER_NUMBA=0``, without its compiled loops) for that entry, which
 trees without kernel sets ignore (the worker records what it got).
 
 What one measurement is: a fresh Python process (this file with ``--worker``)
@@ -127,7 +128,8 @@ def worker(args) -> None:
         "median_step_s": statistics.median(wall), "tokens_per_s": B * T / statistics.median(wall),
         "loss_first": losses[0], "loss_last": losses[-1],
         "env": {v: os.environ.get(v) for v in THREAD_VARIABLES + (
-            "OPENBLAS_THREAD_TIMEOUT", "MINITRANSFORMER_KERNELS", "MINITRANSFORMER_THREADS")},
+            "OPENBLAS_THREAD_TIMEOUT", "MINITRANSFORMER_KERNELS", "MINITRANSFORMER_THREADS",
+            "MINITRANSFORMER_NUMBA")},
     }))
 
 
@@ -143,8 +145,8 @@ def parse_entry(text: str) -> dict:
     root = Path(path).resolve()
     if not (root / "minitransformer" / "__init__.py").is_file():
         raise argparse.ArgumentTypeError(f"{root} holds no minitransformer package")
-    if kernels and kernels not in ("reference", "fast"):
-        raise argparse.ArgumentTypeError(f"kernel set must be reference or fast, got {kernels!r}")
+    if kernels and kernels not in ("reference", "fast", "fast-numpy"):
+        raise argparse.ArgumentTypeError(f"kernel set must be reference, fast or fast-numpy, got {kernels!r}")
     return {"label": label, "path": str(root), "kernels": kernels or None}
 
 
@@ -156,7 +158,10 @@ def run_worker(entry: dict, model: str, args) -> dict:
         env[var] = str(args.threads)
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
     env.pop("MINITRANSFORMER_KERNELS", None)
-    if entry["kernels"]:
+    env.pop("MINITRANSFORMER_NUMBA", None)
+    if entry["kernels"] == "fast-numpy":  # the fast kernels without their compiled (Numba) loops
+        env["MINITRANSFORMER_KERNELS"], env["MINITRANSFORMER_NUMBA"] = "fast", "0"
+    elif entry["kernels"]:
         env["MINITRANSFORMER_KERNELS"] = entry["kernels"]
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--model", model,
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),

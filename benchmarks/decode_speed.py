@@ -24,21 +24,10 @@ if __name__ == "__main__":
     configure_from_argv(sys.argv[1:])  # before NumPy is imported (by common)
 
 from common import (  # noqa: E402
-    CONFIGS, SAMPLE_BATCH, SAMPLE_MAX_LEN, SAMPLE_NEW, VOCAB, DecoderLM, add_config_options, finish_args,
-    format_table, interleaved_times, parser, start, write_result,
+    SAMPLE_BATCH, SAMPLE_MAX_LEN, SAMPLE_NEW, add_config_options, finish_args,
+    format_table, interleaved_times, parser, sampling_model, start, write_result,
 )
 from minitransformer.generate import sample  # noqa: E402
-
-def sampling_model(name: str) -> DecoderLM:
-    """The config's model with max_len = 1 + 64 and an EOS id out of the vocabulary.
-
-    ``eos_id = vocab_size`` can never be drawn (the logits cover ids 0..V-1), so no
-    row stops early and every call produces exactly 64 new tokens. Nothing else
-    changes: the weights and the work per step are those of the real model.
-    """
-    cfg = dataclasses.replace(CONFIGS[name](SAMPLE_MAX_LEN), eos_id=VOCAB)
-    return DecoderLM(cfg)
-
 
 def time_sampling(name: str, repeats: int, warmup: int) -> dict:
     """Median seconds to sample 64 x 64 new tokens, cached and uncached, and the ratio."""

@@ -313,7 +313,8 @@ def test_row_scale_and_mean_heads():
     shown = panels[0].images[0].get_array()  # (5, 5) masked: each row divided by its max
     np.testing.assert_allclose(shown.max(axis=1), 1.0)
     mean = maps[0][0].mean(axis=0)  # (5, 5)
-    np.testing.assert_allclose(shown.filled(0), mean / mean.max(axis=1, keepdims=True))
+    # float32 maps: the figure and this line may round the mean and the division differently
+    np.testing.assert_allclose(shown.filled(0), mean / mean.max(axis=1, keepdims=True), rtol=1e-6)
     assert shown.mask[0, 1]  # the future stays masked (drawn grey)
     fixed = viz.attention_figure(maps, toks, toks, layers=0, scale="fixed")
     panels, bars = _heatmap_axes(fixed)

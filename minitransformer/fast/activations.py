@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from minitransformer.backend import xp
+from minitransformer.fast import compiled
 from minitransformer.fast.parallel import parallel_for
 
 _SQRT_HALF = math.sqrt(0.5)
@@ -147,9 +148,28 @@ def _gelu_tanh(x, y, dydx):
 
 def gelu_forward(x, approximate: str = "none"):
     """As :func:`minitransformer.nn.elementwise.gelu_forward` (exact form: within the
-    documented bound of the module docstring)."""
-    if approximate == "none":
-        return _blocked(_gelu_exact, x)
-    if approximate == "tanh":
-        return _blocked(_gelu_tanh, x)
-    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    documented bound of the module docstring). With Numba, one compiled
+    loop (:mod:`minitransformer.fast.compiled`) that writes y and dy/dx in one pass."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if compiled.usable(x):  # one compiled loop over the whole array, on all cores
+        flat = xp.ascontiguousarray(x).reshape(-1)  # (N,)
+        y, dydx = xp.empty_like(flat), xp.empty_like(flat)  # (N,), (N,)
+        if approximate == "none":
+            compiled.gelu_exact(flat, _table(x.dtype), y, dydx)
+        else:
+            compiled.gelu_tanh(flat, y, dydx)
+        return y.reshape(x.shape), dydx.reshape(x.shape)
+    return _blocked(_gelu_exact if approximate == "none" else _gelu_tanh, x)
+
+
+def gelu_backward(dy, cache):
+    """As :func:`minitransformer.nn.elementwise.gelu_backward`: dx = dy * dy/dx, in
+    cache-sized blocks on the thread pool (one product per block, written in place)."""
+    if dy.shape != cache.shape or dy.dtype != cache.dtype or dy.size <= 2 * _BLOCK:
+        return dy * cache  # (...)
+    a, b = xp.ascontiguousarray(dy).reshape(-1), xp.ascontiguousarray(cache).reshape(-1)  # (N,) each
+    dx = xp.empty_like(a)  # (N,)
+    parallel_for(lambda i: xp.multiply(a[i:i + _BLOCK], b[i:i + _BLOCK], out=dx[i:i + _BLOCK]),
+                 range(0, a.size, _BLOCK))
+    return dx.reshape(dy.shape)  # (...)

@@ -7,6 +7,7 @@ needed again are overwritten in place. The cache is the reference's.
 from __future__ import annotations
 
 from minitransformer.backend import xp
+from minitransformer.fast import compiled
 from minitransformer.nn.layernorm import LayerNormCache
 
 
@@ -15,6 +16,12 @@ def layernorm_forward(x, w, b, eps: float = 1e-5):
     if x.shape[-1] != w.shape[0]:
         raise ValueError(f"layernorm: input has last dimension {x.shape[-1]}, expected {w.shape[0]}")
     D = x.shape[-1]
+    if compiled.usable(x, w, b) and x.dtype == w.dtype == b.dtype:  # one compiled pass per row
+        x2 = xp.ascontiguousarray(x).reshape(-1, D)  # (N, D)
+        y, xhat = xp.empty_like(x2), xp.empty_like(x2)  # (N, D) each
+        rstd = xp.empty(x2.shape[0], dtype=x.dtype)  # (N,)
+        compiled.layernorm_forward(x2, w, b, float(eps), y, xhat, rstd)  # rows spread over the cores
+        return y.reshape(x.shape), LayerNormCache(xhat.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1), w)
     # Row sums as einsums: one read of the rows, no (..., D) temporary, and several
     # times faster than .mean(axis=-1) / (a * b).mean(axis=-1) on rows this short.
     mu = xp.einsum("...d->...", x)[..., None] / D  # (..., 1)
@@ -32,6 +39,16 @@ def layernorm_backward(dy, cache):
     """As :func:`minitransformer.nn.layernorm.layernorm_backward`."""
     xhat, rstd, w = cache
     D = xhat.shape[-1]
+    if compiled.usable(dy, xhat, rstd, w) and dy.dtype == xhat.dtype == rstd.dtype == w.dtype \
+            and dy.shape == xhat.shape:  # one compiled pass per row, partial gradients per 256 rows
+        dy2 = xp.ascontiguousarray(dy).reshape(-1, D)  # (N, D)
+        xhat2 = xp.ascontiguousarray(xhat).reshape(-1, D)  # (N, D), in the forward pass the normalised input
+        dx = xp.empty_like(dy2)  # (N, D)
+        P = compiled.parts(dy2.shape[0])
+        dw_parts, db_parts = xp.empty((P, D)), xp.empty((P, D))  # (P, D) float64 each
+        rstd1 = xp.ascontiguousarray(rstd).reshape(-1)  # (N,)
+        compiled.layernorm_backward(dy2, xhat2, rstd1, w, dx, dw_parts, db_parts)  # parts spread over the cores
+        return dx.reshape(dy.shape), dw_parts.sum(axis=0).astype(w.dtype), db_parts.sum(axis=0).astype(w.dtype)
     dy2 = dy.reshape(-1, D)  # (N, D)
     xhat2 = xhat.reshape(-1, D)  # (N, D), in the forward pass this was the normalised input
     dw = xp.einsum("nd,nd->d", dy2, xhat2)  # (D,), sum over rows of dy * xhat

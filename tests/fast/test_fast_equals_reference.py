@@ -38,8 +38,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minitransformer import backend, kernels
-from minitransformer.fast import FAST_KERNELS, parallel
+from minitransformer.fast import FAST_KERNELS, compiled, parallel
 from minitransformer.fast import activations as fast_activations
+from minitransformer.fast import attention as fast_attention
 from minitransformer.nn.attention import causal_mask, combine_masks
 
 RTOL = 1e-12  # float64 rounding is ~1e-16: four orders of magnitude to spare
@@ -151,18 +152,22 @@ def assert_unchanged(what, arrays, copies):
 
 @contextlib.contextmanager
 def small_blocks(on: bool):
-    """With ``on``: attention cuts the batch into one piece per sequence and GELU works
-    in blocks of 8 elements, on two threads, so the piecewise code runs on small inputs."""
+    """With ``on``: attention cuts the batch into one piece per sequence and the query
+    axis into blocks of one row (skipping the keys no row of a block sees), and GELU
+    works in blocks of 8 elements, on two threads, so the piecewise code runs on small inputs."""
     if not on:
         yield
         return
-    saved = parallel.BLOCK_BYTES, fast_activations._BLOCK, parallel.threads()
+    saved = (parallel.BLOCK_BYTES, fast_activations._BLOCK, parallel.threads(),
+             fast_attention.MIN_LENGTH, fast_attention.MIN_BLOCK_ROWS, fast_attention.MIN_SAVING)
     parallel.BLOCK_BYTES, fast_activations._BLOCK = 1, 8
+    fast_attention.MIN_LENGTH, fast_attention.MIN_BLOCK_ROWS, fast_attention.MIN_SAVING = 2, 1, -1.0
     parallel.set_threads(2)
     try:
         yield
     finally:
         parallel.BLOCK_BYTES, fast_activations._BLOCK = saved[0], saved[1]
+        fast_attention.MIN_LENGTH, fast_attention.MIN_BLOCK_ROWS, fast_attention.MIN_SAVING = saved[3:]
         parallel.set_threads(saved[2])
 
 
@@ -453,6 +458,34 @@ def test_attention_bias_of_minus_inf_masks_whole_rows_without_a_mask(any_backend
         assert_close(name, gf, gr, scale=10.0)
 
 
+@pytest.mark.parametrize("dropout", [False, True])
+def test_attention_skips_masked_key_blocks_at_default_sizes(dropout):
+    """T = 300 under a causal mask with padding: the query axis is cut into blocks that
+    see only their key prefix (the default sizes), the skipped probabilities are
+    exactly 0, and everything equals the reference, forward and backward."""
+    B, H, T, D = 2, 2, 300, 4
+    g = np.random.default_rng(3)
+    q, k, v, dout = (g.standard_normal((B, H, T, D)) for _ in range(4))
+    mask = np.broadcast_to(causal_mask(T), (B, 1, T, T)).copy()
+    mask[1, :, :, 250:] = False  # padding of the second sequence
+    mask[0, :, :40, :] = False  # and queries that see nothing
+    drop = (g.random((B, H, T, T)) >= 0.1) / 0.9 if dropout else None
+    (out_f, cache_f), (out_r, cache_r) = _run_forward("attention_forward", q, k, v, mask=mask, dropout_mask=drop)
+    rows = fast_attention.query_block_rows(T)
+    assert len(cache_f.blocks) == -(-T // rows) > 1 and cache_f.blocks[0] == (0, rows, rows)
+    for q0, q1, k_end in cache_f.blocks:
+        assert (cache_f.p[:, :, q0:q1, k_end:] == 0.0).all() and (cache_f.pd[:, :, q0:q1, k_end:] == 0.0).all()
+    assert_close("out", out_f, out_r, scale=np.abs(v).max() * _pd_max(drop))
+    assert_fields_close("cache", cache_f, cache_r, ["p", "pd"])
+    dp = np.abs(dout).max() * np.abs(v).max() * _pd_max(drop)
+    scales = [dp * np.abs(k).max(), dp * np.abs(q).max(), np.abs(dout).max() * _pd_max(drop)]
+    grads_f = FAST["attention_backward"](dout, cache_f)
+    grads_r = REFERENCE["attention_backward"](dout, cache_r)
+    for name, gf, gr, scale in zip(["dq", "dk", "dv"], grads_f, grads_r, scales):
+        assert_close(name, gf, gr, scale=scale)
+    assert (out_f[0, :, :40] == 0.0).all() and (grads_f[0][0, :, :40] == 0.0).all()
+
+
 def test_attention_many_pieces_default_blocks():
     """A batch large enough to be cut into several pieces with the default block size
     (two threads), with a per-sequence bias, a shared bias and padding."""
@@ -528,7 +561,7 @@ def _check_layernorm(c):
 @covers("layernorm_forward", "layernorm_backward")
 @SETTINGS
 @given(c=layernorm_cases())
-def test_layernorm(any_backend, c):
+def test_layernorm(any_backend, compiled_mode, c):
     _check_layernorm(c)
 
 
@@ -623,26 +656,27 @@ def _check_gelu(c, approximate):
         assert_close("y", y_f, y_r, rtol=0.0, floor=GELU_Y_BOUND * ax + 1e-300)
         assert_close("dy/dx", dydx_f, dydx_r, rtol=0.0, floor=GELU_DYDX_BOUND[0] * ax + GELU_DYDX_BOUND[1])
     dy = _dev(np.random.default_rng(c["seed"] + 1).standard_normal(x.shape))
-    # the backward is the reference's (dy * cache) in both sets
-    assert FAST["gelu_backward"] is REFERENCE["gelu_backward"]
-    np.testing.assert_array_equal(_host(FAST["gelu_backward"](dy, dydx_f)), _host(dy) * _host(dydx_f))
+    # the backward is dy * dy/dx in both sets (the fast one in blocks): exactly equal
+    with small_blocks(c["small_blocks"]), np.errstate(invalid="ignore"):
+        dx_f = FAST["gelu_backward"](dy, dydx_f)
+    np.testing.assert_array_equal(_host(dx_f), _host(REFERENCE["gelu_backward"](dy, dydx_f)))
 
 
 # x = +-inf and NaN warn "invalid value" (in both sets), also from the pool's threads
 IGNORE_INVALID = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 
 
-@covers("gelu_forward")
+@covers("gelu_forward", "gelu_backward")
 @IGNORE_INVALID
 @SETTINGS
 @given(c=gelu_cases(), approximate=st.sampled_from(["none", "tanh"]))
-def test_gelu(any_backend, c, approximate):
+def test_gelu(any_backend, compiled_mode, c, approximate):
     _check_gelu(c, approximate)
 
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
-def test_gelu_dense_sweep_and_the_blocked_path(approximate):
+def test_gelu_dense_sweep_and_the_blocked_path(compiled_mode, approximate):
     """A dense sweep of [-12, 12] (every cell of the table, both ends of the grid) plus
     far values, large enough (> 2 blocks) that the default blocked, threaded path runs."""
     n = 2 * fast_activations._BLOCK + 12345
@@ -659,6 +693,8 @@ def test_gelu_dense_sweep_and_the_blocked_path(approximate):
     else:
         assert_close("y", y_f, y_r, rtol=0.0, floor=GELU_Y_BOUND * np.abs(x) + 1e-300)
         assert_close("dy/dx", d_f, d_r, rtol=0.0, floor=GELU_DYDX_BOUND[0] * np.abs(x) + GELU_DYDX_BOUND[1])
+    dy = np.random.default_rng(5).standard_normal(x.shape)
+    np.testing.assert_array_equal(_host(FAST["gelu_backward"](_dev(dy), d_f)), dy * _host(d_f))
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,202 @@
+"""minitransformer against PyTorch eager on the CPU, side by side in one run.
+
+Run from the repository root, with the Python of a separate environment that has
+torch (torch is never a dependency of the package or its tests)::
+
+    python benchmarks/against_torch.py --torch-python /path/to/torch-venv/bin/python
+    python benchmarks/against_torch.py --torch-python ... --quick      # small only, 2 rounds
+
+Three measurements per config (``small`` 64x64, ``tomczak`` 64x64, ``medium`` 32x128):
+
+``train``
+    tokens/s of a whole training step (``common.train_step`` with AdamW against
+    ``torch_eager.py``'s step with ``torch.optim.AdamW``), float32.
+``memory``
+    each training process's peak resident memory (``ru_maxrss``) less its resident
+    memory after the imports, before the model is built: parameters, gradients,
+    optimizer state, activations and whatever the library keeps around.
+``sample``
+    new tokens/s of sampling 64 sequences x 64 new tokens with the KV cache.
+
+Every measurement is a fresh process; each round runs every (config, side) pair
+once, the two sides in alternating order, and the median over rounds of each
+process's median step is reported, with ours/torch. Both sides get the same
+threads (``--threads``, default 2: BLAS, OpenMP and ``torch.set_num_threads``).
+The JSON (``--json``, default a new file in ``benchmarks/results/``) keeps every
+process's step times.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SHAPES = {"small": (64, 64), "tomczak": (64, 64), "medium": (32, 128)}
+TASKS = ("train", "sample")
+
+
+def our_worker(task: str, config: str, B: int, T: int, steps: int, warmup: int) -> dict:
+    """Our side of one measurement, in this (fresh) process."""
+    from common import SAMPLE_BATCH, SAMPLE_MAX_LEN, make_batch, make_config, sampling_model, train_step
+    from minitransformer.generate import sample
+    from minitransformer.models import DecoderLM
+    from minitransformer.optim import AdamW
+
+    base = _rss_mb()
+    if task == "train":
+        cfg = make_config(config, T)
+        model = DecoderLM(cfg)
+        optimizer = AdamW(model, lr=1e-3)
+        ids = make_batch(B, T, cfg)
+
+        def fn():
+            train_step(model, optimizer, ids)
+    else:
+        model = sampling_model(config)  # EOS never drawn: every call makes 64 x 64 tokens
+
+        def fn():
+            sample(model, batch_size=SAMPLE_BATCH, max_len=SAMPLE_MAX_LEN, rng=0, use_cache=True)
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    from minitransformer import kernels
+    return {"side": "ours", "kernels": kernels.name(), "times": times, "base_rss_mb": base, "peak_rss_mb": peak}
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def thread_env(threads: int) -> dict:
+    env = dict(os.environ)
+    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        env[name] = str(threads)
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
+    return env
+
+
+def run_process(side: str, args, task: str, config: str) -> dict:
+    B, T = SHAPES[config] if task == "train" else (64, 64)
+    common = ["--task", task, "--config", config, "--B", str(B), "--T", str(T),
+              "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
+    if side == "torch":
+        cmd = [args.torch_python, str(HERE / "torch_eager.py"), *common]
+    else:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *common]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=thread_env(args.threads))
+    if done.returncode != 0:
+        raise SystemExit(f"error: the {side} worker failed ({' '.join(cmd)}):\n{done.stderr.strip()[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["median_s"] = statistics.median(result["times"])
+    return result
+
+
+def summarise(runs: list, task: str, config: str) -> dict:
+    B, T = SHAPES[config] if task == "train" else (64, 64)
+    tokens = B * T
+    row = {"task": task, "config": config, "B": B, "T": T}
+    for side in ("ours", "torch"):
+        mine = [r for r in runs if r["side"] == side]
+        med = statistics.median(r["median_s"] for r in mine)
+        row[side] = {"median_s": med, "tokens_per_s": tokens / med,
+                     "peak_mb": statistics.median(r["peak_rss_mb"] - r["base_rss_mb"] for r in mine),
+                     "process_medians_s": [r["median_s"] for r in mine]}
+    row["speed_ratio"] = row["ours"]["tokens_per_s"] / row["torch"]["tokens_per_s"]
+    row["memory_ratio"] = row["ours"]["peak_mb"] / row["torch"]["peak_mb"]
+    return row
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--torch-python", default=os.environ.get("MINITRANSFORMER_TORCH_PYTHON"),
+                   help="Python of an environment with torch (or $MINITRANSFORMER_TORCH_PYTHON)")
+    p.add_argument("--configs", default=None, help="comma-separated subset of small,tomczak,medium")
+    p.add_argument("--tasks", default="train,sample", help="train, sample or both (default both)")
+    p.add_argument("--rounds", type=int, default=5, help="fresh processes per (config, side) (default 5)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per process (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="small only, 2 rounds of 3 steps")
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args(argv)
+    if not args.torch_python:
+        p.error("no torch Python: pass --torch-python PATH (a venv with torch) or set MINITRANSFORMER_TORCH_PYTHON")
+    if not Path(args.torch_python).exists():
+        p.error(f"--torch-python {args.torch_python} does not exist: give the python of a venv with torch")
+    args.configs = (args.configs or ("small" if args.quick else "small,tomczak,medium")).split(",")
+    unknown = sorted(set(args.configs) - set(SHAPES))
+    if unknown:
+        p.error(f"unknown config(s) {unknown}; choose from {list(SHAPES)}")
+    args.tasks = args.tasks.split(",")
+    if set(args.tasks) - set(TASKS):
+        p.error(f"--tasks takes train, sample or both, got {args.tasks}")
+    if args.quick:
+        args.rounds, args.steps, args.warmup = 2, 3, 1
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    from common import blas_info, cpu_model, default_path, format_table
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    load0 = os.getloadavg()
+    rows = []
+    for task in args.tasks:
+        for config in args.configs:
+            runs = []
+            for r in range(args.rounds):
+                order = ("ours", "torch") if r % 2 == 0 else ("torch", "ours")
+                for side in order:
+                    runs.append(run_process(side, args, task, config))
+            row = summarise(runs, task, config)
+            row["runs"] = runs
+            rows.append(row)
+            print(f"{task} {config}: ours {row['ours']['tokens_per_s']:,.0f} tok/s, "
+                  f"torch {row['torch']['tokens_per_s']:,.0f} tok/s, ratio {row['speed_ratio']:.2f}", flush=True)
+    header = ("task", "config", "B x T", "ours tok/s", "torch tok/s", "ours/torch", "ours peak MB",
+              "torch peak MB", "memory ours/torch")
+    table = [[r["task"], r["config"], f"{r['B']}x{r['T']}", f"{r['ours']['tokens_per_s']:,.0f}",
+              f"{r['torch']['tokens_per_s']:,.0f}", f"{r['speed_ratio']:.2f}", f"{r['ours']['peak_mb']:.1f}",
+              f"{r['torch']['peak_mb']:.1f}", f"{r['memory_ratio']:.2f}"] for r in rows]
+    print(format_table(header, table))
+    torch_version = next((r.get("version") for row in rows for r in row["runs"] if r["side"] == "torch"), None)
+    path = args.json or default_path("against_torch")
+    from minitransformer.atomic import write_json
+    write_json(path, {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "started_utc": started,
+        "load_average_start": load0, "load_average_end": os.getloadavg(), "cpu": cpu_model(),
+        "cpus": os.cpu_count(), "blas": blas_info(), "threads": args.threads, "torch": torch_version,
+        "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "rows": rows})
+    print(f"wrote {path}")
+
+
+def worker_main(argv):
+    p = argparse.ArgumentParser()
+    for name in ("--task", "--config"):
+        p.add_argument(name, required=True)
+    for name in ("--B", "--T", "--steps", "--warmup", "--threads"):
+        p.add_argument(name, type=int, required=True)
+    a = p.parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    print(json.dumps(our_worker(a.task, a.config, a.B, a.T, a.steps, a.warmup)))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--worker"]:
+        worker_main(sys.argv[2:])
+    else:
+        main()

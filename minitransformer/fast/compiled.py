@@ -1,0 +1,187 @@
+r"""Compiled CPU loops for the element-wise kernels (optional: Numba).
+
+NumPy evaluates ``y = x * cdf`` as one pass over memory per operator, so a
+kernel of twenty operators reads and writes its arrays twenty times. With
+`Numba <https://numba.pydata.org>`_ installed (``pip install minitransformer[fast]``)
+the fast kernels below run as one compiled loop each, spread over the CPU's
+cores by Numba (``prange``, as many threads as :mod:`minitransformer.fast.parallel`
+uses): one read of each input and one write of each output.
+
+Two measured choices (``benchmarks/RESULTS.md``): Numba's ``workqueue`` threads,
+whose threads sleep as soon as a loop ends (the OpenMP layer's spin and take the
+cores from the BLAS threads of the next product: the small model's training step
+ran 1.7x slower with it); and ``prange`` loops rather than serial loops handed to
+the library's thread pool (Numba compiles the same loop body about 3.5x faster
+per element under ``parallel=True``). The work queue serves one caller at a
+time, so :func:`usable` says no on any other thread than the main one.
+
+The math is that of the NumPy fast kernels they replace, written out per
+element or per row; ``tests/fast`` proves each one equal to its reference
+kernel. Without Numba (or with ``MINITRANSFORMER_NUMBA=0``), or on the GPU, the
+NumPy versions run instead: :func:`usable` decides per call.
+
+Sums run in float64 whatever the array dtype (a row of LayerNorm, the parameter
+gradients), and every sum is split the same way whatever the number of threads
+(parts of 256 rows), so the results do not depend on the thread count.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+try:
+    if os.environ.get("MINITRANSFORMER_NUMBA", "1").strip() == "0":
+        raise ImportError("turned off by MINITRANSFORMER_NUMBA=0")
+    import numba
+    from numba import prange
+except ImportError:  # the NumPy fast kernels run instead
+    numba = None
+    prange = range
+
+AVAILABLE = numba is not None
+if AVAILABLE and "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"  # see the module notes
+_enabled = {"on": AVAILABLE, "threads": None}
+ROWS_PER_PART = 256  # rows per partial sum of a parameter gradient: fixed, so sums never depend on threads
+
+
+def set_enabled(on: bool) -> None:
+    """Use the compiled loops (True, if Numba is installed) or the NumPy kernels (False)."""
+    _enabled["on"] = bool(on) and AVAILABLE
+
+
+def enabled() -> bool:
+    return _enabled["on"]
+
+
+def usable(*arrays) -> bool:
+    """True when the compiled loops can take these arrays: Numba is on, this is the
+    main thread, and every array is a host NumPy array of float32 or float64 (not
+    CuPy, not the strict stand-in)."""
+    if not _enabled["on"] or threading.current_thread() is not threading.main_thread():
+        return False
+    if not all(type(a) is np.ndarray and a.dtype in (np.float32, np.float64) for a in arrays):
+        return False
+    from minitransformer.fast import parallel  # as many threads as the library's pool
+    n = min(parallel.threads(), numba.config.NUMBA_NUM_THREADS)
+    if _enabled["threads"] != n:
+        numba.set_num_threads(n)
+        _enabled["threads"] = n
+    return True
+
+
+def _jit(fn):
+    """Compile ``fn`` on first call, its ``prange`` loop over threads, cached on disk."""
+    if numba is None:
+        return fn
+    return numba.njit(parallel=True, cache=True)(fn)
+
+
+# ---------------------------------------------------------------------------
+# Exact GELU through the Hermite table of minitransformer.fast.activations
+# ---------------------------------------------------------------------------
+@_jit
+def gelu_exact(x, table, y, dydx):
+    r"""y = x\tilde\Phi(x) and dy/dx = \tilde\Phi + x\tilde\Phi', the table's cubic per element.
+    x, y, dydx: (n,); table: (1282, 4), row j = cell k = j - 641 of width 1/64."""
+    for i in prange(x.shape[0]):
+        xi = x[i]
+        if xi != xi:  # NaN in, NaN out (and no table row for it)
+            y[i] = xi
+            dydx[i] = xi
+            continue
+        v = min(max(xi * 64.0, -641.0), 640.5)  # x / h, clamped: outside [-10, 10] an end row
+        k = np.floor(v)
+        s = v - k  # in [0, 1)
+        j = int(k) + 641
+        c0, c1, c2, c3 = table[j, 0], table[j, 1], table[j, 2], table[j, 3]
+        cdf = ((c3 * s + c2) * s + c1) * s + c0  # Phi~(x)
+        pdf = ((1.5 * c3 * s + c2) * 2.0 * s + c1) * 64.0  # Phi~'(x) = (dPhi~/ds) / h
+        y[i] = xi * cdf
+        dydx[i] = cdf + xi * pdf
+
+
+@_jit
+def gelu_tanh(x, y, dydx):
+    """The tanh form and its derivative per element. x, y, dydx: (n,)."""
+    c = 0.7978845608028654  # sqrt(2 / pi)
+    for i in prange(x.shape[0]):
+        xi = x[i]
+        th = np.tanh(c * (xi + 0.044715 * xi * xi * xi))
+        y[i] = 0.5 * xi * (1.0 + th)
+        dydx[i] = 0.5 * (1.0 + th) + 0.5 * xi * (1.0 - th * th) * c * (1.0 + 3 * 0.044715 * xi * xi)
+
+
+# ---------------------------------------------------------------------------
+# LayerNorm, one row per iteration
+# ---------------------------------------------------------------------------
+@_jit
+def layernorm_forward(x, w, b, eps, y, xhat, rstd):
+    r"""Per row r of x (N, D): \mu, \sigma^2 (biased), \hat x = (x - \mu)/\sqrt{\sigma^2 + \epsilon},
+    y = \hat x w + b. Writes y, xhat (N, D) and rstd (N,)."""
+    N, D = x.shape
+    for r in prange(N):
+        mu = 0.0
+        for d in range(D):
+            mu += x[r, d]
+        mu /= D
+        var = 0.0
+        for d in range(D):
+            t = x[r, d] - mu
+            var += t * t
+        rs = 1.0 / np.sqrt(var / D + eps)
+        rstd[r] = rs
+        for d in range(D):
+            h = (x[r, d] - mu) * rs
+            xhat[r, d] = h
+            y[r, d] = h * w[d] + b[d]
+
+
+@_jit
+def layernorm_backward(dy, xhat, rstd, w, dx, dw_parts, db_parts):
+    r"""dx = rstd (g - \bar g - \hat x\,\overline{g\hat x}) per row, g = dy w; and each part's
+    \sum dy\hat x, \sum dy over its rows. dy, xhat, dx: (N, D); rstd: (N,);
+    dw_parts, db_parts: (P, D) float64, part p = rows p*256 .. p*256+255 (ROWS_PER_PART)."""
+    N, D = dy.shape
+    for p in prange(dw_parts.shape[0]):
+        for d in range(D):
+            dw_parts[p, d] = 0.0
+            db_parts[p, d] = 0.0
+        for r in range(p * ROWS_PER_PART, min(N, (p + 1) * ROWS_PER_PART)):
+            g_mean = 0.0
+            gx_mean = 0.0
+            for d in range(D):
+                g = dy[r, d] * w[d]
+                g_mean += g
+                gx_mean += g * xhat[r, d]
+                dw_parts[p, d] += dy[r, d] * xhat[r, d]
+                db_parts[p, d] += dy[r, d]
+            g_mean /= D
+            gx_mean /= D
+            for d in range(D):
+                dx[r, d] = (dy[r, d] * w[d] - g_mean - xhat[r, d] * gx_mean) * rstd[r]
+
+
+def parts(N: int) -> int:
+    """How many partial sums a gradient over N rows is split into (fixed, whatever the threads)."""
+    return max(1, -(-N // ROWS_PER_PART))
+
+
+# ---------------------------------------------------------------------------
+# Adam, one pass per tensor
+# ---------------------------------------------------------------------------
+@_jit
+def adam_update(param, grad, m, v, beta1, beta2, eps, l2, decay, step_size, bc2):
+    r"""The update of :func:`minitransformer.fast.adam.adam_update` per element, in place.
+    param, grad, m, v: (n,). ``l2``: the L2 coefficient folded into the gradient (0 for
+    decoupled decay); ``decay``: the factor 1 - \eta\lambda of decoupled decay (1 otherwise);
+    ``step_size`` = \eta / (1 - \beta_1^t); ``bc2`` = 1 - \beta_2^t."""
+    for i in prange(param.shape[0]):
+        g = grad[i] + l2 * param[i]  # g~
+        mi = beta1 * m[i] + (1.0 - beta1) * g  # m_t
+        vi = beta2 * v[i] + (1.0 - beta2) * (g * g)  # v_t
+        m[i] = mi
+        v[i] = vi
+        param[i] = decay * param[i] - step_size * (mi / (np.sqrt(vi / bc2) + eps))  # theta_t

@@ -1,0 +1,104 @@
+"""The compiled (Numba) loops of minitransformer.fast.compiled, beyond the equality
+tests of test_fast_equals_reference.py (which run every kernel with and without them):
+many parts of a LayerNorm gradient, results that do not depend on the thread count,
+float32, the switch, and the fallback off the main thread."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from minitransformer import kernels
+from minitransformer.fast import compiled, parallel
+
+pytestmark = pytest.mark.skipif(not compiled.AVAILABLE, reason="Numba is not installed (pip install minitransformer[fast])")
+
+REFERENCE = kernels.table("reference")
+FAST = kernels.table("fast")
+
+
+@pytest.fixture
+def numba_on():
+    saved = compiled.enabled()
+    compiled.set_enabled(True)
+    yield
+    compiled.set_enabled(saved)
+
+
+def _layernorm_both(x, w, b, dy):
+    y, cache = FAST["layernorm_forward"](x, w, b)
+    return (y, cache.xhat, cache.rstd) + tuple(FAST["layernorm_backward"](dy, cache))
+
+
+@pytest.mark.parametrize("N, D", [(1, 1), (255, 3), (256, 5), (1000, 64), (2049, 7)])
+def test_layernorm_many_parts_equals_reference(numba_on, N, D):
+    """Gradients summed over several parts of 256 rows equal the reference's single sum."""
+    g = np.random.default_rng(N * 31 + D)
+    x, w, b, dy = g.standard_normal((N, D)) * 3 + 1, g.standard_normal(D), g.standard_normal(D), g.standard_normal((N, D))
+    fast = _layernorm_both(x, w, b, dy)
+    y_r, cache_r = REFERENCE["layernorm_forward"](x, w, b)
+    ref = (y_r, cache_r.xhat, cache_r.rstd) + tuple(REFERENCE["layernorm_backward"](dy, cache_r))
+    for name, f, r in zip(["y", "xhat", "rstd", "dx", "dw", "db"], fast, ref):
+        assert f.shape == r.shape and f.dtype == r.dtype, f"{name}: {f.shape} {f.dtype} vs {r.shape} {r.dtype}"
+        err = np.abs(f - r).max()
+        assert err <= 1e-12 * max(1.0, np.abs(r).max()) * (1 + N / 256), f"{name}: largest error {err:.3g}"
+
+
+def test_results_do_not_depend_on_the_thread_count(numba_on):
+    g = np.random.default_rng(0)
+    x, w, b, dy = g.standard_normal((3000, 40)), g.standard_normal(40), g.standard_normal(40), g.standard_normal((3000, 40))
+    h = g.standard_normal(300_000)
+    saved = parallel.threads()
+    outs = []
+    try:
+        for n in (1, 2, 3):
+            parallel.set_threads(n)
+            outs.append(_layernorm_both(x, w, b, dy) + FAST["gelu_forward"](h) + FAST["gelu_forward"](h, "tanh"))
+    finally:
+        parallel.set_threads(saved)
+    for other in outs[1:]:
+        for i, (a, c) in enumerate(zip(outs[0], other)):
+            np.testing.assert_array_equal(a, c, err_msg=f"output {i} differs between 1 and more threads")
+
+
+def test_float32_stays_float32_and_agrees_with_numpy_path(numba_on):
+    g = np.random.default_rng(1)
+    x = (g.standard_normal((512, 64)) * 4).astype(np.float32)
+    w, b = g.standard_normal(64).astype(np.float32), g.standard_normal(64).astype(np.float32)
+    dy = g.standard_normal((512, 64)).astype(np.float32)
+    on = _layernorm_both(x, w, b, dy) + FAST["gelu_forward"](x)
+    compiled.set_enabled(False)
+    off = _layernorm_both(x, w, b, dy) + FAST["gelu_forward"](x)
+    for i, (a, c) in enumerate(zip(on, off)):
+        assert a.dtype == np.float32, f"output {i} is {a.dtype}"
+        np.testing.assert_allclose(a, c, rtol=2e-5, atol=2e-5 * np.abs(c).max(), err_msg=f"output {i}")
+
+
+def test_gelu_does_not_overflow_and_keeps_nan(numba_on):
+    x = np.array([1e4, -1e4, 3e38, -3e38, np.nan, 0.0], dtype=np.float32)
+    y, dydx = FAST["gelu_forward"](x)
+    np.testing.assert_array_equal(y[[0, 1, 5]], np.float32([1e4, 0.0, 0.0]))
+    np.testing.assert_array_equal(dydx[[0, 1, 5]], np.float32([1.0, 0.0, 0.5]))
+    assert np.isnan(y[4]) and np.isnan(dydx[4])
+    assert y[2] == np.float32(3e38) and dydx[2] == 1.0 and y[3] == 0.0 and dydx[3] == 0.0
+
+
+def test_the_switch_and_the_other_threads():
+    """set_enabled(False) and any thread but the main one get the NumPy kernels (the
+    Numba work queue serves one caller at a time); arrays of other dtypes too."""
+    a = np.zeros(3)
+    saved = compiled.enabled()
+    try:
+        compiled.set_enabled(True)
+        assert compiled.usable(a)
+        assert not compiled.usable(a.astype(np.int64)) and not compiled.usable(a.astype(np.float16))
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(compiled.usable(a)))
+        t.start()
+        t.join()
+        assert seen == [False]
+        compiled.set_enabled(False)
+        assert not compiled.usable(a)
+    finally:
+        compiled.set_enabled(saved)
