@@ -17,6 +17,5 @@ FAST_KERNELS = {
     "layernorm_forward": layernorm.layernorm_forward,
     "layernorm_backward": layernorm.layernorm_backward,
     "gelu_forward": activations.gelu_forward,
-    "gelu_backward": activations.gelu_backward,
     "adam_update": adam.adam_update,
 }

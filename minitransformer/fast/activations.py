@@ -161,15 +161,3 @@ def gelu_forward(x, approximate: str = "none"):
             compiled.gelu_tanh(flat, y, dydx)
         return y.reshape(x.shape), dydx.reshape(x.shape)
     return _blocked(_gelu_exact if approximate == "none" else _gelu_tanh, x)
-
-
-def gelu_backward(dy, cache):
-    """As :func:`minitransformer.nn.elementwise.gelu_backward`: dx = dy * dy/dx, in
-    cache-sized blocks on the thread pool (one product per block, written in place)."""
-    if dy.shape != cache.shape or dy.dtype != cache.dtype or dy.size <= 2 * _BLOCK:
-        return dy * cache  # (...)
-    a, b = xp.ascontiguousarray(dy).reshape(-1), xp.ascontiguousarray(cache).reshape(-1)  # (N,) each
-    dx = xp.empty_like(a)  # (N,)
-    parallel_for(lambda i: xp.multiply(a[i:i + _BLOCK], b[i:i + _BLOCK], out=dx[i:i + _BLOCK]),
-                 range(0, a.size, _BLOCK))
-    return dx.reshape(dy.shape)  # (...)

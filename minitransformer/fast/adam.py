@@ -11,13 +11,11 @@ here the assignment just rebinds each name to the array it already holds.
 
 The cost of one call is one scratch allocation and about a dozen element-wise
 passes over memory, against ten or so fresh arrays for the reference version;
-with Numba (:mod:`minitransformer.fast.compiled`) it is one pass and no scratch;
 ``tests/fast/test_fast_adam.py`` checks that both give the same numbers.
 """
 from __future__ import annotations
 
 from minitransformer.backend import xp
-from minitransformer.fast import compiled
 
 __all__ = ["adam_update"]
 
@@ -67,13 +65,6 @@ def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0
     bc1 = 1.0 - beta1 ** step                       # Python floats: no float64 upcast
     bc2 = 1.0 - beta2 ** step
     l2 = bool(weight_decay) and not decoupled
-    if compiled.usable(param, grad, m, v) and param.dtype == grad.dtype == m.dtype == v.dtype \
-            and all(a.flags.c_contiguous for a in (param, grad, m, v)) and param.ndim > 0:
-        # with Numba: the same formulas in one compiled pass over the four arrays
-        compiled.adam_update(param.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1),
-                             beta1, beta2, eps, weight_decay if l2 else 0.0,
-                             1.0 - lr * weight_decay if decoupled else 1.0, lr / bc1, bc2)
-        return param, m, v
     buf = xp.empty_like(param)                      # (S) the one scratch array
 
     # m_t = beta1 m + (1 - beta1) g~

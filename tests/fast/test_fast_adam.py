@@ -12,7 +12,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from minitransformer import backend
@@ -67,9 +67,9 @@ def adam_problems(draw):
     return param, grads, m, v, t0, hyper
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None)
 @given(problem=adam_problems())
-def test_fast_matches_reference_and_works_in_place(compiled_mode, problem):
+def test_fast_matches_reference_and_works_in_place(problem):
     """Several steps; before each one the fast kernel's ``param`` is set to the
     reference's (in place), so both start every step from the same weights.
 
@@ -106,9 +106,9 @@ def test_fast_matches_reference_and_works_in_place(compiled_mode, problem):
 
 
 @pytest.mark.parametrize("weight_decay, decoupled", [(0.0, False), (0.1, False), (0.1, True)])
-def test_fast_allocates_one_scratch_array(compiled_mode, weight_decay, decoupled):
-    """Peak new memory of one call: at most one parameter-sized array for the fast kernel
-    (none when compiled), several for the reference (which shows the measurement sees allocations)."""
+def test_fast_allocates_one_scratch_array(weight_decay, decoupled):
+    """Peak new memory of one call: about one parameter-sized array for the fast kernel,
+    several for the reference (which shows the measurement sees allocations)."""
     rng = np.random.default_rng(0)
     shape = (256, 512)                              # 1 MiB per float64 array
     nbytes = 8 * shape[0] * shape[1]
@@ -124,7 +124,6 @@ def test_fast_allocates_one_scratch_array(compiled_mode, weight_decay, decoupled
         finally:
             tracemalloc.stop()
 
-    fast_adam_update(*[a.copy() for a in args], **hyper)  # compiled on first call: not measured
     assert peak(fast_adam_update) < 1.25 * nbytes
     assert peak(reference_adam_update) > 2.5 * nbytes
 

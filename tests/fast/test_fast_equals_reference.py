@@ -656,17 +656,17 @@ def _check_gelu(c, approximate):
         assert_close("y", y_f, y_r, rtol=0.0, floor=GELU_Y_BOUND * ax + 1e-300)
         assert_close("dy/dx", dydx_f, dydx_r, rtol=0.0, floor=GELU_DYDX_BOUND[0] * ax + GELU_DYDX_BOUND[1])
     dy = _dev(np.random.default_rng(c["seed"] + 1).standard_normal(x.shape))
-    # the backward is dy * dy/dx in both sets (the fast one in blocks): exactly equal
-    with small_blocks(c["small_blocks"]), np.errstate(invalid="ignore"):
-        dx_f = FAST["gelu_backward"](dy, dydx_f)
-    np.testing.assert_array_equal(_host(dx_f), _host(REFERENCE["gelu_backward"](dy, dydx_f)))
+    # the backward is the reference's (dy * cache) in both sets (a blocked one on the
+    # thread pool measured slower in a training step: benchmarks/RESULTS.md)
+    assert FAST["gelu_backward"] is REFERENCE["gelu_backward"]
+    np.testing.assert_array_equal(_host(FAST["gelu_backward"](dy, dydx_f)), _host(dy) * _host(dydx_f))
 
 
 # x = +-inf and NaN warn "invalid value" (in both sets), also from the pool's threads
 IGNORE_INVALID = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 
 
-@covers("gelu_forward", "gelu_backward")
+@covers("gelu_forward")
 @IGNORE_INVALID
 @SETTINGS
 @given(c=gelu_cases(), approximate=st.sampled_from(["none", "tanh"]))
@@ -693,8 +693,6 @@ def test_gelu_dense_sweep_and_the_blocked_path(compiled_mode, approximate):
     else:
         assert_close("y", y_f, y_r, rtol=0.0, floor=GELU_Y_BOUND * np.abs(x) + 1e-300)
         assert_close("dy/dx", d_f, d_r, rtol=0.0, floor=GELU_DYDX_BOUND[0] * np.abs(x) + GELU_DYDX_BOUND[1])
-    dy = np.random.default_rng(5).standard_normal(x.shape)
-    np.testing.assert_array_equal(_host(FAST["gelu_backward"](_dev(dy), d_f)), dy * _host(d_f))
 
 
 # ---------------------------------------------------------------------------
