@@ -56,11 +56,16 @@ def enabled() -> bool:
     return _enabled["on"]
 
 
-def usable(*arrays) -> bool:
+MIN_SIZE = 1 << 15  # elements: below this a call into a parallel loop costs more than NumPy's passes
+
+
+def usable(*arrays, min_size: int = MIN_SIZE) -> bool:
     """True when the compiled loops can take these arrays: Numba is on, this is the
-    main thread, and every array is a host NumPy array of float32 or float64 (not
-    CuPy, not the strict stand-in)."""
+    main thread, the first array has at least ``min_size`` elements, and every array
+    is a host NumPy array of float32 or float64 (not CuPy, not the strict stand-in)."""
     if not _enabled["on"] or threading.current_thread() is not threading.main_thread():
+        return False
+    if arrays and arrays[0].size < min_size:
         return False
     if not all(type(a) is np.ndarray and a.dtype in (np.float32, np.float64) for a in arrays):
         return False
