@@ -91,14 +91,14 @@ def test_the_switch_and_the_other_threads():
     saved = compiled.enabled()
     try:
         compiled.set_enabled(True)
-        assert compiled.usable(a)
-        assert not compiled.usable(a.astype(np.int64)) and not compiled.usable(a.astype(np.float16))
+        assert compiled.usable(a, min_size=0) and not compiled.usable(a)  # 3 elements: below MIN_SIZE
+        assert not compiled.usable(a.astype(np.int64), min_size=0) and not compiled.usable(a.astype(np.float16), min_size=0)
         seen = []
-        t = threading.Thread(target=lambda: seen.append(compiled.usable(a)))
+        t = threading.Thread(target=lambda: seen.append(compiled.usable(a, min_size=0)))
         t.start()
         t.join()
         assert seen == [False]
         compiled.set_enabled(False)
-        assert not compiled.usable(a)
+        assert not compiled.usable(a, min_size=0)
     finally:
         compiled.set_enabled(saved)
