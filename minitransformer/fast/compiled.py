@@ -117,17 +117,6 @@ def gelu_exact(x, table, y, dydx):
         dydx[i] = cdf + xi * pdf
 
 
-@_jit
-def gelu_tanh(x, y, dydx):
-    """The tanh form and its derivative per element. x, y, dydx: (n,)."""
-    c = 0.7978845608028654  # sqrt(2 / pi)
-    for i in prange(x.shape[0]):
-        xi = x[i]
-        th = np.tanh(c * (xi + 0.044715 * xi * xi * xi))
-        y[i] = 0.5 * xi * (1.0 + th)
-        dydx[i] = 0.5 * (1.0 + th) + 0.5 * xi * (1.0 - th * th) * c * (1.0 + 3 * 0.044715 * xi * xi)
-
-
 # ---------------------------------------------------------------------------
 # LayerNorm, one row per iteration
 # ---------------------------------------------------------------------------
