@@ -7,6 +7,7 @@ from minitransformer.fast import activations, adam, attention, embedding, layern
 
 FAST_KERNELS = {
     "linear_forward": linear.linear_forward,
+    "linear_backward": linear.linear_backward,
     "embedding_backward": embedding.embedding_backward,
     "softmax_forward": softmax.softmax_forward,
     "cross_entropy_forward": softmax.cross_entropy_forward,
