@@ -21,6 +21,9 @@ Three measurements per config (``small`` 64x64, ``tomczak`` 64x64, ``medium`` 32
     after the imports alone (``peak_mb_from_imports``), runtime included.
 ``sample``
     new tokens/s of sampling 64 sequences x 64 new tokens with the KV cache.
+``gemms`` (only when asked: ``--tasks gemms``)
+    GFLOP/s of single float32 products of the models' shapes, NumPy's BLAS
+    against torch's, in the same two environments.
 
 Every measurement is a fresh process; each round runs every (config, side) pair
 once, the two sides in alternating order, and the median over rounds of each
@@ -43,11 +46,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SHAPES = {"small": (64, 64), "tomczak": (64, 64), "medium": (32, 128)}
-TASKS = ("train", "sample")
+TASKS = ("train", "sample", "gemms")
 
 
 def our_worker(task: str, config: str, B: int, T: int, steps: int, warmup: int) -> dict:
     """Our side of one measurement, in this (fresh) process."""
+    if task == "gemms":
+        import numpy as np
+        sys.path.insert(0, str(HERE))
+        from gemm_rates import GEMM_SHAPES, gemm_rates
+        rng = np.random.default_rng(0)
+        return {"side": "ours", "shapes": GEMM_SHAPES,
+                "gflops": gemm_rates(np.matmul, lambda m, n: rng.random((m, n), dtype=np.float32))}
     from common import SAMPLE_BATCH, SAMPLE_MAX_LEN, make_batch, make_config, sampling_model, train_step
     from minitransformer.generate import sample
     from minitransformer.models import DecoderLM
@@ -118,7 +128,8 @@ def run_process(side: str, args, task: str, config: str) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"error: the {side} worker failed ({' '.join(cmd)}):\n{done.stderr.strip()[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    result["median_s"] = statistics.median(result["times"])
+    if "times" in result:
+        result["median_s"] = statistics.median(result["times"])
     return result
 
 
@@ -174,6 +185,13 @@ def main(argv=None):
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     load0 = os.getloadavg()
     rows = []
+    if "gemms" in args.tasks:
+        args.tasks = [t for t in args.tasks if t != "gemms"]
+        sides = {side: run_process(side, args, "gemms", "small") for side in ("ours", "torch")}
+        print("| M x K x N | NumPy GFLOP/s | torch GFLOP/s | NumPy/torch |\n|---|---:|---:|---:|")
+        for shape, a, b in zip(sides["ours"]["shapes"], sides["ours"]["gflops"], sides["torch"]["gflops"]):
+            print(f"| {' x '.join(map(str, shape))} | {a:.0f} | {b:.0f} | {a / b:.2f} |")
+        rows.append({"task": "gemms", **{side: sides[side] for side in sides}})
     for task in args.tasks:
         for config in args.configs:
             runs = []
@@ -188,11 +206,12 @@ def main(argv=None):
                   f"torch {row['torch']['tokens_per_s']:,.0f} tok/s, ratio {row['speed_ratio']:.2f}", flush=True)
     header = ("task", "config", "B x T", "ours tok/s", "torch tok/s", "ours/torch", "ours peak MB",
               "torch peak MB", "memory ours/torch")
+    rows_timed = [r for r in rows if r["task"] != "gemms"]
     table = [[r["task"], r["config"], f"{r['B']}x{r['T']}", f"{r['ours']['tokens_per_s']:,.0f}",
               f"{r['torch']['tokens_per_s']:,.0f}", f"{r['speed_ratio']:.2f}", f"{r['ours']['peak_mb']:.1f}",
-              f"{r['torch']['peak_mb']:.1f}", f"{r['memory_ratio']:.2f}"] for r in rows]
+              f"{r['torch']['peak_mb']:.1f}", f"{r['memory_ratio']:.2f}"] for r in rows_timed]
     print(format_table(header, table))
-    torch_version = next((r.get("version") for row in rows for r in row["runs"] if r["side"] == "torch"), None)
+    torch_version = next((r.get("version") for row in rows_timed for r in row["runs"] if r["side"] == "torch"), None)
     path = args.json or default_path("against_torch")
     from minitransformer.atomic import write_json
     write_json(path, {

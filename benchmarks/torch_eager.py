@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gemm_rates import GEMM_SHAPES, gemm_rates  # beside this file
+
 VOCAB, PAD, BOS = 112, 0, 1
 # name: (D, layers, heads, d_head, d_ff, norm, final LN, embedding dropout); as common.CONFIGS
 CONFIGS = {
@@ -147,7 +149,7 @@ def rss_mb() -> float:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--task", choices=("train", "sample"), required=True)
+    p.add_argument("--task", choices=("train", "sample", "gemms"), required=True)
     p.add_argument("--config", choices=list(CONFIGS), required=True)
     p.add_argument("--B", type=int, default=64)
     p.add_argument("--T", type=int, default=64)
@@ -157,6 +159,10 @@ def main():
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.task == "gemms":
+        print(json.dumps({"side": "torch", "shapes": GEMM_SHAPES,
+                          "gflops": gemm_rates(torch.matmul, lambda m, n: torch.rand(m, n))}))
+        return
     imported = rss_mb()
     tiny_step()  # loads the runtime (thread pools, allocator), as against_torch.py's own side does
     base = rss_mb()

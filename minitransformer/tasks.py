@@ -73,14 +73,24 @@ class _TokenLossTask:
         self.pad_id = pad_id
         self.label_smoothing = label_smoothing
         self._ce_cache = None
+        # Data-parallel training (minitransformer.distributed) sets this to the scored
+        # tokens of the whole global batch: the loss is then this shard's sum over that
+        # count, and the ranks' gradients add up to the global batch's.
+        self.global_tokens: int | None = None
 
     def _ce(self, logits, targets, smoothing):
-        loss, self._ce_cache = kernels.cross_entropy_forward(
-            logits, targets, ignore_index=self.pad_id, label_smoothing=smoothing)
-        return loss
+        if self.global_tokens is None:  # the mean over this batch's scored tokens
+            loss, self._ce_cache = kernels.cross_entropy_forward(
+                logits, targets, ignore_index=self.pad_id, label_smoothing=smoothing)
+            return loss
+        loss_sum, self._ce_cache = kernels.cross_entropy_forward(
+            logits, targets, ignore_index=self.pad_id, label_smoothing=smoothing, reduction="sum")
+        return loss_sum / max(self.global_tokens, 1)
 
     def backward(self, model):
-        model.backward(kernels.cross_entropy_backward(1.0, self._ce_cache))  # (B, T, V) fused (p - q) / N
+        # (B, T, V) fused (p - q) / N, N the batch's scored tokens (or the global batch's)
+        dloss = 1.0 if self.global_tokens is None else 1.0 / max(self.global_tokens, 1)
+        model.backward(kernels.cross_entropy_backward(dloss, self._ce_cache))
 
     def _token_metrics(self, model, batches, run, ignore_index=None):
         """Unsmoothed NLL per scored target token and argmax accuracy over those tokens."""
@@ -136,6 +146,10 @@ class LMTask(_TokenLossTask):
         """How many targets :meth:`evaluate` scores in ``batches`` (host only)."""
         return sum(int((b[:, 1:] != self.pad_id).sum()) for b in batches)
 
+    def scored_tokens(self, batch) -> int:
+        """How many targets :meth:`loss` scores in one host batch (B, T)."""
+        return int((batch[:, 1:] != self.pad_id).sum())
+
 
 class Seq2SeqTask(_TokenLossTask):
     """Translation-style training for :class:`~minitransformer.models.Seq2Seq`.
@@ -184,6 +198,10 @@ class Seq2SeqTask(_TokenLossTask):
     def validation_tokens(self, batches) -> int:
         """How many targets :meth:`evaluate` scores in ``batches`` (host only)."""
         return sum(int((b[1][:, 1:] != self.pad_id).sum()) for b in batches)
+
+    def scored_tokens(self, batch) -> int:
+        """How many targets :meth:`loss` scores in one host batch (src, tgt)."""
+        return int((batch[1][:, 1:] != self.pad_id).sum())
 
 
 class MLMTask(_TokenLossTask):

@@ -112,3 +112,28 @@ def test_lm_training_step_does_not_synchronise_on_the_gpu():
             assert np.isfinite(float(loss))
     finally:
         backend.use("numpy")
+
+
+def test_nccl_all_reduce_with_one_rank_keeps_the_gradients():
+    """minitransformer.distributed on CuPy sums the flat gradient buffer with NCCL; with
+    one rank the sum is the buffer itself, so the gradients come back unchanged."""
+    pytest.importorskip("mpi4py")
+    from minitransformer import distributed
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    from minitransformer.tasks import LMTask
+
+    backend.use("cupy")
+    try:
+        dp = distributed.DataParallel()
+        assert dp.size == 1 and dp._nccl is not None
+        model = DecoderLM(DecoderLMConfig(vocab_size=11, max_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=16))
+        task = LMTask(pad_id=0)
+        task.loss(model, task.collate([[1, 4, 5, 6, 2], [1, 7, 8, 2]]))
+        model.zero_grad()
+        task.backward(model)
+        before = {n: backend.to_numpy(p.grad).copy() for n, p in model.named_parameters()}
+        dp.allreduce_gradients(model)
+        for n, p in model.named_parameters():
+            np.testing.assert_array_equal(backend.to_numpy(p.grad), before[n], err_msg=n)
+    finally:
+        backend.use("numpy")

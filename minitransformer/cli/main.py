@@ -25,6 +25,7 @@ import sys
 from typing import Sequence
 
 from minitransformer.cli.arguments import ArgumentParser, add_command, use_backend
+from minitransformer.cli import parallel as cli_parallel
 from minitransformer.cli.progress import PROGRESS
 
 COMMANDS = ("train_lm", "train_property", "train_seq2seq", "sample", "translate", "predict", "score",
@@ -85,6 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     PROGRESS.reset(command="train" if args.command == "train" else args.command)
     _quiet_rdkit_logs()
     use_backend(args)
+    if args.command == "train" and cli_parallel.start() is not None and args.kind == "property":
+        if cli_parallel.is_follower():
+            raise SystemExit(0)  # rank 0 says why
+        raise ValueError("train property cannot run data-parallel (its losses are not sums over tokens): "
+                         "start it without mpiexec; train lm and train seq2seq can")
     return args.run(args)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from minitransformer import atomic
+from minitransformer.cli import parallel
 from minitransformer.cli.arguments import Auto
 from minitransformer.cli.outputs import json_safe
 from minitransformer.cli.progress import PROGRESS, saved_meta
@@ -68,8 +69,13 @@ def claim_run_folder(out: str | os.PathLike, resume: str | None, force: bool,
     * otherwise: FileExistsRefusal, naming both ways out.
 
     ``resume_places=None``: the demo cannot resume (only ``--force`` is offered).
+    In a data-parallel command rank 0 claims the folder and tells the other ranks.
     """
-    out = Path(out)
+    return parallel.on_rank0(lambda: _claim(Path(out), resume, force, resume_places))
+
+
+def _claim(out: Path, resume, force: bool, resume_places) -> Path | None:
+    """:func:`claim_run_folder` in one process."""
     PROGRESS.out_dir, PROGRESS.resumable = out, resume_places is not None
     if resume is not None and force:
         raise ValueError("--resume and --force contradict each other: --resume continues the run in "

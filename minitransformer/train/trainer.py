@@ -9,6 +9,7 @@ divergence is caught in :mod:`~minitransformer.train.divergence`; the notes of
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -38,8 +39,12 @@ class Trainer(Checkpointing):
 
     def __init__(self, model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
                  callbacks=(), vocab=None, extra_meta: dict | None = None, fingerprint: dict | None = None,
-                 earlier_history=()):
+                 earlier_history=(), parallel=None):
         self.model, self.task, self.optimizer = model, task, optimizer
+        self.parallel = parallel  # a minitransformer.distributed.DataParallel, or None
+        if parallel is not None and not hasattr(task, "scored_tokens"):
+            raise ValueError(f"fit: data-parallel training supports LMTask and Seq2SeqTask, not "
+                             f"{type(task).__name__} (its loss is not a sum over scored tokens)")
         self.train_data, self.val_data = train_data, val_data
         self.config = config or TrainConfig()
         self.callbacks = list(callbacks)
@@ -55,6 +60,9 @@ class Trainer(Checkpointing):
         self.saved: dict[str, tuple[int, Path]] = {}  # name -> (step, path) of this run's finite checkpoints
         self.resumed_from: tuple[int, Path] | None = None
         self.out_dir = Path(self.config.out_dir) if self.config.out_dir else None
+        if parallel is not None and not parallel.is_writer:  # rank 0 alone writes files and prints
+            self.out_dir = None
+            self.config = dataclasses.replace(self.config, quiet=True)
         self._val_cache = None
         self.metric = self._check_metric()
         if hasattr(task, "validate") and not callable(train_data):
@@ -159,7 +167,9 @@ class Trainer(Checkpointing):
                     self._epoch_fraction = self.batch_index / len(batches)
                     break
                 idx = batches[self.batch_index]
-                batch = self.task.collate([examples[j] for j in idx])
+                if self.parallel is not None:  # this rank's shard of the global batch
+                    idx = self.parallel.shard(idx)
+                batch = self.task.collate([examples[j] for j in idx]) if len(idx) else None
                 rng = np.random.default_rng([cfg.seed, self.epoch, self.batch_index])
                 loss, norm, weights_ok, n_tok = self._step(batch, rng, check_now=sync_every == 1)
                 self.step += 1
@@ -204,11 +214,15 @@ class Trainer(Checkpointing):
         Returns (loss, norm or None if already checked, tokens), loss and norm 0-d on the device.
         """
         model = self.model
-        loss, n_tok = self.task.loss(model, batch, rng)  # forward and loss
-        if check_now:
-            self._check_finite(float(loss), "loss", self.step + 1)
-        model.zero_grad()
-        self.task.backward(model)  # every parameter's gradient
+        if self.parallel is not None:
+            loss, n_tok = self._parallel_loss_and_gradients(batch, rng)
+            check_now = True
+        else:
+            loss, n_tok = self.task.loss(model, batch, rng)  # forward and loss
+            if check_now:
+                self._check_finite(float(loss), "loss", self.step + 1)
+            model.zero_grad()
+            self.task.backward(model)  # every parameter's gradient
         norm = clip_grad_norm(model, self.config.clip or None)  # None: measure only
         if check_now:
             self._check_finite(float(norm), "gradient norm", self.step + 1)
@@ -223,6 +237,27 @@ class Trainer(Checkpointing):
             self._check_weights(self.step + 1)
             return loss, None, None, n_tok
         return loss, norm, _weights_finite(model), n_tok  # checked at the next read
+
+    def _parallel_loss_and_gradients(self, batch, rng):
+        """Data-parallel: this rank's shard (or None: no example for this rank), the
+        global batch's loss, and every rank holding the global batch's gradient
+        (:mod:`minitransformer.distributed`). Returns the loss (a float, the same on
+        every rank) and this rank's scored tokens."""
+        dp, model, task = self.parallel, self.model, self.task
+        n_tok = 0 if batch is None else task.scored_tokens(batch)
+        task.global_tokens = dp.sum_int(n_tok)  # the normaliser: scored tokens of the whole global batch
+        try:
+            model.zero_grad()
+            local = 0.0
+            if batch is not None:
+                local = float(task.loss(model, batch, rng)[0])  # my tokens' loss sum / global tokens
+                task.backward(model)  # my share of the global gradient
+        finally:
+            task.global_tokens = None
+        dp.allreduce_gradients(model)  # every rank: the sum of the shares
+        loss = dp.sum_float(local)
+        self._check_finite(loss, "loss", self.step + 1)
+        return loss, n_tok
 
     def _check_finite(self, value: float, what: str, step: int, deferred: bool = False) -> None:
         if not math.isfinite(value):
@@ -346,12 +381,14 @@ class Trainer(Checkpointing):
             if self.saved or self.resumed_from:
                 msg += f" Last checkpoint: {self._last_good()}; resume from it to continue."
             print(msg, flush=True)
+        if self.parallel is not None:  # rank 0's checkpoints are on disk before any rank goes on
+            self.parallel.barrier()
         return self
 
 
 def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
         callbacks: list[Callable] = (), resume=None, vocab=None, extra_meta: dict | None = None,
-        fingerprint: dict | None = None, earlier_history=()) -> Trainer:
+        fingerprint: dict | None = None, earlier_history=(), parallel=None) -> Trainer:
     """Train ``model`` on ``train_data`` with ``task`` and ``optimizer``.
 
     Args:
@@ -376,13 +413,28 @@ def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig |
             (:class:`~minitransformer.checkpoint.FingerprintMismatch`).
         earlier_history: the rows of earlier phases of the same run (each with a
             ``phase`` entry), written first in ``history.csv``.
+        parallel: a :class:`~minitransformer.distributed.DataParallel` to train on its
+            ranks (each reads its shard of every batch; rank 0 writes). With more than
+            one rank, an error on any rank stops them all (MPI_Abort) after it is printed.
 
     Returns:
         the :class:`Trainer`, with ``history`` (per-epoch metric dicts), ``step_losses``,
         ``best``/``best_epoch`` and ``stop_reason``.
     """
-    trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta,
-                      fingerprint, earlier_history)
-    if resume is not None:
-        trainer.resume(resume)
-    return trainer.run()
+    if parallel is None or parallel.size == 1:
+        trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta,
+                          fingerprint, earlier_history, parallel)
+        if resume is not None:
+            trainer.resume(resume)
+        return trainer.run()
+    try:  # a rank that fails must not leave the others waiting in the next all-reduce
+        trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta,
+                          fingerprint, earlier_history, parallel)
+        if resume is not None:
+            trainer.resume(resume)
+        return trainer.run()
+    except BaseException as err:
+        print(f"error: rank {parallel.rank} of {parallel.size}: {type(err).__name__}: {err} "
+              "(stopping every rank)", file=sys.stderr, flush=True)
+        parallel.abort(1)
+        raise

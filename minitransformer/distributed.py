@@ -1,0 +1,156 @@
+r"""Data-parallel training over MPI: every rank holds the whole model, reads its own
+shard of each global batch, and the ranks add up their gradients before the update.
+
+One training step on rank :math:`r` of :math:`R`, with the global batch cut into
+shards :math:`S_r` (see :meth:`DataParallel.shard`)::
+
+    n = dp.sum_int(task.scored_tokens(local_batch))      # tokens of the whole global batch
+    task.global_tokens = n                                 # normalise by the global count
+    loss = task.loss(model, local_batch)                   # sum over my tokens / n
+    model.zero_grad(); task.backward(model)                # my share of the global gradient
+    dp.allreduce_gradients(model)                          # every rank: the global gradient
+    clip_grad_norm(model, 1.0); optimizer.step()           # the same update on every rank
+
+**Why the normalisation must be global.** The loss of the global batch is
+:math:`L = \frac{1}{N}\sum_{r}\sum_{t \in S_r}\ell_t` with :math:`N = \sum_r N_r`
+the scored (non-pad) tokens of all shards. Its gradient is the sum over ranks of
+:math:`\frac{1}{N}\sum_{t\in S_r}\nabla\ell_t`: each rank divides its *sum* by the
+global N, and the all-reduce adds. Had each rank taken its own mean
+(divide by :math:`N_r`) and the ranks averaged, a shard with few tokens (short
+molecules, much padding) would weigh as much as one with many, and 2 ranks with
+B/2 would no longer train like 1 rank with B. The token counts are read from the
+host batches, so finding N costs one tiny all-reduce of an integer and no device read.
+
+Everything else follows from every rank starting equal and applying the same
+update: the same seed builds the same weights, every rank plans the same global
+batches (the plan's generator is seeded by (seed, epoch), not by rank), the
+gradient buffers are equal after the all-reduce, so the clipping, the optimizer's
+moments and its step counter stay equal too. Only rank 0 writes files and prints;
+a checkpoint holds no rank or world size, so a run resumes at any world size.
+
+The gradients travel in one flat buffer, in place (``MPI.IN_PLACE``): one message
+per step, not one per tensor. ``mpi4py`` is an optional extra
+(``pip install 'minitransformer[parallel]'``, with MPICH's wheel and its ``mpiexec``).
+
+**On GPUs** (the CuPy backend) the same interface sums the device buffer with NCCL
+(``cupy.cuda.nccl``): MPI starts the ranks and hands rank 0's NCCL id to the
+others, each rank takes GPU ``rank % GPUs``, and the gradients never leave the
+devices. (Not yet run on a GPU: no device was lent while it was written; see
+``tests/test_gpu.py``, which exercises it with one rank where a GPU exists.)
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from minitransformer import backend
+
+
+def _mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as err:
+        raise RuntimeError("data-parallel training needs mpi4py: pip install 'minitransformer[parallel]' "
+                           "(mpi4py and MPICH), then start the ranks with mpiexec -n N ...") from err
+    return MPI
+
+
+def world_size() -> int:
+    """Ranks in MPI's world, 1 when mpi4py is not installed or the program was not started by mpiexec."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return 1
+    return MPI.COMM_WORLD.Get_size()
+
+
+class DataParallel:
+    """The ranks of one data-parallel run (default: all of ``MPI.COMM_WORLD``).
+
+    Attributes: ``rank`` (0 .. size-1), ``size``, ``allreduce_seconds`` (time spent
+    adding up gradients so far, for the benchmarks)."""
+
+    def __init__(self, comm=None):
+        MPI = _mpi()
+        self.MPI = MPI
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.allreduce_seconds = 0.0
+        self._flat = None  # the flat gradient buffer, made on first use
+        self._nccl = _Nccl(self.comm, self.rank, self.size) if backend.name() == "cupy" else None
+
+    @property
+    def is_writer(self) -> bool:
+        """Rank 0 writes checkpoints, histories and progress; the others stay quiet."""
+        return self.rank == 0
+
+    def shard(self, indices):
+        """This rank's part of a global batch's example indices: contiguous, in order,
+        sizes differing by at most one (rank r gets the r-th of ``np.array_split``).
+        A rank may get none when the batch has fewer examples than there are ranks."""
+        return np.array_split(np.asarray(indices), self.size)[self.rank]
+
+    def sum_int(self, value: int) -> int:
+        """The sum over ranks of a host integer (a token count)."""
+        return int(self.comm.allreduce(int(value), op=self.MPI.SUM))
+
+    def sum_float(self, value: float) -> float:
+        """The sum over ranks of a host float (a loss), added in rank order on every rank."""
+        return float(sum(self.comm.allgather(float(value))))
+
+    def all_agree(self, ok: bool) -> bool:
+        """True on every rank only if ``ok`` is True on every rank."""
+        return bool(self.comm.allreduce(bool(ok), op=self.MPI.LAND))
+
+    def allreduce_gradients(self, model) -> None:
+        """Replace every parameter's gradient by its sum over the ranks, in place.
+
+        The gradients are copied into one flat buffer (made once, in the gradients'
+        dtype), summed across the ranks in place with one ``Allreduce``, and copied
+        back. On CuPy the buffer lives on the device and NCCL sums it there."""
+        params = [p for _, p in model.named_parameters()]
+        sizes = [int(p.grad.size) for p in params]
+        total = sum(sizes)
+        dtype = params[0].grad.dtype
+        if self._flat is None or self._flat.size != total or self._flat.dtype != dtype:
+            self._flat = backend.xp.empty(total, dtype=dtype)  # (P,) every gradient, end to end
+        flat, at = self._flat, 0
+        for p, n in zip(params, sizes):
+            flat[at:at + n] = p.grad.reshape(-1)
+            at += n
+        t0 = time.perf_counter()
+        if self._nccl is not None:
+            self._nccl.sum_in_place(flat)
+        else:
+            self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
+        self.allreduce_seconds += time.perf_counter() - t0
+        at = 0
+        for p, n in zip(params, sizes):
+            p.grad[...] = flat[at:at + n].reshape(p.grad.shape)
+            at += n
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def abort(self, code: int = 1) -> None:
+        """Stop every rank (after this rank has said why): MPI_Abort."""
+        self.comm.Abort(code)
+
+
+class _Nccl:
+    """NCCL across the ranks' GPUs, bootstrapped by MPI (rank 0's unique id, broadcast)."""
+
+    def __init__(self, comm, rank: int, size: int):
+        import cupy
+        from cupy.cuda import nccl
+        cupy.cuda.Device(rank % cupy.cuda.runtime.getDeviceCount()).use()  # before any array is made
+        uid = comm.bcast(nccl.get_unique_id() if rank == 0 else None, root=0)
+        self.cupy, self.nccl = cupy, nccl
+        self.comm = nccl.NcclCommunicator(size, uid, rank)
+
+    def sum_in_place(self, flat) -> None:
+        """flat (P,), a device array: replaced by its sum over the ranks, on the current stream."""
+        kinds = {"float32": self.nccl.NCCL_FLOAT32, "float64": self.nccl.NCCL_FLOAT64}
+        self.comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, kinds[str(flat.dtype)], self.nccl.NCCL_SUM,
+                            self.cupy.cuda.get_current_stream().ptr)

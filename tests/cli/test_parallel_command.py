@@ -1,0 +1,46 @@
+"""``mpiexec -n 2 minitransformer train ...``: one data-parallel run, whose files and
+output are rank 0's, and whose errors are one line with rank 0's exit status.
+Skipped without mpi4py or mpiexec (CI installs them with the [parallel] extra)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mpi4py", reason="needs mpi4py (pip install 'minitransformer[parallel]')")
+MPIEXEC = shutil.which("mpiexec") or shutil.which("mpiexec", path=str(Path(sys.executable).parent))
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH or beside this Python (pip install mpich)")
+
+
+def _mpi(cwd: Path, *argv: str):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MINITRANSFORMER_THREADS="1")
+    env.pop("MINITRANSFORMER_DEBUG", None)
+    return subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minitransformer", *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_train_lm_on_two_ranks_writes_once_and_prints_once(tmp_path):
+    args = ["train", "lm", "--quick", "--data", "druglike", "--out", "run", "--samples", "30"]
+    done = _mpi(tmp_path, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("last.npz", "best.npz", "history.csv", "samples.smi", "metrics.json", "provenance.json"):
+        assert (tmp_path / "run" / name).is_file(), name
+    assert done.stdout.count("model: ") == 1, done.stdout  # rank 0 alone prints
+    assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.startswith("old-")]
+    assert len((tmp_path / "run" / "samples.smi").read_text().splitlines()) == 30
+    # the folder is claimed once, by rank 0: a second run is refused with one line, status 2
+    again = _mpi(tmp_path, *args)
+    assert again.returncode == 2 and again.stderr.count("error:") == 1 and "already holds a run" in again.stderr
+    # and --resume continues it on both ranks
+    resumed = _mpi(tmp_path, *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+def test_train_property_is_refused_before_work(tmp_path):
+    done = _mpi(tmp_path, "train", "property", "--quick", "--out", "prop")
+    assert done.returncode == 2 and done.stderr.count("error:") == 1, done.stderr
+    assert "cannot run data-parallel" in done.stderr and not (tmp_path / "prop").exists()
