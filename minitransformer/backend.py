@@ -217,15 +217,24 @@ class RNG:
     and then increments the counter. So the state is two integers: it saves to a
     checkpoint and restores on NumPy and CuPy alike, and a resumed run draws
     exactly the numbers an uninterrupted run would have drawn.
+
+    ``stream`` (default 0) picks one of many independent streams of the same seed:
+    data-parallel ranks draw their dropout masks from stream = rank, so that two
+    ranks never reuse the same numbers on different examples (stream 0 is the
+    plain ``(seed, counter)`` stream; the stream is not part of the saved state).
     """
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, stream: int = 0):
         self.seed = int(seed)
         self.counter = 0
+        self.stream = int(stream)
+
+    def _entropy(self) -> list:
+        return [self.seed, self.counter] if self.stream == 0 else [self.seed, self.counter, self.stream]
 
     def generator(self):
         """A backend generator for the next draw (advances the stream)."""
-        mixed = _np.random.SeedSequence([self.seed, self.counter]).generate_state(1, _np.uint32)[0]
+        mixed = _np.random.SeedSequence(self._entropy()).generate_state(1, _np.uint32)[0]
         self.counter += 1
         return xp.random.default_rng(int(mixed))
 
@@ -245,7 +254,7 @@ class RNG:
 
     def host(self) -> _np.random.Generator:
         """A NumPy generator for host-side choices (batch order, corruption plans)."""
-        mixed = _np.random.SeedSequence([self.seed, self.counter]).generate_state(1, _np.uint32)[0]
+        mixed = _np.random.SeedSequence(self._entropy()).generate_state(1, _np.uint32)[0]
         self.counter += 1
         return _np.random.default_rng(int(mixed))
 
@@ -256,7 +265,7 @@ class RNG:
         self.seed, self.counter = int(state["seed"]), int(state["counter"])
 
     def __repr__(self) -> str:
-        return f"RNG(seed={self.seed}, counter={self.counter})"
+        return f"RNG(seed={self.seed}, counter={self.counter}" + (f", stream={self.stream})" if self.stream else ")")
 
 
 def as_rng(rng=None, default_seed: int = 0) -> RNG:

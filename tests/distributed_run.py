@@ -52,12 +52,14 @@ def main():
     p.add_argument("--resume")
     p.add_argument("--out-dir")
     p.add_argument("--smoothing", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--fail", type=int, nargs=2, metavar=("RANK", "STEP"), help="raise on this rank at this step")
     args = p.parse_args()
     parallel = distributed.DataParallel() if distributed.world_size() > 1 else None
     with backend.dtype_scope("float64"):
         if args.model == "lm":
-            model = DecoderLM(DecoderLMConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2, d_ff=32))
+            model = DecoderLM(DecoderLMConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2, d_ff=32,
+                                              attn_dropout=args.dropout, resid_dropout=args.dropout))
             task, data = LMTask(PAD, args.smoothing), lm_data()
         else:
             model = Seq2Seq(Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, max_len=16, d_model=16, n_heads=2,
@@ -69,6 +71,8 @@ def main():
         config = TrainConfig(epochs=10, batch_size=8, max_steps=args.steps, clip=1.0, quiet=True, seed=0,
                              out_dir=args.out_dir)
         fit(model, task, opt, data, config=config, resume=args.resume, parallel=parallel)
+    if parallel is not None and model.rng.stream != parallel.rank:
+        parallel.abort(4)  # each rank must draw its dropout masks from its own stream
     weights = {name: backend.to_numpy(p.data) for name, p in model.named_parameters()}
     if parallel is not None:  # every rank must hold rank 0's weights, bit for bit
         flat = np.concatenate([w.reshape(-1) for w in weights.values()])

@@ -86,6 +86,13 @@ def test_two_ranks_with_half_batches_equal_one_rank(tmp_path, model, smoothing):
     assert max(float(np.abs(start[n] - end[n]).max()) for n in start.files) > 1e-3
 
 
+def test_dropout_ranks_draw_their_own_masks_and_stay_equal(tmp_path):
+    """With dropout, each rank draws from RNG stream = its rank (checked in the run),
+    and the all-reduced update keeps every rank's weights equal (checked bit for bit)."""
+    _run(2, "lm", 6, tmp_path / "drop.npz", "--dropout", "0.2", cwd=tmp_path)
+    assert (tmp_path / "drop.npz").is_file()
+
+
 def test_resume_at_another_world_size_continues_exactly(tmp_path):
     """7 steps on 2 ranks (checkpoint mid-epoch), then 3 more on 1 rank, equal 10 on 1
     rank; and 7 on 1 rank then 3 on 2 ranks too."""

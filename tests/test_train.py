@@ -983,3 +983,14 @@ def test_a_schedule_gone_bad_names_the_last_good_checkpoint(tmp_path):
     msg = str(info.value)
     assert "schedule" in msg and "Last good checkpoint: " in msg and "\n" not in msg
     assert "step 4" in msg and str(tmp_path) in msg  # the end of epoch 1 (3 steps) was saved
+
+
+def test_rng_streams_are_independent_and_stream_0_is_the_plain_one():
+    """Data-parallel ranks draw dropout masks from RNG stream = rank: stream 0 is the
+    usual (seed, counter) stream, other streams differ from it and from each other,
+    and each is reproducible from (seed, counter, stream)."""
+    draws = {s: backend.RNG(5, stream=s).random((64,), dtype=np.float64) for s in (0, 1, 2)}
+    np.testing.assert_array_equal(draws[0], backend.RNG(5).random((64,), dtype=np.float64))
+    assert not np.array_equal(draws[0], draws[1]) and not np.array_equal(draws[1], draws[2])
+    np.testing.assert_array_equal(draws[1], backend.RNG(5, stream=1).random((64,), dtype=np.float64))
+    assert backend.RNG(5, stream=1).state_dict() == {"seed": 5, "counter": 0}

@@ -60,6 +60,8 @@ class Trainer(Checkpointing):
         self.saved: dict[str, tuple[int, Path]] = {}  # name -> (step, path) of this run's finite checkpoints
         self.resumed_from: tuple[int, Path] | None = None
         self.out_dir = Path(self.config.out_dir) if self.config.out_dir else None
+        if parallel is not None and isinstance(getattr(model, "rng", None), backend.RNG):
+            model.rng.stream = parallel.rank  # each rank its own dropout masks (rank 0: the usual stream)
         if parallel is not None and not parallel.is_writer:  # rank 0 alone writes files and prints
             self.out_dir = None
             self.config = dataclasses.replace(self.config, quiet=True)
