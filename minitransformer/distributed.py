@@ -2,14 +2,10 @@ r"""Data-parallel training over MPI: every rank holds the whole model, reads its
 shard of each global batch, and the ranks add up their gradients before the update.
 
 One training step on rank :math:`r` of :math:`R`, with the global batch cut into
-shards :math:`S_r` (see :meth:`DataParallel.shard`)::
-
-    n = dp.sum_int(task.scored_tokens(local_batch))      # tokens of the whole global batch
-    task.global_tokens = n                                 # normalise by the global count
-    loss = task.loss(model, local_batch)                   # sum over my tokens / n
-    model.zero_grad(); task.backward(model)                # my share of the global gradient
-    dp.allreduce_gradients(model)                          # every rank: the global gradient
-    clip_grad_norm(model, 1.0); optimizer.step()           # the same update on every rank
+shards :math:`S_r` (see :meth:`DataParallel.shard`), is
+:meth:`DataParallel.loss_and_gradients` (global token count, my share of the loss
+and of the gradient, the all-reduce), then clipping and the optimizer's update as
+in one process: the same update on every rank.
 
 **Why the normalisation must be global.** The loss of the global batch is
 :math:`L = \frac{1}{N}\sum_{r}\sum_{t \in S_r}\ell_t` with :math:`N = \sum_r N_r`
@@ -40,6 +36,7 @@ devices. (Not yet run on a GPU: no device was lent while it was written; see
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -129,6 +126,37 @@ class DataParallel:
         for p, n in zip(params, sizes):
             p.grad[...] = flat[at:at + n].reshape(p.grad.shape)
             at += n
+
+    def loss_and_gradients(self, model, task, batch, rng=None):
+        """The data-parallel part of a training step, on this rank's shard ``batch``
+        (a host batch, or None when the global batch had no example for this rank).
+        Leaves every rank holding the global batch's gradient; returns the global
+        batch's loss (a float, equal on every rank) and this rank's scored tokens."""
+        n_tok = 0 if batch is None else task.scored_tokens(batch)
+        task.global_tokens = self.sum_int(n_tok)  # the normaliser: scored tokens of the whole global batch
+        try:
+            model.zero_grad()
+            local = 0.0
+            if batch is not None:
+                local = float(task.loss(model, batch, rng)[0])  # my tokens' loss sum / global tokens
+                task.backward(model)  # my share of the global gradient
+        finally:
+            task.global_tokens = None
+        self.allreduce_gradients(model)  # every rank: the sum of the shares
+        return self.sum_float(local), n_tok
+
+    def run_or_abort(self, fn):
+        """``fn()``; with several ranks, an error on this rank is printed with the rank
+        and stops every rank (MPI_Abort), so none waits forever in the next all-reduce."""
+        if self.size == 1:
+            return fn()
+        try:
+            return fn()
+        except BaseException as err:
+            print(f"error: rank {self.rank} of {self.size}: {type(err).__name__}: {err} (stopping every rank)",
+                  file=sys.stderr, flush=True)
+            self.abort(1)
+            raise
 
     def barrier(self) -> None:
         self.comm.Barrier()

@@ -216,8 +216,9 @@ class Trainer(Checkpointing):
         Returns (loss, norm or None if already checked, tokens), loss and norm 0-d on the device.
         """
         model = self.model
-        if self.parallel is not None:
-            loss, n_tok = self._parallel_loss_and_gradients(batch, rng)
+        if self.parallel is not None:  # each rank its shard; every rank the global batch's gradient
+            loss, n_tok = self.parallel.loss_and_gradients(model, self.task, batch, rng)
+            self._check_finite(loss, "loss", self.step + 1)
             check_now = True
         else:
             loss, n_tok = self.task.loss(model, batch, rng)  # forward and loss
@@ -239,27 +240,6 @@ class Trainer(Checkpointing):
             self._check_weights(self.step + 1)
             return loss, None, None, n_tok
         return loss, norm, _weights_finite(model), n_tok  # checked at the next read
-
-    def _parallel_loss_and_gradients(self, batch, rng):
-        """Data-parallel: this rank's shard (or None: no example for this rank), the
-        global batch's loss, and every rank holding the global batch's gradient
-        (:mod:`minitransformer.distributed`). Returns the loss (a float, the same on
-        every rank) and this rank's scored tokens."""
-        dp, model, task = self.parallel, self.model, self.task
-        n_tok = 0 if batch is None else task.scored_tokens(batch)
-        task.global_tokens = dp.sum_int(n_tok)  # the normaliser: scored tokens of the whole global batch
-        try:
-            model.zero_grad()
-            local = 0.0
-            if batch is not None:
-                local = float(task.loss(model, batch, rng)[0])  # my tokens' loss sum / global tokens
-                task.backward(model)  # my share of the global gradient
-        finally:
-            task.global_tokens = None
-        dp.allreduce_gradients(model)  # every rank: the sum of the shares
-        loss = dp.sum_float(local)
-        self._check_finite(loss, "loss", self.step + 1)
-        return loss, n_tok
 
     def _check_finite(self, value: float, what: str, step: int, deferred: bool = False) -> None:
         if not math.isfinite(value):
@@ -423,20 +403,11 @@ def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig |
         the :class:`Trainer`, with ``history`` (per-epoch metric dicts), ``step_losses``,
         ``best``/``best_epoch`` and ``stop_reason``.
     """
-    if parallel is None or parallel.size == 1:
+    def train():
         trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta,
                           fingerprint, earlier_history, parallel)
         if resume is not None:
             trainer.resume(resume)
         return trainer.run()
-    try:  # a rank that fails must not leave the others waiting in the next all-reduce
-        trainer = Trainer(model, task, optimizer, train_data, val_data, config, callbacks, vocab, extra_meta,
-                          fingerprint, earlier_history, parallel)
-        if resume is not None:
-            trainer.resume(resume)
-        return trainer.run()
-    except BaseException as err:
-        print(f"error: rank {parallel.rank} of {parallel.size}: {type(err).__name__}: {err} "
-              "(stopping every rank)", file=sys.stderr, flush=True)
-        parallel.abort(1)
-        raise
+
+    return train() if parallel is None else parallel.run_or_abort(train)
