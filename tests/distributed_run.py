@@ -53,6 +53,7 @@ def main():
     p.add_argument("--out-dir")
     p.add_argument("--smoothing", type=float, default=0.0)
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--examples", type=int, default=40)
     p.add_argument("--fail", type=int, nargs=2, metavar=("RANK", "STEP"), help="raise on this rank at this step")
     args = p.parse_args()
     parallel = distributed.DataParallel() if distributed.world_size() > 1 else None
@@ -60,7 +61,7 @@ def main():
         if args.model == "lm":
             model = DecoderLM(DecoderLMConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2, d_ff=32,
                                               attn_dropout=args.dropout, resid_dropout=args.dropout))
-            task, data = LMTask(PAD, args.smoothing), lm_data()
+            task, data = LMTask(PAD, args.smoothing), lm_data(args.examples)
         else:
             model = Seq2Seq(Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, max_len=16, d_model=16, n_heads=2,
                                           n_enc_layers=2, n_dec_layers=2, d_ff=32))

@@ -86,6 +86,14 @@ def test_two_ranks_with_half_batches_equal_one_rank(tmp_path, model, smoothing):
     assert max(float(np.abs(start[n] - end[n]).max()) for n in start.files) > 1e-3
 
 
+def test_a_rank_without_examples_in_a_batch_still_joins_the_step(tmp_path):
+    """41 examples in batches of 8: each epoch ends with a batch of one example, so on 2
+    ranks rank 1 has none there; it adds a zero gradient and the weights still match."""
+    _run(1, "lm", 14, tmp_path / "one.npz", "--examples", 41, cwd=tmp_path)
+    _run(2, "lm", 14, tmp_path / "two.npz", "--examples", 41, cwd=tmp_path)
+    _assert_same_weights(tmp_path / "two.npz", tmp_path / "one.npz", "41 examples")
+
+
 def test_dropout_ranks_draw_their_own_masks_and_stay_equal(tmp_path):
     """With dropout, each rank draws from RNG stream = its rank (checked in the run),
     and the all-reduced update keeps every rank's weights equal (checked bit for bit)."""
