@@ -96,10 +96,6 @@ class DataParallel:
         """The sum over ranks of a host float (a loss), added in rank order on every rank."""
         return float(sum(self.comm.allgather(float(value))))
 
-    def all_agree(self, ok: bool) -> bool:
-        """True on every rank only if ``ok`` is True on every rank."""
-        return bool(self.comm.allreduce(bool(ok), op=self.MPI.LAND))
-
     def allreduce_gradients(self, model) -> None:
         """Replace every parameter's gradient by its sum over the ranks, in place.
 

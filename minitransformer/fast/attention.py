@@ -97,8 +97,8 @@ def query_blocks(mask, bias, Tq: int, Tk: int) -> list[tuple[int, int, int]]:
 
 def _rows_keys(a, rows: slice, keys: slice):
     """The part of a mask (or None) that broadcasts to scores[..., rows, keys]."""
-    if a is None:
-        return None
+    if a is None or a.ndim == 0:
+        return a
     keys = keys if a.shape[-1] != 1 else slice(None)
     if a.ndim < 2:
         return a[keys]
