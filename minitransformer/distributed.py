@@ -127,9 +127,9 @@ class DataParallel:
         """The data-parallel part of a training step, on this rank's shard ``batch``
         (a host batch, or None when the global batch had no example for this rank).
         Leaves every rank holding the global batch's gradient; returns the global
-        batch's loss (a float, equal on every rank) and this rank's scored tokens."""
+        batch's loss and scored tokens (equal on every rank)."""
         n_tok = 0 if batch is None else task.scored_tokens(batch)
-        task.global_tokens = self.sum_int(n_tok)  # the normaliser: scored tokens of the whole global batch
+        n_global = task.global_tokens = self.sum_int(n_tok)  # the normaliser: scored tokens of the global batch
         try:
             model.zero_grad()
             local = 0.0
@@ -139,7 +139,7 @@ class DataParallel:
         finally:
             task.global_tokens = None
         self.allreduce_gradients(model)  # every rank: the sum of the shares
-        return self.sum_float(local), n_tok
+        return self.sum_float(local), n_global
 
     def run_or_abort(self, fn):
         """``fn()``; with several ranks, an error on this rank is printed with the rank

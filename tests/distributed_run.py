@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 
@@ -54,6 +55,9 @@ def main():
     p.add_argument("--smoothing", type=float, default=0.0)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--examples", type=int, default=40)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--max-time", type=float, default=None, help="TrainConfig.max_time (seconds)")
+    p.add_argument("--late", type=float, default=0.0, help="rank 0 starts this many seconds late")
     p.add_argument("--fail", type=int, nargs=2, metavar=("RANK", "STEP"), help="raise on this rank at this step")
     args = p.parse_args()
     parallel = distributed.DataParallel() if distributed.world_size() > 1 else None
@@ -69,9 +73,14 @@ def main():
         if args.fail:
             task = _failing(task, parallel.rank if parallel else 0, *args.fail)
         opt = Adam(model, lr=WarmupCosineLR(lr=3e-3, warmup=3, total=20))
-        config = TrainConfig(epochs=10, batch_size=8, max_steps=args.steps, clip=1.0, quiet=True, seed=0,
-                             out_dir=args.out_dir)
-        fit(model, task, opt, data, config=config, resume=args.resume, parallel=parallel)
+        config = TrainConfig(epochs=args.epochs, batch_size=8, max_steps=args.steps, clip=1.0, quiet=True, seed=0,
+                             out_dir=args.out_dir, max_time=args.max_time)
+        if parallel is not None and parallel.rank == 0:
+            time.sleep(args.late)  # rank 0 starts its clock later than the other ranks
+        trainer = fit(model, task, opt, data, config=config, resume=args.resume, parallel=parallel)
+    # each rank's own record of how far it trained (a file, so that no collective is needed to compare)
+    with open(f"{args.out}.rank{0 if parallel is None else parallel.rank}.steps", "w") as f:
+        f.write(f"{trainer.step} {trainer.stop_reason}\n")
     if parallel is not None and model.rng.stream != parallel.rank:
         parallel.abort(4)  # each rank must draw its dropout masks from its own stream
     weights = {name: backend.to_numpy(p.data) for name, p in model.named_parameters()}

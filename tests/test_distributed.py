@@ -94,6 +94,15 @@ def test_a_rank_without_examples_in_a_batch_still_joins_the_step(tmp_path):
     _assert_same_weights(tmp_path / "two.npz", tmp_path / "one.npz", "41 examples")
 
 
+def test_a_time_limit_stops_every_rank_at_the_same_step(tmp_path):
+    """max_time is read from each rank's own clock; rank 0 starts 0.3 s late, so the
+    ranks' clocks disagree. Rank 0's decision is every rank's: no rank waits forever
+    for another in an all-reduce (the run finishes), and the ranks' weights agree."""
+    _run(2, "lm", 100000, tmp_path / "timed.npz", "--max-time", 1.0, "--late", 0.3, "--epochs", 10000, cwd=tmp_path)
+    steps = [(tmp_path / f"timed.npz.rank{r}.steps").read_text().split() for r in (0, 1)]
+    assert steps[0] == steps[1] and steps[0][1] == "max_time", f"rank 0 stopped at {steps[0]}, rank 1 at {steps[1]}"
+
+
 def test_dropout_ranks_draw_their_own_masks_and_stay_equal(tmp_path):
     """With dropout, each rank draws from RNG stream = its rank (checked in the run),
     and the all-reduced update keeps every rank's weights equal (checked bit for bit)."""

@@ -115,7 +115,18 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
         code, message = _describe(exc)
         sys.stdout.flush()
         print(f"error: {message}", file=sys.stderr)
+        _stop_other_ranks(code)
         return code
+
+
+def _stop_other_ranks(code: int) -> None:
+    """Under mpiexec (a data-parallel command), a rank that fails stops all of them:
+    the others would otherwise wait forever for it in their next collective."""
+    from minitransformer.cli import parallel
+    dp = parallel.current()
+    if dp is not None and dp.size > 1:
+        sys.stderr.flush()
+        dp.abort(code)
 
 
 def exit_for_good(code: int):

@@ -59,13 +59,13 @@ def enabled() -> bool:
 MIN_SIZE = 1 << 15  # elements: below this a call into a parallel loop costs more than NumPy's passes
 
 
-def usable(*arrays, min_size: int = MIN_SIZE) -> bool:
+def usable(*arrays, min_size: int | None = None) -> bool:
     """True when the compiled loops can take these arrays: Numba is on, this is the
-    main thread, the first array has at least ``min_size`` elements, and every array
+    main thread, the first array has at least ``min_size`` (default :data:`MIN_SIZE`) elements, and every array
     is a host NumPy array of float32 or float64 (not CuPy, not the strict stand-in)."""
     if not _enabled["on"] or threading.current_thread() is not threading.main_thread():
         return False
-    if arrays and arrays[0].size < min_size:
+    if arrays and arrays[0].size < (MIN_SIZE if min_size is None else min_size):
         return False
     if not all(type(a) is np.ndarray and a.dtype in (np.float32, np.float64) for a in arrays):
         return False

@@ -164,8 +164,8 @@ class Trainer(Checkpointing):
                 if cfg.max_steps is not None and self.step >= cfg.max_steps:
                     self.stop_reason = "max_steps"
                     break
-                if (cfg.max_time is not None and tokens and time.perf_counter() - t_start >= cfg.max_time
-                        and not pending):  # out of time: this epoch ends here, evaluated as usual
+                if cfg.max_time is not None and self._agreed(  # out of time: the epoch ends here, evaluated
+                        tokens and time.perf_counter() - t_start >= cfg.max_time and not pending):  # out of time: this epoch ends here, evaluated as usual
                     self._epoch_fraction = self.batch_index / len(batches)
                     break
                 idx = batches[self.batch_index]
@@ -240,6 +240,13 @@ class Trainer(Checkpointing):
             self._check_weights(self.step + 1)
             return loss, None, None, n_tok
         return loss, norm, _weights_finite(model), n_tok  # checked at the next read
+
+    def _agreed(self, decision) -> bool:
+        """A decision read from a rank's own clock, made the same on every rank: rank 0's
+        (in one process, the decision itself). Ranks that stopped at different steps
+        would wait forever for each other in the next all-reduce."""
+        decision = bool(decision)
+        return decision if self.parallel is None else bool(self.parallel.comm.bcast(decision, root=0))
 
     def _check_finite(self, value: float, what: str, step: int, deferred: bool = False) -> None:
         if not math.isfinite(value):
@@ -324,7 +331,7 @@ class Trainer(Checkpointing):
         stop = False
         if cfg.patience is not None and self.bad_epochs >= cfg.patience:
             self.stop_reason, stop = "early_stopping", True
-        elif cfg.max_time is not None and metrics["time_s"] >= cfg.max_time:
+        elif cfg.max_time is not None and self._agreed(metrics["time_s"] >= cfg.max_time):
             self.stop_reason, stop = "max_time", True
         elif self.epoch >= cfg.epochs:
             self.stop_reason, stop = "epochs", True

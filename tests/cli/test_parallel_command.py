@@ -48,3 +48,17 @@ def test_train_property_is_refused_before_work(tmp_path):
     done = _mpi(tmp_path, "train", "property", "--quick", "--out", "prop")
     assert done.returncode == 2 and done.stderr.count("error:") == 1, done.stderr
     assert "cannot run data-parallel" in done.stderr and not (tmp_path / "prop").exists()
+
+
+def test_an_error_on_rank_0_outside_training_stops_every_rank(tmp_path):
+    """Only rank 0 writes, so only rank 0 can fail to write config.json (here a folder
+    stands in its way). The other rank, already waiting in training's first all-reduce,
+    must be stopped too: one error line, a non-zero status, no hang."""
+    args = ["train", "lm", "--quick", "--data", "druglike", "--out", "run", "--samples", "30"]
+    assert _mpi(tmp_path, *args).returncode == 0
+    (tmp_path / "run" / "config.json").unlink()
+    (tmp_path / "run" / "config.json").mkdir()
+    (tmp_path / "run" / "config.json" / "x").write_text("in the way")
+    done = _mpi(tmp_path, *args, "--resume")
+    assert done.returncode != 0 and "config.json" in done.stderr, done.stderr[-2000:]
+    assert done.stderr.count("error: ") == 1, done.stderr[-2000:]

@@ -14,10 +14,14 @@ COMPILED_MODES = [pytest.param(True, id="numba", marks=pytest.mark.skipif(
 
 @pytest.fixture(params=COMPILED_MODES)
 def compiled_mode(request):
-    """Turn the compiled loops on (``numba``) or off (``numpy``) for one test."""
-    saved = compiled.enabled()
+    """Turn the compiled loops on (``numba``) or off (``numpy``) for one test; on, they
+    take arrays of every size (not only from compiled.MIN_SIZE), so small test inputs
+    run through them too."""
+    saved = compiled.enabled(), compiled.MIN_SIZE
     compiled.set_enabled(request.param)
+    compiled.MIN_SIZE = 0
     try:
         yield request.param
     finally:
-        compiled.set_enabled(saved)
+        compiled.set_enabled(saved[0])
+        compiled.MIN_SIZE = saved[1]

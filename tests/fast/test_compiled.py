@@ -20,10 +20,13 @@ FAST = kernels.table("fast")
 
 @pytest.fixture
 def numba_on():
-    saved = compiled.enabled()
+    """Compiled loops on, for arrays of every size."""
+    saved = compiled.enabled(), compiled.MIN_SIZE
     compiled.set_enabled(True)
+    compiled.MIN_SIZE = 0
     yield
-    compiled.set_enabled(saved)
+    compiled.set_enabled(saved[0])
+    compiled.MIN_SIZE = saved[1]
 
 
 def _layernorm_both(x, w, b, dy):
