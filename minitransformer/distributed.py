@@ -88,6 +88,10 @@ class DataParallel:
         A rank may get none when the batch has fewer examples than there are ranks."""
         return np.array_split(np.asarray(indices), self.size)[self.rank]
 
+    def from_rank0(self, value):
+        """Rank 0's ``value`` (any picklable object), on every rank."""
+        return self.comm.bcast(value, root=0)
+
     def sum_int(self, value: int) -> int:
         """The sum over ranks of a host integer (a token count)."""
         return int(self.comm.allreduce(int(value), op=self.MPI.SUM))

@@ -54,7 +54,7 @@ def on_rank0(fn):
             result = fn()
         except BaseException as err:  # handed on below, then raised here as it was
             error = err
-    shared = dp.comm.bcast((result, error is not None), root=0)
+    shared = dp.from_rank0((result, error is not None))
     if error is not None:
         raise error
     if shared[1]:

@@ -124,7 +124,8 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
             r, c = slice(q0, q1), slice(0, k_end)
             if k_end < Tk:  # the keys no row of the block sees: probability exactly 0
                 p[b, :, r, k_end:] = 0.0
-                pd[b, :, r, k_end:] = 0.0
+                if pd is not p:
+                    pd[b, :, r, k_end:] = 0.0
             _forward_block(qs[b, :, r], k[b, :, c], v[b, :, c], _rows_keys(_batch_part(blocked, b), r, c),
                            _batch_part(bias, b), _rows_keys(_batch_part(dropout_mask, b), r, c),
                            p[b, :, r, c], pd[b, :, r, c], out[b, :, r])

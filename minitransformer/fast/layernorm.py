@@ -45,7 +45,7 @@ def layernorm_backward(dy, cache):
         xhat2 = xp.ascontiguousarray(xhat).reshape(-1, D)  # (N, D), in the forward pass the normalised input
         dx = xp.empty_like(dy2)  # (N, D)
         P = compiled.parts(dy2.shape[0])
-        dw_parts, db_parts = xp.empty((P, D)), xp.empty((P, D))  # (P, D) float64 each
+        dw_parts, db_parts = xp.empty((P, D), dtype=xp.float64), xp.empty((P, D), dtype=xp.float64)  # (P, D) each
         rstd1 = xp.ascontiguousarray(rstd).reshape(-1)  # (N,)
         compiled.layernorm_backward(dy2, xhat2, rstd1, w, dx, dw_parts, db_parts)  # parts spread over the cores
         return dx.reshape(dy.shape), dw_parts.sum(axis=0).astype(w.dtype), db_parts.sum(axis=0).astype(w.dtype)

@@ -26,7 +26,7 @@ def linear_forward(x, W, b=None):
 
 
 def linear_backward(dy, cache: LinearCache):
-    """As :func:`minitransformer.nn.linear.linear_backward` (dx and dW are its products),
+    r"""As :func:`minitransformer.nn.linear.linear_backward` (dx and dW are its products),
     with the bias gradient as a matrix-vector product, :math:`db = \mathbf{1}^\top dY`:
     BLAS sums the rows 2-7x faster than ``dy.sum(axis=0)`` on these shapes (the order
     of the additions differs, the sum does not beyond rounding)."""

@@ -164,8 +164,8 @@ class Trainer(Checkpointing):
                 if cfg.max_steps is not None and self.step >= cfg.max_steps:
                     self.stop_reason = "max_steps"
                     break
-                if cfg.max_time is not None and self._agreed(  # out of time: the epoch ends here, evaluated
-                        tokens and time.perf_counter() - t_start >= cfg.max_time and not pending):  # out of time: this epoch ends here, evaluated as usual
+                if cfg.max_time is not None and self._agreed(  # out of time: this epoch ends here, evaluated as usual
+                        tokens and time.perf_counter() - t_start >= cfg.max_time and not pending):
                     self._epoch_fraction = self.batch_index / len(batches)
                     break
                 idx = batches[self.batch_index]
@@ -245,8 +245,7 @@ class Trainer(Checkpointing):
         """A decision read from a rank's own clock, made the same on every rank: rank 0's
         (in one process, the decision itself). Ranks that stopped at different steps
         would wait forever for each other in the next all-reduce."""
-        decision = bool(decision)
-        return decision if self.parallel is None else bool(self.parallel.comm.bcast(decision, root=0))
+        return bool(decision) if self.parallel is None else bool(self.parallel.from_rank0(bool(decision)))
 
     def _check_finite(self, value: float, what: str, step: int, deferred: bool = False) -> None:
         if not math.isfinite(value):
