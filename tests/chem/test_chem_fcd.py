@@ -1,0 +1,130 @@
+"""The Fréchet ChemNet Distance: the formula, the reference implementation's values, the cache.
+
+:data:`FCD_TORCH` holds what ``fcd_torch`` 1.0.7 (the code MOSES runs, PyTorch 2.13 on the
+CPU, SciPy 1.17, RDKit 2026.09) printed for pairs of real molecule sets, computed outside
+this repository. The sets are cut from the data files the same way here.
+"""
+import os
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from minitransformer.chem import fcd as fcd_module
+from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit
+from minitransformer.chem.fcd import (FCDJudge, FCDStatistics, fcd, fcd_judge_or_note, fcd_statistics,
+                                      frechet_distance, reference_statistics)
+from minitransformer.chem.moses import read_moses_file
+
+# (set a, set b) -> FCD by fcd_torch. tox21 sets: the molecules of tox21.csv.gz that RDKit parses, in
+# file order, rows [start, stop); moses sets: the first n molecules of a split.
+FCD_TORCH = {
+    (("tox21", 0, 1000), ("tox21", 1000, 2000)): 2.635400782620266,
+    (("tox21", 2000, 2100), ("tox21", 1000, 2000)): 15.284762419121932,  # 100 molecules: a singular covariance
+    (("moses", "test", 2000), ("moses", "test_scaffolds", 2000)): 5.040577217928757,
+    (("moses", "train", 2000), ("moses", "test", 2000)): 3.50639518856309,
+    (("tox21", 0, 1000), ("moses", "test", 2000)): 21.539829631841855,
+}
+
+
+def _stats(rng, d=6, n=50):
+    x = rng.normal(size=(n, d)) @ rng.normal(size=(d, d))
+    return FCDStatistics(mu=x.mean(axis=0), sigma=np.cov(x, rowvar=False), n=n)
+
+
+def test_frechet_distance_equals_the_matrix_square_root_form():
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        a, b = _stats(rng), _stats(rng)
+        root = scipy.linalg.sqrtm(a.sigma @ b.sigma).real
+        want = np.sum((a.mu - b.mu) ** 2) + np.trace(a.sigma) + np.trace(b.sigma) - 2 * np.trace(root)
+        assert frechet_distance(a, b) == pytest.approx(want, rel=1e-9)
+        assert frechet_distance(a, b) == pytest.approx(frechet_distance(b, a), rel=1e-9)
+
+
+def test_frechet_distance_special_cases():
+    rng = np.random.default_rng(1)
+    a = _stats(rng)
+    assert abs(frechet_distance(a, a)) < 1e-9
+    shifted = FCDStatistics(mu=a.mu + 3.0, sigma=a.sigma, n=a.n)
+    assert frechet_distance(a, shifted) == pytest.approx(9.0 * len(a.mu), rel=1e-9)
+    one = FCDStatistics(mu=np.array([1.0]), sigma=np.array([[4.0]]), n=2)  # 1-D: (m1-m2)^2 + (s1-s2)^2
+    two = FCDStatistics(mu=np.array([-1.0]), sigma=np.array([[9.0]]), n=2)
+    assert frechet_distance(one, two) == pytest.approx(4.0 + 1.0)
+
+
+def _cut(spec, tox21_valid, moses_dir):
+    if spec[0] == "tox21":
+        return tox21_valid[spec[1]:spec[2]]
+    return read_moses_file(moses_dir / f"{spec[1]}.csv.gz", limit=spec[2])
+
+
+@pytest.fixture(scope="module")
+def tox21_valid(tox21_smiles):
+    with quiet_rdkit():
+        return [s for s in tox21_smiles if mol_from_smiles(s) is not None]
+
+
+@pytest.mark.skipif(os.environ.get("MINITRANSFORMER_KERNELS", "fast") == "reference",
+                    reason="ChemNet does not use the kernel sets: checked once, in the fast-kernel pass")
+def test_fcd_equals_the_reference_implementation_on_real_sets(chemnet, tox21_valid, moses_dir):
+    stats = {}  # each set through ChemNet once (about 12,000 molecules, 15 s)
+    for (a, b), want in FCD_TORCH.items():
+        for spec in (a, b):
+            if spec not in stats:
+                stats[spec] = fcd_statistics(_cut(spec, tox21_valid, moses_dir), net=chemnet)
+        got = frechet_distance(stats[a], stats[b])
+        assert got == pytest.approx(want, rel=1e-4), f"FCD of {a} against {b}: {got} instead of fcd_torch's {want}"
+
+
+def test_invalid_samples_are_left_out_and_two_are_needed(chemnet):
+    ref = fcd_statistics(["CCO", "CCN", "c1ccccc1", "CC(=O)O"], net=chemnet)
+    assert ref.n == 4
+    with_junk = fcd(["CCO", "", "C1CC", "c1ccccc1", "not a smiles"], ref, net=chemnet)
+    assert with_junk == pytest.approx(fcd(["CCO", "c1ccccc1"], ref, net=chemnet), rel=1e-12)
+    assert fcd(["CCO", "C1CC", ""], ref, net=chemnet) is None
+    with pytest.raises(ValueError, match="at least two valid molecules"):
+        fcd_statistics(["CCO"], net=chemnet)
+
+
+def test_the_judge_scores_samples_and_real_molecules_against_each_reference(chemnet, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    real = ["CCO", "CCN", "CCC", "CCCl", "c1ccccc1", "CC(=O)O", "OCCO", "CNC"]
+    refs = {"a": ["CCOC", "CCCN", "c1ccncc1", "CC(=O)N"], "b": ["CCCCCC", "CCCCO", "CCCCN", "CCOCC", "CCSCC"]}
+    judge = FCDJudge(refs, real, 5, seed=3, net=chemnet, progress=False)
+    assert judge.floor_n == 5 and set(judge.floor) == {"a", "b"}
+    again = FCDJudge(refs, real, 5, seed=3, net=chemnet, progress=False)
+    assert again.floor == judge.floor and FCDJudge(refs, real, 50, net=chemnet, progress=False).floor_n == 8
+    samples = ["CCO", "c1ccccc1", "CCOCC", "junk"]
+    scores = judge(samples)
+    assert scores["a"] == pytest.approx(fcd(samples, refs["a"], net=chemnet), rel=1e-9)
+    assert scores["b"] == pytest.approx(fcd(samples, refs["b"], net=chemnet), rel=1e-9)
+    assert judge(["CCO", "junk"]) == {"a": None, "b": None}
+
+
+def test_without_weights_fcd_is_n_a_with_the_reason(monkeypatch):
+    from minitransformer.chem.download import DownloadError
+
+    def offline(download=True):
+        raise DownloadError("could not fetch ChemNet's weights (...); offline? download https://... and put it ...")
+    monkeypatch.setattr(fcd_module, "default_chemnet", offline)
+    judge, note = fcd_judge_or_note({"ref": ["CCO", "CCN"]}, ["CCC", "CCCl"], 2)
+    assert judge is None and note.startswith("FCD not computed: could not fetch ChemNet's weights") and "\n" not in note
+
+
+def test_reference_statistics_are_cached_by_content(chemnet, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    computed = []
+    real = fcd_module.fcd_statistics
+    monkeypatch.setattr(fcd_module, "fcd_statistics", lambda *a, **k: computed.append(a[0]) or real(*a, **k))
+    mols = ["CCO", "CCN", "c1ccccc1"]
+    first = reference_statistics(mols, net=chemnet, progress=False)
+    again = reference_statistics(mols, net=chemnet, progress=False)
+    assert len(computed) == 1 and np.array_equal(first.sigma, again.sigma) and again.n == 3
+    reference_statistics(mols[::-1], net=chemnet, progress=False)  # other content (order included): computed
+    assert len(computed) == 2
+    (cached,) = [p for p in (tmp_path / "minitransformer" / "fcd").iterdir() if p.name.startswith(
+        fcd_module._cache_key(mols))]
+    cached.write_bytes(b"damaged")
+    assert np.array_equal(reference_statistics(mols, net=chemnet, progress=False).mu, first.mu)
+    assert len(computed) == 3
