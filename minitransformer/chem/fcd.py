@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import sys
 import zipfile
 from dataclasses import dataclass
 from typing import Sequence
@@ -77,10 +78,10 @@ class FCDStatistics:
 def chemnet_activations(smiles: Sequence[str], net=None, progress: str | None = None) -> np.ndarray:
     """ChemNet's activations of the valid molecules among ``smiles``, in order: (n_valid, 512)
     float32. Invalid and empty strings are skipped. ``progress``: a label for a progress bar
-    on standard error (None: no bar)."""
+    on standard error, shown when that is a terminal (None: no bar)."""
     canonical = parse_valid(smiles)[1]
     net = net if net is not None else default_chemnet()
-    if progress is None:
+    if progress is None or not sys.stderr.isatty():
         return net.activations(canonical)
     from tqdm.auto import tqdm
     with tqdm(total=len(canonical), desc=progress, unit="mol", leave=False) as bar:

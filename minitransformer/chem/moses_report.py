@@ -9,47 +9,44 @@ the definitions of :mod:`minitransformer.chem.metrics`,
 :mod:`minitransformer.chem.filters` and :mod:`minitransformer.chem.fragments`;
 :func:`markdown_table` writes our row under the published ones.
 
-FCD (Fréchet ChemNet Distance) is left out: it needs the pretrained ChemNet
-network, which we cannot ship. GuacaMol's KL score (against ``train``) is
-reported in its own column, as MOSES does not report it.
+FCD/Test and FCD/TestSF (the Fréchet ChemNet Distance of the valid samples to
+``test`` and ``test_scaffolds``, :mod:`minitransformer.chem.fcd`) come from the
+caller, who computes them once for all sets. GuacaMol's KL score (against
+``train``) is reported in its own column, as MOSES does not report it.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
+#: The table's columns: (key, heading).
+COLUMNS = (("valid", "Valid"), ("unique_1k", "Unique@1k"), ("unique_10k", "Unique@10k"), ("fcd_test", "FCD/Test"),
+           ("fcd_testsf", "FCD/TestSF"), ("snn_test", "SNN/Test"), ("snn_testsf", "SNN/TestSF"),
+           ("frag_test", "Frag/Test"), ("frag_testsf", "Frag/TestSF"), ("scaf_test", "Scaf/Test"),
+           ("scaf_testsf", "Scaf/TestSF"), ("intdiv1", "IntDiv"), ("intdiv2", "IntDiv2"), ("filters", "Filters"),
+           ("novelty", "Novelty"), ("kl_score", "KL (GuacaMol)"))
 #: The published rows, from the table of the MOSES repository's README
 #: (github.com/molecularsets/moses, commit dd7ed6a, 2023-06-22), the numbers of
-#: Polykovskiy et al. 2020, Table 2 (means over three runs; FCD left out).
-PUBLISHED = {
-    "CharRNN": dict(valid=0.9748, unique_1k=1.0, unique_10k=0.9994, snn_test=0.6015, snn_testsf=0.5649,
-                    frag_test=0.9998, frag_testsf=0.9983, scaf_test=0.9242, scaf_testsf=0.1101, intdiv1=0.8562,
-                    intdiv2=0.8503, filters=0.9943, novelty=0.8419),
-    "AAE": dict(valid=0.9368, unique_1k=1.0, unique_10k=0.9973, snn_test=0.6081, snn_testsf=0.5677,
-                frag_test=0.991, frag_testsf=0.9905, scaf_test=0.9022, scaf_testsf=0.0789, intdiv1=0.8557,
-                intdiv2=0.8499, filters=0.996, novelty=0.7931),
-    "VAE": dict(valid=0.9767, unique_1k=1.0, unique_10k=0.9984, snn_test=0.6257, snn_testsf=0.5783,
-                frag_test=0.9994, frag_testsf=0.9984, scaf_test=0.9386, scaf_testsf=0.0588, intdiv1=0.8558,
-                intdiv2=0.8498, filters=0.997, novelty=0.6949),
-    "JTN-VAE": dict(valid=1.0, unique_1k=1.0, unique_10k=0.9996, snn_test=0.5477, snn_testsf=0.5194,
-                    frag_test=0.9965, frag_testsf=0.9947, scaf_test=0.8964, scaf_testsf=0.1009, intdiv1=0.8551,
-                    intdiv2=0.8493, filters=0.976, novelty=0.9143),
-    "LatentGAN": dict(valid=0.8966, unique_1k=1.0, unique_10k=0.9968, snn_test=0.5371, snn_testsf=0.5132,
-                      frag_test=0.9986, frag_testsf=0.9972, scaf_test=0.8867, scaf_testsf=0.1072, intdiv1=0.8565,
-                      intdiv2=0.8505, filters=0.9735, novelty=0.9498),
-}
-COLUMNS = (("valid", "Valid"), ("unique_1k", "Unique@1k"), ("unique_10k", "Unique@10k"),
-           ("snn_test", "SNN/Test"), ("snn_testsf", "SNN/TestSF"), ("frag_test", "Frag/Test"),
-           ("frag_testsf", "Frag/TestSF"), ("scaf_test", "Scaf/Test"), ("scaf_testsf", "Scaf/TestSF"),
-           ("intdiv1", "IntDiv"), ("intdiv2", "IntDiv2"), ("filters", "Filters"), ("novelty", "Novelty"),
-           ("kl_score", "KL (GuacaMol)"))
+#: Polykovskiy et al. 2020, Table 2 (means over three runs); *Train* is MOSES's training set itself.
+PUBLISHED = {model: dict(zip([key for key, _ in COLUMNS[:-1]], map(float, row.split()))) for model, row in {
+    # columns in the order of COLUMNS, without KL (which MOSES does not report)
+    "Train": "1.0 1.0 1.0 0.008 0.4755 0.6419 0.5859 1.0 0.9986 0.9907 0.0 0.8567 0.8508 1.0 1.0",
+    "CharRNN": "0.9748 1.0 0.9994 0.0732 0.5204 0.6015 0.5649 0.9998 0.9983 0.9242 0.1101 0.8562 0.8503 0.9943 0.8419",
+    "AAE": "0.9368 1.0 0.9973 0.5555 1.0572 0.6081 0.5677 0.991 0.9905 0.9022 0.0789 0.8557 0.8499 0.996 0.7931",
+    "VAE": "0.9767 1.0 0.9984 0.099 0.567 0.6257 0.5783 0.9994 0.9984 0.9386 0.0588 0.8558 0.8498 0.997 0.6949",
+    "JTN-VAE": "1.0 1.0 0.9996 0.3954 0.9382 0.5477 0.5194 0.9965 0.9947 0.8964 0.1009 0.8551 0.8493 0.976 0.9143",
+    "LatentGAN": "0.8966 1.0 0.9968 0.2968 0.8281 0.5371 0.5132 0.9986 0.9972 0.8867 0.1072 0.8565 0.8505 0.9735 0.9498",
+}.items()}
 
 
-def moses_benchmark(samples: Sequence[str], seed: int = 0, download: bool = True, base: dict | None = None) -> dict:
+def moses_benchmark(samples: Sequence[str], seed: int = 0, download: bool = True, base: dict | None = None,
+                    fcd: dict | None = None) -> dict:
     """Every column of :data:`COLUMNS` for ``samples`` (None where undefined), plus the counts.
 
     ``base``: the result of :func:`~minitransformer.chem.metrics.evaluate_samples` of
     these samples against MOSES's ``train``, when the caller has it already (it takes
-    minutes: the 1.58M training molecules are canonicalized for novelty).
+    minutes: the 1.58M training molecules are canonicalized for novelty). ``fcd``:
+    ``{"test": FCD/Test, "test_scaffolds": FCD/TestSF}`` (an
+    :class:`~minitransformer.chem.fcd.FCDJudge`'s answer), or None for n/a.
     """
     from minitransformer.chem.filters import default_filters
     from minitransformer.chem.metrics import evaluate_samples
@@ -62,7 +59,8 @@ def moses_benchmark(samples: Sequence[str], seed: int = 0, download: bool = True
            "intdiv1": base["intdiv1"], "intdiv2": base["intdiv2"], "filters": base["filters"],
            "novelty": base["novelty"], "kl_score": base["kl_score"], "n_samples": base["n_samples"],
            "n_valid": base["n_valid"], "unique_10k_n": base["unique@10000_n"],
-           "filters_note": why or base.get("filters_note") or ""}
+           "filters_note": why or base.get("filters_note") or "",
+           "fcd_test": (fcd or {}).get("test"), "fcd_testsf": (fcd or {}).get("test_scaffolds")}
     for split, suffix in (("test", "test"), ("test_scaffolds", "testsf")):
         compared = compare_with_reference(samples, load_moses(split, download=download))
         for metric in ("snn", "frag", "scaf"):
@@ -70,8 +68,9 @@ def moses_benchmark(samples: Sequence[str], seed: int = 0, download: bool = True
     return row
 
 
-def markdown_table(ours: dict, label: str = "minitransformer (ours)") -> str:
-    """A Markdown table: the published rows (:data:`PUBLISHED`), then ``ours``."""
+def markdown_table(ours: dict, label: str = "minitransformer (ours)", floor: dict | None = None) -> str:
+    """A Markdown table: the published rows (:data:`PUBLISHED`), then ``ours``, then (``floor``: a
+    row of the same columns, e.g. the FCD of as many real training molecules) the floor."""
     def cell(v):
         return "n/a" if v is None else f"{v:.4f}"
     lines = ["| model | " + " | ".join(name for _, name in COLUMNS) + " |",
@@ -79,4 +78,7 @@ def markdown_table(ours: dict, label: str = "minitransformer (ours)") -> str:
     for model, row in PUBLISHED.items():
         lines.append(f"| {model} | " + " | ".join(cell(row.get(key)) for key, _ in COLUMNS) + " |")
     lines.append(f"| **{label}** | " + " | ".join(cell(ours.get(key)) for key, _ in COLUMNS) + " |")
+    if floor:
+        lines.append(f"| *{floor.get('label', 'floor')}* | " + " | ".join(cell(floor.get(key)) for key, _ in COLUMNS)
+                     + " |")
     return "\n".join(lines) + "\n"

@@ -11,7 +11,10 @@ reference, SNN, Frag and Scaf (:mod:`minitransformer.chem.fragments`). The
 reference plays both MOSES roles: the training set for novelty and the KL
 score, and the test set for SNN, Frag and Scaf.
 
-FCD is not reported: it needs ChemNet, a pretrained network we cannot ship.
+FCD (:mod:`minitransformer.chem.fcd`) is measured against a fixed half of the
+reference, drawn with the seed; its floor is the FCD of as many real molecules,
+drawn from the other half, against the same half, so the two numbers are
+measured the same way and differ only in where the molecules came from.
 A metric whose denominator is empty (no sample, no valid sample, no scaffold in
 one set, no reference, no alert files for Filters) is ``None`` rather than a
 made-up number.
@@ -26,8 +29,8 @@ from minitransformer.chem.fragments import (cosine_of_counts, distinct_fingerpri
 from minitransformer.chem._rdkit import parse_valid
 from minitransformer.chem.metrics import UNIQUE_AT, evaluate_samples
 
-__all__ = ["score_smiles", "format_score", "load_reference", "read_samples",
-           "snn", "fragment_counts", "scaffold_counts", "cosine_of_counts", "DEFINITIONS", "FCD_NOTE"]
+__all__ = ["score_smiles", "format_score", "load_reference", "read_samples", "reference_halves",
+           "snn", "fragment_counts", "scaffold_counts", "cosine_of_counts", "DEFINITIONS"]
 
 # One line per metric, shown by :func:`format_score` (key -> (label, definition)).
 DEFINITIONS = {
@@ -45,9 +48,9 @@ DEFINITIONS = {
     "snn": ("SNN", "mean over valid samples of the largest Tanimoto to a reference molecule (MOSES)"),
     "frag": ("Frag", "cosine of BRICS-fragment counts, samples vs reference (MOSES)"),
     "scaf": ("Scaf", "cosine of counts of Bemis-Murcko scaffolds with >= 2 rings (MOSES)"),
+    "fcd": ("FCD", "Frechet ChemNet Distance of the valid samples to half the reference (lower is better)"),
+    "fcd_floor": ("FCD floor", "the same for as many real molecules from the other half (the best to expect)"),
 }
-FCD_NOTE = ("FCD: not reported; it needs ChemNet, a network pretrained on bioactivity data, "
-            "whose weights we cannot ship")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -69,8 +72,17 @@ def read_samples(path_or_dash: str | os.PathLike) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the report
+def reference_halves(reference: Sequence[str], seed: int = 0) -> tuple[list, list]:
+    """The reference split in two at random (``seed``), each half in reference order: the first
+    half is FCD's reference, the second gives the floor's real molecules."""
+    import numpy as np
+    order = np.random.default_rng([seed, 24]).permutation(len(reference))
+    half = len(reference) - len(reference) // 2
+    return [reference[i] for i in np.sort(order[:half])], [reference[i] for i in np.sort(order[half:])]
+
+
 def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: int = 0,
-                 filters="moses") -> dict:
+                 filters="moses", fcd: bool = True) -> dict:
     """All generation metrics of ``samples``, against ``reference`` when one is given.
 
     Returns a JSON-ready dict: the fractions ``validity``, ``radical_fraction``,
@@ -84,14 +96,18 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
     (all reference strings), ``n_reference_valid``, ``n_kl_generated`` and
     ``n_kl_reference`` (the two KL sets, the reference drawn with ``seed``).
     ``filters``: ``"moses"`` (MOSES's alert files, downloaded if needed), a list
-    of compiled alerts, or None to skip. Strings are stripped; empty strings and
-    bad SMILES count as invalid samples, never as errors.
+    of compiled alerts, or None to skip. With ``fcd`` and a reference, ``fcd`` and
+    ``fcd_floor`` (FCD against half the reference and its floor, see the module
+    docstring; None with the reason in ``notes["fcd"]`` when ChemNet's weights cannot
+    be had or a set is too small), ``fcd_reference_n`` and ``fcd_floor_n``.
+    Strings are stripped; empty strings and bad SMILES count as invalid samples,
+    never as errors.
     """
     from minitransformer.chem.filters import default_filters
     samples = [s.strip() if isinstance(s, str) else "" for s in samples]
     has_ref = reference is not None and len(reference) > 0
     reference = [s.strip() for s in reference] if has_ref else []
-    notes = {"fcd": FCD_NOTE}
+    notes = {}
     if isinstance(filters, str) and filters == "moses":
         filters, why = default_filters(download=True)
         if filters is None:
@@ -129,6 +145,18 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
         notes["filters"] = base["filters_note"]
     if has_ref:
         result.update(compare_with_reference(samples, reference))
+    result.update(fcd=None, fcd_floor=None, fcd_reference_n=None, fcd_floor_n=None)
+    if has_ref and fcd:
+        from minitransformer.chem.fcd import fcd_judge_or_note
+        half, other = reference_halves(reference, seed)
+        judge, why = fcd_judge_or_note({"reference": half}, other, len(samples), seed=seed)
+        if judge is not None:
+            result.update(fcd=judge(samples)["reference"], fcd_floor=judge.floor["reference"],
+                          fcd_reference_n=len(half), fcd_floor_n=judge.floor_n)
+        notes["fcd"] = why or (f"FCD against {len(half)} reference molecules drawn with seed {seed}; the floor: "
+                               f"{judge.floor_n} real molecules from the other {len(other)}")
+    elif not fcd:
+        notes["fcd"] = "not computed"
     result["notes"] = notes
     return result
 
@@ -173,10 +201,16 @@ def _note(result: dict, key: str) -> str:
         return f"{r['n_kl_generated']} vs {r['n_kl_reference']}"
     if key == "novelty" and r.get("n_novel") is not None and r["n_unique"]:
         return f"{r['n_novel']} of {r['n_unique']}"
+    if key == "fcd" and r.get(key) is not None and r.get("fcd_floor"):
+        return f"{r['fcd'] / r['fcd_floor']:.2f} x floor"
+    if key == "fcd_floor" and r.get(key) is not None:
+        return f"{r['fcd_floor_n']} real molecules"
     if r.get(key) is not None:
         return ""
-    if key in ("novelty", "kl_score", "snn", "frag", "scaf") and r.get("n_reference") is None:
+    if key in ("novelty", "kl_score", "snn", "frag", "scaf", "fcd", "fcd_floor") and r.get("n_reference") is None:
         return "no reference"
+    if key in ("fcd", "fcd_floor") and r.get("notes", {}).get("fcd"):
+        return "see below" if key == "fcd" else ""
     if key == "filters" and r.get("notes", {}).get("filters"):
         return r["notes"]["filters"]
     if key == "kl_score":
@@ -192,7 +226,8 @@ def format_score(result: dict) -> str:
             for key, (label, definition) in DEFINITIONS.items()]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() for a, b, c, d in rows]
-    lines.append(FCD_NOTE)
+    if result.get("notes", {}).get("fcd"):
+        lines.append(result["notes"]["fcd"])
     if result.get("n_reference") is not None:
         lines.append(f"reference: {result['n_reference']} SMILES, {result['n_reference_valid']} valid; "
                      f"KL score: {result['n_kl_generated']} distinct samples vs {result['n_kl_reference']} "

@@ -80,9 +80,9 @@ def _text(d: dict) -> str:
     for key, value in d["data"].items():
         lines.append(f"{'data' if key == 'data' else '  ' + key:<12} {value}")
     if d["metrics"]:
-        shown = {k: v for k, v in d["metrics"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        shown = _headline_numbers(d["metrics"])
         lines.append("metrics      " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                              for k, v in list(shown.items())[:12]))
+                                              for k, v in list(shown.items())[:16]))
     p = d["provenance"]
     if p:
         ver = p.get("versions", {})
@@ -94,6 +94,21 @@ def _text(d: dict) -> str:
         if data.get("file_sha256"):
             lines.append(f"             data file {data.get('file')} sha256 {data['file_sha256'][:16]}...")
     return "\n".join(lines) + "\n"
+
+
+def _headline_numbers(metrics: dict) -> dict:
+    """The numbers of ``metrics.json`` worth a line: for each labelled sample set of a generator
+    (``bare``, ``valence``, ``syntax``) its validity, uniqueness, novelty and FCD, as
+    ``bare.validity`` ..., then the top-level numbers."""
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    shown = {}
+    for label in ("bare", "valence", "syntax"):
+        part = metrics.get(label)
+        if isinstance(part, dict):
+            shown.update({f"{label}.{k}": part[k] for k in ("validity", "uniqueness", "novelty") if number(part.get(k))})
+            shown.update({f"{label}.fcd_{k}": v for k, v in (part.get("fcd") or {}).items() if number(v)})
+    return shown | {k: v for k, v in metrics.items() if number(v)}
 
 
 def run(args) -> int:

@@ -30,7 +30,7 @@ from minitransformer.cli.progress import PROGRESS, saved_meta
 
 
 RUN_FILES = ("config.json", "metrics.json", "history.json", "history.csv", "provenance.json", "best.npz",
-             "last.npz", "samples.smi",
+             "last.npz", "samples.smi", "samples_valence.smi", "samples_syntax.smi", "moses_table.md",
              "predictions.tsv", "predictions.csv", "curves.png", "molecules.png", "attention.png",
              "attention_cross.png", "pretrain")
 

@@ -3,15 +3,17 @@
 The metrics (each defined in the table it prints, and in
 :mod:`minitransformer.chem.scoring`): validity, uniqueness, novelty against a
 reference set, internal diversity (IntDiv1, IntDiv2), the KL score of
-physico-chemical descriptor distributions, and the nearest-neighbour (SNN),
-fragment (Frag) and scaffold (Scaf) similarities to the reference. The reference
+physico-chemical descriptor distributions, the nearest-neighbour (SNN),
+fragment (Frag) and scaffold (Scaf) similarities to the reference, and the
+Fréchet ChemNet Distance (FCD) to half the reference beside its floor. The reference
 is the molecules the generator was trained on: ``tox21``, ``druglike`` or a
 file. The result is printed as a table, and written as JSON with ``--json``.
 
 ``--reference moses`` judges the samples the MOSES way instead
 (:func:`~minitransformer.chem.moses_report.moses_benchmark`): novelty and the KL
 score against MOSES's ``train``, SNN, Frag and Scaf against ``test`` and
-``test_scaffolds``, printed under the published MOSES rows.
+``test_scaffolds``, FCD/Test and FCD/TestSF, printed under the published MOSES
+rows, with the FCD floor (as many MOSES training molecules) below.
 """
 from __future__ import annotations
 
@@ -67,19 +69,26 @@ def run(args) -> int:
 
 
 def run_moses(args, samples, to_stdout: bool) -> int:
-    """``--reference moses``: every MOSES column, printed under the published rows."""
+    """``--reference moses``: every MOSES column, printed under the published rows, with the
+    FCD floor (as many random MOSES training molecules, against the same test sets) below."""
     from minitransformer import cli
+    from minitransformer.chem.fcd import fcd_judge_or_note
+    from minitransformer.chem.moses import load_moses
     from minitransformer.chem.moses_report import markdown_table, moses_benchmark
-    from minitransformer.chem.scoring import FCD_NOTE
     print("scoring against MOSES: its 1.58M training molecules are canonicalized for novelty (minutes)",
           file=sys.stderr)
-    row = moses_benchmark(samples, seed=args.seed)
-    row.update(samples_file=str(args.samples), reference="moses", fcd_note=FCD_NOTE)
+    judge, why = fcd_judge_or_note({"test": load_moses("test"), "test_scaffolds": load_moses("test_scaffolds")},
+                                   load_moses("train"), len(samples), seed=args.seed)
+    row = moses_benchmark(samples, seed=args.seed, fcd=judge(samples) if judge else None)
+    floor = judge and {"label": f"{judge.floor_n:,} MOSES training molecules (the FCD floor)",
+                       "fcd_test": judge.floor["test"], "fcd_testsf": judge.floor["test_scaffolds"]}
+    row.update(samples_file=str(args.samples), reference="moses", fcd_floor=floor or None, fcd_note=why or None)
     if to_stdout:
         sys.stdout.write(json.dumps(cli.json_safe(row), indent=1) + "\n")
         return 0
-    sys.stdout.write(markdown_table(row, label=f"{args.samples} ({row['n_samples']:,} samples)"))
-    sys.stdout.write(f"\n{FCD_NOTE}.\n" + (f"Filters: {row['filters_note']}.\n" if row["filters_note"] else ""))
+    sys.stdout.write(markdown_table(row, label=f"{args.samples} ({row['n_samples']:,} samples)", floor=floor))
+    sys.stdout.write((f"\n{why}.\n" if why else "") +
+                     (f"Filters: {row['filters_note']}.\n" if row["filters_note"] else ""))
     if args.json:
         cli.write_json(args.json, row, overwrite=args.force)
         print(f"wrote {args.json}")

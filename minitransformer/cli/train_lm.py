@@ -41,7 +41,7 @@ PRESETS = {
         model="tomczak", optimizer="adamax", lr=1e-3, weight_decay=0.0, warmup=0, schedule="constant",
         batch_size=64, epochs=1000, patience=10, label_smoothing=0.0, augment=0.0,
         max_time=None, check_rdkit=False, metric="val_nll_mol_ref", form="as-is",
-        pretrain_data=None, pretrain_epochs=0, pretrain_mix=0, grammar=None),
+        pretrain_data=None, pretrain_epochs=0, pretrain_mix=0, grammar="valence"),
     # The MOSES benchmark (train lm --data moses --preset moses): MOSES's own canonical
     # SMILES (aromatic, as the published models read them), no pretraining, one pass over
     # the first 800,000 training molecules (about what 50 minutes on 2 CPU cores allow for
@@ -56,7 +56,7 @@ PRESETS = {
         optimizer="adamw", lr=1.5e-3, weight_decay=0.01, warmup=300, schedule="cosine",
         batch_size=64, epochs=1, patience=None, label_smoothing=0.0, augment=0.0,
         max_time=55 * 60, check_rdkit=True, metric="val_nll_token", form="as-is",
-        pretrain_data=None, pretrain_epochs=0, pretrain_mix=0, samples=30000, limit=800_000, grammar=None),
+        pretrain_data=None, pretrain_epochs=0, pretrain_mix=0, samples=30000, limit=800_000, grammar="valence"),
 }
 # "default" when MOSES cannot be had (no files, no network): phase 1 is 5 epochs on RDKit's
 # 10,000 drug-like molecules, phase 2 12 epochs with 3,000 of them mixed in (the default
@@ -65,7 +65,7 @@ DRUGLIKE_PHASE1 = dict(pretrain_data="druglike", pretrain_epochs=5, pretrain_lim
                        epochs=12, pretrain_mix=3000)
 QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", tie_embeddings=True),
              pretrain_data="druglike", pretrain_max_time=None, epochs=2, batch_size=32, warmup=10, patience=None, max_time=None, augment=0.5,
-             pretrain_epochs=1, pretrain_limit=300, pretrain_mix=50, limit=400, samples=2000)
+             pretrain_epochs=1, pretrain_limit=300, pretrain_mix=50, limit=400, samples=400)
 MAX_LEN = 102  # BOS + up to 100 tokens + EOS
 
 
@@ -89,8 +89,8 @@ def add_parser(kinds):
                    help="molecules to sample at the end (default: the preset's, 2000; 30,000 for moses)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0,
                    help="sampling temperature, > 0 (default: 1)")
-    add_grammar_argument(p, "sample the final molecules under a constraint",
-                         default="the preset's: valence for default, off for tomczak and moses")
+    add_grammar_argument(p, "besides the bare model's final samples, draw as many under a constraint and "
+                            "report both", default="valence; off: the bare model's samples only")
     p.add_argument("--pretrain-data", default=None, type=cli.data_source(("druglike", "tox21", "moses", "none")),
                    help="pretrain on these molecules first (druglike, tox21, moses, a file, or none; default: the "
                         "preset's)")
@@ -182,14 +182,10 @@ def run(args) -> int:
 
     from minitransformer import cli
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
-    from minitransformer.chem import Vocab, canonical, evaluate_samples
+    from minitransformer.chem import Vocab, canonical
     from minitransformer.chem.draw import molecule_grid_png
-    from minitransformer.chem.failures import failure_counts
     from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles
     from minitransformer.chem.lm_metrics import batches_of, sequence_metrics
-    from minitransformer.chem.metrics import kl_against, novelty
-    from minitransformer.chem.moses import is_moses
-    from minitransformer.cli.sample import grammar_constraint, sample_smiles
     from minitransformer.tasks import LMTask
     from minitransformer.train import TrainConfig
     from minitransformer.train.history import tagged
@@ -268,38 +264,24 @@ def run(args) -> int:
     test = sequence_metrics(model, batches_of(data.encode(data.test), 128, vocab.pad_id), vocab.pad_id) \
         if data.test else {}
     t1 = time.perf_counter()
-    samples = sample_smiles(model, vocab, settings["samples"], temperature=args.temperature, seed=args.seed,
-                            quiet=args.quiet, constraint=grammar_constraint(vocab, settings["grammar"]))
+    sets = draw_sample_sets(model, vocab, settings, args)
     t_sample = time.perf_counter() - t1
-    cli.write_text(out / "samples.smi", "\n".join(samples) + "\n")
-    if is_moses(args.data):  # novelty against all of MOSES's train, as MOSES counts it
-        from minitransformer.chem.moses import load_moses
-        chem = evaluate_samples(samples, load_moses("train"), seed=args.seed)
-    else:
-        chem = evaluate_samples(samples, data.train, seed=args.seed)
-        # KL against molecules the model never trained on (the validation and test splits)
-        chem["kl_score_heldout"] = kl_against(samples, data.val + data.test, seed=args.seed)
-    chem["invalid_kinds"] = failure_counts(samples)  # why the invalid ones fail (chem/failures.py)
-    if extra:  # novelty above is against the main training set (the definition); this one counts phase 1 too
-        chem["novelty_vs_all_training"] = novelty(samples, data.train + extra)
-    if is_moses(args.data):  # the MOSES table: every MOSES metric beside the published models
-        from minitransformer.chem.moses_report import markdown_table, moses_benchmark
-        chem["moses"] = moses_benchmark(samples, seed=args.seed, base=dict(chem))
-        cli.write_text(out / "moses_table.md", markdown_table(chem["moses"]))
-        print(markdown_table(chem["moses"]))
-    valid = [s for s in samples if canonical(s) is not None]
+    for label, smiles in sets.items():
+        cli.write_text(out / samples_file(label), "\n".join(smiles) + "\n")
+    report = judge_sample_sets(sets, data, extra, args)
+    valid = [s for s in sets["bare"] if canonical(s) is not None]
     png, drawn = molecule_grid_png(valid, n=24)
     if drawn:
         cli.write_bytes(out / "molecules.png", png)
     else:
-        print(f"no valid molecule among the {len(samples)} samples, so there is no molecules.png to draw")
+        print(f"no valid molecule among the {len(sets['bare'])} bare samples, so there is no molecules.png to draw")
     cli.save_curves(pre_history + tagged(trainer.history, "train"), out / "curves.png")
     if args.plot_attention:
         from minitransformer.cli.attention import plot_attention_example
         plot_attention_example(model, vocab, valid or data.test or data.train, out)
 
     metrics = {f"test_{k}": v for k, v in test.items()}
-    metrics.update(chem)
+    metrics.update(report)
     metrics.update({"epochs": len(trainer.history), "best_epoch": trainer.best_epoch,
                     "stop_reason": trainer.stop_reason, "pretrain_time_s": t_pre, "train_time_s": t_train,
                     "sample_time_s": t_sample, "wall_time_s": time.perf_counter() - t0,
@@ -311,24 +293,78 @@ def run(args) -> int:
     return 0
 
 
+def samples_file(label: str) -> str:
+    """``samples.smi`` for the bare model's samples, ``samples_<grammar>.smi`` for a constrained sampler's."""
+    return "samples.smi" if label == "bare" else f"samples_{label}.smi"
+
+
+def draw_sample_sets(model, vocab, settings, args) -> dict:
+    """The final samples, labelled: ``"bare"`` (the model's own distribution) and, when a grammar
+    is set, the same number drawn under it with the same seed (``"valence"`` or ``"syntax"``)."""
+    from minitransformer.cli.sample import grammar_constraint, sample_smiles
+    draw = dict(n=settings["samples"], temperature=args.temperature, seed=args.seed, quiet=args.quiet)
+    sets = {"bare": sample_smiles(model, vocab, **draw)}
+    if settings["grammar"]:
+        sets[settings["grammar"]] = sample_smiles(model, vocab, constraint=grammar_constraint(vocab, settings["grammar"]),
+                                                  **draw)
+    return sets
+
+
+def judge_sample_sets(sets: dict, data, extra: list, args) -> dict:
+    """Every metric of each sample set (:func:`~minitransformer.chem.generator_report.judge_samples`),
+    FCD against the held-out molecules (MOSES: against its test and scaffold-test sets) beside the
+    floor, and for MOSES the benchmark table of each set (``moses_table.md``)."""
+    from minitransformer.chem.fcd import fcd_judge_or_note
+    from minitransformer.chem.generator_report import judge_samples
+    from minitransformer.chem.moses import is_moses, load_moses
+    moses = is_moses(args.data)
+    n = len(sets["bare"])
+    if moses:  # novelty against all of MOSES's train and FCD against its two test sets, as MOSES counts them
+        train = load_moses("train")
+        references = {"test": load_moses("test"), "test_scaffolds": load_moses("test_scaffolds")}
+        described = {"test": "MOSES test", "test_scaffolds": "MOSES scaffold test"}
+        real = train
+    else:  # FCD against the molecules never trained on (validation and test), the floor from training ones
+        train, references = data.train, {"heldout": data.val + data.test}
+        described = {"heldout": f"held-out molecules ({len(data.val) + len(data.test)}, validation + test)"}
+        real = data.train
+    judge, note = fcd_judge_or_note(references, real, n, seed=args.seed)
+    if note:
+        print(note)
+    report = {label: judge_samples(smiles, train, heldout=None if moses else data.val + data.test,
+                                   all_training=data.train + extra if extra else None, fcd_judge=judge,
+                                   seed=args.seed)
+              for label, smiles in sets.items()}
+    report.update(fcd_floor=judge.floor if judge else None, fcd_floor_n=judge.floor_n if judge else None,
+                  fcd_reference=described, fcd_note=note or None)
+    if moses:  # the MOSES table: every MOSES metric beside the published models, for each sample set
+        from minitransformer.chem.moses_report import markdown_table, moses_benchmark
+        tables = []
+        floor = judge and {"label": f"{judge.floor_n:,} MOSES training molecules (the FCD floor)",
+                           "fcd_test": judge.floor["test"], "fcd_testsf": judge.floor["test_scaffolds"]}
+        for label, smiles in sets.items():
+            row = moses_benchmark(smiles, seed=args.seed, base=report[label], fcd=report[label].get("fcd"))
+            report[label]["moses"] = row
+            tables.append(markdown_table(row, label=f"minitransformer, {label} ({n:,} samples)", floor=floor))
+        from minitransformer import cli
+        cli.write_text(Path(args.out) / "moses_table.md", "\n".join(tables))
+        print("\n".join(tables))
+    return report
+
+
 def print_summary(m, out) -> None:
+    from minitransformer.chem.generator_report import side_by_side
     from minitransformer.cli.outputs import format_duration, outputs_line, print_table
     number = lambda key, fmt: format(m[key], fmt) if m.get(key) is not None else "n/a"  # noqa: E731
-    print_table([
+    sets = {label: m[label] for label in ("bare", "valence", "syntax") if m.get(label)}
+    rows = [
         ("wall time", f"{format_duration(m['wall_time_s'])} ({m['epochs']} epochs, best {m['best_epoch']}, "
                       f"stopped: {m['stop_reason']})"),
         ("test NLL per molecule (summed over tokens and EOS)", f"{number('test_nll_mol_ref', '.2f')} nats"),
         ("test NLL per token", f"{number('test_nll_token', '.4f')} nats"),
         ("test next-token accuracy (tokens + EOS)", number("test_acc_token", ".3f")),
-        ("validity (RDKit parses the sample)", f"{m['validity']:.3f} of {m['n_samples']} samples"
-                                                + (f", under the SMILES grammar ({m['grammar']})" if m.get("grammar") else "")),
-        ("invalid samples, by kind", ", ".join(f"{k} {n}" for k, n in m["invalid_kinds"].items() if n) or "none"),
-        ("uniqueness (distinct among the valid; @1k)", f"{m['uniqueness']:.3f}; {m['unique@1000']:.3f}"),
-        ("novelty (valid, distinct, not in training)", f"{m['novelty']:.3f}"),
-        ("IntDiv1 / IntDiv2 (1 - mean Tanimoto)", f"{m['intdiv1']:.3f} / {m['intdiv2']:.3f}"),
-        ("KL score (descriptor distributions, 1 = same)", f"{m['kl_score']:.3f} against training molecules"
-         + (f", {m['kl_score_heldout']:.3f} against held-out ones" if m.get("kl_score_heldout") is not None else "")),
-        ("Filters (MOSES: pass MCF, PAINS, atom rules)", number("filters", ".3f") if m.get("filters") is not None
-         else f"n/a ({m.get('filters_note') or 'no filter files'})"),
-        ("radicals (valid, but with unpaired electrons)", f"{m['n_radicals']} of {m['n_valid']} valid"),
-    ], footer=outputs_line(out))
+    ] + side_by_side({("bare model" if k == "bare" else f"{k} grammar"): v for k, v in sets.items()},
+                     m.get("fcd_floor"), m.get("fcd_reference"))
+    if m.get("fcd_note"):
+        rows.append(("FCD", m["fcd_note"]))
+    print_table(rows, footer=outputs_line(out))

@@ -29,20 +29,6 @@ def tox21_smiles(tox21_path) -> list:
 
 
 @pytest.fixture(scope="session")
-def chemnet():
-    """ChemNet with the published weights: found in $MINITRANSFORMER_DATA or the user cache,
-    else fetched once (5.6 MB, checksum-verified) as the library does on first use; the
-    tests that need it are skipped, saying why, on a machine that can do neither."""
-    from minitransformer.chem.chemnet import ChemNet
-    from minitransformer.chem.chemnet_weights import load_chemnet_weights
-    from minitransformer.chem.download import DownloadError
-    try:
-        return ChemNet(load_chemnet_weights(download=True))
-    except DownloadError as exc:
-        pytest.skip(f"ChemNet's weights are not here and cannot be fetched: {exc}")
-
-
-@pytest.fixture(scope="session")
 def moses_dir() -> Path:
     """``$MINITRANSFORMER_DATA/moses`` with the three MOSES files, or the test is skipped."""
     root = os.environ.get("MINITRANSFORMER_DATA")

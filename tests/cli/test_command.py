@@ -146,27 +146,28 @@ def test_predict_reads_stdin_and_refuses_a_generator_checkpoint(tiny_checkpoints
 
 
 # --------------------------------------------------------------------------- score
-def test_score_a_smiles_file_as_text_and_json(tmp_path, capsys):
+def test_score_a_smiles_file_as_text_and_json(tmp_path, capsys, chemnet):
     samples, reference = tmp_path / "gen.smi", tmp_path / "train.smi"
     samples.write_text("CCO\nCCO\nc1ccccc1O\nnot-valid\nCC(=O)Nc1ccc(O)cc1\n")
     reference.write_text("CCO\nCCN\nc1ccccc1\nCC(=O)O\n")
     scores = tmp_path / "scores.json"
     code, out = run(["score", samples, "--reference", reference, "--json", scores], capsys)
     assert code == 0
-    for word in ("validity", "uniqueness", "novelty", "IntDiv", "KL", "SNN"):
+    for word in ("validity", "uniqueness", "novelty", "IntDiv", "KL", "SNN", "FCD floor"):
         assert word in out.out, word
     d = json.loads(scores.read_text())
+    assert d["fcd_reference_n"] == d["fcd_floor_n"] == 2 and d["fcd"] > 0 and d["fcd_floor"] > 0
     assert d["validity"] == pytest.approx(4 / 5) and d["uniqueness"] == pytest.approx(3 / 4)
     assert d["novelty"] == pytest.approx(2 / 3)  # CCO is in the reference
     code, out = run(["score", samples, "--json", "-"], capsys)
     assert code == 0 and json.loads(out.out)["novelty"] is None  # no reference: not a number
 
 
-def test_score_against_moses_prints_the_benchmark_table(tmp_path, capsys, monkeypatch):
+def test_score_against_moses_prints_the_benchmark_table(tmp_path, capsys, monkeypatch, chemnet):
     import minitransformer.chem.filters as filters
     import minitransformer.chem.moses as moses
     splits = {"train": ["CCO", "c1ccccc1", "CC(=O)Nc1ccc(O)cc1"], "test": ["c1ccc2ccccc2c1", "CCCO"],
-              "test_scaffolds": ["c1ccc2[nH]ccc2c1"]}
+              "test_scaffolds": ["c1ccc2[nH]ccc2c1", "C1CCNCC1"]}
     monkeypatch.setattr(moses, "load_moses", lambda split, download=True, limit=None: list(splits[split]))
     monkeypatch.setattr(filters, "default_filters", lambda download=True: (None, "no alert files in this test"))
     samples, scores = tmp_path / "gen.smi", tmp_path / "moses.json"
@@ -177,7 +178,9 @@ def test_score_against_moses_prints_the_benchmark_table(tmp_path, capsys, monkey
     assert len(ours) == 1 and ours[0].split("|")[2].strip() == "0.7500"  # 3 of 4 valid
     d = json.loads(scores.read_text())
     assert d["valid"] == pytest.approx(3 / 4) and d["novelty"] == pytest.approx(2 / 3)  # CCO is in train
-    assert d["scaf_test"] == pytest.approx(1.0) and d["filters"] is None and "ChemNet" in d["fcd_note"]
+    assert d["scaf_test"] == pytest.approx(1.0) and d["filters"] is None and d["fcd_note"] is None
+    assert d["fcd_test"] > 0 and d["fcd_testsf"] > 0 and d["fcd_floor"]["fcd_test"] > 0  # 3 training molecules
+    assert "| *3 MOSES training molecules (the FCD floor)* |" in out.out
 
 
 # --------------------------------------------------------------------------- attention
@@ -202,12 +205,13 @@ def test_info_describes_a_finished_run(finished_molecules_run, capsys):
     _, folder = finished_molecules_run
     code, out = run(["info", folder / "best.npz"], capsys)
     assert code == 0
-    for word in ("DecoderLM", "vocabulary", "made by", "minitransformer train lm", "validity="):
+    for word in ("DecoderLM", "vocabulary", "made by", "minitransformer train lm", "bare.validity=",
+                 "valence.validity=", "valence.fcd_heldout="):
         assert word in out.out, word
     code, out = run(["info", folder / "best.npz", "--json"], capsys)
     d = json.loads(out.out)
     assert code == 0 and d["model"]["type"] == "DecoderLM" and d["model"]["parameters"] > 0
-    assert d["provenance"]["seed"] == 0 and d["metrics"]["n_samples"] == 10
+    assert d["provenance"]["seed"] == 0 and d["metrics"]["bare"]["n_samples"] == 10
     assert d["vocabulary"]["size"] == len(d["vocabulary"]["tokens"]) > 4
 
 

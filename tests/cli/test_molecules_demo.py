@@ -39,20 +39,28 @@ def test_quick_run_writes_every_output(quick_run):
         path = out / name
         assert path.exists() and path.stat().st_size > 0, f"missing or empty output: {name}"
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    if json.loads((out / "metrics.json").read_text())["n_valid"] > 0:  # a 2-epoch model may draw none
+    if json.loads((out / "metrics.json").read_text())["bare"]["n_valid"] > 0:  # a 2-epoch model may draw none
         assert (out / "molecules.png").read_bytes()[:4] == b"\x89PNG"
-    assert len((out / "samples.smi").read_text().splitlines()) == 60
+    assert len((out / "samples.smi").read_text().splitlines()) == 60  # the bare model's
+    assert len((out / "samples_valence.smi").read_text().splitlines()) == 60  # drawn under the valence grammar
 
 
 def test_quick_run_metrics_are_fractions(quick_run):
     _, out = quick_run
     m = json.loads((out / "metrics.json").read_text())
-    for key in ("validity", "uniqueness", "novelty", "intdiv1", "intdiv2", "kl_score", "kl_score_heldout",
-                "test_acc_token", "test_rec_ref"):
+    for key in ("test_acc_token", "test_rec_ref"):
         assert 0.0 <= m[key] <= 1.0, f"{key} = {m[key]} is not in [0, 1]"
+    for label in ("bare", "valence"):  # the bare model's samples and the constrained sampler's, both judged
+        s = m[label]
+        for key in ("validity", "uniqueness", "novelty", "intdiv1", "intdiv2", "kl_score", "kl_score_heldout"):
+            if key == "kl_score_heldout" and label == "bare" and s[key] is None:
+                continue  # a 2-epoch model may draw fewer than two valid molecules
+            assert 0.0 <= s[key] <= 1.0, f"{label} {key} = {s[key]} is not in [0, 1]"
+        assert 0.0 <= s["novelty_vs_all_training"] <= s["novelty"], "pretraining molecules can only lower novelty"
+        assert s["n_samples"] == 60 and set(s["fcd"]) == {"heldout"}
+    assert m["valence"]["validity"] == 1.0, "the valence grammar leaves no invalid sample"
     for key in ("test_nll_token", "test_nll_mol_ref", "wall_time_s"):
         assert math.isfinite(m[key]) and m[key] > 0, f"{key} = {m[key]}"
-    assert 0.0 <= m["novelty_vs_all_training"] <= m["novelty"], "pretraining molecules can only lower novelty"
     history = json.loads((out / "history.json").read_text())
     assert len(history) == m["epochs"] >= 1
     assert all("val_nll_mol_ref" in h and "val_rec_ref" in h for h in history)
@@ -113,7 +121,7 @@ def test_default_preset_pretrains_on_moses_and_samples_under_the_valence_grammar
     s = _settings([])
     assert s["pretrain_data"] == "moses" and s["grammar"] == "valence" and s["pretrain_limit"] == 130_000
     assert _settings(["--grammar", "off"])["grammar"] is None and _settings(["--grammar"])["grammar"] == "syntax"
-    assert _settings(["--preset", "tomczak"])["grammar"] is None and _settings(["--quick"])["pretrain_data"] == \
+    assert _settings(["--preset", "tomczak"])["grammar"] == "valence" and _settings(["--quick"])["pretrain_data"] == \
         "druglike"  # a quick run never fetches MOSES
 
 
