@@ -378,7 +378,7 @@ def kekule(smiles: str) -> str | None:
     return Chem.MolToSmiles(mol, kekuleSmiles=True)
 
 
-def randomize_smiles(smiles: str, rng: np.random.Generator) -> str:
+def randomize_smiles(smiles: str, rng: np.random.Generator, kekule_form: bool = False) -> str:
     """A random valid SMILES of the same molecule, determined by ``rng``.
 
     RDKit writes a non-canonical SMILES by walking the molecular graph from
@@ -388,7 +388,9 @@ def randomize_smiles(smiles: str, rng: np.random.Generator) -> str:
     Drawing the permutation from a NumPy generator makes the result
     reproducible: the same generator state gives the same string, unlike
     ``MolToSmiles(doRandom=True)``, which uses RDKit's own global random state.
-    Raises ValueError for a string RDKit cannot parse.
+    With ``kekule_form`` the string is written in Kekule form (as :func:`kekule`
+    writes canonical ones; a molecule that cannot be kekulized is written
+    aromatic). Raises ValueError for a string RDKit cannot parse.
     """
     Chem = require_rdkit()
     with quiet_rdkit():
@@ -397,4 +399,9 @@ def randomize_smiles(smiles: str, rng: np.random.Generator) -> str:
         raise ValueError(f"cannot randomize an invalid SMILES: {smiles!r}")
     order = rng.permutation(mol.GetNumAtoms())
     shuffled = Chem.RenumberAtoms(mol, [int(i) for i in order])
+    if kekule_form:
+        try:
+            Chem.Kekulize(shuffled, clearAromaticFlags=True)
+        except Exception:  # RDKit raises a KekulizeException subclass
+            pass
     return Chem.MolToSmiles(shuffled, canonical=False)

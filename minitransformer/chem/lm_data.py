@@ -22,7 +22,7 @@ import numpy as np
 from minitransformer.chem.data import (
     canonical, clean_smiles, kekule, load_source, randomize_smiles, split_in_order, split_random,
 )
-from minitransformer.chem.moses import is_moses, load_moses, split_moses, spot_check
+from minitransformer.chem.moses import is_moses, load_moses, random_part, split_moses, spot_check
 from minitransformer.chem.vocab import Vocab
 
 
@@ -45,7 +45,8 @@ class SmilesSplits:
 def load_and_clean(data=None, min_len: int | None = 10, max_len: int | None = 100, check_rdkit: bool = True,
                    limit: int | None = None, download: bool = True, log=print):
     """:func:`load_source` then :func:`clean_smiles`, logging where the data came from and
-    what cleaning dropped; ``limit`` keeps the first cleaned SMILES (quick runs).
+    what cleaning dropped; ``limit`` keeps the first cleaned SMILES (quick runs), or for
+    MOSES, whose files are ordered, ``limit`` drawn at random (:func:`random_part`).
 
     Returns ``(kept SMILES, LoadedSmiles, CleanReport)``.
     """
@@ -60,6 +61,8 @@ def load_and_clean(data=None, min_len: int | None = 10, max_len: int | None = 10
     log(f"cleaning: {report.summary()}")
     if sample:
         log(spot_check(loaded.smiles))
+    if is_moses(data):
+        return random_part(kept, limit), loaded, report
     return (kept if limit is None else kept[:limit]), loaded, report
 
 
@@ -95,8 +98,8 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
     Args:
         data: ``"tox21"``, ``"druglike"``, ``"moses"``, a file path, or None (Tox21 if
             available, else the drug-like set). MOSES is not re-split: its own ``test``
-            file is the test split (cut to ``limit`` too), the last 10,000 molecules of its
-            training file (a tenth when fewer) the validation split, and ``split`` is ignored;
+            file is the test split (``limit`` of it drawn at random too), the last 10,000 of
+            the training molecules kept (a tenth when fewer) the validation split, and ``split`` is ignored;
             RDKit checks a random sample of 1,000 molecules only (MOSES is clean already).
         min_len, max_len: character-length limits (the reference keeps 10..100).
         check_rdkit: drop strings RDKit cannot parse.
@@ -113,7 +116,8 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
     kept, loaded, report = load_and_clean(data, min_len, max_len, check_rdkit, limit, download, log)
     test = None
     if is_moses(data):  # MOSES brings its own test split (cleaned by the same length window)
-        test = clean_smiles(load_moses("test", download=download), min_len, max_len, check_rdkit=False)[0][:limit]
+        test = random_part(clean_smiles(load_moses("test", download=download), min_len, max_len,
+                                        check_rdkit=False)[0], limit)
     elif standardize and check_rdkit:  # (MOSES is standardized already)
         kept = standardized(kept, min_len, max_len, log)
     if form != "as-is":
@@ -152,11 +156,14 @@ class RandomizedEpochs:
     longer than ``max_tokens``, is replaced by the original string, so the model
     never trains on UNK or on sequences it cannot hold. ``encode`` holds keyword
     arguments for :meth:`Vocab.encode` (``dict(cls=True)`` for a classifier's input).
+    ``kekule_form`` writes the random strings in Kekule form (for a model trained on
+    that form).
     """
 
     def __init__(self, smiles, vocab: Vocab, seed: int = 0, p: float = 1.0, max_tokens: int | None = None,
-                 encode: dict | None = None):
+                 encode: dict | None = None, kekule_form: bool = False):
         self.smiles, self.vocab, self.seed, self.p, self.max_tokens = list(smiles), vocab, seed, p, max_tokens
+        self.kekule_form = kekule_form
         self.encode = dict(encode or {})
         self._plain = [vocab.encode(s, **self.encode) for s in self.smiles]
         self._cache: tuple[int, list] | None = None
@@ -170,7 +177,7 @@ class RandomizedEpochs:
             if self.p < 1.0 and rng.random() >= self.p:
                 out.append(plain)
                 continue
-            ids = self.vocab.encode(randomize_smiles(s, rng), **self.encode)
+            ids = self.vocab.encode(randomize_smiles(s, rng, self.kekule_form), **self.encode)
             too_long = self.max_tokens is not None and len(ids) > self.max_tokens
             out.append(plain if (too_long or self.vocab.unk_id in ids) else ids)
         self._cache = (epoch, out)
@@ -202,13 +209,14 @@ def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, 
     cleaning and ``form`` as the main set apply, and every molecule whose canonical
     SMILES is in ``exclude`` (the main set's validation and test molecules) is dropped,
     so the held-out splits stay unseen.
-    ``limit`` keeps the first molecules left (for MOSES before rewriting: a quick run stays quick).
+    ``limit`` keeps the first molecules left (for MOSES, whose files are ordered, ``limit``
+    drawn at random, before rewriting: a quick run stays quick).
     """
     kept, _, _ = load_and_clean(data, min_len, max_len, log=lambda line: log(f"pretraining {line}"))
     exclude = set(exclude)
     if is_moses(data):  # RDKit canonical SMILES already: compared as written (canonicalizing takes minutes)
         out = [s for s in kept if s not in exclude]
-        removed, out = len(kept) - len(out), out[:limit]
+        removed, out = len(kept) - len(out), random_part(out, limit)
         if form != "as-is":
             out, _ = rewrite_smiles(out, form, max_len)
     else:
@@ -217,7 +225,8 @@ def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, 
         out = [s for s in kept if canonical(s) not in exclude]
         removed, out = len(kept) - len(out), out[:limit]
     log(f"pretraining: {removed} held-out molecules removed; {len(out)} left"
-        + (f" (the first {limit} kept)" if limit is not None and len(out) == limit else ""))
+        + ((f" ({limit} drawn at random)" if is_moses(data) else f" (the first {limit} kept)")
+           if limit is not None and len(out) == limit else ""))
     if not out:
         raise ValueError(f"no pretraining molecules left from {data!r}")
     return out

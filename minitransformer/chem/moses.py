@@ -284,6 +284,23 @@ def spot_check(smiles: list[str], n: int = SPOT_CHECK, seed: int = 0) -> str:
             "(MOSES is cleaned RDKit SMILES, so the rest is not checked)")
 
 
+def random_part(smiles: list[str], n: int | None, seed: int = 0) -> list[str]:
+    """``n`` molecules of a MOSES file drawn at random (``seed``), in file order; all when ``n`` is
+    None or not smaller.
+
+    The files are ordered, train and test alike (the share of molecules with a
+    chlorine falls from 13.5 % in the first tenth of ``train`` to 8.2 % in the last,
+    and the first 2,000 training molecules have FCD 3.5 to the first 2,000 test
+    molecules but 5.9 to the whole test set), so a part of a file is drawn at
+    random, never cut from the top.
+    """
+    if n is None or n >= len(smiles):
+        return list(smiles)
+    import numpy as np
+    pick = np.sort(np.random.default_rng([seed, 1811]).permutation(len(smiles))[:n])
+    return [smiles[i] for i in pick]
+
+
 def split_moses(train: list[str], val_size: int = VAL_SIZE) -> tuple[list, list]:
     """``(train, validation)`` from the cleaned training molecules: the last ``val_size`` of
     the file (a tenth of them when there are fewer than ``10 * val_size``) are held out."""

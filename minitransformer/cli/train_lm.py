@@ -83,6 +83,9 @@ def add_parser(kinds):
                    help="how training molecules are written (default: the preset's)")
     p.add_argument("--dropout", type=cli.number(0, 1, hi_open=True), default=None,
                    help="override every dropout of the model")
+    p.add_argument("--d-model", type=cli.int_at_least(16), default=None,
+                   help="override the model width D (heads of 32 numbers each, feed-forward 4 D)")
+    p.add_argument("--n-layers", type=cli.int_at_least(1), default=None, help="override the number of blocks")
     p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None, help="override the peak learning rate")
     p.add_argument("--batch-size", type=cli.int_at_least(1), default=None, help="override the batch size")
     p.add_argument("--samples", type=cli.int_at_least(1), default=None,
@@ -123,6 +126,16 @@ def resolve_settings(args) -> dict:
     if args.dropout is not None and isinstance(s["model"], dict):
         s["model"] = dict(s["model"], emb_dropout=args.dropout, attn_dropout=args.dropout,
                           resid_dropout=args.dropout)
+    if args.d_model is not None or args.n_layers is not None:
+        if not isinstance(s["model"], dict):
+            raise ValueError(f"--d-model and --n-layers change the default and moses models; the {args.preset} "
+                             "preset's model is fixed (leave them out)")
+        if args.d_model is not None:
+            if args.d_model % 32:
+                raise ValueError(f"--d-model {args.d_model}: give a multiple of 32 (heads of 32 numbers each)")
+            s["model"] = dict(s["model"], d_model=args.d_model, n_heads=args.d_model // 32, d_ff=4 * args.d_model)
+        if args.n_layers is not None:
+            s["model"] = dict(s["model"], n_layers=args.n_layers)
     if args.pretrain_data is not None:
         s["pretrain_data"] = None if args.pretrain_data == "none" else args.pretrain_data
     if not s["pretrain_data"]:
@@ -244,7 +257,7 @@ def run(args) -> int:
     train_data = train_ids
     if settings["augment"] > 0:
         train_data = RandomizedEpochs(train_smiles, vocab, seed=args.seed, p=settings["augment"],
-                                      max_tokens=model.config.max_len)
+                                      max_tokens=model.config.max_len, kekule_form=settings["form"] == "kekule")
     steps_per_epoch = -(-len(train_ids) // settings["batch_size"])
     optimizer = make_optimizer(settings, model, max(2, steps_per_epoch * settings["epochs"]))
     budget = None if settings["max_time"] is None else max(60.0, settings["max_time"] - t_pre)

@@ -7,11 +7,10 @@ nothing here touches the network.
 import hashlib
 import io
 import subprocess
-import urllib.error
-import urllib.request
 import zipfile
 
 import pytest
+from chem_helpers import serve_urls
 
 from minitransformer.chem import chemnet_weights as cw
 from minitransformer.chem.download import ChecksumError, DownloadError
@@ -57,15 +56,7 @@ def _pip(monkeypatch, payload=WHEEL, fail=False):
 
 
 def _pypi(monkeypatch, payload=WHEEL, fail=False):
-    calls = []
-
-    def urlopen(url, timeout=None):
-        calls.append(url)
-        if fail:
-            raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
-        return io.BytesIO(payload)
-    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
-    return calls
+    return serve_urls(monkeypatch, payload, fail)
 
 
 def test_pip_fetches_the_wheel_and_only_the_weights_are_kept(pinned, monkeypatch):

@@ -210,6 +210,16 @@ def test_randomize_keeps_stereo_and_fragments():
             assert chem_data.canonical(out) == target, f"{smiles} -> {out}"
 
 
+def test_randomize_in_kekule_form_writes_no_aromatic_atom():
+    pytest.importorskip("rdkit")
+    rng = np.random.default_rng(2)
+    for smiles in ["CC(=O)Oc1ccccc1C(=O)O", "c1ccc2[nH]ccc2c1", "Cn1cnc2c1c(=O)n(C)c(=O)n2C"]:
+        target = chem_data.canonical(smiles)
+        outs = {chem_data.randomize_smiles(smiles, rng, kekule_form=True) for _ in range(10)}
+        assert len(outs) > 3 and {chem_data.canonical(o) for o in outs} == {target}
+        assert not any(ch in out for out in outs for ch in "cnos"), outs  # no lower-case aromatic atom
+
+
 def test_randomize_rejects_invalid():
     pytest.importorskip("rdkit")
     with pytest.raises(ValueError, match="invalid"):

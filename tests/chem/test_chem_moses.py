@@ -9,13 +9,12 @@ import gzip
 import hashlib
 import io
 import os
-import urllib.error
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from chem_helpers import serve_urls
 
 from minitransformer.chem import moses
 from minitransformer.chem.download import ChecksumError, DownloadError
@@ -57,16 +56,7 @@ def pinned(monkeypatch, tmp_path):
 
 
 def _serve(monkeypatch, payload=WHEEL, fail=False):
-    """urlopen that answers every address with ``payload`` (or fails like an offline machine)."""
-    calls = []
-
-    def urlopen(url, timeout=None):
-        calls.append(url)
-        if fail:
-            raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
-        return io.BytesIO(payload)
-    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
-    return calls
+    return serve_urls(monkeypatch, payload, fail)
 
 
 def _write_files(folder):
@@ -192,7 +182,17 @@ def test_prepare_smiles_uses_the_moses_test_split(pinned, tmp_path, monkeypatch)
     assert data.test == SMILES["test"] and data.val == SMILES["train"][-1:] and data.train == SMILES["train"][:-1]
     assert "MOSES train split" in data.description and any("random sample of 5" in line for line in lines)
     extra = pretraining_smiles("moses", exclude={"CCO"}, min_len=1, limit=2, log=lines.append)
-    assert extra == SMILES["train"][1:3]
+    assert len(extra) == 2 and set(extra) < set(SMILES["train"][1:]) and "(2 drawn at random)" in lines[-1]
+    assert extra == [s for s in SMILES["train"] if s in extra], "drawn at random, kept in file order"
+
+
+def test_a_part_of_a_moses_file_is_drawn_at_random_not_cut_from_the_top():
+    ordered = [f"C{'C' * i}O" for i in range(1000)]
+    part = moses.random_part(ordered, 100)
+    assert len(set(part)) == 100 and part == sorted(part, key=ordered.index)  # file order kept
+    assert max(map(ordered.index, part)) > 500 and min(map(ordered.index, part)) < 100  # spread over the file
+    assert part == moses.random_part(ordered, 100) != moses.random_part(ordered, 100, seed=1)
+    assert moses.random_part(ordered, None) == ordered == moses.random_part(ordered, 5000)
 
 
 def test_command_line_accepts_moses_and_property_refuses_it(capsys):

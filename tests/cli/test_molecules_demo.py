@@ -125,6 +125,16 @@ def test_default_preset_pretrains_on_moses_and_samples_under_the_valence_grammar
         "druglike"  # a quick run never fetches MOSES
 
 
+def test_model_size_options_change_the_default_model_and_are_refused_where_fixed():
+    s = _settings(["--d-model", "192", "--n-layers", "6"])
+    assert (s["model"]["d_model"], s["model"]["n_heads"], s["model"]["d_ff"], s["model"]["n_layers"]) == \
+        (192, 6, 768, 6)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        _settings(["--d-model", "100"])
+    with pytest.raises(ValueError, match="tomczak preset's model is fixed"):
+        _settings(["--preset", "tomczak", "--n-layers", "2"])
+
+
 def test_without_moses_phase1_falls_back_to_druglike_unless_the_user_named_it(monkeypatch, capsys):
     from types import SimpleNamespace
     import minitransformer.chem.lm_data as lm_data
