@@ -78,14 +78,17 @@ class PairSplits:
 class PairEpochs:
     """Callable ``epoch -> list of (src_ids, tgt_ids)``: every training molecule
     written as a fresh randomized SMILES (the source) next to its canonical SMILES
-    (the target). The same ``(seed, epoch)`` always gives the same pairs."""
+    (the target). The same ``(seed, epoch)`` always gives the same pairs.
+    ``fresh=False`` turns the augmentation off: every epoch reuses epoch 0's
+    writings, one random source per molecule for the whole run."""
 
-    def __init__(self, smiles, vocab: Vocab, seed: int = 0, max_tokens: int | None = None):
+    def __init__(self, smiles, vocab: Vocab, seed: int = 0, max_tokens: int | None = None, fresh: bool = True):
         self.sources = RandomizedEpochs(smiles, vocab, seed=seed, p=1.0, max_tokens=max_tokens)
         self.targets = [vocab.encode(s) for s in smiles]
+        self.fresh = fresh
 
     def __call__(self, epoch: int) -> list:
-        return list(zip(self.sources(epoch), self.targets))
+        return list(zip(self.sources(epoch if self.fresh else 0), self.targets))
 
 
 def fixed_sources(smiles, vocab: Vocab, seed: int, draw: int, max_tokens: int | None) -> list:

@@ -350,18 +350,20 @@ def judge_sample_sets(sets: dict, data, extra: list, args) -> dict:
               for label, smiles in sets.items()}
     report.update(fcd_floor=judge.floor if judge else None, fcd_floor_n=judge.floor_n if judge else None,
                   fcd_reference=described, fcd_note=note or None)
-    if moses:  # the MOSES table: every MOSES metric beside the published models, for each sample set
+    if moses:  # the MOSES table: the bare model's every metric beside the published models; the grammar's
+        from minitransformer import cli  # samples without the comparisons with the test sets (SNN, Frag, Scaf)
         from minitransformer.chem.moses_report import markdown_table, moses_benchmark
-        tables = []
+        rows = {label: moses_benchmark(smiles, seed=args.seed, base=report[label], fcd=report[label].get("fcd"),
+                                       compare=label == "bare") for label, smiles in sets.items()}
+        for label, row in rows.items():
+            report[label]["moses"] = row
         floor = judge and {"label": f"{judge.floor_n:,} MOSES training molecules (the FCD floor)",
                            "fcd_test": judge.floor["test"], "fcd_testsf": judge.floor["test_scaffolds"]}
-        for label, smiles in sets.items():
-            row = moses_benchmark(smiles, seed=args.seed, base=report[label], fcd=report[label].get("fcd"))
-            report[label]["moses"] = row
-            tables.append(markdown_table(row, label=f"minitransformer, {label} ({n:,} samples)", floor=floor))
-        from minitransformer import cli
-        cli.write_text(Path(args.out) / "moses_table.md", "\n".join(tables))
-        print("\n".join(tables))
+        table = markdown_table(rows["bare"], label=f"minitransformer, bare model ({n:,} samples)", floor=floor,
+                               others={f"minitransformer, {label} grammar": row for label, row in rows.items()
+                                       if label != "bare"})
+        cli.write_text(Path(args.out) / "moses_table.md", table)
+        print(table)
     return report
 
 

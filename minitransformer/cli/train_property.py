@@ -260,12 +260,14 @@ def run(args) -> int:
                "pretrain": args.pretrain, "epochs": len(trainer.history), "best_epoch": trainer.best_epoch,
                "stop_reason": trainer.stop_reason, "pretrain_epochs": len(pre_history),
                "pretrain_time_s": t_pre, "train_time_s": t_train, "wall_time_s": time.perf_counter() - t0,
-               "parameters": model.num_parameters(), "tta": s["tta"], "quick": args.quick}
+               "parameters": model.num_parameters(), "tta": s["tta"], "quick": args.quick,
+               "augmentation": augmentation(s)}
     cli.write_json(out / "metrics.json", metrics)
     pretrained = f"pretraining {cli.format_duration(t_pre)}, {len(pre_history)} epochs; " if pre_history else ""
     rows = [("wall time", f"{cli.format_duration(metrics['wall_time_s'])} ({pretrained}fine-tuning "
                           f"{metrics['epochs']} epochs, best {metrics['best_epoch']}, stopped: {metrics['stop_reason']})"),
             ("split", f"{args.split}: {len(train.smiles)} / {len(val.smiles)} / {len(test.smiles)}"),
+            ("augmentation", metrics["augmentation"]),
             ("best validation ROC-AUC", f"{trainer.best:.4f}")]
     rows += [(f"  test ROC-AUC {name}", "n/a (one class)" if value is None else f"{value:.4f}")
              for name, value in per_task.items()]
@@ -273,6 +275,14 @@ def run(args) -> int:
                                     f"{single['mean']:.4f} with one)")]
     cli.print_table(rows, footer=cli.outputs_line(out))
     return 0
+
+
+def augmentation(s: dict) -> str:
+    """The random-writing augmentation of a run, in words (metrics.json and the summary)."""
+    train = ("none (each molecule as written in the file)" if s["augment"] == 0 else
+             f"a fresh random SMILES of each training molecule every epoch (probability {s['augment']:g})")
+    return f"training: {train}; test: the predictions of {s['tta']} random SMILES averaged per molecule" \
+        if s["tta"] > 1 else f"training: {train}; test: the file's SMILES"
 
 
 def write_predictions(path, test, probs) -> None:

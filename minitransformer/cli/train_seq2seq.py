@@ -64,6 +64,9 @@ def add_parser(kinds):
                    help="override every dropout of the model")
     p.add_argument("--label-smoothing", type=cli.number(0, 1, hi_open=True), default=None,
                    help="override the label smoothing")
+    p.add_argument("--augment", choices=("fresh", "fixed"), default="fresh",
+                   help="the training sources: a fresh random SMILES of each molecule every epoch (fresh, the "
+                        "default), or one random SMILES per molecule for the whole run (fixed: no augmentation)")
     p.add_argument("--examples", type=cli.int_at_least(0), default=6, help="worked test examples to print")
     cli.add_resume_argument(p, help="continue the run in --out (same data and options as before): alone, from "
                                     "its last.npz; or from the checkpoint named")
@@ -151,7 +154,7 @@ def run(args) -> int:
     model = make_model(settings, vocab, args.seed)
     print(f"model: {model.num_parameters():,} weights; preset {args.preset}{' (quick)' if args.quick else ''}")
 
-    train_data = PairEpochs(data.train, vocab, seed=args.seed, max_tokens=MAX_TOKENS)
+    train_data = PairEpochs(data.train, vocab, seed=args.seed, max_tokens=MAX_TOKENS, fresh=args.augment == "fresh")
     steps_per_epoch = -(-len(data.train) // settings["batch_size"])
     optimizer = make_optimizer(settings, model, max(2, steps_per_epoch * settings["epochs"]))
     k = settings["val_exact"]
@@ -199,7 +202,8 @@ def run(args) -> int:
                     "best_epoch": trainer.best_epoch, "stop_reason": trainer.stop_reason,
                     "train_time_s": t_train, "greedy_time_s": t_greedy, "beam_time_s": t_beam,
                     "wall_time_s": time.perf_counter() - t0, "parameters": model.num_parameters(),
-                    "beam_size": BEAM, "preset": args.preset, "quick": args.quick})
+                    "beam_size": BEAM, "preset": args.preset, "quick": args.quick,
+                    "augmentation": AUGMENTATION[args.augment]})
     cli.write_json(out / "metrics.json", metrics)
     print_examples(rows, args.examples)
     print_summary(metrics, out, args.plot_attention)
@@ -223,6 +227,11 @@ def tox21_exact_match(model, vocab, seed: int) -> dict:
             "greedy_top1": m.get("greedy_top1"), "greedy_top1_by_length": m.get("greedy_top1_by_length")}
 
 
+#: What ``--augment`` means, as metrics.json and the summary say it.
+AUGMENTATION = {"fresh": "each training molecule's source is a fresh random SMILES every epoch",
+                "fixed": "one random SMILES per training molecule for the whole run (no augmentation)"}
+
+
 def print_summary(m, out, attention: bool) -> None:
     from minitransformer.cli.outputs import format_duration, outputs_line, print_table
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
@@ -230,6 +239,7 @@ def print_summary(m, out, attention: bool) -> None:
         ("wall time", f"{format_duration(m['wall_time_s'])} ({m['epochs']} epochs, best {m['best_epoch']}, "
                       f"stopped: {m['stop_reason']}); decoding {format_duration(m['greedy_time_s'])} greedy, "
                       f"{format_duration(m['beam_time_s'])} beam"),
+        ("augmentation", m["augmentation"]),
         ("test molecules (never trained on)", f"{m['n_test']} ({m['n_test_stereo']} with stereochemistry, "
                                               f"{m['n_test_copies']} whose source is already canonical)"),
         ("greedy: top-1 exact match", f"{pct(m['greedy_top1'])}  (stereo {pct(m['greedy_top1_stereo'])}, "

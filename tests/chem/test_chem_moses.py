@@ -232,3 +232,33 @@ def test_real_files_verify_and_load(tmp_path, monkeypatch):
     smiles = moses.load_moses("test", data_dir=folder, download=False)
     assert len(smiles) == 176_074 and smiles[0] and "SMILES" not in smiles
     assert moses.find_moses("train", data_dir=folder, download=False).stat().st_size == 10_238_967
+
+
+def test_train_lm_on_moses_writes_the_benchmark_table_for_both_sample_sets(pinned, tmp_path, monkeypatch, chemnet):
+    import json
+
+    from minitransformer.chem import fcd
+    from minitransformer.chem.data import load_source
+    from minitransformer.cli import run_cli
+    from minitransformer.cli.main import main
+    _serve(monkeypatch, fail=True)
+    monkeypatch.setattr(fcd, "default_chemnet", lambda download=True: chemnet)
+    drugs = [s for s in load_source("druglike").smiles if 15 <= len(s) <= 50][:120]
+    files = {"train.csv.gz": _gz(drugs[:100]), "test.csv.gz": _gz(drugs[100:110]),
+             "test_scaffolds.csv.gz": _gz(drugs[110:120])} | FILTERS
+    monkeypatch.setattr(moses, "SHA256", {name: hashlib.sha256(data).hexdigest() for name, data in files.items()})
+    folder = tmp_path / "env" / "moses"
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    monkeypatch.setenv("MINITRANSFORMER_DATA", str(tmp_path / "env"))
+    out = tmp_path / "run"
+    assert run_cli(main, ["train", "lm", "--quick", "--quiet", "--data", "moses", "--samples", "20",
+                          "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    table = (out / "moses_table.md").read_text()
+    assert "| **minitransformer, bare model (20 samples)** |" in table and "| CharRNN |" in table
+    assert "| minitransformer, valence grammar |" in table and "MOSES training molecules (the FCD floor)" in table
+    grammar = m["valence"]["moses"]
+    assert grammar["valid"] == 1.0 and grammar["snn_test"] is None  # no test-set comparisons for the second set
+    assert grammar["fcd_test"] > 0 and m["fcd_floor"]["test"] > 0 and m["fcd_floor_n"] == 20

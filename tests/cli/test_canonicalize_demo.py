@@ -34,6 +34,8 @@ def test_pairs_are_fresh_each_epoch_and_deterministic_in_seed_and_epoch(splits):
     again = PairEpochs(splits.train, splits.vocab, seed=3, max_tokens=128)
     assert again(1) == e1 and again(0) == e0  # same (seed, epoch), same pairs, in any order of calls
     assert PairEpochs(splits.train, splits.vocab, seed=4, max_tokens=128)(0) != e0
+    fixed = PairEpochs(splits.train, splits.vocab, seed=3, max_tokens=128, fresh=False)  # --augment fixed
+    assert fixed(0) == e0 and fixed(7) == e0  # one random source per molecule, every epoch
 
 
 def test_sources_are_valid_smiles_of_the_target_molecule(splits):
@@ -115,6 +117,7 @@ def test_quick_run_metrics_are_fractions(quick_run):
                 "beam_top1", "beam_top5", "beam_valid", "beam_same_molecule", "beam_other_string",
                 "beam_valid_all", "greedy_top1_no_stereo", "greedy_top1_not_copies"):
         assert 0.0 <= m[key] <= 1.0, f"{key} = {m[key]} is not in [0, 1]"
+    assert m["augmentation"] == "each training molecule's source is a fresh random SMILES every epoch"
     # breakdowns over subsets: None when the subset is empty (the drug-like set has no stereo)
     assert m["n_test_stereo"] == 0 and m["greedy_top1_stereo"] is None
     assert all(v is None or 0.0 <= v <= 1.0 for v in m["greedy_top1_by_length"].values())

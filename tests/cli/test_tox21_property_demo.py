@@ -64,6 +64,7 @@ def test_quick_run_metrics(quick_run):
     for name, value in m["test_auc"].items():
         assert value is None or 0.0 <= value <= 1.0, f"test AUC of {name} = {value}"
     assert m["pretrain"] is True and m["pretrain_epochs"] == 1
+    assert m["augmentation"].startswith("training: a fresh random SMILES of each training molecule every epoch")
     assert math.isfinite(m["wall_time_s"])
     history = json.loads((out / "history.json").read_text())
     assert len(history) == m["epochs"] >= 1 and all("val_auc" in h for h in history)
