@@ -43,10 +43,9 @@ KL score
 SNN, Frag, Scaf
     need a reference set; see :mod:`minitransformer.chem.fragments`.
 FCD (Fréchet ChemNet Distance)
-    is **not reported**: it compares activations of ChemNet, a neural network
-    pretrained on bioactivity data, and we cannot ship its weights (nor
-    retrain it to give the published numbers), so any value we printed would
-    not be MOSES's FCD.
+    is computed apart, by :mod:`minitransformer.chem.fcd` (ChemNet's forward pass
+    in NumPy), against a reference set and beside its floor; see
+    :mod:`minitransformer.chem.generator_report` and ``docs/fcd.md``.
 
 Metrics over an empty set are 0.0 in :func:`evaluate_samples` (so a failed run
 still prints numbers); :func:`~minitransformer.chem.scoring.score_smiles`

@@ -98,6 +98,8 @@ def add_parser(kinds):
                    help="pretrain on these molecules first (druglike, tox21, moses, a file, or none; default: the "
                         "preset's)")
     p.add_argument("--pretrain-epochs", type=cli.int_at_least(0), default=None)
+    p.add_argument("--pretrain-augment", type=cli.number(0, 1), default=None,
+                   help="probability of writing a pretraining molecule as a random SMILES each epoch")
     p.add_argument("--pretrain-limit", type=cli.int_at_least(1), default=None,
                    help="pretrain on at most this many molecules (the first ones of the pretraining data)")
     p.add_argument("--pretrain-minutes", type=cli.number(0), default=None,
@@ -114,12 +116,13 @@ def add_parser(kinds):
 def resolve_settings(args) -> dict:
     """The preset, with --quick and the overrides of the command line applied."""
     from minitransformer.cli import check_phase_budget, max_time
-    s = {"limit": None, "samples": 2000, **PRESETS[args.preset]}
+    s = {"limit": None, "samples": 2000, "pretrain_augment": 0.0, **PRESETS[args.preset]}
     if args.quick:
         s.update(QUICK)
         if args.preset == "tomczak":
             s["model"] = dict(QUICK["model"], norm="post", tie_embeddings=False)
-    for key in ("epochs", "form", "lr", "batch_size", "augment", "pretrain_epochs", "pretrain_mix", "pretrain_limit",
+    for key in ("epochs", "form", "lr", "batch_size", "augment", "pretrain_augment", "pretrain_epochs", "pretrain_mix",
+                "pretrain_limit",
                 "samples"):
         if getattr(args, key) is not None:
             s[key] = getattr(args, key)
@@ -240,8 +243,12 @@ def run(args) -> int:
         pre_config = TrainConfig(epochs=settings["pretrain_epochs"], batch_size=settings["batch_size"], clip=1.0,
                                  seed=args.seed, out_dir=str(out / "pretrain"), quiet=args.quiet,
                                  max_time=settings.get("pretrain_max_time"))
+        pre_data = data.encode(extra)
+        if settings["pretrain_augment"] > 0:
+            pre_data = RandomizedEpochs(extra, vocab, seed=args.seed, p=settings["pretrain_augment"],
+                                        max_tokens=model.config.max_len, kekule_form=settings["form"] == "kekule")
         pre = cli.run_fit("pretrain", model, LMTask(vocab.pad_id), make_optimizer(settings, model, max(2, steps)),
-                          data.encode(extra), config=pre_config, callbacks=[lm_metrics], vocab=vocab,
+                          pre_data, config=pre_config, callbacks=[lm_metrics], vocab=vocab,
                           extra_meta={"run": run_info}, resume=resume if resume_phase == "pretrain" else None)
         pre_history = tagged(pre.history, "pretrain")
     elif extra:  # resuming phase 2: the pretraining rows come from its folder
