@@ -6,6 +6,14 @@ Python and must import without it. Every function that needs RDKit calls
 so a missing installation surfaces as one clear :class:`ImportError` that says
 how to fix it, at the moment RDKit is actually needed.
 
+Every string reaches RDKit through :func:`mol_from_smiles`, which first asks
+:func:`smiles_problem` whether it may: RDKit's canonical writer recurses once per
+atom, so a SMILES of some 20,000 characters crashes the whole process (a
+segmentation fault, no message) and a 1 MB one runs for many minutes without
+answering Ctrl-C. No molecule a user judges or trains on comes near
+:data:`MAX_SMILES_CHARS`; longer strings, and strings with characters that never
+occur in SMILES, are treated as unparsable and never handed to RDKit.
+
 RDKit reports every SMILES it cannot parse on stderr. When thousands of
 strings are screened (data cleaning, validity of generated samples) those
 messages are expected and useless, so :func:`quiet_rdkit` silences them for
@@ -16,6 +24,20 @@ from __future__ import annotations
 import contextlib
 
 INSTALL_HINT = "pip install 'minitransformer[chem]'  (or: pip install rdkit)"
+#: The longest string handed to RDKit (characters). The longest Tox21 SMILES has 342.
+MAX_SMILES_CHARS = 2_000
+
+
+def smiles_problem(smiles) -> str | None:
+    """Why ``smiles`` must not reach RDKit (too long, not printable ASCII, not a string), or
+    None when it may. The one guard every parse goes through (module docstring)."""
+    if not isinstance(smiles, str):
+        return f"not a string ({type(smiles).__name__})"
+    if len(smiles) > MAX_SMILES_CHARS:
+        return f"longer than {MAX_SMILES_CHARS:,} characters ({len(smiles):,})"
+    if not (smiles.isascii() and smiles.isprintable()):
+        return "characters that never occur in SMILES (not printable ASCII)"
+    return None
 
 
 def require_rdkit():
@@ -47,18 +69,20 @@ def quiet_rdkit():
         del blocker
 
 
-def mol_from_smiles(smiles: str):
+def mol_from_smiles(smiles: str, sanitize: bool = True, params=None):
     """Parse and sanitize one SMILES; return the RDKit molecule, or None (MOSES's ``get_mol``).
 
     None is returned for anything that is not a usable molecule: a string RDKit
-    cannot parse or sanitize, and also the empty string (RDKit parses ``""`` as
-    a molecule with zero atoms, which no metric should count as valid). Call it
-    inside :func:`quiet_rdkit` to keep the parse errors off stderr.
+    cannot parse or sanitize, a string :func:`smiles_problem` keeps from RDKit,
+    and also the empty string (RDKit parses ``""`` as a molecule with zero atoms,
+    which no metric should count as valid). ``sanitize=False`` parses only;
+    ``params`` (RDKit's ``SmilesParserParams``) replaces both. Call it inside
+    :func:`quiet_rdkit` to keep the parse errors off stderr.
     """
     Chem = require_rdkit()
-    if not isinstance(smiles, str) or not smiles:
+    if not smiles or smiles_problem(smiles) is not None:
         return None
-    mol = Chem.MolFromSmiles(smiles)
+    mol = Chem.MolFromSmiles(smiles, params) if params is not None else Chem.MolFromSmiles(smiles, sanitize=sanitize)
     if mol is None or mol.GetNumAtoms() == 0:
         return None
     return mol

@@ -31,7 +31,7 @@ import re
 import numpy as np
 
 from minitransformer.atomic import write_bytes
-from minitransformer.chem._rdkit import quiet_rdkit, require_rdkit
+from minitransformer.chem._rdkit import MAX_SMILES_CHARS, mol_from_smiles, quiet_rdkit, require_rdkit, smiles_problem
 from minitransformer.chem.tokenizer import tokenize
 
 __all__ = ["is_atom_token", "token_atom_indices", "molecule_of", "attention_received",
@@ -70,9 +70,13 @@ def molecule_of(smiles: str):
     Chem = require_rdkit()
     params = Chem.SmilesParserParams()
     params.removeHs = False  # "[H]" stays an atom: the token order and the atom order agree
+    why = smiles_problem(smiles)
+    if why is not None:
+        raise ValueError(f"cannot draw that SMILES: {why}; give one molecule of at most {MAX_SMILES_CHARS:,} "
+                         "characters")
     with quiet_rdkit():
-        mol = Chem.MolFromSmiles(smiles, params) if isinstance(smiles, str) and smiles else None
-    if mol is None or mol.GetNumAtoms() == 0:
+        mol = mol_from_smiles(smiles, params=params)
+    if mol is None:
         raise ValueError(f"RDKit cannot parse the SMILES {smiles!r}; give a valid molecule to draw")
     n_tokens = sum(map(is_atom_token, tokenize(smiles)))
     if n_tokens != mol.GetNumAtoms():

@@ -14,7 +14,9 @@ RDKit reads a SMILES in two stages, and each stage has its own ways to fail:
    atoms that admit no alternating single/double bond pattern), or another
    ``sanitization`` problem.
 
-An empty sample (the model wrote EOS first) is ``empty``. A valid SMILES gives
+An empty sample (the model wrote EOS first) is ``empty``; a string the guard of
+:func:`~minitransformer.chem._rdkit.smiles_problem` keeps from RDKit (over 2,000
+characters, or characters that never occur in SMILES) is ``unreadable``. A valid SMILES gives
 None. :func:`failure_counts` counts the kinds over many samples, the table in
 ``docs/RESULTS.md`` reports them.
 """
@@ -23,10 +25,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from minitransformer.chem._rdkit import quiet_rdkit, require_rdkit
+from minitransformer.chem._rdkit import quiet_rdkit, require_rdkit, smiles_problem
 from minitransformer.chem.tokenizer import tokenize
 
-KINDS = ("empty", "unclosed ring", "parentheses", "syntax", "valence", "aromaticity", "sanitization")
+KINDS = ("empty", "unclosed ring", "parentheses", "syntax", "valence", "aromaticity", "sanitization", "unreadable")
 
 
 def _syntax_kind(smiles: str) -> str:
@@ -54,6 +56,8 @@ def failure_kind(smiles: str) -> str | None:
     Chem = require_rdkit()
     if not isinstance(smiles, str) or not smiles.strip():
         return "empty"
+    if smiles_problem(smiles) is not None:
+        return "unreadable"
     with quiet_rdkit():
         mol = Chem.MolFromSmiles(smiles, sanitize=False)
         if mol is None:

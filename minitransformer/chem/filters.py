@@ -29,7 +29,7 @@ import csv
 import os
 from typing import Sequence
 
-from minitransformer.chem._rdkit import quiet_rdkit, require_rdkit
+from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
 
 __all__ = ["ALLOWED_ATOMS", "read_alerts", "load_filters", "passes_filters", "fraction_passes_filters",
            "default_filters"]
@@ -80,7 +80,7 @@ def passes_filters(mol, filters: Sequence) -> bool:
     if any(with_h.HasSubstructMatch(query) for query in filters):
         return False
     smiles = Chem.MolToSmiles(mol, isomericSmiles=False)
-    return bool(smiles) and Chem.MolFromSmiles(smiles) is not None
+    return mol_from_smiles(smiles) is not None
 
 
 def fraction_passes_filters(mols: Sequence, filters: Sequence) -> float | None:

@@ -31,7 +31,7 @@ name below is importable from this package.
 from minitransformer.cli.arguments import (AUTO, ArgumentParser, add_command, add_common_arguments,
                                            add_resume_argument, check_phase_budget, data_source, existing_file,
                                            input_file, int_at_least, max_time, number, output_file,
-                                           refuse_overwrite, run_folder, seed, use_backend)
+                                           refuse_overwrite, run_folder, seed, smiles_text, use_backend)
 from minitransformer.cli.errors import DEBUG_ENV, BackendUnavailable, WriteError, run_cli
 from minitransformer.cli.outputs import (attention_example, format_duration, json_safe, outputs_line, print_table,
                                          read_history, save_curves, save_plot, write_bytes, write_json, write_text)

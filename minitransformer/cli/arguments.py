@@ -117,6 +117,18 @@ def _file_problem(text: str, what: str) -> str | None:
     return None
 
 
+def smiles_text(text: str) -> str:
+    """A SMILES given on the command line: refused before any work when no parser should see it
+    (:func:`~minitransformer.chem._rdkit.smiles_problem`: too long, not SMILES characters)."""
+    from minitransformer.chem._rdkit import MAX_SMILES_CHARS, smiles_problem
+    problem = smiles_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"the SMILES has {problem}" if problem.startswith("characters") else
+                                         f"the SMILES is {problem}; give one molecule of at most "
+                                         f"{MAX_SMILES_CHARS:,} characters")
+    return text
+
+
 def existing_file(what: str = "file") -> Callable[[str], str]:
     """``type=`` for an input file (``--checkpoint``): it exists, is a file, is readable."""
     def parse(text: str) -> str:

@@ -19,7 +19,7 @@ def add_parser(commands):
                                 "minitransformer attention runs/seq2seq/best.npz 'OCC(C)c1ccccc1' --layers 0 -1")
     p.add_argument("checkpoint", type=cli.existing_file("checkpoint"),
                    help="a checkpoint of any `minitransformer train` run (best.npz or last.npz)")
-    p.add_argument("smiles", help="the molecule, as SMILES")
+    p.add_argument("smiles", type=cli.smiles_text, help="the molecule, as SMILES")
     p.add_argument("--out", default="attention", type=cli.run_folder,
                    help="folder for the PNG files (created if needed; default: ./attention)")
     p.add_argument("--layers", type=int, nargs="+", default=None,

@@ -20,7 +20,7 @@ def add_parser(commands):
                                 "minitransformer translate runs/seq2seq/best.npz --input molecules.smi --beam 1")
     p.add_argument("checkpoint", type=cli.existing_file("checkpoint"),
                    help="best.npz or last.npz of a `minitransformer train seq2seq` run")
-    p.add_argument("smiles", nargs="*", help="SMILES to canonicalize (or use --input)")
+    p.add_argument("smiles", nargs="*", type=cli.smiles_text, help="SMILES to canonicalize (or use --input)")
     p.add_argument("--input", default=None, type=cli.input_file("SMILES file"),
                    help="a .smi/.csv/.txt file of SMILES, or - for standard input")
     p.add_argument("--beam", type=cli.int_at_least(1), default=5, help="beam size (1 = greedy; default: 5)")

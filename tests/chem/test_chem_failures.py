@@ -23,4 +23,4 @@ def test_failure_counts_has_every_kind_and_counts_only_invalid():
     counts = failure_counts(["CCO", "C1CC", "C1CC", "CC(C", "c1cccc1", "", "c1ccccc1"])
     assert list(counts) == list(KINDS)
     assert counts == {"empty": 1, "unclosed ring": 2, "parentheses": 1, "syntax": 0, "valence": 0,
-                      "aromaticity": 1, "sanitization": 0}
+                      "aromaticity": 1, "sanitization": 0, "unreadable": 0}
