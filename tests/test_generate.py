@@ -361,6 +361,14 @@ def test_wide_beam_is_exhaustive(alpha):
     np.testing.assert_allclose(lm_scores(lm, got_ids[0], alpha), best, atol=1e-9)
 
 
+def test_no_source_decodes_to_nothing():
+    """Issue 25.3: zero sources are an empty answer, not an error from inside NumPy."""
+    model, src = make_s2s(), np.zeros((0, 5), dtype=np.int64)
+    ids, scores = beam_search(model, src=src, beam_size=3, n_best=2)
+    assert ids.shape == (0, 2, 1) and scores.shape == (0, 2)
+    assert greedy(model, src=src).shape[0] == 0 and sample(model, src=src).shape[0] == 0
+
+
 def test_pad_and_bos_are_never_generated():
     """A model that would rather emit PAD or BOS than anything else still never puts
     either inside a sequence: greedy, sampling (plain, top-k, top-p) and beam search."""

@@ -87,6 +87,8 @@ def beam_search(model, src=None, batch_size=None, prompt=None, beam_size: int = 
     src, prefix, max_len = _setup(model, batch_size, src, prompt, max_len)
     cfg = model.config
     B, P = prefix.shape
+    if B == 0:  # no source: nothing to decode (the arrays keep their documented axes)
+        return backend.to_numpy(xp.zeros((0, n_best, P), dtype=xp.int64)), backend.to_numpy(xp.zeros((0, n_best)))
     K = int(beam_size)
     N = B * K
     L = max_len
