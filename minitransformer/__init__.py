@@ -16,4 +16,4 @@ from minitransformer.optim.optimizer import adam_update as _adam_update  # noqa:
 _REFERENCE = {**_NN, "adam_update": _adam_update}
 _kernels.register("reference", _REFERENCE)
 _kernels.register("fast", {**_REFERENCE, **_FAST})  # a kernel without a fast version: the reference one
-_kernels.use_from_environment()
+_kernels.use_from_environment(at_import=True)

@@ -288,5 +288,23 @@ def as_rng(rng=None, default_seed: int = 0) -> RNG:
                     f"or a backend.RNG, got {type(rng).__name__}")
 
 
-use(os.environ.get("MINITRANSFORMER_BACKEND", "numpy").strip().lower() or "numpy")
+#: Why ``MINITRANSFORMER_BACKEND`` could not be followed at import (then NumPy is used), or None:
+#: a ValueError for a name that is no backend, a RuntimeError when CuPy or a GPU is missing.
+#: Importing never fails on it (the ``minitransformer`` command must get the chance to say it in
+#: one line, before any work); a program can check it.
+ENVIRONMENT_PROBLEM: Exception | None = None
+
+
+def _use_from_environment() -> None:
+    global ENVIRONMENT_PROBLEM
+    value = os.environ.get("MINITRANSFORMER_BACKEND", "numpy").strip().lower() or "numpy"
+    try:
+        use(value)
+    except (ValueError, RuntimeError) as err:
+        use("numpy")
+        ENVIRONMENT_PROBLEM = type(err)(f"MINITRANSFORMER_BACKEND={value!r}: {err}; unset it or set it to numpy "
+                                        "or cupy")
+
+
+_use_from_environment()
 

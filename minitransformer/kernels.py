@@ -90,8 +90,25 @@ def scope(kernel_set: str):
         use(previous)
 
 
-def use_from_environment() -> None:
-    """Select the set named by ``MINITRANSFORMER_KERNELS`` (default "fast")."""
+#: Why ``MINITRANSFORMER_KERNELS`` could not be followed at import (then "fast" is used), or None.
+ENVIRONMENT_PROBLEM: str | None = None
+
+
+def use_from_environment(at_import: bool = False) -> None:
+    """Select the set named by ``MINITRANSFORMER_KERNELS`` (default "fast"); a bad value raises
+    ValueError, or, ``at_import``, selects "fast" and is kept in :data:`ENVIRONMENT_PROBLEM` (so
+    that importing never fails on it and the command can say it in one line, before any work)."""
+    global ENVIRONMENT_PROBLEM
+    try:
+        _use_environment_value()
+    except ValueError as err:
+        if not at_import:
+            raise
+        use("fast")
+        ENVIRONMENT_PROBLEM = str(err)
+
+
+def _use_environment_value() -> None:
     value = os.environ.get("MINITRANSFORMER_KERNELS", "").strip().lower() or "fast"
     if value not in KERNEL_SETS:
         raise ValueError(

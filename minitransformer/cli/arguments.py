@@ -257,7 +257,14 @@ def add_resume_argument(parser: argparse.ArgumentParser, help: str) -> argparse.
 
 
 def use_backend(args: argparse.Namespace) -> None:
-    """Switch the array backend when the user asked for one with ``--backend``."""
+    """Refuse a bad ``MINITRANSFORMER_KERNELS`` or ``MINITRANSFORMER_BACKEND`` (read at import, where
+    they could only warn), then switch the array backend when the user asked for one with ``--backend``."""
+    from minitransformer import kernels
+    if kernels.ENVIRONMENT_PROBLEM:
+        raise ValueError(kernels.ENVIRONMENT_PROBLEM)
+    problem = backend.ENVIRONMENT_PROBLEM
+    if problem is not None and not getattr(args, "backend", None):
+        raise problem if isinstance(problem, ValueError) else BackendUnavailable(str(problem))
     if getattr(args, "backend", None):
         try:
             backend.use(args.backend)

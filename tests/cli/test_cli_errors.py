@@ -225,3 +225,31 @@ def test_help_is_not_an_error(demos, capsys):
     assert run_cli(demos["molecules"].main, ["--help"]) == 0
     assert "--temperature" in capsys.readouterr().out
     assert run_cli(demos["molecules"].main, ["sample", "--help"]) == 0
+
+
+@pytest.mark.parametrize("variable, value, status, words", [
+    ("MINITRANSFORMER_KERNELS", "bogus", 2, ["MINITRANSFORMER_KERNELS='bogus'", "'reference' or 'fast'"]),
+    ("MINITRANSFORMER_BACKEND", "bogus", 2, ["MINITRANSFORMER_BACKEND='bogus'", "numpy or cupy"]),
+    ("MINITRANSFORMER_BACKEND", "cupy", 1, ["MINITRANSFORMER_BACKEND='cupy'", "CuPy"]),
+])
+def test_a_bad_environment_variable_is_one_line_and_help_still_works(variable, value, status, words, tmp_path):
+    """Issue 25.11: read at import, where they could only raise a traceback; now the command says them."""
+    import os
+    import subprocess
+    import sys
+    if value == "cupy":
+        pytest.importorskip("numpy")  # (CuPy with a GPU would make this a working setting)
+        try:
+            import cupy  # noqa: F401
+            pytest.skip("CuPy is installed here")
+        except ImportError:
+            pass
+    env = dict(os.environ, **{variable: value})
+    command = [sys.executable, "-m", "minitransformer"]
+    done = subprocess.run(command + ["score", "-"], input="CCO\n", capture_output=True, text=True, env=env,
+                          timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == status and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert all(word in lines[0] for word in words), lines[0]
+    helped = subprocess.run(command + ["--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: minitransformer") and not helped.stderr
