@@ -73,6 +73,19 @@ def druglike_path() -> Path:
     )
 
 
+@contextlib.contextmanager
+def csv_rows(f):
+    """``csv.reader(f)`` with the csv module's field limit (131,072 characters) lifted for the
+    block: a cell holds whatever the file holds, and a SMILES too long for RDKit is judged by
+    :func:`~minitransformer.chem._rdkit.smiles_problem`, not refused by the reader."""
+    old = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)
+    try:
+        yield csv.reader(f)
+    finally:
+        csv.field_size_limit(old)
+
+
 def _check_file(path: Path, what: str = "SMILES file") -> None:
     """FileNotFoundError for a missing path, IsADirectoryError for a folder; each names the path."""
     if path.is_dir():
@@ -162,8 +175,7 @@ def read_smiles(path: str | os.PathLike, column: str | int | None = None,
     _check_file(path)
     name = path.name.lower()
     if name.endswith(_CSV_SUFFIXES):
-        with _open_text(path) as f:
-            rows = csv.reader(f)
+        with _open_text(path) as f, csv_rows(f) as rows:
             if header:
                 head = next(rows, None)
                 if head is None:

@@ -27,18 +27,20 @@ __all__ = ["judge_samples", "side_by_side", "fcd_ratio"]
 
 
 def judge_samples(samples: Sequence[str], train: Sequence[str], *, heldout: Sequence[str] | None = None,
-                  all_training: Sequence[str] | None = None, fcd_judge=None, seed: int = 0) -> dict:
+                  all_training: Sequence[str] | None = None, fcd_judge=None, seed: int | None = None) -> dict:
     """Every metric of ``samples`` (a JSON-ready dict).
 
     ``train``: the training molecules (novelty, the KL score); ``heldout``:
     molecules never trained on (``kl_score_heldout``); ``all_training``: every
     molecule seen, phase 1 included (``novelty_vs_all_training``); ``fcd_judge``:
     an :class:`~minitransformer.chem.fcd.FCDJudge` (``fcd``: its reference name ->
-    FCD). Keys are those of :func:`~minitransformer.chem.metrics.evaluate_samples`,
-    plus ``invalid_kinds`` and the ones above (absent when their argument is None).
+    FCD). ``seed``: the KL score's draw of reference molecules (default: GuacaMol's, 42).
+    Keys are those of :func:`~minitransformer.chem.metrics.evaluate_samples`, plus
+    ``invalid_kinds`` and the ones above (absent when their argument is None).
     """
     from minitransformer.chem.failures import failure_counts
-    from minitransformer.chem.metrics import evaluate_samples, kl_against, novelty
+    from minitransformer.chem.metrics import KL_SEED, evaluate_samples, kl_against, novelty
+    seed = KL_SEED if seed is None else seed
     result = evaluate_samples(samples, train, seed=seed)
     result["invalid_kinds"] = failure_counts(samples)
     if heldout is not None:

@@ -64,10 +64,11 @@ from minitransformer.chem.distribution import DESCRIPTORS, descriptor_matrix, kl
 from minitransformer.chem.similarity import column_mean_tanimoto_powers, morgan_bits
 
 __all__ = ["validity", "uniqueness", "unique_at_k", "novelty", "internal_diversity", "kl_sets", "kl_against",
-           "evaluate_samples", "UNIQUE_AT", "KL_SAMPLES"]
+           "evaluate_samples", "UNIQUE_AT", "KL_SAMPLES", "KL_SEED"]
 
 UNIQUE_AT = (1_000, 10_000)
 KL_SAMPLES = 10_000  # GuacaMol's number_samples for the KL benchmark
+KL_SEED = 42  # GuacaMol's draw of the KL reference (numpy.random.RandomState(42)): the default everywhere
 
 
 def _canonical_set(smiles: Sequence[str]) -> set:
@@ -168,7 +169,7 @@ def internal_diversity(samples: Sequence[str], p: int = 1) -> float:
     return float(_intdiv(morgan_bits(mols), (p,))[0]) if mols else 0.0
 
 
-def kl_sets(samples: Sequence[str], train_smiles: Sequence[str], seed: int = 0,
+def kl_sets(samples: Sequence[str], train_smiles: Sequence[str], seed: int = KL_SEED,
             n: int | None = None) -> tuple[list[str], list[str]]:
     """The generated and reference SMILES that GuacaMol's KL benchmark would compare.
 
@@ -179,8 +180,8 @@ def kl_sets(samples: Sequence[str], train_smiles: Sequence[str], seed: int = 0,
     we use ``n = min(len(samples), 10_000, len(train))`` as number_samples
     (``n`` overrides it); the generated set is the first ``n`` distinct
     valid samples (stereo-free canonical, in sample order) and the reference is
-    ``n`` training strings drawn with ``RandomState(seed)``. Pass ``seed=42``
-    for GuacaMol's own draw. A model with many repeats or invalid samples
+    ``n`` training strings drawn with ``RandomState(seed)``; the default is
+    GuacaMol's own draw (42). A model with many repeats or invalid samples
     brings fewer than ``n`` molecules, which lowers its score, as in GuacaMol.
     """
     if n is None:
@@ -189,7 +190,7 @@ def kl_sets(samples: Sequence[str], train_smiles: Sequence[str], seed: int = 0,
     return generated, _training_set(tuple(train_smiles)).reference(n, seed)
 
 
-def kl_against(samples: Sequence[str], reference: Sequence[str], seed: int = 0) -> float | None:
+def kl_against(samples: Sequence[str], reference: Sequence[str], seed: int = KL_SEED) -> float | None:
     """GuacaMol's KL score of ``samples`` against any ``reference`` set (for example molecules
     held out from training), with the sets of :func:`kl_sets`; None with fewer than two
     molecules on a side."""
@@ -215,7 +216,7 @@ def _kl(samples, training: _TrainingSet, seed: int) -> tuple[float | None, dict,
     return score, kls, len(generated), len(reference)
 
 
-def evaluate_samples(samples: Sequence[str], train_smiles: Sequence[str], seed: int = 0,
+def evaluate_samples(samples: Sequence[str], train_smiles: Sequence[str], seed: int = KL_SEED,
                      filters="moses") -> dict:
     """All metrics of ``samples`` against ``train_smiles`` in one pass (definitions above).
 

@@ -38,7 +38,7 @@ PUBLISHED = {model: dict(zip([key for key, _ in COLUMNS[:-1]], map(float, row.sp
 }.items()}
 
 
-def moses_benchmark(samples: Sequence[str], seed: int = 0, download: bool = True, base: dict | None = None,
+def moses_benchmark(samples: Sequence[str], seed: int = 42, download: bool = True, base: dict | None = None,
                     fcd: dict | None = None, compare: bool = True) -> dict:
     """Every column of :data:`COLUMNS` for ``samples`` (None where undefined), plus the counts.
 

@@ -20,7 +20,6 @@ keeping labels aligned with their molecules. Two splits are offered:
 """
 from __future__ import annotations
 
-import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
-from minitransformer.chem.data import _first_field, _open_text, _smiles_column, clean_indices
+from minitransformer.chem.data import _first_field, _open_text, _smiles_column, clean_indices, csv_rows
 from minitransformer.chem.download import find_tox21
 
 __all__ = ["TOX21_TASKS", "LabelledSmiles", "read_labelled", "load_labelled", "murcko_scaffold",
@@ -90,8 +89,8 @@ def read_labelled(path: str | os.PathLike, tasks: Sequence[str] | None = None) -
     if not path.name.lower().endswith((".csv", ".csv.gz")):
         raise ValueError(f"{path}: property data must be a .csv or .csv.gz file with a smiles column "
                          "and one column per label")
-    with _open_text(path) as f:
-        rows = [row for row in csv.reader(f) if row]
+    with _open_text(path) as f, csv_rows(f) as reader:
+        rows = [row for row in reader if row]
     if not rows:
         raise ValueError(f"{path}: the file is empty (no header, no SMILES); give a CSV with a smiles column "
                          "and one column per label")

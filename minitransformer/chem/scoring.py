@@ -27,14 +27,14 @@ from typing import Sequence
 from minitransformer.chem.fragments import (cosine_of_counts, distinct_fingerprints, fragment_counts,
                                             reference_features, scaffold_counts, snn)
 from minitransformer.chem._rdkit import parse_valid
-from minitransformer.chem.metrics import UNIQUE_AT, evaluate_samples
+from minitransformer.chem.metrics import KL_SEED, UNIQUE_AT, evaluate_samples
 
 __all__ = ["score_smiles", "format_score", "load_reference", "read_samples", "reference_halves",
            "snn", "fragment_counts", "scaffold_counts", "cosine_of_counts", "DEFINITIONS"]
 
 # One line per metric, shown by :func:`format_score` (key -> (label, definition)).
 DEFINITIONS = {
-    "n_samples": ("samples", "lines read (blank lines and headers skipped)"),
+    "n_samples": ("samples", "lines read: every line a sample, an empty one too (a header line is skipped)"),
     "validity": ("validity", "fraction of samples RDKit parses and sanitizes (MOSES valid)"),
     "radical_fraction": ("radicals", "valid samples with an unpaired electron / valid (counted as valid)"),
     "uniqueness": ("uniqueness", "distinct canonical SMILES among all valid / valid"),
@@ -72,7 +72,7 @@ def read_samples(path_or_dash: str | os.PathLike) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the report
-def reference_halves(reference: Sequence[str], seed: int = 0) -> tuple[list, list]:
+def reference_halves(reference: Sequence[str], seed: int = KL_SEED) -> tuple[list, list]:
     """The reference split in two at random (``seed``), each half in reference order: the first
     half is FCD's reference, the second gives the floor's real molecules."""
     import numpy as np
@@ -81,7 +81,7 @@ def reference_halves(reference: Sequence[str], seed: int = 0) -> tuple[list, lis
     return [reference[i] for i in np.sort(order[:half])], [reference[i] for i in np.sort(order[half:])]
 
 
-def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: int = 0,
+def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: int = KL_SEED,
                  filters="moses", fcd: bool = True) -> dict:
     """All generation metrics of ``samples``, against ``reference`` when one is given.
 

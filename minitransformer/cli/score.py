@@ -38,26 +38,32 @@ def add_parser(commands):
     p.add_argument("--json", default=None, type=cli.output_file, metavar="FILE",
                    help="also write the numbers as JSON to FILE (- for standard output, instead of the table)")
     p.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
-    p.add_argument("--seed", type=cli.seed, default=0, help="seed for the pair sampling of IntDiv (default: 0)")
+    p.add_argument("--seed", type=cli.seed, default=42,
+                   help="seed of the KL score's draw of reference molecules (default: 42, GuacaMol's own draw) "
+                        "and of FCD's split of the reference (IntDiv uses all pairs: no seed)")
     p.set_defaults(run=run)
     return p
 
 
 def run(args) -> int:
     from minitransformer import cli
-    from minitransformer.chem.scoring import format_score, load_reference, read_samples, score_smiles
+    from minitransformer.chem.scoring import format_score, load_reference, score_smiles
+    from minitransformer.chem.user_files import read_user_file
     to_stdout = args.json == "-"
     if not to_stdout:
         cli.refuse_overwrite(args.json, args.force, option="--json")  # before any work
-    samples = read_samples(args.samples)
+    found = read_user_file(args.samples)
+    samples = found.smiles
     if not samples:
         raise ValueError(f"{args.samples}: no SMILES in it; give one molecule per line, or a CSV with a "
                          "smiles column")
+    if found.skipped():  # every other line is a sample, an empty one too
+        print(f"{args.samples}: skipped {found.skipped()}; every other line is a sample", file=sys.stderr)
     if args.reference == "moses":
         return run_moses(args, samples, to_stdout)
     reference = load_reference(args.reference) if args.reference else None
     result = score_smiles(samples, reference, seed=args.seed)
-    result["samples_file"], result["reference"] = str(args.samples), args.reference
+    result.update(samples_file=str(args.samples), reference=args.reference, skipped_lines=found.skipped() or None)
     if to_stdout:
         sys.stdout.write(json.dumps(cli.json_safe(result), indent=1) + "\n")
         return 0

@@ -352,15 +352,14 @@ def judge_sample_sets(sets: dict, data, extra: list, args) -> dict:
     if note:
         print(note)
     report = {label: judge_samples(smiles, train, heldout=None if moses else data.val + data.test,
-                                   all_training=data.train + extra if extra else None, fcd_judge=judge,
-                                   seed=args.seed)
+                                   all_training=data.train + extra if extra else None, fcd_judge=judge)
               for label, smiles in sets.items()}
     report.update(fcd_floor=judge.floor if judge else None, fcd_floor_n=judge.floor_n if judge else None,
                   fcd_reference=described, fcd_note=note or None)
     if moses:  # the MOSES table: the bare model's every metric beside the published models; the grammar's
         from minitransformer import cli  # samples without the comparisons with the test sets (SNN, Frag, Scaf)
         from minitransformer.chem.moses_report import markdown_table, moses_benchmark
-        rows = {label: moses_benchmark(smiles, seed=args.seed, base=report[label], fcd=report[label].get("fcd"),
+        rows = {label: moses_benchmark(smiles, base=report[label], fcd=report[label].get("fcd"),
                                        compare=label == "bare") for label, smiles in sets.items()}
         for label, row in rows.items():
             report[label]["moses"] = row

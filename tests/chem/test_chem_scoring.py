@@ -51,9 +51,56 @@ def test_cosine_of_counts():
 
 def test_files_with_headers_names_blank_lines_and_gzip(tmp_path):
     smi = tmp_path / "s.smi.gz"
-    smi.write_bytes(gzip.compress(b"SMILES\nCCO ethanol\n\nc1ccccc1 benzene\n"))
+    smi.write_bytes(gzip.compress(b"SMILES\nCCO ethanol\nc1ccccc1 benzene\n"))
     csv = tmp_path / "s.csv"
-    csv.write_text("id,SMILES\n1,CCO\n2,c1ccccc1\n")
+    csv.write_text("id,SMILES\n1,CCO\n\n2,c1ccccc1\n")  # a blank CSV row holds no sample
     assert read_samples(smi) == read_samples(csv) == ["CCO", "c1ccccc1"]
     assert load_reference(csv) == ["CCO", "c1ccccc1"]
     assert len(load_reference("druglike")) == 10000
+
+
+def test_an_empty_line_is_an_empty_sample_and_stays_in_the_denominator(tmp_path):
+    """Issue 25.7: MOSES counts an empty sample as invalid; so does score. Only a header line is skipped."""
+    from minitransformer.chem.user_files import read_user_file
+    path = tmp_path / "weak_model.smi"
+    path.write_text("smiles\nCCO\n\n#CC\nc1ccccc1\n\n")
+    found = read_user_file(path)
+    assert found.smiles == ["CCO", "", "#CC", "c1ccccc1", ""] and found.skipped() == "a header line"
+    r = score_smiles(found.smiles, None, fcd=False)
+    assert r["n_samples"] == 5 and r["validity"] == pytest.approx(2 / 5)
+
+
+def test_the_kl_reference_is_guacamols_draw_by_default():
+    """Issue 25.8: GuacaMol draws its KL reference with seed 42; so does every default here."""
+    from minitransformer.chem.metrics import KL_SEED, evaluate_samples
+    train = REF * 3
+    assert KL_SEED == 42
+    default = evaluate_samples(REF[:5], train, filters=None)
+    assert default["kl_score"] == evaluate_samples(REF[:5], train, seed=42, filters=None)["kl_score"]
+
+
+def test_a_csv_cell_longer_than_the_csv_modules_limit_is_read(tmp_path):
+    """Issue 25.12: cells over 131,072 characters were an 'unexpected Error'; now the SMILES is read,
+    and judged invalid by the guard, never parsed."""
+    from minitransformer.chem.data import read_smiles
+    huge = "C" * 200_000
+    path = tmp_path / "big.csv"
+    path.write_text(f"id,smiles\n1,CCO\n2,{huge}\n3,c1ccccc1\n")
+    assert read_samples(path) == ["CCO", huge, "c1ccccc1"] and read_smiles(path)[1] == huge
+    r = score_smiles(read_samples(path), None, fcd=False)
+    assert r["n_samples"] == 3 and r["n_valid"] == 2
+
+
+@pytest.mark.parametrize("payload, words", [(gzip.compress(b"CCO\n"), "gzip-compressed"),
+                                            ("CCO\n".encode("utf-16"), "not UTF-8 text")])
+def test_binary_standard_input_is_one_line_naming_it(payload, words, monkeypatch):
+    """Issue 25.15: gzip or UTF-16 on stdin said "'utf-8' codec can't encode ... surrogates"."""
+    import io
+    import sys
+
+    class Stdin:
+        buffer = io.BytesIO(payload)
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    with pytest.raises(ValueError, match=f"standard input is {words}") as err:
+        read_samples("-")
+    assert "\n" not in str(err.value)
