@@ -28,7 +28,7 @@ same way on bad input, so that code lives here once, one concern per file:
 The commands use ``from minitransformer import cli`` and ``cli.<name>``; every
 name below is importable from this package.
 """
-from minitransformer.cli.arguments import (AUTO, ArgumentParser, add_command, add_common_arguments,
+from minitransformer.cli.arguments import (AUTO, MAX_SAMPLES, ArgumentParser, add_command, add_common_arguments,
                                            add_resume_argument, check_phase_budget, data_source, existing_file,
                                            input_file, int_at_least, max_time, number, output_file,
                                            refuse_overwrite, run_folder, seed, smiles_text, use_backend)

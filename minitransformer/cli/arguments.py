@@ -54,15 +54,23 @@ def _parse_number(text: str, kind):
     return value
 
 
-def int_at_least(lo: int) -> Callable[[str], int]:
-    """``type=`` for an integer option with a lower bound (``--epochs``: 1, ``--examples``: 0)."""
+def int_at_least(lo: int, hi: int | None = None, why: str = "") -> Callable[[str], int]:
+    """``type=`` for an integer option with a lower bound (``--epochs``: 1, ``--examples``: 0) and,
+    for counts that hold everything in memory, an upper one (``why`` says what it protects)."""
     def parse(text: str) -> int:
         value = _parse_number(text, int)
         if value < lo:
             raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        if hi is not None and value > hi:
+            raise argparse.ArgumentTypeError(f"must be at most {hi:,}, got {text}{f' ({why})' if why else ''}")
         return value
-    parse.__name__ = f"integer >= {lo}"
+    parse.__name__ = f"integer >= {lo}" + (f" and <= {hi}" if hi is not None else "")
     return parse
+
+
+#: The most molecules one command draws or judges: the samples are held in memory (a
+#: million SMILES is about 100 MB) and judged together; run the command again for more.
+MAX_SAMPLES = 1_000_000
 
 
 def seed(text: str) -> int:

@@ -27,7 +27,8 @@ def add_parser(commands):
     p.add_argument("--out", default=None, type=cli.output_file,
                    help="write the CSV to this file (default: print it)")
     p.add_argument("--force", action="store_true", help="overwrite the --out file if it exists")
-    p.add_argument("--views", type=cli.int_at_least(1), default=8,
+    p.add_argument("--views", type=cli.int_at_least(1, 256, "each view is a full pass of the model; averaging "
+                                                    "more than a few dozen changes nothing"), default=8,
                    help="writings of each molecule averaged (1 = only the SMILES as given; default: 8)")
     p.add_argument("--seed", type=cli.seed, default=0, help="seed of the random writings (default: 0)")
     p.add_argument("--backend", default=None, choices=("numpy", "cupy"))

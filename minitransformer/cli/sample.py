@@ -23,7 +23,9 @@ def add_parser(commands):
                                 "minitransformer sample runs/lm/best.npz -n 10 --temperature 0.8")
     p.add_argument("checkpoint", type=cli.existing_file("checkpoint"),
                    help="best.npz or last.npz of a `minitransformer train lm` run")
-    p.add_argument("-n", "--count", type=cli.int_at_least(1), default=100, help="number of molecules (default: 100)")
+    p.add_argument("-n", "--count", type=cli.int_at_least(1, cli.MAX_SAMPLES, "they are held in memory; run the "
+                                                         "command again, with another --seed, for more"),
+                   default=100, help=f"number of molecules, at most {cli.MAX_SAMPLES:,} (default: 100)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0, help="> 0 (default: 1)")
     p.add_argument("--top-k", type=cli.int_at_least(1), default=None,
                    help="sample among the k most likely tokens only (default: all)")
@@ -44,8 +46,11 @@ def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | N
                   top_p: float | None = None, seed: int = 0, batch_size: int = 500, quiet: bool = True,
                   constraint=None) -> list:
     """Draw ``n`` SMILES with the KV cache, ``batch_size`` at a time; returns the strings
-    (some may be invalid). The same seed gives the same molecules. ``constraint``: None,
-    or e.g. :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar` (see ``sample``)."""
+    (some may be invalid). The same seed gives the same molecules; each batch draws from
+    its own stream of the seed (:class:`~minitransformer.backend.RNG` with stream = 1 + the
+    batch's first index), so two seeds never share a draw. ``constraint``: None, or e.g.
+    :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar` (see ``sample``)."""
+    from minitransformer.backend import RNG
     from minitransformer.generate import sample
     out = []
     bar = None
@@ -55,7 +60,7 @@ def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | N
     for start in range(0, n, batch_size):
         b = min(batch_size, n - start)
         ids = sample(model, batch_size=b, temperature=temperature, top_k=top_k, top_p=top_p,
-                     rng=seed * 1000 + start, constraint=constraint)
+                     rng=RNG(seed, stream=1 + start), constraint=constraint)
         out.extend(vocab.decode(row) for row in ids)
         if bar is not None:
             bar.update(b)

@@ -88,7 +88,8 @@ def add_parser(kinds):
     p.add_argument("--n-layers", type=cli.int_at_least(1), default=None, help="override the number of blocks")
     p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None, help="override the peak learning rate")
     p.add_argument("--batch-size", type=cli.int_at_least(1), default=None, help="override the batch size")
-    p.add_argument("--samples", type=cli.int_at_least(1), default=None,
+    p.add_argument("--samples", type=cli.int_at_least(1, cli.MAX_SAMPLES, "they are held in memory and judged"),
+                   default=None,
                    help="molecules to sample at the end (default: the preset's, 2000; 30,000 for moses)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0,
                    help="sampling temperature, > 0 (default: 1)")

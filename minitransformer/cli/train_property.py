@@ -70,7 +70,7 @@ def add_parser(kinds):
     p.add_argument("--batch-size", type=cli.int_at_least(1), default=None)
     p.add_argument("--augment", type=cli.number(0, 1), default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
-    p.add_argument("--tta", type=cli.int_at_least(1), default=None,
+    p.add_argument("--tta", type=cli.int_at_least(1, 256, "each is a full pass of the model"), default=None,
                    help="random SMILES averaged per test molecule (1 = the SMILES as written in the file)")
     p.set_defaults(run=run)
     return p

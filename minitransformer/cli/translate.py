@@ -23,7 +23,8 @@ def add_parser(commands):
     p.add_argument("smiles", nargs="*", type=cli.smiles_text, help="SMILES to canonicalize (or use --input)")
     p.add_argument("--input", default=None, type=cli.input_file("SMILES file"),
                    help="a .smi/.csv/.txt file of SMILES, or - for standard input")
-    p.add_argument("--beam", type=cli.int_at_least(1), default=5, help="beam size (1 = greedy; default: 5)")
+    p.add_argument("--beam", type=cli.int_at_least(1, 64, "the beams of every molecule are held at once"), default=5,
+                   help="beam size (1 = greedy; default: 5)")
     p.add_argument("--out", default=None, type=cli.output_file,
                    help="write the tab-separated results to this file (default: print them)")
     p.add_argument("--force", action="store_true", help="overwrite the --out file if it exists")

@@ -26,6 +26,7 @@ BAD_TRAINING_ARGUMENTS = [  # (demo, arguments, words the message must contain)
     ("molecules", ["--batch-size", "0"], ["--batch-size", ">= 1"]),
     ("molecules", ["--epochs", "0"], ["--epochs", ">= 1"]),
     ("molecules", ["--samples", "0"], ["--samples", ">= 1"]),
+    ("molecules", ["--samples", "1000000000"], ["--samples", "at most 1,000,000"]),  # issue 25.2
     ("molecules", ["--temperature", "0"], ["--temperature", "> 0"]),
     ("molecules", ["--temperature", "nan"], ["--temperature", "nan"]),
     ("molecules", ["--temperature", "inf"], ["--temperature"]),
@@ -117,6 +118,7 @@ def test_degenerate_data_files_are_one_line_errors(demos, tmp_path, capsys):
 BAD_SUBCOMMAND_ARGUMENTS = [
     ("molecules", ["sample", "{lm}", "-n", "0"], ["-n", ">= 1"]),
     ("molecules", ["sample", "{lm}", "-n", "-5"], ["-n"]),
+    ("molecules", ["sample", "{lm}", "-n", "1000000000"], ["-n", "at most 1,000,000", "another --seed"]),  # 25.2
     ("molecules", ["sample", "{lm}", "--temperature", "0"], ["--temperature", "> 0"]),
     ("molecules", ["sample", "{lm}", "--temperature", "-1"], ["--temperature"]),
     ("molecules", ["sample", "{lm}", "--seed", "-1"], ["--seed", "from 0"]),
@@ -126,6 +128,7 @@ BAD_SUBCOMMAND_ARGUMENTS = [
     ("molecules", ["sample", "{s2s}"], ["Seq2Seq", "DecoderLM"]),
     ("molecules", ["sample", "{bare}"], ["no vocabulary"]),
     ("canonicalize", ["translate", "{s2s}", "--beam", "0", "CCO"], ["--beam", ">= 1"]),
+    ("canonicalize", ["translate", "{s2s}", "--beam", "100000", "CCO"], ["--beam", "at most 64"]),
     ("canonicalize", ["translate", "{folder}", "CCO"], ["is a folder"]),
     ("canonicalize", ["translate", "{lm}", "CCO"], ["Seq2Seq"]),
 ]
@@ -253,3 +256,13 @@ def test_a_bad_environment_variable_is_one_line_and_help_still_works(variable, v
     assert all(word in lines[0] for word in words), lines[0]
     helped = subprocess.run(command + ["--help"], capture_output=True, text=True, env=env, timeout=120)
     assert helped.returncode == 0 and helped.stdout.startswith("usage: minitransformer") and not helped.stderr
+
+
+def test_predict_bounds_its_views_before_any_work(tiny_checkpoints, tmp_path, capsys):
+    """Issue 25.2: --views 1000000 ran on."""
+    from minitransformer.cli.main import main
+    molecules = tmp_path / "x.smi"
+    molecules.write_text("CCO\n")
+    assert run_cli(main, ["predict", str(tiny_checkpoints["property"]), str(molecules), "--views", "1000000"]) == 2
+    line = one_line_error(capsys)
+    assert "--views" in line and "at most 256" in line
