@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["atomic_write", "write_bytes", "write_text", "write_json", "FileExistsRefusal"]
+__all__ = ["atomic_write", "write_bytes", "write_text", "write_json", "parse_json", "FileExistsRefusal"]
 
 
 class FileExistsRefusal(FileExistsError):
@@ -79,3 +79,13 @@ def write_json(path, obj, overwrite: bool = True) -> Path:
     NaN and infinities are refused: they are not JSON."""
     text = json.dumps(obj, indent=1, default=str, allow_nan=False)
     return write_text(path, text + "\n", overwrite=overwrite)
+
+
+def parse_json(text: str | bytes):
+    """``json.loads(text)``, with a document nested too deep for Python's parser (a forged
+    checkpoint or config file) raised as the ValueError every caller already handles, not as
+    a RecursionError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested deeper than can be read (a damaged or forged file)") from None

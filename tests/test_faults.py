@@ -354,3 +354,26 @@ def test_bit_flips_are_refused_with_one_line_or_load_the_exact_contents(good_che
         outcomes[_load_or_refuse(bad, original)] += 1
     # most bytes matter; the rest (timestamps, file attributes, version fields) load unchanged
     assert outcomes["refused"] > 0.6 * len(offsets), outcomes
+
+
+def test_json_nested_too_deep_is_one_line_not_a_recursion_error(good_checkpoint, tmp_path):
+    """Issue 25.13: a checkpoint's __meta__ or a run folder's config.json nested 100,000 deep raised
+    an 'unexpected RecursionError'. Now each is the one-line error of a damaged file."""
+    from minitransformer.atomic import parse_json
+    from minitransformer.cli.run_folders import check_resume
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ValueError, match="nested deeper than can be read"):
+        parse_json(deep)
+    path, _ = good_checkpoint
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["__meta__"] = np.frombuffer(deep.encode(), dtype=np.uint8)
+    forged = tmp_path / "forged.npz"
+    np.savez(forged, **arrays)
+    with pytest.raises(CheckpointError, match="not valid JSON") as err:
+        load_checkpoint(forged)
+    assert "\n" not in str(err.value)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(deep)
+    with pytest.raises(ValueError, match="config.json is not readable JSON .*nested deeper"):
+        check_resume(path, tmp_path / "run", {"preset": "default"}, None)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minitransformer.atomic import atomic_write
+from minitransformer.atomic import atomic_write, parse_json
 from minitransformer.checkpoint import limits
 from minitransformer.checkpoint.contents import (
     _META, FORMAT_VERSION, Checkpoint, CheckpointError, NonFiniteCheckpoint, _check_finite, _json_default,
@@ -162,8 +162,8 @@ def _read_array(zf: zipfile.ZipFile, name: str) -> np.ndarray:
 
 def _parse_meta(path: Path, raw: np.ndarray) -> dict:
     try:
-        meta = json.loads(raw.tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        meta = parse_json(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
         raise CheckpointError(f"{path}: its metadata is not valid JSON ({_one_line(err)})") from err
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path} is not a minitransformer checkpoint (its metadata is not a JSON object)")

@@ -44,6 +44,7 @@ import math
 from collections import Counter
 from typing import Sequence
 
+from minitransformer.atomic import parse_json
 import numpy as np
 
 from minitransformer.chem._rdkit import parse_valid, quiet_rdkit, require_rdkit
@@ -155,7 +156,7 @@ class ReferenceFeatures:
     @classmethod
     def load(cls, path) -> "ReferenceFeatures":
         with np.load(path) as z:
-            meta = json.loads(z["meta"].tobytes().decode())
+            meta = parse_json(z["meta"].tobytes().decode())
             if meta.get("format") != _FORMAT:
                 raise ValueError(f"{path}: not a {_FORMAT} file")
             fps = np.unpackbits(z["fps"], axis=1, count=1024).astype(np.float32)

@@ -56,6 +56,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from minitransformer.atomic import parse_json
 from minitransformer.atomic import atomic_write, write_json
 from minitransformer.chem.download import ChecksumError, DownloadError, cache_dir
 from minitransformer.chem.download import hashing_copy as _hashing_copy
@@ -129,7 +130,7 @@ def _marker_key(path: Path) -> tuple[str, dict]:
 
 def _read_marker() -> dict:
     try:
-        return json.loads((_cache() / _MARKER).read_text())
+        return parse_json((_cache() / _MARKER).read_text())
     except (OSError, ValueError):
         return {}
 

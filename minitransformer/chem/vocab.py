@@ -48,6 +48,7 @@ import json
 from collections import Counter
 from typing import Iterable, Sequence
 
+from minitransformer.atomic import parse_json
 import numpy as np
 
 from minitransformer.chem.tokenizer import tokenize
@@ -263,7 +264,7 @@ class Vocab:
     def from_json(cls, data: dict | str) -> "Vocab":
         """Rebuild a vocabulary from :meth:`to_json` output (the dict, or its JSON text)."""
         if isinstance(data, str):
-            data = json.loads(data)
+            data = parse_json(data)
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise ValueError(f"not a serialized Vocab (expected a dict with format={_FORMAT!r})")
         if data.get("version") not in (1, _VERSION):

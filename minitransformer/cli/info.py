@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from minitransformer.atomic import parse_json
 from pathlib import Path
 
 
@@ -27,7 +28,7 @@ def add_parser(commands):
 
 def _read_json(path: Path):
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 

@@ -128,9 +128,8 @@ def format_duration(seconds: float) -> str:
 
 def read_history(folder: str | Path) -> list:
     """The rows of ``folder/history.json`` (an earlier phase of the run), [] if there are none."""
-    import json
     try:
-        rows = json.loads((Path(folder) / "history.json").read_text(encoding="utf-8"))
+        rows = atomic.parse_json((Path(folder) / "history.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []

@@ -16,8 +16,9 @@ line. The "last good checkpoint" is read from the checkpoint's own metadata
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from minitransformer.atomic import parse_json
 
 
 class _Progress:
@@ -112,7 +113,7 @@ def saved_meta(path: Path) -> dict | None:
     import numpy as np
     try:
         with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
+            meta = parse_json(z["__meta__"].tobytes().decode("utf-8"))
         return meta if isinstance(meta, dict) else None
     except Exception:  # missing, half-written, not a checkpoint: nothing to compare
         return None

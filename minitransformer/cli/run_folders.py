@@ -16,7 +16,6 @@ work starts, what may happen to a folder that already holds a run:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from pathlib import Path
@@ -185,7 +184,7 @@ def check_resume(resume: str | os.PathLike, out: str | os.PathLike, run_info: di
     config = out / "config.json"
     if config.is_file():
         try:
-            saved = json.loads(config.read_text(encoding="utf-8")).get("run")
+            saved = atomic.parse_json(config.read_text(encoding="utf-8")).get("run")
         except (ValueError, AttributeError) as err:
             raise ValueError(f"{config} is not readable JSON ({err}); pass --force to start afresh") from None
         if isinstance(saved, dict):

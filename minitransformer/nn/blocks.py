@@ -41,6 +41,7 @@ import dataclasses
 import json
 import math
 
+from minitransformer.atomic import parse_json
 from minitransformer import backend
 from minitransformer.nn.attention import MultiHeadAttention
 from minitransformer.nn.elementwise import Dropout, make_activation
@@ -262,7 +263,7 @@ class ConfigBase:
 
     @classmethod
     def from_json(cls, s: str):
-        return cls.from_dict(json.loads(s))
+        return cls.from_dict(parse_json(s))
 
     def _check_choice(self, field: str, allowed):
         value = getattr(self, field)
