@@ -3,8 +3,10 @@
 Every file the project writes goes through :func:`atomic_write`: the content
 goes to a temporary file in the same folder, is flushed and fsynced, and only
 then replaces the target with ``os.replace`` (atomic on POSIX and Windows). A
-full disk, a crash or Ctrl-C part way leaves the old file as it was and no
-temporary file behind.
+full disk or Ctrl-C part way (or SIGTERM, which the command turns into the same
+interrupt) leaves the old file as it was and no temporary file behind. Only
+SIGKILL or a power cut can leave a ``.NAME.XXXX.tmp`` file; the next run in that
+folder sweeps it away (:mod:`minitransformer.cli.folder_lock`).
 
 ``overwrite=False`` refuses to replace an existing file (the command line uses
 it for the user's files unless ``--force`` is given).
@@ -49,8 +51,9 @@ def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = T
     if not overwrite and path.exists():
         raise FileExistsRefusal(f"{path} already exists; pass --force to overwrite it, or choose another name")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
+    tmp = None
+    try:  # the temporary file is made inside the try, so an interrupt right after leaves nothing
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             write(f)
             f.flush()
@@ -58,7 +61,7 @@ def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = T
         os.chmod(tmp, _default_mode())  # mkstemp makes the file private
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path

@@ -83,6 +83,19 @@ def _quiet_floating_point(main, argv):
         return main(argv)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a batch system's time limit), raised where the program is, like Ctrl-C:
+    every ``finally`` and every cleanup runs, and the command reports it the same way."""
+
+
+_TERMINATED = {"seen": False}  # a SIGTERM arrived during this command (the trainer may re-raise it as Ctrl-C)
+
+
+def _on_sigterm(signum, frame):
+    _TERMINATED["seen"] = True
+    raise Terminated()
+
+
 def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
     """Run ``main(argv)`` and return its exit status; every failure becomes one line on stderr.
 
@@ -90,9 +103,28 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
     that would be overwritten without ``--force``). 1: a runtime error (no network,
     full disk, training diverged) or an unexpected exception (named by its type;
     set ``MINITRANSFORMER_DEBUG=1`` for the traceback). 130: Ctrl-C, with the epoch
-    and step it stopped at and the last good checkpoint.
+    and step it stopped at and the last good checkpoint; 143: SIGTERM, the same.
+    The run folder's lock is released however it ends.
     """
+    import signal
+
+    from minitransformer.cli.folder_lock import release_all
     debug = os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+    _TERMINATED["seen"] = False
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # not the main thread
+        previous = None
+    try:
+        return _run(main, argv, debug)
+    finally:
+        release_all()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(main, argv, debug: bool) -> int:
+    """:func:`run_cli` without the signal handling."""
     try:
         return _quiet_floating_point(main, argv)
     except SystemExit as exc:  # argparse (--help, or its one-line error)
@@ -100,15 +132,16 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
             return exc.code or 0
         print(f"error: {one_line(exc.code)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if debug:
             raise
+        terminated = isinstance(exc, Terminated) or _TERMINATED["seen"]
         try:
             sys.stdout.flush()
-            print(interrupt_message(), file=sys.stderr)
+            print(("terminated (SIGTERM): " if terminated else "") + interrupt_message(), file=sys.stderr)
         except KeyboardInterrupt:  # a second Ctrl-C while reporting the first
             pass
-        return 130
+        return 143 if terminated else 130
     except Exception as exc:
         if debug:
             raise

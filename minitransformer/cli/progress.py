@@ -32,8 +32,10 @@ class _Progress:
         self.phase = None  # "pretrain" / "train" once training started
         self.training = False  # inside fit (or interrupted inside it)
         self.trainer = None
-        self.out_dir = None
+        self.out_dir = None  # the folder of the phase being trained (OUT, or OUT/pretrain)
         self.resumable = False
+        self.run_dir = None  # the run folder (--out) and where --resume looks in it
+        self.resume_places = ()
 
 
 PROGRESS = _Progress()
@@ -70,6 +72,20 @@ def _saved_state(path: Path) -> dict | None:
     return state if isinstance(state, dict) else None
 
 
+def resume_point(run_dir: Path | None, places) -> Path | None:
+    """The checkpoint ``--resume`` continues from: the first of ``places`` (paths inside the run
+    folder, latest phase first: ``last.npz``, ``pretrain/last.npz``) that holds a readable training
+    state, each followed by the ``best.npz`` beside it, should that ``last.npz`` have been lost (a
+    full disk on the first save). The command's --resume and the Ctrl-C message both ask this, so
+    they always agree."""
+    if run_dir is None:
+        return None
+    for name in [n for p in places for n in (p, str(Path(p).with_name("best.npz")))]:
+        if _saved_state(run_dir / name) is not None:
+            return run_dir / name
+    return None
+
+
 def _last_good(out: Path | None) -> tuple[str, int | None]:
     """('path (end of epoch K)' or 'none saved yet', K) for the run folder ``out``."""
     if out is None:
@@ -96,11 +112,17 @@ def interrupt_message() -> str:
             done, step = t.epoch, t.step  # epochs completed (saved or being saved), optimizer steps
             if t.batch_index == 0 and done > 0 and (saved_epoch is None or saved_epoch < done):
                 where = f"at the end of epoch {done} (step {step}), before its checkpoint was saved"
+            elif t.batch_index == 0 and done > 0:
+                where = f"at the end of epoch {done} (step {step}), after its checkpoint was saved"
             else:
                 where = f"at epoch {done + 1} (step {step})"
         else:  # interrupted before the first epoch ended
             where = f"at epoch {(saved_epoch or 0) + 1}"
-        hint = "; continue with --resume" if p.resumable and saved_epoch is not None else ""
+        point = resume_point(p.run_dir, p.resume_places) if p.resumable else None
+        if point is not None and saved_epoch is None:  # nothing of this phase yet: an earlier phase's
+            state = _saved_state(point) or {}
+            checkpoint = f"{point} (end of epoch {state.get('epoch')}, step {state.get('step')})"
+        hint = f"; continue with --resume (from {point})" if point is not None else ""
         return f"interrupted {what} {where}; last good checkpoint: {checkpoint}{hint}"
     ended = f" (epoch {t.epoch}, step {t.step})" if t is not None else ""
     hint = "; rerun with --resume to evaluate again" if p.resumable else ""

@@ -12,6 +12,10 @@ work starts, what may happen to a folder that already holds a run:
   list of differences (only the time budget may change);
 * ``--force`` starts afresh after moving the earlier run's files, and only
   those, into ``old-YYYYmmdd-HHMMSS/`` inside the folder.
+
+First of all the folder is locked for this run
+(:mod:`minitransformer.cli.folder_lock`), so two runs never write one folder,
+and the temporary files a killed run left there are swept away.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from minitransformer import atomic
 from minitransformer.cli import parallel
 from minitransformer.cli.arguments import Auto
 from minitransformer.cli.outputs import json_safe
-from minitransformer.cli.progress import PROGRESS, saved_meta
+from minitransformer.cli.progress import PROGRESS, resume_point, saved_meta
 
 
 RUN_FILES = ("config.json", "metrics.json", "history.json", "history.csv", "provenance.json", "best.npz",
@@ -75,20 +79,26 @@ def claim_run_folder(out: str | os.PathLike, resume: str | None, force: bool,
 
 def _claim(out: Path, resume, force: bool, resume_places) -> Path | None:
     """:func:`claim_run_folder` in one process."""
+    from minitransformer.cli.folder_lock import lock_run_folder, sweep_temporary_files
     PROGRESS.out_dir, PROGRESS.resumable = out, resume_places is not None
+    PROGRESS.run_dir, PROGRESS.resume_places = out, tuple(resume_places or ())
     if resume is not None and force:
         raise ValueError("--resume and --force contradict each other: --resume continues the run in "
                          f"{out}, --force starts afresh (moving its files aside); pass one of them")
+    if resume is not None and resume_places is None:
+        raise ValueError("this demo cannot resume a run; pass --force to start afresh")
+    lock_run_folder(out)
+    sweep_temporary_files(out)
     if resume is not None:
-        if resume_places is None:
-            raise ValueError("this demo cannot resume a run; pass --force to start afresh")
         if not isinstance(resume, Auto):
             return Path(resume)
-        for place in resume_places:
-            if (out / place).is_file():
-                return out / place
+        point = resume_point(out, resume_places)
+        if point is not None:
+            return point
+        instead = ("pass --force to start afresh (its files move aside)" if _run_files(out) else
+                   "start the run without --resume")
         raise FileNotFoundError(f"--resume: {out} holds no checkpoint to resume from "
-                                f"({' or '.join(resume_places)}); start the run without --resume")
+                                f"({' or '.join(resume_places)}); {instead}")
     present = _run_files(out)
     if present and not force:
         shown = ", ".join(present[:4]) + (", ..." if len(present) > 4 else "")

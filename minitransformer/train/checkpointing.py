@@ -75,7 +75,11 @@ class Checkpointing:
         self.epoch, self.batch_index, self.step = st["epoch"], st["batch"], st["step"]
         self.best, self.best_epoch, self.bad_epochs = st["best"], st["best_epoch"], st["bad_epochs"]
         self.history = list(st["history"])
+        self.stop_reason = st.get("stop_reason")
         self.resumed_from = (self.step, Path(path))
+        # The history files are derived from this record: :meth:`run` writes them again first, so a
+        # write that was interrupted (or files deleted since) lose nothing.
+        self.history_stale = True
 
     def _last_good(self) -> str:
         """The newest checkpoint this run wrote (all are finite), or the one it resumed from."""

@@ -59,6 +59,7 @@ class Trainer(Checkpointing):
         self.stop_reason: str | None = None
         self.saved: dict[str, tuple[int, Path]] = {}  # name -> (step, path) of this run's finite checkpoints
         self.resumed_from: tuple[int, Path] | None = None
+        self.history_stale = False  # history.json/csv to be written again from self.history (a resume)
         self.out_dir = Path(self.config.out_dir) if self.config.out_dir else None
         if parallel is not None and isinstance(getattr(model, "rng", None), backend.RNG):
             model.rng.stream = parallel.rank  # each rank its own dropout masks (rank 0: the usual stream)
@@ -353,8 +354,12 @@ class Trainer(Checkpointing):
     def run(self):
         """Train until epochs, patience, max_steps or max_time says stop (or Ctrl-C)."""
         t_start = time.perf_counter() - (self.history[-1]["time_s"] if self.history else 0.0)
-        self.stop_reason = None
+        finished = self.epoch >= self.config.epochs  # a finished run, resumed: its stop reason stands
+        self.stop_reason = (self.stop_reason or "epochs") if finished else None
         try:
+            if self.history_stale and self.out_dir:
+                self._write_history()
+                self.history_stale = False
             while self.epoch < self.config.epochs:
                 if not self._train_one_epoch(t_start):
                     self.save("last.npz")
