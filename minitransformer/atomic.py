@@ -43,7 +43,8 @@ def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = T
         overwrite: False refuses (FileExistsRefusal) when ``path`` exists already.
 
     Returns the path. On any error (or KeyboardInterrupt) the temporary file is
-    removed, the error propagates, and ``path`` is untouched.
+    removed, the error propagates, and ``path`` is untouched; an OSError that names
+    no file (a full disk during ``write``) is raised again naming ``path``.
     """
     path = Path(path)
     if path.is_dir():
@@ -60,9 +61,11 @@ def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = T
             os.fsync(f.fileno())
         os.chmod(tmp, _default_mode())  # mkstemp makes the file private
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            raise type(exc)(exc.errno, exc.strerror or str(exc), str(path)) from exc  # name the file
         raise
     return path
 

@@ -377,3 +377,31 @@ def test_json_nested_too_deep_is_one_line_not_a_recursion_error(good_checkpoint,
     (tmp_path / "run" / "config.json").write_text(deep)
     with pytest.raises(ValueError, match="config.json is not readable JSON .*nested deeper"):
         check_resume(path, tmp_path / "run", {"preset": "default"}, None)
+
+
+def test_a_full_disk_error_names_the_file_whoever_writes_it(tmp_path, monkeypatch):
+    """Issue 25.15: `attention` on a full disk named no file; the class-wide fix is in atomic_write."""
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f, self.mode = f, f.mode
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: Full(real(*a, **k)))
+    target = tmp_path / "attention_decoder_self.png"
+    with pytest.raises(OSError) as err:
+        atomic.write_bytes(target, b"\x89PNG")
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(target)
+    assert not list(tmp_path.iterdir())

@@ -145,8 +145,9 @@ def _smiles_column(header: list[str], path: Path) -> int:
             print(f"{path}: no column is named 'smiles'; using column {header[i].strip()!r} as the SMILES",
                   file=sys.stderr)
             return i
-    raise ValueError(f"{path}: no SMILES column; the columns are {header}. "
-                     "Name the column 'smiles' or pass column=<name or index>.")
+    shown = ", ".join(repr(h.strip()) for h in header[:8]) + (", ..." if len(header) > 8 else "")
+    raise ValueError(f"{path}: no SMILES column (the columns are {shown}); rename the SMILES column to "
+                     "'smiles' (any case), or give a .smi file with one SMILES per line")
 
 
 def read_smiles(path: str | os.PathLike, column: str | int | None = None,

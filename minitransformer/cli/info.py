@@ -34,9 +34,13 @@ def _read_json(path: Path):
 
 
 def describe(path) -> dict:
-    """Everything ``info`` reports about the checkpoint at ``path``, as JSON-ready data."""
-    from minitransformer.checkpoint import load_checkpoint
-    ckpt = load_checkpoint(path)
+    """Everything ``info`` reports about the checkpoint at ``path``, as JSON-ready data.
+
+    The checkpoint is checked as ``sample`` and ``translate`` check it (the model is built
+    from its config and every weight's shape compared), so a forged or damaged file that
+    they refuse is refused here too, rather than described."""
+    from minitransformer.checkpoint import model_from_checkpoint
+    _, ckpt = model_from_checkpoint(path)
     meta, folder = ckpt.meta, Path(path).resolve().parent
     vocab = ckpt.vocab if isinstance(ckpt.vocab, dict) else {}
     trainer = meta.get("trainer") if isinstance(meta.get("trainer"), dict) else {}

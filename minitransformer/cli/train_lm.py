@@ -237,6 +237,9 @@ def run(args) -> int:
 
     # Phase 1 (optional): pretrain on the extra molecules. Skipped when resuming phase 2.
     resume_phase = load_checkpoint(resume).meta.get("phase", "train") if resume is not None else None
+    if resume_phase not in (None, "pretrain", "train"):
+        raise ValueError(f"{resume} says it was saved in phase {str(resume_phase)[:40]!r}, which train lm does "
+                         "not have (pretrain or train); it is damaged or not this command's checkpoint")
     pre_history = []
     if extra and resume_phase != "train":
         print(f"pretraining on {len(extra)} molecules for {settings['pretrain_epochs']} epochs")

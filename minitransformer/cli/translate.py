@@ -57,6 +57,9 @@ def run(args) -> int:
         raise ValueError("give SMILES on the command line or --input, not both")
     cli.refuse_overwrite(args.out, args.force)  # before any work
     sources = list(args.smiles) if args.smiles else read_user_smiles(args.input)[1]
+    if not sources:
+        raise ValueError(f"{args.input}: no SMILES in it; give one molecule per line, or a CSV with a smiles "
+                         "column")
     model, vocab = load_translator(args.checkpoint)
     reasons = [vocab.unreadable_reason(s, model.config.max_len) for s in sources]
     problems = {i: why for i, why in enumerate(reasons) if why is not None}

@@ -240,3 +240,30 @@ def test_attention_draws_an_aromatic_smiles_for_a_kekule_model(tmp_path, capsys)
     assert (tmp_path / "pics" / "attention_decoder_self.png").is_file()
     code, said = run(["attention", path, "CC[Se]C", "--out", tmp_path / "other"], capsys)
     assert code == 2 and "never saw ([Se])" in error_line(said)
+
+
+@pytest.mark.parametrize("forge", ["model type", "negative width", "wrong shape"])
+def test_info_refuses_a_forged_checkpoint_that_sample_refuses(forge, tiny_checkpoints, tmp_path, capsys):
+    """Issue 25.15: info described forged checkpoints (and exited 0) that sample rejects."""
+    import numpy as np
+    with np.load(tiny_checkpoints["lm"]) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["__meta__"].tobytes().decode())
+    if forge == "model type":
+        meta["model_type"] = "os.system"
+    elif forge == "negative width":
+        meta["config"]["d_model"] = -32
+    else:
+        name = next(k for k in arrays if k != "__meta__" and arrays[k].ndim == 2)
+        arrays[name] = np.zeros((3, 3), arrays[name].dtype)
+        meta_entries = meta.get("arrays") or meta.get("entries")
+        if isinstance(meta_entries, dict) and name in meta_entries:
+            meta_entries[name]["shape"] = [3, 3]
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    forged = tmp_path / "forged.npz"
+    np.savez(forged, **arrays)
+    sampled = run(["sample", forged], capsys)
+    described = run(["info", forged], capsys)
+    assert sampled[0] == described[0] == 2
+    line = described[1].err.strip()
+    assert len(line.splitlines()) == 1 and str(forged) in line

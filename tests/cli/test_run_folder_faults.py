@@ -208,3 +208,18 @@ def test_ctrl_c_in_the_first_epoch_after_pretraining_offers_resume(molecules, tm
     assert f"continue with --resume (from {out / 'pretrain' / 'last.npz'})" in line
     monkeypatch.undo()
     assert run_cli(molecules.main, argv + ["--resume"]) == 0
+
+
+def test_a_forged_phase_is_refused_not_a_silent_restart(molecules, old_run, capsys):
+    """Issue 25.15: phase "zzz" in a checkpoint made --resume start from scratch without a word."""
+    import numpy as np
+    with np.load(old_run / "last.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["__meta__"].tobytes().decode())
+    meta["phase"] = "zzz"
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(old_run / "last.npz", **arrays)
+    (old_run / "metrics.json").unlink()
+    assert run_cli(molecules.main, BASE + ["--out", str(old_run), "--resume"]) == 2
+    line = one_line_error(capsys)
+    assert "phase 'zzz'" in line and "last.npz" in line
