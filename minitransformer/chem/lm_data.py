@@ -71,10 +71,23 @@ def rewrite_smiles(smiles, form: str, max_len: int | None = None) -> tuple[list,
     strings and how many were dropped (RDKit could not write them, or longer than ``max_len``)."""
     if form not in ("canonical", "kekule"):
         raise ValueError(f"form must be 'as-is', 'canonical' or 'kekule', got {form!r}")
-    rewrite = canonical if form == "canonical" else kekule
-    written = [rewrite(s) for s in smiles]
+    from minitransformer.chem.workers import map_chunks
+    smiles = list(smiles)
+    chunks = [(form, smiles[i:i + REWRITE_CHUNK]) for i in range(0, len(smiles), REWRITE_CHUNK)]
+    written = [w for part in map_chunks(_rewrite_chunk, chunks, len(smiles)) for w in part]
     kept = [w for w in written if w is not None and (max_len is None or len(w) <= max_len)]
     return kept, len(written) - len(kept)
+
+
+#: Molecules per chunk of :func:`rewrite_smiles` (the chunks go to worker processes for large sets).
+REWRITE_CHUNK = 50_000
+
+
+def _rewrite_chunk(chunk) -> list:
+    """:func:`rewrite_smiles`' work on one chunk ``(form, smiles)`` (run in a worker for large sets)."""
+    form, smiles = chunk
+    rewrite = canonical if form == "canonical" else kekule
+    return [rewrite(s) for s in smiles]
 
 
 def standardized(smiles, min_len: int | None, max_len: int | None, log=print) -> list:
@@ -92,7 +105,7 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
                    split: str = "ordered", n_train: int = 6600, n_val: int = 400,
                    fractions=(0.8, 0.1, 0.1), seed: int = 0, limit: int | None = None,
                    download: bool = True, form: str = "as-is", standardize: bool = True,
-                   log=print) -> SmilesSplits:
+                   test_limit: int | None = None, log=print) -> SmilesSplits:
     """Load, clean and split SMILES; build the vocabulary on the training split.
 
     Args:
@@ -105,6 +118,9 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
         check_rdkit: drop strings RDKit cannot parse.
         split: ``"ordered"`` (first n_train, next n_val, rest) or ``"random"`` (fractions).
         limit: keep only the first ``limit`` cleaned SMILES (quick runs).
+        test_limit: MOSES only: at most this many of its test molecules (drawn at random), for
+            the test NLL (176,074 molecules take minutes to score; the benchmark's own metrics
+            compare samples with the whole test files).
         form: how each molecule is written: ``"as-is"`` (the file's string),
             ``"canonical"`` (RDKit canonical SMILES) or ``"kekule"`` (canonical Kekule form,
             no aromatic lowercase atoms). Rewriting needs the RDKit check.
@@ -117,7 +133,7 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
     test = None
     if is_moses(data):  # MOSES brings its own test split (cleaned by the same length window)
         test = random_part(clean_smiles(load_moses("test", download=download), min_len, max_len,
-                                        check_rdkit=False)[0], limit)
+                                        check_rdkit=False)[0], min(limit or 10**9, test_limit or 10**9))
     elif standardize and check_rdkit:  # (MOSES is standardized already)
         kept = standardized(kept, min_len, max_len, log)
     if form != "as-is":
@@ -171,17 +187,34 @@ class RandomizedEpochs:
     def __call__(self, epoch: int):
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]
-        rng = np.random.default_rng([self.seed, 7919, epoch])
+        from minitransformer.chem.workers import map_chunks
+        size = RANDOM_CHUNK
+        chunks = [(self.smiles[i:i + size], (self.seed, 7919, epoch, i // size), self.p, self.kekule_form)
+                  for i in range(0, len(self.smiles), size)]
+        written = [w for part in map_chunks(_random_writings, chunks, len(self.smiles)) for w in part]
         out = []
-        for s, plain in zip(self.smiles, self._plain):
-            if self.p < 1.0 and rng.random() >= self.p:
+        for s, plain in zip(written, self._plain):
+            if s is None:  # kept as given (probability 1 - p)
                 out.append(plain)
                 continue
-            ids = self.vocab.encode(randomize_smiles(s, rng, self.kekule_form), **self.encode)
+            ids = self.vocab.encode(s, **self.encode)
             too_long = self.max_tokens is not None and len(ids) > self.max_tokens
             out.append(plain if (too_long or self.vocab.unk_id in ids) else ids)
         self._cache = (epoch, out)
         return out
+
+
+#: Molecules per chunk of random writings; each chunk draws from its own stream (seed, epoch, chunk).
+RANDOM_CHUNK = 4096
+
+
+def _random_writings(chunk) -> list:
+    """One chunk of :class:`RandomizedEpochs`: a random SMILES of each molecule, or None where it is
+    kept as given (probability ``1 - p``). A pure function of its arguments, so it gives the same
+    strings in a worker process (:mod:`~minitransformer.chem.workers`) as here."""
+    smiles, entropy, p, kekule_form = chunk
+    rng = np.random.default_rng(list(entropy))
+    return [None if (p < 1.0 and rng.random() >= p) else randomize_smiles(s, rng, kekule_form) for s in smiles]
 
 
 def pretraining_or_fallback(settings: dict, user_chose: bool, instead: str, log=print, **kw) -> list | None:
