@@ -36,7 +36,11 @@ devices. (Not yet run on a GPU: no device was lent while it was written; see
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -75,6 +79,8 @@ class DataParallel:
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.allreduce_seconds = 0.0
         self._flat = None  # the flat gradient buffer, made on first use
+        self._pending = 0  # a signal this rank noted during training, not yet agreed on
+        self.stopped_by = 0  # the signal every rank agreed to stop on (0: none)
         self._nccl = _Nccl(self.comm, self.rank, self.size) if backend.name() == "cupy" else None
 
     @property
@@ -145,16 +151,63 @@ class DataParallel:
         self.allreduce_gradients(model)  # every rank: the sum of the shares
         return self.sum_float(local), n_global
 
-    def run_or_abort(self, fn):
+    # -- Ctrl-C and SIGTERM: every rank stops at the same step ------------------
+    @contextlib.contextmanager
+    def deferred_signals(self):
+        """The training loop's context: Ctrl-C (SIGINT) and SIGTERM only note their arrival,
+        and :meth:`stop_if_signalled`, called once per step, turns them into a
+        KeyboardInterrupt on every rank at the same step.
+
+        mpiexec hands Ctrl-C to every rank, but each sees it at its own moment: a rank that
+        stops inside a step while another waits for it in the all-reduce would leave that
+        one waiting forever. Leaving the block normally checks once more, so a signal that
+        came during the last epoch's evaluation is not lost."""
+        if self.size == 1 or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self._pending = 0
+        previous = {s: signal.signal(s, self._note_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+            self.stop_if_signalled()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _note_signal(self, signum, frame):
+        self._pending = int(signum)
+
+    def stop_if_signalled(self) -> None:
+        """Raise KeyboardInterrupt on every rank if any rank has noted a signal (one tiny all-reduce).
+        ``stopped_by`` keeps the signal's number (SIGTERM wins over SIGINT), for the exit status."""
+        signum = int(self.comm.allreduce(self._pending, op=self.MPI.MAX))
+        if signum:
+            self.stopped_by = signum
+            raise KeyboardInterrupt
+
+    # -- errors --------------------------------------------------------------------
+    def run_or_abort(self, fn, same_on_every_rank: tuple = ()):
         """``fn()``; with several ranks, an error on this rank is printed with the rank
-        and stops every rank (MPI_Abort), so none waits forever in the next all-reduce."""
+        and stops every rank (MPI_Abort), so none waits forever in the next all-reduce.
+
+        Three kinds of error pass through instead, for the command to report once (rank 0):
+        ``same_on_every_rank`` (e.g. a diverged loss: every rank computes the same loss and
+        raises at the same point; marked ``err.on_every_rank = True``), KeyboardInterrupt
+        (the command reports it and stops the ranks), and, printed by no one, an MPI error:
+        it means another rank has gone, and that rank says why."""
         if self.size == 1:
             return fn()
         try:
             return fn()
+        except same_on_every_rank as err:
+            err.on_every_rank = True
+            raise
+        except KeyboardInterrupt:
+            raise
         except BaseException as err:
-            print(f"error: rank {self.rank} of {self.size}: {type(err).__name__}: {err} (stopping every rank)",
-                  file=sys.stderr, flush=True)
+            if not isinstance(err, self.MPI.Exception):
+                print(f"error: rank {self.rank} of {self.size}: {type(err).__name__}: {err} (stopping every rank)",
+                      file=sys.stderr, flush=True)
             self.abort(1)
             raise
 
@@ -162,7 +215,16 @@ class DataParallel:
         self.comm.Barrier()
 
     def abort(self, code: int = 1) -> None:
-        """Stop every rank (after this rank has said why): MPI_Abort."""
+        """Stop every rank (after this rank has said why): MPI_Abort, with this process's own
+        output closed first, so that MPI's "application called MPI_Abort" line does not
+        follow the one line that said why."""
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
         self.comm.Abort(code)
 
 

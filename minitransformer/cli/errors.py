@@ -22,6 +22,7 @@ full traceback.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import warnings
 from typing import Callable, Sequence
@@ -106,8 +107,6 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
     and step it stopped at and the last good checkpoint; 143: SIGTERM, the same.
     The run folder's lock is released however it ends.
     """
-    import signal
-
     from minitransformer.cli.folder_lock import release_all
     debug = os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
     _TERMINATED["seen"] = False
@@ -135,30 +134,49 @@ def _run(main, argv, debug: bool) -> int:
     except KeyboardInterrupt as exc:
         if debug:
             raise
-        terminated = isinstance(exc, Terminated) or _TERMINATED["seen"]
-        try:
-            sys.stdout.flush()
-            print(("terminated (SIGTERM): " if terminated else "") + interrupt_message(), file=sys.stderr)
-        except KeyboardInterrupt:  # a second Ctrl-C while reporting the first
-            pass
-        return 143 if terminated else 130
+        from minitransformer.cli import parallel
+        dp = parallel.current()
+        terminated = isinstance(exc, Terminated) or _TERMINATED["seen"] or (dp is not None and dp.stopped_by == signal.SIGTERM)
+        code = 143 if terminated else 130
+        if not parallel.is_follower():  # under mpiexec, rank 0 alone says where it stopped
+            try:
+                sys.stdout.flush()
+                print(("terminated (SIGTERM): " if terminated else "") + interrupt_message(), file=sys.stderr)
+            except KeyboardInterrupt:  # a second Ctrl-C while reporting the first
+                pass
+        if dp is not None and not dp.stopped_by:  # not at a step every rank agreed on: one may wait forever
+            _stop_other_ranks(code, wait_for_rank0=True)
+        return code
     except Exception as exc:
         if debug:
             raise
+        from minitransformer.cli import parallel
         code, message = _describe(exc)
-        sys.stdout.flush()
-        print(f"error: {message}", file=sys.stderr)
-        _stop_other_ranks(code)
+        everywhere = getattr(exc, "on_every_rank", False)  # every rank raised it at the same point
+        if not parallel.is_follower():
+            sys.stdout.flush()
+            print(f"error: {message}", file=sys.stderr)
+        elif not everywhere:
+            dp = parallel.current()
+            print(f"error: rank {dp.rank} of {dp.size}: {message}", file=sys.stderr)
+        if not everywhere:
+            _stop_other_ranks(code)
         return code
 
 
-def _stop_other_ranks(code: int) -> None:
-    """Under mpiexec (a data-parallel command), a rank that fails stops all of them:
-    the others would otherwise wait forever for it in their next collective."""
+def _stop_other_ranks(code: int, wait_for_rank0: bool = False) -> None:
+    """Under mpiexec (a data-parallel command), a rank that fails alone stops all of them:
+    the others would otherwise wait forever for it in their next collective. Its run-folder
+    lock goes first (MPI_Abort ends the process at once). A follower interrupted by Ctrl-C
+    gives rank 0, interrupted too, a moment to say where the run stopped."""
     from minitransformer.cli import parallel
+    from minitransformer.cli.folder_lock import release_all
     dp = parallel.current()
     if dp is not None and dp.size > 1:
-        sys.stderr.flush()
+        release_all()
+        if wait_for_rank0 and not dp.is_writer:
+            import time
+            time.sleep(1.0)
         dp.abort(code)
 
 
@@ -166,8 +184,6 @@ def exit_for_good(code: int):
     """``sys.exit(code)`` for a demo script once :func:`run_cli` has returned: a Ctrl-C while
     the interpreter shuts down (worker threads joining) prints one line and exits 130
     instead of killing the process silently. Everything was already written."""
-    import signal
-
     def _on_sigint(signum, frame):
         try:
             print("interrupted while shutting down; everything was already written", file=sys.stderr)

@@ -44,7 +44,8 @@ def is_follower() -> bool:
 def on_rank0(fn):
     """Run ``fn()`` on rank 0 only and hand its result (or its error) to every rank.
     A follower whose rank 0 failed stops quietly with status 0, so that the error
-    line and the exit status mpiexec reports are rank 0's alone."""
+    line and the exit status mpiexec reports are rank 0's alone; since every rank
+    knows, rank 0 ends normally (``on_every_rank``) instead of stopping the others."""
     dp = _STATE["dp"]
     if dp is None:
         return fn()
@@ -56,6 +57,8 @@ def on_rank0(fn):
             error = err
     shared = dp.from_rank0((result, error is not None))
     if error is not None:
+        if isinstance(error, Exception):
+            error.on_every_rank = True
         raise error
     if shared[1]:
         raise SystemExit(0)

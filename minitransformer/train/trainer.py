@@ -9,6 +9,7 @@ divergence is caught in :mod:`~minitransformer.train.divergence`; the notes of
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
@@ -162,6 +163,8 @@ class Trainer(Checkpointing):
         pending = []  # (step, loss, norm, weights_ok) not yet read back to the host
         try:
             while self.batch_index < len(batches):
+                if self.parallel is not None:
+                    self.parallel.stop_if_signalled()  # Ctrl-C or SIGTERM on any rank: all stop here
                 if cfg.max_steps is not None and self.step >= cfg.max_steps:
                     self.stop_reason = "max_steps"
                     break
@@ -360,12 +363,13 @@ class Trainer(Checkpointing):
             if self.history_stale and self.out_dir:
                 self._write_history()
                 self.history_stale = False
-            while self.epoch < self.config.epochs:
-                if not self._train_one_epoch(t_start):
-                    self.save("last.npz")
-                    break
-                if self._end_epoch(t_start):
-                    break
+            with self.parallel.deferred_signals() if self.parallel is not None else contextlib.nullcontext():
+                while self.epoch < self.config.epochs:  # (under mpiexec, Ctrl-C stops every rank at one step)
+                    if not self._train_one_epoch(t_start):
+                        self.save("last.npz")
+                        break
+                    if self._end_epoch(t_start):
+                        break
         except KeyboardInterrupt:
             self.stop_reason = "interrupted"
             msg = f"\ntraining interrupted at epoch {self.epoch + 1}, step {self.step}."
@@ -421,4 +425,4 @@ def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig |
             trainer.resume(resume)
         return trainer.run()
 
-    return train() if parallel is None else parallel.run_or_abort(train)
+    return train() if parallel is None else parallel.run_or_abort(train, same_on_every_rank=(TrainingDiverged,))

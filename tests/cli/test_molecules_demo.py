@@ -119,7 +119,9 @@ def _settings(argv):
 
 def test_default_preset_pretrains_on_moses_and_samples_under_the_valence_grammar():
     s = _settings([])
-    assert s["pretrain_data"] == "moses" and s["grammar"] == "valence" and s["pretrain_limit"] == 130_000
+    assert s["pretrain_data"] == "moses" and s["grammar"] == "valence" and s["pretrain_limit"] == 200_000
+    assert (s["augment"], s["pretrain_augment"], s["pretrain_mix"], s["epochs"]) == (1.0, 1.0, 2000, 30)
+    assert _settings(["--augment", "0", "--pretrain-augment", "0"])["pretrain_augment"] == 0.0
     assert _settings(["--grammar", "off"])["grammar"] is None and _settings(["--grammar"])["grammar"] == "syntax"
     assert _settings(["--preset", "tomczak"])["grammar"] == "valence" and _settings(["--quick"])["pretrain_data"] == \
         "druglike"  # a quick run never fetches MOSES

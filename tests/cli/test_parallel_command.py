@@ -4,9 +4,11 @@ Skipped without mpi4py or mpiexec (CI installs them with the [parallel] extra)."
 from __future__ import annotations
 
 import os
+import signal
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,10 +22,14 @@ pytestmark = [
 ]
 
 
-def _mpi(cwd: Path, *argv: str):
+def _env():
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MINITRANSFORMER_THREADS="1")
     env.pop("MINITRANSFORMER_DEBUG", None)
-    return subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minitransformer", *argv], cwd=cwd, env=env,
+    return env
+
+
+def _mpi(cwd: Path, *argv: str):
+    return subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minitransformer", *argv], cwd=cwd, env=_env(),
                           capture_output=True, text=True, timeout=600)
 
 
@@ -62,3 +68,37 @@ def test_an_error_on_rank_0_outside_training_stops_every_rank(tmp_path):
     done = _mpi(tmp_path, *args, "--resume")
     assert done.returncode != 0 and "config.json" in done.stderr, done.stderr[-2000:]
     assert done.stderr.count("error: ") == 1, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("sig, status, said", [(signal.SIGINT, 130, ""), (signal.SIGTERM, 143, "terminated (SIGTERM): ")])
+def test_a_signal_to_mpiexec_during_training_stops_every_rank_at_one_step(tmp_path, sig, status, said):
+    """mpiexec hands Ctrl-C (or SIGTERM) to every rank, each at its own moment; they agree on
+    one step to stop at, and the command ends as in one process: the exit status of the
+    signal, one line from rank 0 naming the checkpoint to resume from, and --resume works."""
+    argv = [MPIEXEC, "-n", "2", sys.executable, "-m", "minitransformer", "train", "lm", "--quick", "--epochs", "400",
+            "--data", "druglike", "--out", "run", "--samples", "10"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    history = tmp_path / "run" / "history.json"
+    deadline = time.monotonic() + 300
+    while not history.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # phase 2 has ended an epoch: training is under way
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=300)
+    lines = [line for line in err.splitlines() if not line.startswith("[mpiexec@")]  # mpiexec's own notice
+    assert proc.returncode == status, err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(said + "interrupted training at "), err[-2000:]
+    assert "continue with --resume" in lines[0] and "error" not in err, err[-2000:]
+    assert not list((tmp_path / "run").glob(".*.tmp")) and not (tmp_path / "run" / ".lock").exists()
+    resumed = subprocess.run(argv + ["--resume", "--max-minutes", "0.01"], cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=600)  # a short new time budget: ends soon
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
+def test_a_diverged_run_under_mpiexec_says_so_once(tmp_path):
+    """Every rank computes the same loss and stops at the same step: rank 0 alone reports it,
+    every rank ends normally (no MPI_Abort), and the status is 1 as in one process."""
+    done = _mpi(tmp_path, "train", "lm", "--quick", "--data", "druglike", "--out", "run", "--lr", "1e308")
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.count("error:") == 1 and "non-finite" in done.stderr, done.stderr[-2000:]
+    assert "MPI_Abort" not in done.stderr and "rank 1" not in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "run" / ".lock").exists()
