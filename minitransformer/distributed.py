@@ -66,6 +66,18 @@ def world_size() -> int:
     return MPI.COMM_WORLD.Get_size()
 
 
+def launcher_rank() -> int:
+    """This process's rank as mpiexec announced it in the environment (MPICH's ``PMI_RANK``,
+    Open MPI's ``OMPI_COMM_WORLD_RANK``, PMIx's ``PMIX_RANK``), read without starting MPI;
+    0 without mpiexec. Lets a command's argument errors, which every rank meets alike
+    before the ranks join, be printed by rank 0 alone."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        value = os.environ.get(var, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
 class DataParallel:
     """The ranks of one data-parallel run (default: all of ``MPI.COMM_WORLD``).
 

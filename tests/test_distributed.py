@@ -136,3 +136,16 @@ def test_a_failing_rank_stops_every_rank_with_one_clear_line(tmp_path):
     leftovers = [p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(".") or p.suffix == ".tmp"] \
         if (tmp_path / "run").exists() else []
     assert leftovers == []
+
+
+def test_the_launcher_rank_comes_from_mpich_open_mpi_or_pmix_and_is_0_without_mpiexec(monkeypatch):
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    from minitransformer.distributed import launcher_rank
+    assert launcher_rank() == 0
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    assert launcher_rank() == 3
+    monkeypatch.setenv("PMI_RANK", "1")  # MPICH's name is read first
+    assert launcher_rank() == 1
+    monkeypatch.setenv("PMI_RANK", "x")  # not a number: the next variable
+    assert launcher_rank() == 3

@@ -41,7 +41,9 @@ class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` whose errors are one line: ``error: <prog>: <what>``."""
 
     def error(self, message):  # noqa: D102 (argparse's hook)
-        sys.stderr.write(f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+        from minitransformer.distributed import launcher_rank
+        if launcher_rank() == 0:  # under mpiexec every rank meets the same error: rank 0 says it
+            sys.stderr.write(f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)\n")
         sys.exit(2)
 
 

@@ -156,7 +156,7 @@ def _run(main, argv, debug: bool) -> int:
         if not parallel.is_follower():
             sys.stdout.flush()
             print(f"error: {message}", file=sys.stderr)
-        elif not everywhere:
+        elif not everywhere and parallel.current() is not None:  # (before the ranks join, all fail alike)
             dp = parallel.current()
             print(f"error: rank {dp.rank} of {dp.size}: {message}", file=sys.stderr)
         if not everywhere:

@@ -36,9 +36,11 @@ def current():
 
 
 def is_follower() -> bool:
-    """True on every rank but 0 of a data-parallel command."""
+    """True on every rank but 0 of a data-parallel command; before the ranks have joined
+    (:func:`start`), on every process mpiexec started but the first."""
+    from minitransformer import distributed
     dp = _STATE["dp"]
-    return dp is not None and not dp.is_writer
+    return distributed.launcher_rank() > 0 if dp is None else not dp.is_writer
 
 
 def on_rank0(fn):

@@ -102,3 +102,12 @@ def test_a_diverged_run_under_mpiexec_says_so_once(tmp_path):
     assert done.stderr.count("error:") == 1 and "non-finite" in done.stderr, done.stderr[-2000:]
     assert "MPI_Abort" not in done.stderr and "rank 1" not in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "run" / ".lock").exists()
+
+
+def test_a_bad_argument_under_mpiexec_is_one_line(tmp_path):
+    """Every rank parses the same command line and fails alike, before the ranks join:
+    rank 0 alone says so (as mpiexec announced the ranks), and no rank waits."""
+    done = _mpi(tmp_path, "train", "lm", "--quick", "--out", "run", "--lr", "-1")
+    assert done.returncode == 2 and done.stderr.count("error:") == 1 and "--lr" in done.stderr, done.stderr
+    done = _mpi(tmp_path, "train", "lm", "--quick", "--out", "run", "--data", str(tmp_path / "none.smi"))
+    assert done.returncode == 2 and done.stderr.count("error:") == 1 and "none.smi" in done.stderr, done.stderr
