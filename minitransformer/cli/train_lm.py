@@ -21,10 +21,10 @@ PRESETS = {
     # SMILES each epoch (augment 1): the model sees many writings of each molecule, so it
     # learns the chemistry rather than one string per molecule. The final samples are
     # drawn bare and under the SMILES grammar with valence rules (a sampler feature;
-    # --grammar off: the bare model's only). Measured (docs/RESULTS.md, "FCD" section, run
-    # r12, 12.2 minutes on 2 cores): bare validity 0.935, uniqueness 0.976, novelty 0.894,
-    # FCD 1.44 times the floor of real Tox21 molecules; under the grammar validity 1.000 and
-    # FCD 1.39 times the floor. (The default until 2026-11-26, 130,000 canonical molecules
+    # --grammar off: the bare model's only). Measured (docs/RESULTS.md, runs r12 and d1,
+    # 12.2 and 12.8 minutes on 2 cores): bare validity 0.935 / 0.918, uniqueness 0.976 /
+    # 0.973, novelty 0.894 / 0.900, FCD 1.44 times the floor of real Tox21 molecules in
+    # both; under the grammar validity 1.000 and FCD 1.39 / 1.36 times the floor. (The default until 2026-11-26, 130,000 canonical molecules
     # and 8 epochs without augmentation: bare validity 0.894, FCD 2.13 times the floor.)
     # Without the MOSES files (offline) phase 1 is DRUGLIKE_PHASE1 instead.
     "default": dict(
