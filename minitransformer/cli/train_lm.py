@@ -49,7 +49,9 @@ PRESETS = {
     # training molecules drawn at random (the file is ordered; about 33 minutes at 30k
     # tokens/s on 2 cores, the cosine schedule ending where training ends), then 30,000
     # samples bare and 30,000 under the valence grammar, judged by every MOSES metric, FCD
-    # included (moses_table.md). The test NLL uses 10,000 of the test molecules.
+    # included (moses_table.md). The test NLL uses 10,000 of the test molecules. Measured
+    # (docs/RESULTS.md, run m2): 28.3 minutes of training, 45.5 in all; bare validity 0.973,
+    # FCD/Test 0.182, novelty 0.908; under the grammar validity 1.000, FCD/Test 0.256.
     "moses": dict(
         model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, norm="pre", pos="learned",
                    activation="gelu", tie_embeddings=True, emb_dropout=0.0, attn_dropout=0.0,
