@@ -1,5 +1,7 @@
 """The README's first example runs, with the reference kernels, code in exactly the
-files the README lists (in reading order), and in no more than 12 of them."""
+files the README lists (in reading order), and in no more than 12 of them; each of
+those files imports only files listed above it."""
+import ast
 import os
 import re
 import sys
@@ -46,6 +48,33 @@ def test_first_example_runs_code_in_the_twelve_listed_files(capsys):
     assert sorted(ran) == sorted(listed), (
         f"the example ran code in {sorted(ran)}, the README lists {listed}: "
         f"not listed {sorted(set(ran) - set(listed))}, listed but not run {sorted(set(listed) - ran)}")
+
+
+def _package_imports(path: Path) -> set[str]:
+    """The package files (relative to the package, like the README's) that ``path`` imports,
+    at module level or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("minitransformer"):
+            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in (n for n in names if n.startswith("minitransformer.")):
+            rel = Path(*name.split(".")[1:])
+            for candidate in (rel.with_suffix(".py"), rel / "__init__.py"):
+                if (PACKAGE / candidate).is_file():
+                    found.add(str(candidate).replace(os.sep, "/"))
+    return found
+
+
+def test_the_listed_files_are_in_an_import_order():
+    """Read top to bottom, a file never uses one the reader has not reached yet."""
+    _, listed = _first_example_and_files()
+    for i, name in enumerate(listed):
+        later = _package_imports(PACKAGE / name) & set(listed[i + 1:])
+        assert not later, f"README file #{i + 1} {name} imports {sorted(later)}, listed after it: reorder the list"
 
 
 def test_every_python_block_of_the_readme_runs(capsys):

@@ -1,9 +1,10 @@
 """The layers, each file one concept: its reference kernels (``*_forward`` above
 ``*_backward``, the book's math) and the module that owns its parameters.
 
-Reading order: module, linear, embedding, softmax (and cross-entropy), attention,
-relative_position (a bias on the attention logits), layernorm, elementwise (GELU,
-ReLU, dropout), blocks. ``bce`` is the loss of the property models."""
+Reading order: module, linear, elementwise (GELU, ReLU, dropout), embedding,
+softmax (and cross-entropy), relative_position (a bias on the attention logits),
+attention, layernorm, blocks: each file imports only files before it. ``bce`` is
+the loss of the property models."""
 from minitransformer import kernels
 from minitransformer.nn import (
     attention, bce, elementwise, embedding, layernorm, linear, relative_position, softmax,
