@@ -275,3 +275,20 @@ def test_excerpt_selection_rules():
         sync.excerpt("minitransformer/nn/linear.py", "Linear.nothing")
     with pytest.raises(sync.ExcerptError):
         sync.excerpt("minitransformer/nn/linear.py", "Linear.backward", "no such text")
+
+
+@pytest.mark.parametrize("path, start", [("README.md", "The demo (`minitransformer train lm`)"),
+                                         ("docs/build.md", "is what `minitransformer train lm` does")])
+def test_the_default_run_is_told_as_its_preset_runs_it(path, start):
+    """The molecules and minutes the README's Quick start and the guided build state for
+    ``train lm`` come from its default preset: changing the preset without these pages fails here."""
+    from minitransformer.cli.train_lm import PRESETS
+    preset = PRESETS["default"]
+    text = (ROOT / path).read_text(encoding="utf-8")
+    paragraph = " ".join(text[text.index(start):].split("\n\n")[0].split())
+    molecules = f"{preset['pretrain_limit']:,} MOSES molecules"
+    assert molecules in paragraph, f"{path}: the default run pretrains on {molecules}; the page says: {paragraph!r}"
+    cap = preset["max_time"] / 60
+    minutes = [float(m) for m in re.findall(r"about (\d+(?:\.\d+)?) minutes", paragraph)]
+    assert minutes and all(cap - 4 <= m <= cap + 1 for m in minutes), (
+        f"{path}: the default run's time cap is {cap:g} minutes; the page says {minutes} ({paragraph!r})")
