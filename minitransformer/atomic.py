@@ -33,7 +33,8 @@ def _default_mode() -> int:
     return 0o666 & ~umask
 
 
-def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = True) -> Path:
+def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = True,
+                 check: Callable[[Path], None] | None = None) -> Path:
     """Create or replace ``path`` with what ``write(f)`` writes into an open file.
 
     Args:
@@ -41,6 +42,9 @@ def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = T
         write: called once with the temporary file, open for writing.
         binary: open it in binary (True) or text mode (UTF-8, False).
         overwrite: False refuses (FileExistsRefusal) when ``path`` exists already.
+        check: called with the temporary file's path once it is complete and on disk,
+            before it replaces ``path`` (a download's checksum): its error leaves ``path``
+            untouched.
 
     Returns the path. On any error (or KeyboardInterrupt) the temporary file is
     removed, the error propagates, and ``path`` is untouched; an OSError that names
@@ -59,6 +63,8 @@ def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = T
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        if check is not None:
+            check(Path(tmp))
         os.chmod(tmp, _default_mode())  # mkstemp makes the file private
         os.replace(tmp, path)
     except BaseException as exc:

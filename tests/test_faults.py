@@ -405,3 +405,22 @@ def test_a_full_disk_error_names_the_file_whoever_writes_it(tmp_path, monkeypatc
         atomic.write_bytes(target, b"\x89PNG")
     assert err.value.errno == errno.ENOSPC and err.value.filename == str(target)
     assert not list(tmp_path.iterdir())
+
+
+def test_atomic_write_checks_the_complete_file_before_it_replaces_the_target(tmp_path):
+    """A download's checksum is checked on the written file; a failing check leaves the old file
+    and no temporary one."""
+    target = tmp_path / "data.bin"
+    target.write_bytes(b"old")
+    seen = []
+
+    def refuse(tmp):
+        seen.append(tmp.read_bytes())
+        raise ValueError("checksum mismatch")
+
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        atomic.atomic_write(target, lambda f: f.write(b"new"), check=refuse)
+    assert seen == [b"new"] and target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["data.bin"]
+    atomic.atomic_write(target, lambda f: f.write(b"new"), check=lambda tmp: None)
+    assert target.read_bytes() == b"new"

@@ -16,8 +16,9 @@ The same table circulates in several gzip encodings (a different compressor or
 header changes every byte of the ``.gz`` but none of the CSV), so the file is
 checked by the SHA-256 of its *decompressed* content. The MD5 of the official
 S3 ``.gz`` is accepted too, as a second fingerprint of the same data. A
-download is written to a temporary file in the cache directory and renamed
-into place only after it verifies, so an interrupted or corrupted download
+download is written to a temporary file in the cache directory
+(:func:`~minitransformer.atomic.atomic_write`, whose ``check`` verifies it) and
+renamed into place only after it verifies, so an interrupted or corrupted download
 never leaves a file that a later run would trust; on a mismatch the temporary
 file is deleted and :class:`ChecksumError` is raised.
 """
@@ -26,7 +27,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -83,7 +83,7 @@ def cache_dir() -> Path:
     return Path(root) / "minitransformer"
 
 
-def _digests(path: Path) -> tuple[str, str]:
+def _digests(path: Path, name: str) -> tuple[str, str]:
     """Return (md5 of the file as stored, sha256 of its gzip-decompressed content)."""
     md5 = hashlib.md5(path.read_bytes()).hexdigest()
     sha = hashlib.sha256()
@@ -92,26 +92,26 @@ def _digests(path: Path) -> tuple[str, str]:
             for chunk in iter(lambda: f.read(1 << 16), b""):
                 sha.update(chunk)
     except (OSError, EOFError) as exc:  # not gzip, or truncated
-        raise ChecksumError(f"{path} is not a readable gzip file ({exc})") from exc
+        raise ChecksumError(f"{name} is not a readable gzip file ({exc})") from exc
     return md5, sha.hexdigest()
 
 
 def verify_gzip_csv(path: str | os.PathLike, sha256: str | None = TOX21_CSV_SHA256,
-                    md5: str | None = TOX21_GZ_MD5) -> None:
+                    md5: str | None = TOX21_GZ_MD5, name: str | None = None) -> None:
     """Check a ``.csv.gz`` against pinned checksums; raise :class:`ChecksumError` if neither matches.
 
     The file passes when the SHA-256 of its decompressed content equals
     ``sha256`` or the MD5 of the compressed file equals ``md5``. With both set
-    to None nothing is checked.
+    to None nothing is checked. ``name`` is what the error calls the file (default: its path).
     """
     if sha256 is None and md5 is None:
         return
     path = Path(path)
-    got_md5, got_sha = _digests(path)
+    got_md5, got_sha = _digests(path, name or str(path))
     if (sha256 is not None and got_sha == sha256) or (md5 is not None and got_md5 == md5):
         return
     raise ChecksumError(
-        f"checksum mismatch for {path}: decompressed sha256 {got_sha} (expected {sha256}), "
+        f"checksum mismatch for {name or path}: decompressed sha256 {got_sha} (expected {sha256}), "
         f"gzip md5 {got_md5} (expected {md5}). The file is corrupted or a different version; "
         "delete it and try again."
     )
@@ -125,27 +125,23 @@ def download_file(url: str, dest: str | os.PathLike, sha256: str | None = TOX21_
     renamed to ``dest``. Network problems raise :class:`DownloadError`, a bad
     checksum :class:`ChecksumError`; either way no partial file is left behind.
     """
+    from minitransformer.atomic import atomic_write
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:
-                    for chunk in iter(lambda: response.read(1 << 16), b""):
-                        out.write(chunk)
-            except (urllib.error.URLError, OSError) as exc:  # includes HTTPError and timeouts
-                reason = " ".join(str(getattr(exc, "reason", None) or exc).split())
-                raise DownloadError(
-                    f"could not download {dest.name} from {url} ({reason}). Offline? Put the file "
-                    f"{where_to_put(dest)}"
-                ) from exc
-        verify_gzip_csv(tmp, sha256=sha256, md5=md5)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return dest
+
+    def fetch(out):
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                for chunk in iter(lambda: response.read(1 << 16), b""):
+                    out.write(chunk)
+        except (urllib.error.URLError, OSError) as exc:  # includes HTTPError and timeouts
+            reason = " ".join(str(getattr(exc, "reason", None) or exc).split())
+            raise DownloadError(
+                f"could not download {dest.name} from {url} ({reason}). Offline? Put the file "
+                f"{where_to_put(dest)}"
+            ) from exc
+
+    return atomic_write(dest, fetch, check=lambda tmp: verify_gzip_csv(tmp, sha256=sha256, md5=md5,
+                                                                        name=f"{dest.name} from {url}"))
 
 
 def where_to_put(dest: Path) -> str:

@@ -75,6 +75,8 @@ def test_checksum_mismatch_raises_and_leaves_nothing(server, cache):
     with pytest.raises(ChecksumError) as err:
         find_tox21(download=True, url=f"{url}/{TOX21_FILENAME}", sha256="0" * 64, md5="0" * 32)
     assert CSV_SHA256 in str(err.value), "the message should show the checksum that was found"
+    assert f"{TOX21_FILENAME} from {url}" in str(err.value) and ".tmp" not in str(err.value), \
+        "the message names the download, not a temporary file"
     assert _leftovers(cache) == [], f"left behind: {_leftovers(cache)}"
 
 
