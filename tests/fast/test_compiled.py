@@ -1,5 +1,5 @@
 """The compiled (Numba) loops of minitransformer.fast.compiled, beyond the equality
-tests of test_fast_equals_reference.py (which run every kernel with and without them):
+tests of test_fast_*.py (which run every kernel with and without them):
 many parts of a LayerNorm gradient, results that do not depend on the thread count,
 float32, the switch, and the fallback off the main thread."""
 from __future__ import annotations
