@@ -1,4 +1,5 @@
-"""Helpers for the kernel tests: seeded float64 arrays on the active backend."""
+"""Helpers for the kernel tests (test_nn_*_kernels.py, through minitransformer.functional) and the
+layer tests: seeded float64 arrays on the active backend."""
 import numpy as np
 import pytest
 
