@@ -35,10 +35,8 @@ def worker_count() -> int:
         except ValueError:
             raise ValueError(f"MINITRANSFORMER_WORKERS={value!r} is not a whole number; set it to the number of "
                              "worker processes (1 for none), or unset it") from None
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    from minitransformer.fast.parallel import usable_cpus
+    return usable_cpus()
 
 
 def _executor(size: int):

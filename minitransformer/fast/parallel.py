@@ -68,8 +68,8 @@ _in_worker = threading.local()  # .active is True inside a pool thread: no neste
 _section = threading.Lock()  # held while a parallel section runs (callers from several threads)
 
 
-def _cpus() -> int:
-    """CPUs this process may run on."""
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, else the machine's count)."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
@@ -84,7 +84,7 @@ def _default_threads() -> int:
                 "set it to the number of CPU threads to use (e.g. 2), or unset it"
             )
         return int(value)
-    blas_threads = _cpus()
+    blas_threads = usable_cpus()
     for var in _THREAD_VARIABLES:
         value = os.environ.get(var, "").strip()
         if value.isdigit() and int(value) >= 1:
