@@ -133,7 +133,7 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
     test = None
     if is_moses(data):  # MOSES brings its own test split (cleaned by the same length window)
         test = random_part(clean_smiles(load_moses("test", download=download), min_len, max_len,
-                                        check_rdkit=False)[0], min(limit or 10**9, test_limit or 10**9))
+                                        check_rdkit=False)[0], min((n for n in (limit, test_limit) if n), default=None))
     elif standardize and check_rdkit:  # (MOSES is standardized already)
         kept = standardized(kept, min_len, max_len, log)
     if form != "as-is":
