@@ -29,6 +29,7 @@ from minitransformer import backend, kernels  # noqa: E402
 from minitransformer.backend import xp  # noqa: E402
 from minitransformer.fast import parallel  # noqa: E402
 from minitransformer.models import DecoderLM, DecoderLMConfig  # noqa: E402
+from minitransformer.nn import CrossEntropyLoss  # noqa: E402
 from minitransformer.optim import Adam, clip_grad_norm  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -137,9 +138,10 @@ def train_step(model, optimizer, ids) -> None:
     targets, zero_grad, backward, global-norm clipping at 1.0, Adam update. The
     loss kernels are those of the selected set (``kernels``), like the layers'."""
     logits = model(ids[:, :-1])  # (B, T, V)
-    _, ce_cache = kernels.cross_entropy_forward(logits, ids[:, 1:], ignore_index=model.config.pad_id)
+    loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
+    loss_fn(logits, ids[:, 1:])
     model.zero_grad()
-    model.backward(kernels.cross_entropy_backward(1.0, ce_cache))  # (dloss, cache)
+    model.backward(loss_fn.backward())
     clip_grad_norm(model, 1.0)
     optimizer.step()
 

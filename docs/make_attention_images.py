@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from minitransformer import kernels
 from minitransformer.chem import Vocab, canonical, clean_smiles, load_source, randomize_smiles
 from minitransformer.models import DecoderLM, DecoderLMConfig, Seq2Seq, Seq2SeqConfig
+from minitransformer.nn import CrossEntropyLoss
 from minitransformer.optim import AdamW
 from minitransformer.viz import render_attention
 
@@ -27,11 +27,12 @@ EXAMPLE = "CC(=O)Nc1ccc(O)cc1Cl"  # a chlorinated paracetamol: rings, branches, 
 def train(model, batches, steps: int, loss_of) -> None:
     """The training loop of docs/build.md: forward, loss, zero the gradients, backward, step."""
     opt = AdamW(model, lr=3e-3, weight_decay=0.01)
+    loss_fn = CrossEntropyLoss(ignore_index=0)
     for step in range(steps):
         logits, targets = loss_of(batches(step))
-        loss, cache = kernels.cross_entropy_forward(logits, targets, ignore_index=0)
+        loss = loss_fn(logits, targets)
         model.zero_grad()
-        model.backward(kernels.cross_entropy_backward(1.0, cache))
+        model.backward(loss_fn.backward())
         opt.step()
         if step % 100 == 0:
             print(f"  step {step:4d}  loss {float(loss):.3f}", file=sys.stderr)

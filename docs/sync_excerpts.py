@@ -6,7 +6,7 @@ opening fence, by exactly one marker:
 ``<!-- include: PATH:NAME -->``
     The block is the source of ``NAME`` in the file ``PATH`` (relative to the
     repository root): a function, a class, a method (``Class.method``) or a
-    module-level assignment (``FAST_KERNELS``), found with :mod:`ast`, with
+    module-level assignment (``FAST`` in ``minitransformer/functional``), found with :mod:`ast`, with
     its decorators, dedented. The sources need no markers of their own.
 ``<!-- include: PATH:NAME from "TEXT" to "TEXT" -->``
     Only part of it: from the first line that contains the ``from`` text through

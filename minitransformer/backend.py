@@ -17,7 +17,9 @@ that imported ``xp`` earlier.
 Besides ``xp`` this module provides the default float dtype, one seeded random
 generator type (:class:`RNG`) whose state is two integers (so it round-trips
 through a checkpoint on every backend), :func:`erf`, :func:`to_numpy`,
-:func:`asarray` and :func:`scatter_add`.
+:func:`asarray` and :func:`scatter_add`; and the argument checks both kernel sets
+share (:func:`check_ids`, :func:`check_attention_inputs`, :func:`check_cross_entropy_args`),
+with :func:`sum_to_shape`, the gradient of a broadcast.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ import numpy as _np
 __all__ = [
     "xp", "use", "name", "is_device_array", "to_numpy", "asarray", "scatter_add", "erf",
     "get_dtype", "set_dtype", "dtype_scope", "RNG", "synchronize", "BACKENDS", "values_on_host",
-    "forbid_host_sync", "as_rng",
+    "forbid_host_sync", "as_rng", "check_ids", "check_attention_inputs",
+    "check_cross_entropy_args", "sum_to_shape",
 ]
 
 BACKENDS = ("numpy", "cupy", "strict")
@@ -286,6 +289,87 @@ def as_rng(rng=None, default_seed: int = 0) -> RNG:
         return RNG(int(rng))
     raise ValueError(f"rng must be None, an int seed, a NumPy Generator (np.random.default_rng(seed)) "
                     f"or a backend.RNG, got {type(rng).__name__}")
+
+
+# ---- What both kernel sets share ------------------------------------------------------
+# The plain kernels in minitransformer/nn and their fast twins in minitransformer/fast check
+# their arguments with the same functions, so that one mistake gets one message whichever set
+# runs. They sit here, below both sets, because neither set may import the other's files.
+
+
+def check_ids(ids, vocab_size: int, what: str = "embedding"):
+    """Raise ValueError unless ``ids`` is an integer array with values in [0, vocab_size).
+
+    The values are read only where that needs no device round trip
+    (:func:`values_on_host`): on the CPU always, on a GPU only for host
+    arrays. A GPU checks each batch on the host before the copy instead
+    (:func:`ids_to_device`, which the tasks use), so the training step never waits.
+    """
+    if not hasattr(ids, "dtype") or ids.dtype.kind not in "iu":
+        dtype = getattr(ids, "dtype", type(ids).__name__)
+        raise ValueError(f"{what}: token ids must be an integer array, got dtype {dtype}")
+    if ids.size == 0 or not values_on_host(ids):
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(
+            f"{what}: token id {bad} is out of range for a vocabulary of size {vocab_size} "
+            f"(valid ids are 0..{vocab_size - 1})"
+        )
+
+
+def check_attention_inputs(q, k, v, mask, bias) -> None:
+    """Raise ValueError unless q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv) fit
+    together and the mask (boolean) and bias broadcast to (B, H, Tq, Tk)."""
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            "attention: q, k, v must be 4-D (B, H, T, Dh); got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1] or k.shape[:3] != v.shape[:3] or q.shape[:2] != k.shape[:2]:
+        raise ValueError(
+            "attention: expected q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv); got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])  # (B, H, Tq, Tk)
+    for what, a in (("mask", mask), ("bias", bias)):
+        if a is None:
+            continue
+        if what == "mask" and a.dtype != bool:
+            raise ValueError(f"attention: mask must be boolean (True = may attend), got dtype {a.dtype}")
+        if a.ndim > 4 or any(m not in (1, s) for m, s in zip(a.shape[::-1], scores[::-1])):
+            raise ValueError(
+                f"attention: {what} of shape {tuple(a.shape)} does not broadcast to the scores' "
+                f"shape (B, H, Tq, Tk) = {scores}; use (Tq, Tk), (B, 1, 1, Tk) or (B, H, Tq, Tk)"
+            )
+
+
+def check_cross_entropy_args(logits, targets, label_smoothing, reduction) -> float:
+    """Raise ValueError for arguments ``cross_entropy_forward`` cannot use: logits (..., V),
+    targets (...), label smoothing in [0, 1), reduction "mean", "sum" or "none". Returns epsilon."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    eps = float(label_smoothing)
+    if not 0.0 <= eps < 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1), got {eps}")
+    if tuple(targets.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"cross_entropy: targets of shape {tuple(targets.shape)} do not match logits of shape "
+            f"{tuple(logits.shape)}; expected targets of shape {tuple(logits.shape[:-1])}"
+        )
+    if eps > 0 and logits.shape[-1] < 2:
+        raise ValueError("cross_entropy: label smoothing needs at least 2 classes")
+    return eps
+
+
+def sum_to_shape(a, shape: tuple):
+    """Sum ``a`` over the axes that a broadcast of ``shape`` to ``a.shape`` stretched:
+    the gradient of a broadcast array. a: (...); returns (shape)."""
+    lead = a.ndim - len(shape)
+    a = a.sum(axis=tuple(range(lead))) if lead else a  # drop leading axes the shape lacks
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and a.shape[i] != 1)
+    return a.sum(axis=axes, keepdims=True) if axes else a  # (shape)
 
 
 #: Why ``MINITRANSFORMER_BACKEND`` could not be followed at import (then NumPy is used), or None:

@@ -1,7 +1,4 @@
-"""Which kernels the layers call: ``"reference"`` (the book) or ``"fast"``.
-
-Every layer does its math through this module, for example
-``y, cache = kernels.linear_forward(x, W, b)``. Two kernel sets fill it:
+"""Which kernel set the layers run: ``"reference"`` (the book) or ``"fast"``.
 
 ``reference``
     The plain kernels in :mod:`minitransformer.nn` (and the Adam update in
@@ -9,19 +6,28 @@ Every layer does its math through this module, for example
     operation per line, the math in the docstring. They are what the docs quote
     and the oracle every other kernel is tested against.
 ``fast`` (the default)
-    :mod:`minitransformer.fast`: the same functions with the same signatures,
-    written for speed (fewer passes over memory, cache-sized blocks, a CPU
-    thread pool). A kernel that has no fast version is the reference one.
-    ``tests/fast`` proves each fast kernel equal to its reference.
+    Their twins in :mod:`minitransformer.fast`, each file named after its
+    reference (``fast/linear.py`` is the twin of ``nn/linear.py``): the same
+    signatures, written for speed. ``tests/fast`` proves each equal to its reference.
+
+A layer asks this module which set to run and calls the kernel by its name, so a
+reader (or an editor's go-to-definition) lands on the math in one hop::
+
+    if kernels.fast:
+        y, self.cache = fast_linear.linear_forward(x, W, b)
+    else:
+        y, self.cache = linear_forward(x, W, b)
+
+A backward runs the set that made its cache, whatever is selected by then: a fast
+twin that has a backward of its own keeps its cache in a type of its own
+(``FastLinearCache`` ...), and the layer sends each cache back through the file it
+came from (a twin without one, like the fast GELU, leaves its cache to the reference's). So switching the set
+between a forward and its backward is safe, and a switch needs no rebuilt model.
 
 Choose with the environment variable ``MINITRANSFORMER_KERNELS`` (read once, at
-import) or :func:`use` / :func:`scope` at run time. The layers look the kernel
-up on every call, so a switch takes effect at once, without rebuilding a model.
-
-``kernels.linear_forward`` is a plain attribute of this module: :func:`use`
-writes the chosen set's functions into it, so a call costs one dictionary look-up.
-This module imports nothing of the package (every layer imports it); the package's
-``__init__`` registers the two sets (:func:`register`) and selects one.
+import) or :func:`use` / :func:`scope` at run time. Both sets, as tables of plain
+functions, are written out in :mod:`minitransformer.functional` (``REFERENCE`` and
+``FAST``). This module imports nothing of the package: every layer imports it.
 """
 from __future__ import annotations
 
@@ -30,53 +36,21 @@ import os
 
 KERNEL_SETS = ("reference", "fast")
 
-# Every kernel name, in reading order. Both sets provide all of them.
-NAMES = (
-    "linear_forward", "linear_backward",
-    "embedding_forward", "embedding_backward",
-    "softmax_forward", "softmax_backward", "log_softmax",
-    "cross_entropy_forward", "cross_entropy_backward",
-    "attention_forward", "attention_backward", "merge_heads",
-    "relative_bias_forward", "relative_bias_backward",
-    "layernorm_forward", "layernorm_backward",
-    "gelu_forward", "gelu_backward", "relu_forward", "relu_backward",
-    "dropout_forward", "dropout_backward",
-    "masked_bce_forward", "masked_bce_backward",
-    "adam_update",
-)
-
-_state = {"name": None, "sets": {}}
-
-
-def register(kernel_set: str, table: dict) -> None:
-    """Make ``table`` ({name: function}, every name of :data:`NAMES`) selectable as
-    ``kernel_set``. ``minitransformer/__init__.py`` registers the two sets."""
-    missing = sorted(set(NAMES) - set(table))
-    if missing:
-        raise ValueError(f"kernel set {kernel_set!r} lacks {missing}")
-    _state["sets"][kernel_set] = dict(table)
-
-
-def table(kernel_set: str) -> dict:
-    """{name: function} of a registered kernel set (a copy)."""
-    if kernel_set not in _state["sets"]:
-        raise ValueError(f"unknown kernel set {kernel_set!r}: use 'reference' (the plain kernels) or 'fast'")
-    return dict(_state["sets"][kernel_set])
+#: True while the fast set is selected: the one flag every layer reads.
+fast: bool = True
 
 
 def use(kernel_set: str) -> None:
-    """Make every layer call the kernels of ``kernel_set`` ("reference" or "fast")."""
-    if kernel_set not in _state["sets"]:
-        raise ValueError(
-            f"unknown kernel set {kernel_set!r}: use 'reference' (the plain kernels) or 'fast'"
-        )
-    globals().update(_state["sets"][kernel_set])
-    _state["name"] = kernel_set
+    """Make every layer run the kernels of ``kernel_set`` ("reference" or "fast")."""
+    global fast
+    if kernel_set not in KERNEL_SETS:
+        raise ValueError(f"unknown kernel set {kernel_set!r}: use 'reference' (the plain kernels) or 'fast'")
+    fast = kernel_set == "fast"
 
 
 def name() -> str:
     """The kernel set in use: "reference" or "fast"."""
-    return _state["name"]
+    return "fast" if fast else "reference"
 
 
 @contextlib.contextmanager
@@ -99,20 +73,25 @@ def use_from_environment(at_import: bool = False) -> None:
     ValueError, or, ``at_import``, selects "fast" and is kept in :data:`ENVIRONMENT_PROBLEM` (so
     that importing never fails on it and the command can say it in one line, before any work)."""
     global ENVIRONMENT_PROBLEM
-    try:
-        _use_environment_value()
-    except ValueError as err:
-        if not at_import:
-            raise
-        use("fast")
-        ENVIRONMENT_PROBLEM = str(err)
-
-
-def _use_environment_value() -> None:
     value = os.environ.get("MINITRANSFORMER_KERNELS", "").strip().lower() or "fast"
-    if value not in KERNEL_SETS:
-        raise ValueError(
-            f"MINITRANSFORMER_KERNELS={value!r} is not a kernel set: set it to 'reference' or "
-            "'fast', or unset it (default: fast)"
-        )
-    use(value)
+    if value in KERNEL_SETS:
+        use(value)
+        return
+    problem = (f"MINITRANSFORMER_KERNELS={value!r} is not a kernel set: set it to 'reference' or "
+               "'fast', or unset it (default: fast)")
+    if not at_import:
+        raise ValueError(problem)
+    use("fast")
+    ENVIRONMENT_PROBLEM = problem
+
+
+def __getattr__(attr):  # the names this module held before the tables moved
+    if attr in ("NAMES", "table", "register") or attr.endswith(("_forward", "_backward", "_update")) \
+            or attr in ("merge_heads", "log_softmax"):
+        raise AttributeError(
+            f"minitransformer.kernels.{attr} is gone: the kernel tables are minitransformer.functional's "
+            f"REFERENCE and FAST, and minitransformer.functional.<name> is the selected set's kernel")
+    raise AttributeError(f"module 'minitransformer.kernels' has no attribute {attr!r}")
+
+
+use_from_environment(at_import=True)

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from minitransformer import backend, kernels
+from minitransformer import backend
+from minitransformer.nn.bce import masked_bce_backward, masked_bce_forward
 from minitransformer.nn.embedding import check_ids, ids_to_device
+from minitransformer.nn.softmax import CrossEntropyLoss
 
 
 def pad_batch(seqs, pad_id: int) -> np.ndarray:
@@ -72,25 +74,23 @@ class _TokenLossTask:
     def __init__(self, pad_id: int = 0, label_smoothing: float = 0.0):
         self.pad_id = pad_id
         self.label_smoothing = label_smoothing
-        self._ce_cache = None
+        self._ce = None  # the CrossEntropyLoss of the last loss, for backward
         # Data-parallel training (minitransformer.distributed) sets this to the scored
         # tokens of the whole global batch: the loss is then this shard's sum over that
         # count, and the ranks' gradients add up to the global batch's.
         self.global_tokens: int | None = None
 
-    def _ce(self, logits, targets, smoothing):
+    def _cross_entropy(self, logits, targets, smoothing):
         if self.global_tokens is None:  # the mean over this batch's scored tokens
-            loss, self._ce_cache = kernels.cross_entropy_forward(
-                logits, targets, ignore_index=self.pad_id, label_smoothing=smoothing)
-            return loss
-        loss_sum, self._ce_cache = kernels.cross_entropy_forward(
-            logits, targets, ignore_index=self.pad_id, label_smoothing=smoothing, reduction="sum")
-        return loss_sum / max(self.global_tokens, 1)
+            self._ce = CrossEntropyLoss(ignore_index=self.pad_id, label_smoothing=smoothing)
+            return self._ce(logits, targets)
+        self._ce = CrossEntropyLoss(ignore_index=self.pad_id, label_smoothing=smoothing, reduction="sum")
+        return self._ce(logits, targets) / max(self.global_tokens, 1)
 
     def backward(self, model):
         # (B, T, V) fused (p - q) / N, N the batch's scored tokens (or the global batch's)
         dloss = 1.0 if self.global_tokens is None else 1.0 / max(self.global_tokens, 1)
-        model.backward(kernels.cross_entropy_backward(dloss, self._ce_cache))
+        model.backward(self._ce.backward(dloss))
 
     def _token_metrics(self, model, batches, run, ignore_index=None):
         """Unsmoothed NLL per scored target token and argmax accuracy over those tokens."""
@@ -98,7 +98,7 @@ class _TokenLossTask:
         total_nll, total_correct, total_tokens = 0.0, 0, 0
         for batch in batches:
             logits, targets = run(batch)  # (B, T, V), (B, T) device
-            nll, _ = kernels.cross_entropy_forward(logits, targets, ignore_index=ignore, reduction="sum")
+            nll = CrossEntropyLoss(ignore_index=ignore, reduction="sum")(logits, targets)
             keep = targets != ignore  # (B, T)
             total_nll += float(nll)
             total_correct += int(((logits.argmax(axis=-1) == targets) & keep).sum())
@@ -133,7 +133,7 @@ class LMTask(_TokenLossTask):
         ids = ids_to_device(batch, model.config.vocab_size, "LMTask batch")  # (B, T)
         logits = model(ids[:, :-1])  # (B, T-1, V)
         targets = ids[:, 1:]  # (B, T-1)
-        return self._ce(logits, targets, self.label_smoothing), int((batch[:, 1:] != self.pad_id).sum())
+        return self._cross_entropy(logits, targets, self.label_smoothing), int((batch[:, 1:] != self.pad_id).sum())
 
     def evaluate(self, model, batches):
         def run(batch):
@@ -187,7 +187,7 @@ class Seq2SeqTask(_TokenLossTask):
     def loss(self, model, batch, rng=None):
         src, tgt = self._to_device(model, batch)  # (B, S), (B, T)
         logits = model(src, tgt[:, :-1])  # (B, T-1, V)
-        return self._ce(logits, tgt[:, 1:], self.label_smoothing), int((batch[1][:, 1:] != self.pad_id).sum())
+        return self._cross_entropy(logits, tgt[:, 1:], self.label_smoothing), int((batch[1][:, 1:] != self.pad_id).sum())
 
     def evaluate(self, model, batches):
         def run(batch):
@@ -240,8 +240,8 @@ class MLMTask(_TokenLossTask):
     def loss(self, model, batch, rng):
         corrupted, targets = self._corrupt(batch, rng)  # (B, T) each, host
         logits = model(backend.asarray(corrupted), head="mlm")  # (B, T, V)
-        loss, self._ce_cache = kernels.cross_entropy_forward(
-            logits, backend.asarray(targets), ignore_index=self.IGNORE, label_smoothing=self.label_smoothing)
+        self._ce = CrossEntropyLoss(ignore_index=self.IGNORE, label_smoothing=self.label_smoothing)
+        loss = self._ce(logits, backend.asarray(targets))
         return loss, int((targets != self.IGNORE).sum())
 
     EVAL_SEED = 12345  # the same corruption at every evaluation
@@ -321,7 +321,7 @@ class PropertyTask:
             if key not in self._pw_device:
                 self._pw_device[key] = backend.asarray(self.pos_weight.astype(logits.dtype))  # (K,)
             pw = self._pw_device[key]
-        loss, cache = kernels.masked_bce_forward(logits, y, pos_weight=pw)
+        loss, cache = masked_bce_forward(logits, y, pos_weight=pw)
         return loss, cache, logits
 
     def loss(self, model, batch, rng=None):
@@ -329,7 +329,7 @@ class PropertyTask:
         return loss, int((~np.isnan(batch[1])).sum())
 
     def backward(self, model):
-        model.backward(kernels.masked_bce_backward(1.0, self._cache))  # (B, K)
+        model.backward(masked_bce_backward(1.0, self._cache))  # (B, K)
 
     def evaluate(self, model, batches):
         """Validation loss (mean over present labels) and mean ROC-AUC over the tasks.

@@ -270,7 +270,7 @@ def test_excerpt_selection_rules():
     assert whole.startswith("def backward(self, dy):\n") and whole.endswith("return dx\n")
     part = sync.excerpt("minitransformer/nn/linear.py", "Linear.backward", "self.weight.grad", "bias.grad")
     assert part == "self.weight.grad += dW\nif self.bias is not None:\n    self.bias.grad += db\n"
-    assert sync.excerpt("minitransformer/fast/__init__.py", "FAST_KERNELS").startswith("FAST_KERNELS = {")
+    assert sync.excerpt("minitransformer/functional/__init__.py", "FAST").startswith("FAST = {")
     with pytest.raises(sync.ExcerptError):
         sync.excerpt("minitransformer/nn/linear.py", "Linear.nothing")
     with pytest.raises(sync.ExcerptError):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minitransformer import backend, kernels
+from minitransformer import backend
 from minitransformer.models.decoder_lm import DecoderLM, DecoderLMConfig
 from minitransformer.nn.module import Parameter
+from minitransformer.nn.softmax import CrossEntropyLoss
 from minitransformer.optim import SGD, Adam, Adamax, AdamW, clip_grad_norm
 
 IDS = np.array([[1, 4, 5, 6, 7, 2], [1, 3, 3, 8, 2, 0]], dtype=np.int64)
@@ -23,8 +24,9 @@ def _train(model, opt, steps):
     for _ in range(steps):
         opt.zero_grad()
         logits = model(ids[:, :-1])
-        _, cache = kernels.cross_entropy_forward(logits, ids[:, 1:], ignore_index=0)
-        model.backward(kernels.cross_entropy_backward(1.0, cache))
+        loss_fn = CrossEntropyLoss(ignore_index=0)
+        loss_fn(logits, ids[:, 1:])
+        model.backward(loss_fn.backward())
         opt.step()
 
 

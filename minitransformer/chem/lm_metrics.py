@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from minitransformer import backend
-from minitransformer import kernels
+from minitransformer.nn.softmax import CrossEntropyLoss
 
 
 def sequence_metrics(model, batches, pad_id: int, positions: int = 100) -> dict:
@@ -31,7 +31,7 @@ def sequence_metrics(model, batches, pad_id: int, positions: int = 100) -> dict:
         ids = backend.asarray(batch)  # (B, T)
         logits = model(ids[:, :-1])  # (B, T-1, V)
         targets = ids[:, 1:]  # (B, T-1)
-        nll, _ = kernels.cross_entropy_forward(logits, targets, ignore_index=pad_id, reduction="none")  # (B, T-1)
+        nll = CrossEntropyLoss(ignore_index=pad_id, reduction="none")(logits, targets)  # (B, T-1)
         keep = targets != pad_id  # (B, T-1)
         hit = (logits.argmax(axis=-1) == targets) & keep  # (B, T-1)
         n_scored = backend.to_numpy(keep.sum(axis=1))  # (B,)

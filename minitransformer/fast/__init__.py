@@ -1,22 +1,17 @@
-"""The fast kernel set: the same functions and signatures as the reference
-kernels in :mod:`minitransformer.nn`, written for speed. Only the kernels listed
-in :data:`FAST_KERNELS` differ; the others are the reference ones. Select with
-``MINITRANSFORMER_KERNELS=fast`` (the default) or ``minitransformer.kernels.use("fast")``.
-"""
-from minitransformer.fast import activations, adam, attention, embedding, layernorm, linear, softmax
+"""The fast kernel set: twins of the reference kernels, each file named after its
+reference (``fast/linear.py`` is the twin of ``nn/linear.py``, ``fast/optimizer.py``
+of ``optim/optimizer.py``), with the same signatures, written for speed. The layers
+call them while ``minitransformer.kernels.fast`` is set (the default); the whole set,
+as a table, is :data:`minitransformer.functional.FAST`.
 
-FAST_KERNELS = {
-    "linear_forward": linear.linear_forward,
-    "linear_backward": linear.linear_backward,
-    "embedding_backward": embedding.embedding_backward,
-    "softmax_forward": softmax.softmax_forward,
-    "cross_entropy_forward": softmax.cross_entropy_forward,
-    "cross_entropy_backward": softmax.cross_entropy_backward,
-    "attention_forward": attention.attention_forward,
-    "attention_backward": attention.attention_backward,
-    "merge_heads": attention.merge_heads,
-    "layernorm_forward": layernorm.layernorm_forward,
-    "layernorm_backward": layernorm.layernorm_backward,
-    "gelu_forward": activations.gelu_forward,
-    "adam_update": adam.adam_update,
-}
+This package sits below :mod:`minitransformer.nn`: it imports nothing from it (the
+argument checks both sets share live in :mod:`minitransformer.backend`), so the
+layers can name their twins directly. ``parallel`` (the CPU thread pool) and
+``compiled`` (the optional Numba kernels) are its machinery.
+"""
+
+
+def __getattr__(attr):
+    if attr == "FAST_KERNELS":
+        raise AttributeError("minitransformer.fast.FAST_KERNELS is now minitransformer.functional.FAST")
+    raise AttributeError(f"module 'minitransformer.fast' has no attribute {attr!r}")

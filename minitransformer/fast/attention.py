@@ -33,10 +33,8 @@ import math
 from typing import NamedTuple
 
 from minitransformer import backend
-from minitransformer.backend import xp
+from minitransformer.backend import check_attention_inputs, sum_to_shape, xp
 from minitransformer.fast.parallel import batch_slices, parallel_for
-from minitransformer.nn import attention as reference
-from minitransformer.nn.attention import check_attention_inputs, sum_to_shape
 
 
 class FastAttentionCache(NamedTuple):
@@ -239,8 +237,10 @@ def merge_heads(*parts):
     when the parts are, in order, the head views of one token-major (B, T, n, H, d)
     buffer, which is what :func:`attention_backward` returns for self-attention."""
     base = _shared_buffer(parts)
-    if base is None:
-        return reference.merge_heads(*parts)
+    if base is None:  # any other parts: copied side by side, as the reference does
+        merged = [p.transpose(0, 2, 1, 3).reshape(p.shape[0], p.shape[2], p.shape[1] * p.shape[3])
+                  for p in parts]  # (B, T, H*d) each
+        return merged[0] if len(merged) == 1 else xp.concatenate(merged, axis=-1)  # (B, T, n*H*d)
     B, T, n, H, d = base.shape
     return base.reshape(B, T, n * H * d)  # (B, T, n*H*d), a view
 

@@ -94,7 +94,7 @@ def _jit(fn=None, *, vectorize_sums: bool = False):
 
 
 # ---------------------------------------------------------------------------
-# Exact GELU through the Hermite table of minitransformer.fast.activations
+# Exact GELU through the Hermite table of minitransformer.fast.elementwise
 # ---------------------------------------------------------------------------
 @_jit
 def gelu_exact(x, table, y, dydx):

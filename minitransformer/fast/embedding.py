@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from minitransformer import backend
 from minitransformer.backend import xp
-from minitransformer.nn.embedding import EmbeddingCache
 
 
-def embedding_backward(dout, cache: EmbeddingCache):
-    """As :func:`minitransformer.nn.embedding.embedding_backward`."""
+def embedding_backward(dout, cache):
+    """As :func:`minitransformer.nn.embedding.embedding_backward`, from the reference
+    forward's cache (``EmbeddingCache``: ids, the table's shape and dtype)."""
     ids, shape, dtype = cache
     dW = xp.zeros(shape, dtype=dtype)  # (V, D)
     ids = ids.reshape(-1)  # (N,)

@@ -2,13 +2,23 @@
 
 Row sums are einsums (one read of the rows, no (..., D) temporary, several times
 faster than ``.mean(axis=-1)`` on rows this short), and temporaries that are not
-needed again are overwritten in place. The cache is the reference's.
+needed again are overwritten in place. The cache holds what the reference's holds,
+under its own type, so that a layer sends it back through this file's backward.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from minitransformer.backend import xp
 from minitransformer.fast import compiled
-from minitransformer.nn.layernorm import LayerNormCache
+
+
+class FastLayerNormCache(NamedTuple):
+    """What :func:`layernorm_backward` needs (the fields of the reference's ``LayerNormCache``)."""
+
+    xhat: object  # (..., D) the normalised input
+    rstd: object  # (..., 1) 1 / sqrt(var + eps) of each row
+    w: object  # (D,) the gain
 
 
 def layernorm_forward(x, w, b, eps: float = 1e-5):
@@ -21,7 +31,7 @@ def layernorm_forward(x, w, b, eps: float = 1e-5):
         y, xhat = xp.empty_like(x2), xp.empty_like(x2)  # (N, D) each
         rstd = xp.empty(x2.shape[0], dtype=x.dtype)  # (N,)
         compiled.layernorm_forward(x2, w, b, float(eps), y, xhat, rstd)  # rows spread over the cores
-        return y.reshape(x.shape), LayerNormCache(xhat.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1), w)
+        return y.reshape(x.shape), FastLayerNormCache(xhat.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1), w)
     # Row sums as einsums: one read of the rows, no (..., D) temporary, and several
     # times faster than .mean(axis=-1) / (a * b).mean(axis=-1) on rows this short.
     mu = xp.einsum("...d->...", x)[..., None] / D  # (..., 1)
@@ -32,10 +42,10 @@ def layernorm_forward(x, w, b, eps: float = 1e-5):
     xhat *= rstd
     y = xhat * w  # (..., D)
     y += b
-    return y, LayerNormCache(xhat, rstd, w)
+    return y, FastLayerNormCache(xhat, rstd, w)
 
 
-def layernorm_backward(dy, cache):
+def layernorm_backward(dy, cache: FastLayerNormCache):
     """As :func:`minitransformer.nn.layernorm.layernorm_backward`."""
     xhat, rstd, w = cache
     D = xhat.shape[-1]

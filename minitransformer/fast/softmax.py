@@ -8,9 +8,27 @@ logits and the log-sum-exp, and its backward subtracts q from p in two strokes
 """
 from __future__ import annotations
 
-from minitransformer.backend import xp
-from minitransformer.nn.embedding import check_ids
-from minitransformer.nn.softmax import CrossEntropyCache, SoftmaxCache, _check_cross_entropy_args
+from typing import NamedTuple
+
+from minitransformer.backend import check_cross_entropy_args, check_ids, xp
+
+
+class FastSoftmaxCache(NamedTuple):
+    """The fields of the reference's ``SoftmaxCache``: its ``softmax_backward`` serves both sets."""
+
+    p: object  # (...) the probabilities
+    axis: int  # the axis they sum to 1 over
+
+
+class FastCrossEntropyCache(NamedTuple):
+    """What :func:`cross_entropy_backward` needs (the fields of the reference's
+    ``CrossEntropyCache``, under its own type: a layer sends it back through this file)."""
+
+    p: object  # (N, V) the softmax of the logits
+    targets: object  # (N,) the target class of each row (0 on ignored rows)
+    weight: object  # (N,) each row's share of the loss: 0 if ignored, 1/N for "mean"
+    smoothing: float  # epsilon
+    shape: tuple  # the logits' shape (..., V)
 
 
 def softmax_forward(x, axis: int = -1):
@@ -22,13 +40,13 @@ def softmax_forward(x, axis: int = -1):
     total = p.sum(axis=axis, keepdims=True)  # (..., 1, ...)
     xp.copyto(total, 1.0, where=total == 0)  # an all -inf row: 0 / 1 = 0
     p /= total
-    return p, SoftmaxCache(p, axis)
+    return p, FastSoftmaxCache(p, axis)
 
 
 def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
                           label_smoothing: float = 0.0, reduction: str = "mean"):
     """As :func:`minitransformer.nn.softmax.cross_entropy_forward`, fused."""
-    eps = _check_cross_entropy_args(logits, targets, label_smoothing, reduction)
+    eps = check_cross_entropy_args(logits, targets, label_smoothing, reduction)
     V = logits.shape[-1]
     x = logits.reshape(-1, V)  # (N, V), a view
     t = targets.reshape(-1)  # (N,)
@@ -71,10 +89,10 @@ def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
         loss = loss_rows.sum()
     else:
         loss = loss_rows.reshape(targets.shape)  # (...)
-    return loss, CrossEntropyCache(p, t_safe, weight, eps, tuple(logits.shape))
+    return loss, FastCrossEntropyCache(p, t_safe, weight, eps, tuple(logits.shape))
 
 
-def cross_entropy_backward(dloss, cache: CrossEntropyCache):
+def cross_entropy_backward(dloss, cache: FastCrossEntropyCache):
     """As :func:`minitransformer.nn.softmax.cross_entropy_backward`, fused."""
     p, t, weight, eps, shape = cache
     N, V = p.shape

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import numbers
 
-from minitransformer import backend, kernels
+from minitransformer import backend
 from minitransformer.backend import xp
+from minitransformer.nn.softmax import log_softmax
 from minitransformer.generate.decode import (
     _eval_mode, _setup, ban_specials, decode_step_logits, init_decode_state,
 )
@@ -109,7 +110,7 @@ def beam_search(model, src=None, batch_size=None, prompt=None, beam_size: int = 
         while t < L:
             logits = decode_step_logits(state, ids[:, :t])  # (N, V)
             V = logits.shape[1]
-            logp = ban_specials(kernels.log_softmax(logits.astype(xp.float64)), cfg)  # (N, V)
+            logp = ban_specials(log_softmax(logits.astype(xp.float64)), cfg)  # (N, V)
             cand = (live.reshape(N, 1) + logp).reshape(B, K * V)  # (B, K*V)
             top = xp.argsort(-cand, axis=1, kind="stable")[:, :K]  # (B, K), best first
             top_score = xp.take_along_axis(cand, top, axis=1)  # (B, K)

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from minitransformer import backend, kernels
+from minitransformer import backend
 from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
 from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_token_batch
+from minitransformer.nn.softmax import CrossEntropyLoss
 from minitransformer.nn.blocks import TransformerOptions
 from minitransformer.nn import DecoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
 
@@ -110,8 +111,7 @@ class DecoderLM(Module):
             raise ValueError("DecoderLM.log_prob: sequences need at least 2 tokens (BOS and one more), "
                              f"got shape {tuple(ids.shape)}")
         logits = self.forward(ids[:, :-1])  # (B, T-1, V)
-        nll, _ = kernels.cross_entropy_forward(logits, ids[:, 1:], ignore_index=self.config.pad_id,
-                                       reduction="none")  # (B, T-1)
+        nll = CrossEntropyLoss(ignore_index=self.config.pad_id, reduction="none")(logits, ids[:, 1:])  # (B, T-1)
         return -nll.sum(axis=1)  # (B,)
 
     # -- incremental decoding with a KV cache -----------------------------------

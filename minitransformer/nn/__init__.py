@@ -5,7 +5,6 @@ Reading order: module, linear, elementwise (GELU, ReLU, dropout), embedding,
 softmax (and cross-entropy), relative_position (a bias on the attention logits),
 attention, layernorm, blocks: each file imports only files before it. ``bce`` is
 the loss of the property models."""
-from minitransformer import kernels
 from minitransformer.nn import (
     attention, bce, elementwise, embedding, layernorm, linear, relative_position, softmax,
 )
@@ -19,16 +18,18 @@ from minitransformer.nn.layernorm import LayerNorm
 from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module, ModuleList, Parameter
 from minitransformer.nn.relative_position import RelativePositionBias
+from minitransformer.nn.softmax import CrossEntropyLoss
 
 __all__ = [
-    "DecoderBlock", "Dropout", "Embedding", "EncoderBlock", "FeedForward", "GELU", "KVCache",
+    "CrossEntropyLoss", "DecoderBlock", "Dropout", "Embedding", "EncoderBlock", "FeedForward", "GELU", "KVCache",
     "LayerNorm", "Linear", "Module", "ModuleList", "MultiHeadAttention", "OutputProjection",
     "Parameter", "PositionalEmbedding", "ReLU", "SinusoidalPositionalEncoding", "TokenEmbedder",
-    "RelativePositionBias", "make_activation", "set_rng", "REFERENCE_KERNELS",
+    "RelativePositionBias", "make_activation", "set_rng",
 ]
 
-# The reference kernel set (see minitransformer/kernels.py): every kernel these files define.
-REFERENCE_KERNELS = {
-    name: getattr(module, name) for module in (linear, embedding, softmax, attention, relative_position, layernorm, elementwise, bce)
-    for name in kernels.NAMES if hasattr(module, name)
-}
+
+
+def __getattr__(attr):
+    if attr == "REFERENCE_KERNELS":
+        raise AttributeError("minitransformer.nn.REFERENCE_KERNELS is now minitransformer.functional.REFERENCE")
+    raise AttributeError(f"module 'minitransformer.nn' has no attribute {attr!r}")

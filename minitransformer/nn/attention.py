@@ -45,37 +45,25 @@ import math
 from typing import NamedTuple
 
 from minitransformer import backend, kernels
-from minitransformer.backend import xp
+from minitransformer.backend import check_attention_inputs, sum_to_shape, xp
+from minitransformer.fast import attention as fast_attention
+from minitransformer.fast import linear as fast_linear
 from minitransformer.nn.elementwise import make_dropout_mask
-from minitransformer.nn.linear import Linear
+from minitransformer.nn.linear import Linear, linear_backward, linear_forward
 from minitransformer.nn.module import Module, check_array
 from minitransformer.nn.relative_position import RelativePositionBias
 from minitransformer.nn.softmax import SoftmaxCache, softmax_backward, softmax_forward
 
 
-_CAUSAL_CACHE: dict = {}
-
-
 def causal_mask(T: int, Tk: int | None = None):
-    """Lower-triangular (Tq, Tk) boolean mask; ``Tk`` defaults to ``T``.
-
-    Masks are cached per (backend, T, Tk), since every layer of every step asks
-    for the same one. Treat the result as read-only.
-    """
+    """Lower-triangular (Tq, Tk) boolean mask; ``Tk`` defaults to ``T``: query ``i``
+    (at position ``i + Tk - Tq``) may see keys ``0 .. i + Tk - Tq``."""
     Tk = T if Tk is None else Tk
     if Tk < T:
         raise ValueError(f"causal_mask: Tk={Tk} must be >= Tq={T} (queries are the last Tq positions)")
-    from minitransformer import backend  # late: the active backend may change
-    key = (backend.name(), backend.get_dtype(), T, Tk)
-    mask = _CAUSAL_CACHE.get(key)
-    if mask is None:
-        q_pos = xp.arange(Tk - T, Tk)[:, None]  # (Tq, 1), absolute query positions
-        k_pos = xp.arange(Tk)[None, :]  # (1, Tk)
-        mask = k_pos <= q_pos  # (Tq, Tk)
-        if len(_CAUSAL_CACHE) > 64:
-            _CAUSAL_CACHE.clear()
-        _CAUSAL_CACHE[key] = mask
-    return mask
+    q_pos = xp.arange(Tk - T, Tk)[:, None]  # (Tq, 1), absolute query positions
+    k_pos = xp.arange(Tk)[None, :]  # (1, Tk)
+    return k_pos <= q_pos  # (Tq, Tk)
 
 
 def padding_mask(ids, pad_id: int):
@@ -93,32 +81,6 @@ def combine_masks(*masks):
             continue
         out = m if out is None else (out & m)
     return out
-
-
-def check_attention_inputs(q, k, v, mask, bias) -> None:
-    """Raise ValueError unless q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv) fit
-    together and the mask (boolean) and bias broadcast to (B, H, Tq, Tk)."""
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(
-            "attention: q, k, v must be 4-D (B, H, T, Dh); got shapes "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if q.shape[-1] != k.shape[-1] or k.shape[:3] != v.shape[:3] or q.shape[:2] != k.shape[:2]:
-        raise ValueError(
-            "attention: expected q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv); got "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])  # (B, H, Tq, Tk)
-    for what, a in (("mask", mask), ("bias", bias)):
-        if a is None:
-            continue
-        if what == "mask" and a.dtype != bool:
-            raise ValueError(f"attention: mask must be boolean (True = may attend), got dtype {a.dtype}")
-        if a.ndim > 4 or any(m not in (1, s) for m, s in zip(a.shape[::-1], scores[::-1])):
-            raise ValueError(
-                f"attention: {what} of shape {tuple(a.shape)} does not broadcast to the scores' "
-                f"shape (B, H, Tq, Tk) = {scores}; use (Tq, Tk), (B, 1, 1, Tk) or (B, H, Tq, Tk)"
-            )
 
 
 class AttentionCache(NamedTuple):
@@ -184,15 +146,6 @@ def attention_backward(dout, cache: AttentionCache):
     dk = (ds.swapaxes(-1, -2) @ q) * scale  # (B, H, Tk, Dh)
     dbias = None if bias_shape is None else sum_to_shape(ds, bias_shape)  # the bias's shape
     return dq, dk, dv, dbias
-
-
-def sum_to_shape(a, shape: tuple):
-    """Sum ``a`` over the axes that a broadcast of ``shape`` to ``a.shape`` stretched:
-    the gradient of a broadcast array. a: (...); returns (shape)."""
-    lead = a.ndim - len(shape)
-    a = a.sum(axis=tuple(range(lead))) if lead else a  # drop leading axes the shape lacks
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and a.shape[i] != 1)
-    return a.sum(axis=axes, keepdims=True) if axes else a  # (shape)
 
 
 class KVCache:
@@ -312,11 +265,18 @@ class MultiHeadAttention(Module):
         columns, keys and values from the context with the other 2*H*dh (computed once
         and kept in ``kv_cache`` when decoding). Returns q, k, v and the linear caches."""
         H, inner = self.n_heads, self.n_heads * self.d_head
-        W, b = self.qkv.weight.data, None if self.qkv.bias is None else self.qkv.bias.data
-        q, q_lin = kernels.linear_forward(x, W[:, :inner], None if b is None else b[:inner])  # (B, Tq, H*dh)
+        W, b = self.qkv.weight.data, self.qkv.bias
+        bq, bkv = (None, None) if b is None else (b.data[:inner], b.data[inner:])  # (H*dh,), (2*H*dh,)
+        if kernels.fast:  # the fast twin (minitransformer/fast/linear.py)
+            q, q_lin = fast_linear.linear_forward(x, W[:, :inner], bq)  # (B, Tq, H*dh)
+        else:
+            q, q_lin = linear_forward(x, W[:, :inner], bq)  # (B, Tq, H*dh)
         if kv_cache is not None and kv_cache.static:
             return split_heads(q, H), kv_cache.k, kv_cache.v, (q_lin, None)
-        kv, kv_lin = kernels.linear_forward(context, W[:, inner:], None if b is None else b[inner:])  # (B, Tk, 2*H*dh)
+        if kernels.fast:
+            kv, kv_lin = fast_linear.linear_forward(context, W[:, inner:], bkv)  # (B, Tk, 2*H*dh)
+        else:
+            kv, kv_lin = linear_forward(context, W[:, inner:], bkv)  # (B, Tk, 2*H*dh)
         k, v = split_heads(kv[..., :inner], H), split_heads(kv[..., inner:], H)  # (B, H, Tk, dh) each
         if kv_cache is not None:
             kv_cache.set_static(k, v)
@@ -361,9 +321,14 @@ class MultiHeadAttention(Module):
         if self.training and self.attn_dropout > 0:
             shape = (q.shape[0], H, q.shape[2], k.shape[2])  # (B, H, Tq, Tk)
             drop = make_dropout_mask(shape, self.attn_dropout, self.rng, q.dtype)  # (B, H, Tq, Tk)
-        o, attn_cache = kernels.attention_forward(q, k, v, mask=mask, dropout_mask=drop,
-                                                  bias=pos_bias)  # (B, H, Tq, dh)
-        y = self.proj(kernels.merge_heads(o))  # (B, Tq, D)
+        if kernels.fast:  # the fast twins (minitransformer/fast/attention.py), proven equal in tests/fast
+            o, attn_cache = fast_attention.attention_forward(q, k, v, mask=mask, dropout_mask=drop,
+                                                             bias=pos_bias)  # (B, H, Tq, dh)
+            o = fast_attention.merge_heads(o)  # (B, Tq, H*dh), free: the twin writes o token-major
+        else:
+            o, attn_cache = attention_forward(q, k, v, mask=mask, dropout_mask=drop, bias=pos_bias)  # (B, H, Tq, dh)
+            o = merge_heads(o)  # (B, Tq, H*dh)
+        y = self.proj(o)  # (B, Tq, D)
         self.cache = {"cross": context is not None, "linear": linear_caches, "attn": attn_cache}
         return y
 
@@ -377,16 +342,25 @@ class MultiHeadAttention(Module):
         cache = self._require_cache()
         H, inner = self.n_heads, self.n_heads * self.d_head
         do = split_heads(self.proj.backward(dy), H)  # (B, H, Tq, dh), in the forward pass o
-        dq, dk, dv, dbias = kernels.attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
+        if isinstance(cache["attn"], fast_attention.FastAttentionCache):  # the set that made the cache
+            dq, dk, dv, dbias = fast_attention.attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
+            merge = fast_attention.merge_heads  # free for the twin's token-major gradients
+        else:
+            dq, dk, dv, dbias = attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
+            merge = merge_heads
         if dbias is not None:
             self.position_bias.backward(dbias)  # (1, H, Tq, Tk), summed over the batch
         if not cache["cross"]:
-            return self.qkv.backward(kernels.merge_heads(dq, dk, dv))  # (B, Tq, D), from (B, Tq, 3*H*dh)
+            return self.qkv.backward(merge(dq, dk, dv))  # (B, Tq, D), from (B, Tq, 3*H*dh)
         q_lin, kv_lin = cache["linear"]
         if kv_lin is None:
             raise RuntimeError("MultiHeadAttention: backward through a cached (decoding) cross-attention")
-        dx, dWq, dbq = kernels.linear_backward(kernels.merge_heads(dq), q_lin)  # (B, Tq, D)
-        dctx, dWkv, dbkv = kernels.linear_backward(kernels.merge_heads(dk, dv), kv_lin)  # (B, Tk, D)
+        if isinstance(q_lin, fast_linear.FastLinearCache):  # the set that made the caches
+            dx, dWq, dbq = fast_linear.linear_backward(merge(dq), q_lin)  # (B, Tq, D)
+            dctx, dWkv, dbkv = fast_linear.linear_backward(merge(dk, dv), kv_lin)  # (B, Tk, D)
+        else:
+            dx, dWq, dbq = linear_backward(merge(dq), q_lin)  # (B, Tq, D)
+            dctx, dWkv, dbkv = linear_backward(merge(dk, dv), kv_lin)  # (B, Tk, D)
         self.qkv.weight.grad[:, :inner] += dWq
         self.qkv.weight.grad[:, inner:] += dWkv
         if self.qkv.bias is not None:

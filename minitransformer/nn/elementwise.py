@@ -35,6 +35,7 @@ import math
 
 from minitransformer import backend, kernels
 from minitransformer.backend import xp
+from minitransformer.fast import elementwise as fast_elementwise
 from minitransformer.nn.module import Module, check_array
 
 _SQRT_HALF = math.sqrt(0.5)
@@ -123,11 +124,14 @@ class GELU(Module):
 
     def forward(self, x):
         check_array(x, "GELU")
-        y, self.cache = kernels.gelu_forward(x, self.approximate)
+        if kernels.fast:  # the fast twin (minitransformer/fast/elementwise.py), proven equal in tests/fast
+            y, self.cache = fast_elementwise.gelu_forward(x, self.approximate)
+        else:
+            y, self.cache = gelu_forward(x, self.approximate)
         return y
 
     def backward(self, dy):
-        return kernels.gelu_backward(dy, self._require_cache())
+        return gelu_backward(dy, self._require_cache())  # both sets' cache: dy/dx
 
 
 class ReLU(Module):
@@ -135,11 +139,11 @@ class ReLU(Module):
 
     def forward(self, x):
         check_array(x, "ReLU")
-        y, self.cache = kernels.relu_forward(x)
+        y, self.cache = relu_forward(x)
         return y
 
     def backward(self, dy):
-        return kernels.relu_backward(dy, self._require_cache())
+        return relu_backward(dy, self._require_cache())
 
 
 def make_activation(name: str) -> Module:
@@ -173,13 +177,13 @@ class Dropout(Module):
     def forward(self, x):
         """x: (...) -> (...); the identity in eval mode or with p = 0."""
         check_array(x, "Dropout")
-        y, mask = kernels.dropout_forward(x, self.p if self.active else 0.0, self.rng)
+        y, mask = dropout_forward(x, self.p if self.active else 0.0, self.rng)
         self.cache = (mask,)  # a tuple: the identity's mask is None, yet forward has run
         return y
 
     def backward(self, dy):
         (mask,) = self._require_cache()
-        return kernels.dropout_backward(dy, mask)
+        return dropout_backward(dy, mask)
 
 
 def set_rng(module: Module, rng) -> None:

@@ -38,32 +38,12 @@ from typing import NamedTuple
 import numpy as np
 
 from minitransformer import backend, kernels
-from minitransformer.backend import xp
+from minitransformer.backend import check_ids, xp
+from minitransformer.fast import embedding as fast_embedding
+from minitransformer.fast import linear as fast_linear
 from minitransformer.nn.elementwise import Dropout
-from minitransformer.nn.linear import Linear
+from minitransformer.nn.linear import Linear, linear_backward, linear_forward
 from minitransformer.nn.module import Module, Parameter, check_array
-
-
-def check_ids(ids, vocab_size: int, what: str = "embedding"):
-    """Raise ValueError unless ``ids`` is an integer array with values in [0, vocab_size).
-
-    The values are read only where that needs no device round trip
-    (:func:`backend.values_on_host`): on the CPU always, on a GPU only for host
-    arrays. A GPU checks each batch on the host before the copy instead
-    (:func:`ids_to_device`, which the tasks use), so the training step never waits.
-    """
-    if not hasattr(ids, "dtype") or ids.dtype.kind not in "iu":
-        dtype = getattr(ids, "dtype", type(ids).__name__)
-        raise ValueError(f"{what}: token ids must be an integer array, got dtype {dtype}")
-    if ids.size == 0 or not backend.values_on_host(ids):
-        return
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or hi >= vocab_size:
-        bad = lo if lo < 0 else hi
-        raise ValueError(
-            f"{what}: token id {bad} is out of range for a vocabulary of size {vocab_size} "
-            f"(valid ids are 0..{vocab_size - 1})"
-        )
 
 
 def check_token_batch(ids, vocab_size: int, max_len: int, what: str) -> None:
@@ -134,12 +114,15 @@ class Embedding(Module):
     def forward(self, ids):
         """ids: (...) integer -> (..., d)."""
         check_array(ids, "Embedding")
-        out, self.cache = kernels.embedding_forward(ids, self.weight.data)
+        out, self.cache = embedding_forward(ids, self.weight.data)
         return out
 
     def backward(self, dout):
         """Accumulates weight.grad; returns None (integer ids have no gradient)."""
-        self.weight.grad += kernels.embedding_backward(dout, self._require_cache())
+        if kernels.fast:  # the fast twin (minitransformer/fast/embedding.py) reads the same cache
+            self.weight.grad += fast_embedding.embedding_backward(dout, self._require_cache())
+        else:
+            self.weight.grad += embedding_backward(dout, self._require_cache())
         return None
 
 
@@ -275,12 +258,19 @@ class OutputProjection(Module):
     def forward(self, h):
         if self.linear is not None:
             return self.linear(h)  # (..., V)
-        logits, self.cache = kernels.linear_forward(h, self._tied.weight.data.T)  # (..., V), W = E^T: a view
+        if kernels.fast:
+            logits, self.cache = fast_linear.linear_forward(h, self._tied.weight.data.T)  # (..., V), W = E^T: a view
+        else:
+            logits, self.cache = linear_forward(h, self._tied.weight.data.T)  # (..., V), W = E^T: a view
         return logits
 
     def backward(self, dlogits):
         if self.linear is not None:
             return self.linear.backward(dlogits)
-        dh, dWt, _ = kernels.linear_backward(dlogits, self._require_cache())  # dWt: (D, V), the gradient of E^T
+        cache = self._require_cache()
+        if isinstance(cache, fast_linear.FastLinearCache):  # the set that made the cache
+            dh, dWt, _ = fast_linear.linear_backward(dlogits, cache)  # dWt: (D, V), the gradient of E^T
+        else:
+            dh, dWt, _ = linear_backward(dlogits, cache)  # dWt: (D, V), the gradient of E^T
         self._tied.weight.grad += dWt.T  # (V, D): the tied matrix's second contribution
         return dh  # (..., D)

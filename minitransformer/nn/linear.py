@@ -12,8 +12,8 @@ Backward, given :math:`dy = \partial L/\partial y`, with the leading axes of
     \frac{\partial L}{\partial W} = x^\top dy, \qquad
     \frac{\partial L}{\partial b} = \textstyle\sum_{n} dy_n .
 
-:class:`Linear` owns ``W`` and ``b`` and calls the kernels through
-:mod:`minitransformer.kernels`. Initialisation: W ~ U(-1/sqrt(D_in), 1/sqrt(D_in)),
+:class:`Linear` owns ``W`` and ``b`` and calls these kernels, or their fast twins in
+:mod:`minitransformer.fast.linear` while ``kernels.fast`` is set. Initialisation: W ~ U(-1/sqrt(D_in), 1/sqrt(D_in)),
 b = 0.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from minitransformer import backend, kernels
 from minitransformer.backend import xp
+from minitransformer.fast import linear as fast_linear
 from minitransformer.nn.module import Module, Parameter, check_array
 
 
@@ -99,12 +100,19 @@ class Linear(Module):
         """x: (..., d_in) -> (..., d_out)."""
         check_array(x, "Linear")
         b = None if self.bias is None else self.bias.data
-        y, self.cache = kernels.linear_forward(x, self.weight.data, b)
+        if kernels.fast:  # the fast twin (minitransformer/fast/linear.py), proven equal in tests/fast
+            y, self.cache = fast_linear.linear_forward(x, self.weight.data, b)
+        else:
+            y, self.cache = linear_forward(x, self.weight.data, b)
         return y
 
     def backward(self, dy):
         """dy: (..., d_out) -> dx (..., d_in); adds into weight.grad and bias.grad."""
-        dx, dW, db = kernels.linear_backward(dy, self._require_cache())
+        cache = self._require_cache()
+        if isinstance(cache, fast_linear.FastLinearCache):  # the set that made the cache
+            dx, dW, db = fast_linear.linear_backward(dy, cache)
+        else:
+            dx, dW, db = linear_backward(dy, cache)
         self.weight.grad += dW
         if self.bias is not None:
             self.bias.grad += db

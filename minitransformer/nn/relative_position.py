@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from minitransformer import backend, kernels
+from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.nn.module import Module, Parameter
 
@@ -181,7 +181,7 @@ class RelativePositionBias(Module):
             bias = alibi_bias(self.slopes, q_pos, k_pos)  # (H, Tq, Tk)
             self.cache = (Tq, Tk, offset)  # nothing to learn; kept for the forward-first check
         else:
-            bias, self.cache = kernels.relative_bias_forward(
+            bias, self.cache = relative_bias_forward(
                 self.table.data, q_pos, k_pos, self.max_distance, self.bidirectional)  # (H, Tq, Tk)
         return bias[None]  # (1, H, Tq, Tk)
 
@@ -190,5 +190,5 @@ class RelativePositionBias(Module):
         Accumulates ``table.grad`` (learned); returns None (positions are not inputs)."""
         cache = self._require_cache()
         if self.kind == "learned":
-            self.table.grad += kernels.relative_bias_backward(dbias[0], cache)  # (H, n_buckets)
+            self.table.grad += relative_bias_backward(dbias[0], cache)  # (H, n_buckets)
         return None

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from minitransformer.backend import xp
-from minitransformer.nn.embedding import check_ids
+from minitransformer import kernels
+from minitransformer.backend import check_cross_entropy_args, check_ids, xp
+from minitransformer.fast import softmax as fast_softmax
+from minitransformer.nn.module import Module
 
 
 class SoftmaxCache(NamedTuple):
@@ -79,23 +81,6 @@ class CrossEntropyCache(NamedTuple):
     shape: tuple  # the logits' shape (..., V)
 
 
-def _check_cross_entropy_args(logits, targets, label_smoothing, reduction) -> float:
-    """Raise ValueError for arguments cross_entropy_forward cannot use; return epsilon."""
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    eps = float(label_smoothing)
-    if not 0.0 <= eps < 1.0:
-        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1), got {eps}")
-    if tuple(targets.shape) != tuple(logits.shape[:-1]):
-        raise ValueError(
-            f"cross_entropy: targets of shape {tuple(targets.shape)} do not match logits of shape "
-            f"{tuple(logits.shape)}; expected targets of shape {tuple(logits.shape[:-1])}"
-        )
-    if eps > 0 and logits.shape[-1] < 2:
-        raise ValueError("cross_entropy: label smoothing needs at least 2 classes")
-    return eps
-
-
 def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
                           label_smoothing: float = 0.0, reduction: str = "mean"):
     """Cross-entropy between ``softmax(logits)`` and (smoothed) one-hot targets.
@@ -111,7 +96,7 @@ def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
     Returns:
         loss: 0-d array (or (...) for ``"none"``), on the device; cache: :class:`CrossEntropyCache`.
     """
-    eps = _check_cross_entropy_args(logits, targets, label_smoothing, reduction)
+    eps = check_cross_entropy_args(logits, targets, label_smoothing, reduction)
     V = logits.shape[-1]
     x = logits.reshape(-1, V)  # (N, V)
     t = targets.reshape(-1)  # (N,)
@@ -156,3 +141,36 @@ def cross_entropy_backward(dloss, cache: CrossEntropyCache):
     w = (weight * dloss)[:, None]  # (N, 1) each row's factor
     dx = xp.where(w != 0, (p - q) * w, 0.0)  # (N, V) ignored rows exactly 0, even if p holds NaN
     return dx.reshape(shape)
+
+
+class CrossEntropyLoss(Module):
+    """The loss a model trains on, as a layer: ``loss = ce(logits, targets)``, then
+    ``dlogits = ce.backward()`` for the model's backward. It runs
+    :func:`cross_entropy_forward` and :func:`cross_entropy_backward`, or their fused
+    twins in :mod:`minitransformer.fast.softmax` while ``kernels.fast`` is set.
+
+    Args:
+        ignore_index: the target id that is not scored (padding), or None.
+        label_smoothing: epsilon in [0, 1).
+        reduction: "mean" (over scored rows), "sum", or "none".
+    """
+
+    def __init__(self, ignore_index: int | None = None, label_smoothing: float = 0.0, reduction: str = "mean"):
+        self.ignore_index, self.label_smoothing, self.reduction = ignore_index, label_smoothing, reduction
+
+    def forward(self, logits, targets):
+        """logits (..., V), targets (...) ids. Returns the loss: 0-d, or (...) for "none"."""
+        options = dict(ignore_index=self.ignore_index, label_smoothing=self.label_smoothing,
+                       reduction=self.reduction)
+        if kernels.fast:  # the fused twin (minitransformer/fast/softmax.py), proven equal in tests/fast
+            loss, self.cache = fast_softmax.cross_entropy_forward(logits, targets, **options)
+        else:
+            loss, self.cache = cross_entropy_forward(logits, targets, **options)
+        return loss
+
+    def backward(self, dloss=1.0):
+        """dloss: the loss's upstream gradient (a scalar, or (...) for "none"). Returns dlogits (..., V)."""
+        cache = self._require_cache()
+        if isinstance(cache, fast_softmax.FastCrossEntropyCache):  # the set that made the cache
+            return fast_softmax.cross_entropy_backward(dloss, cache)
+        return cross_entropy_backward(dloss, cache)

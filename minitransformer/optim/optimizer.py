@@ -60,6 +60,7 @@ import numpy as np  # the number types a setting may have
 
 from minitransformer import kernels
 from minitransformer.backend import xp
+from minitransformer.fast import optimizer as fast_optimizer
 from minitransformer.optim.groups import param_groups, split_groups  # noqa: F401 (param_groups re-exported)
 from minitransformer.optim.state import OptimizerState
 
@@ -329,7 +330,7 @@ def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0
     :math:`0.001\, g^2`); :math:`\epsilon` is added *after* that correction.
 
     This is the *reference* kernel: one formula per line, readable rather than
-    fast (each line allocates a new array). :mod:`minitransformer.fast.adam`
+    fast (each line allocates a new array). :mod:`minitransformer.fast.optimizer`
     has the same function updating its inputs in place, and ``tests/fast``
     proves the two equal.
 
@@ -403,8 +404,12 @@ class Adam(Optimizer):
         (b1, b2), eps, t = self.betas, self.eps, self.steps[name]  # this parameter's update count
         wd = self.weight_decay_of(name)
         m, v = state["m"], state["v"]                  # (*p.shape) each
-        p.data, state["m"], state["v"] = kernels.adam_update(  # (*p.shape) each
-            p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
+        if kernels.fast:  # the in-place twin (minitransformer/fast/optimizer.py), proven equal in tests/fast
+            p.data, state["m"], state["v"] = fast_optimizer.adam_update(  # (*p.shape) each
+                p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
+        else:
+            p.data, state["m"], state["v"] = adam_update(  # (*p.shape) each
+                p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
 
 
 class AdamW(Adam):

@@ -1,10 +1,10 @@
 """Shared by the equality tests of tests/fast: every fast kernel equals its reference kernel.
 
-For each name in :data:`minitransformer.fast.FAST_KERNELS` a test in ``test_fast_*.py`` (one
+For each kernel that has a fast twin (:data:`FAST_ONLY`) a test in ``test_fast_*.py`` (one
 file per file of ``minitransformer/fast``) draws
 random shapes and options with hypothesis, runs the reference kernel
-(``minitransformer.kernels.table("reference")``) and the fast one
-(``kernels.table("fast")``) on the same float64 inputs, and
+(``minitransformer.functional.REFERENCE``) and the fast one
+(``functional.FAST``) on the same float64 inputs, and
 compares every output, every gradient and the cache fields that later code reads
 (attention's probabilities ``p`` and ``pd``, the cross-entropy's ``p`` and row
 weights, layer norm's ``xhat`` and ``rstd``, GELU's dy/dx).
@@ -26,7 +26,7 @@ so that the code that cuts the work into pieces (and adds up the bias gradient
 of the pieces) is exercised on these small shapes too.
 
 ``test_fast_contracts.py::test_every_fast_kernel_has_an_equality_test`` fails when a name
-in ``FAST_KERNELS`` has no test marked ``@covers(name)`` in a file of ``tests/fast``.
+in ``FAST_ONLY`` has no test marked ``@covers(name)`` in a file of ``tests/fast``.
 """
 from __future__ import annotations
 
@@ -35,21 +35,22 @@ import contextlib
 import numpy as np
 from hypothesis import HealthCheck, settings
 
-from minitransformer import backend, kernels
+from minitransformer import backend, functional, kernels
 from minitransformer.fast import parallel
-from minitransformer.fast import activations as fast_activations
+from minitransformer.fast import elementwise as fast_elementwise
 from minitransformer.fast import attention as fast_attention
 
 RTOL = 1e-12  # float64 rounding is ~1e-16: four orders of magnitude to spare
 
-# The documented bound of the fast exact GELU (minitransformer/fast/activations.py):
+# The documented bound of the fast exact GELU (minitransformer/fast/elementwise.py):
 # |Phi~ - Phi| < 1e-10 and |Phi~' - phi| < 2e-8, hence
 # |y~ - y| <= 1e-10 |x| and |dy~/dx - dy/dx| <= 2e-8 |x| + 1e-10.
 GELU_Y_BOUND = 1e-10
 GELU_DYDX_BOUND = (2e-8, 1e-10)
 
-REFERENCE = kernels.table("reference")
-FAST = kernels.table("fast")
+REFERENCE = functional.REFERENCE
+FAST = functional.FAST
+FAST_ONLY = {name: f for name, f in FAST.items() if f is not REFERENCE[name]}  # the kernels with a twin
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -153,15 +154,15 @@ def small_blocks(on: bool):
     if not on:
         yield
         return
-    saved = (parallel.BLOCK_BYTES, fast_activations._BLOCK, parallel.threads(),
+    saved = (parallel.BLOCK_BYTES, fast_elementwise._BLOCK, parallel.threads(),
              fast_attention.MIN_LENGTH, fast_attention.MIN_BLOCK_ROWS, fast_attention.MIN_SAVING)
-    parallel.BLOCK_BYTES, fast_activations._BLOCK = 1, 8
+    parallel.BLOCK_BYTES, fast_elementwise._BLOCK = 1, 8
     fast_attention.MIN_LENGTH, fast_attention.MIN_BLOCK_ROWS, fast_attention.MIN_SAVING = 2, 1, -1.0
     parallel.set_threads(2)
     try:
         yield
     finally:
-        parallel.BLOCK_BYTES, fast_activations._BLOCK = saved[0], saved[1]
+        parallel.BLOCK_BYTES, fast_elementwise._BLOCK = saved[0], saved[1]
         fast_attention.MIN_LENGTH, fast_attention.MIN_BLOCK_ROWS, fast_attention.MIN_SAVING = saved[3:]
         parallel.set_threads(saved[2])
 

@@ -9,13 +9,13 @@ import threading
 import numpy as np
 import pytest
 
-from minitransformer import kernels
+from minitransformer import functional, kernels
 from minitransformer.fast import compiled, parallel
 
 pytestmark = pytest.mark.skipif(not compiled.AVAILABLE, reason="Numba is not installed (pip install minitransformer[fast])")
 
-REFERENCE = kernels.table("reference")
-FAST = kernels.table("fast")
+REFERENCE = functional.REFERENCE
+FAST = functional.FAST
 
 
 @pytest.fixture

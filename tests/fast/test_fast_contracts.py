@@ -9,9 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from minitransformer import backend, kernels
-from minitransformer.fast import FAST_KERNELS
-from fast_helpers import dev, FAST, host, REFERENCE, TESTED_ELSEWHERE
+from minitransformer import backend, functional
+from fast_helpers import dev, FAST, FAST_ONLY, host, REFERENCE, TESTED_ELSEWHERE
 
 
 # ---------------------------------------------------------------------------
@@ -41,22 +40,27 @@ def test_the_coverage_check_notices_a_kernel_without_a_test():
 
 
 def test_every_fast_kernel_has_an_equality_test():
-    missing = _without_equality_test(FAST_KERNELS)
+    missing = _without_equality_test(FAST_ONLY)
     assert not missing, (
         f"fast kernels without an equality test against the reference: {missing}; add one in tests/fast "
         "(marked @covers(name)) or list the name in TESTED_ELSEWHERE with its test in tests/fast"
     )
     here = pathlib.Path(__file__)
     files = [p for p in here.parent.glob("test_*.py") if p != here]
-    unknown = sorted(_covered(p.read_text(encoding="utf-8") for p in files) - set(kernels.NAMES))
+    unknown = sorted(_covered(p.read_text(encoding="utf-8") for p in files) - set(functional.NAMES))
     assert not unknown, f"@covers names that are not kernels: {unknown}"
 
 
 def test_fast_set_is_the_reference_set_overridden_by_fast_kernels():
-    assert set(FAST) == set(REFERENCE) == set(kernels.NAMES)
-    for name in kernels.NAMES:
-        expected = FAST_KERNELS.get(name, REFERENCE[name])
-        assert FAST[name] is expected, f"table(\"fast\")[{name!r}] is not {expected}"
+    """Both tables name every kernel; a fast entry is the reference's or a function of the
+    twin file named after the reference's file (fast/linear.py for nn/linear.py ...)."""
+    assert list(FAST) == list(REFERENCE) == list(functional.NAMES)
+    assert FAST_ONLY, "the fast set replaces no kernel"
+    for name, fast in FAST_ONLY.items():
+        reference_file = REFERENCE[name].__module__.rsplit(".", 1)[1]
+        assert fast.__module__ == f"minitransformer.fast.{reference_file}", (
+            f"FAST[{name!r}] is {fast.__module__}.{fast.__name__}, not in the twin of {REFERENCE[name].__module__}")
+        assert fast.__name__ == name, f"FAST[{name!r}] is named {fast.__name__}"
 
 
 # ---------------------------------------------------------------------------

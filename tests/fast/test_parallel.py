@@ -8,7 +8,7 @@ from minitransformer import backend
 from minitransformer.fast import parallel
 from minitransformer.fast.attention import attention_backward, attention_forward
 from minitransformer.nn.attention import causal_mask
-from minitransformer.fast.activations import gelu_forward
+from minitransformer.fast.elementwise import gelu_forward
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The fast GELU (minitransformer/fast/activations.py): the tanh form equals the reference, the
+"""The fast GELU (minitransformer/fast/elementwise.py): the tanh form equals the reference, the
 exact form stays within the bound its module documents."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minitransformer.fast import parallel
-from minitransformer.fast import activations as fast_activations
+from minitransformer.fast import elementwise as fast_elementwise
 from fast_helpers import (
     assert_close, assert_unchanged, covers, dev, FAST, GELU_DYDX_BOUND, GELU_Y_BOUND, host, REFERENCE,
     run_forward, SETTINGS, small_blocks,
@@ -82,7 +82,7 @@ def test_gelu(any_backend, compiled_mode, c, approximate):
 def test_gelu_dense_sweep_and_the_blocked_path(compiled_mode, approximate):
     """A dense sweep of [-12, 12] (every cell of the table, both ends of the grid) plus
     far values, large enough (> 2 blocks) that the default blocked, threaded path runs."""
-    n = 2 * fast_activations._BLOCK + 12345
+    n = 2 * fast_elementwise._BLOCK + 12345
     x = np.concatenate([np.linspace(-12.0, 12.0, n - 6), [1e4, -1e4, 1e3, -1e3, 30.0, -30.0]])
     saved = parallel.threads()
     parallel.set_threads(2)

@@ -1,6 +1,6 @@
 """The fast (in-place) Adam update against the reference kernel.
 
-``minitransformer.fast.adam.adam_update`` must compute what
+``minitransformer.fast.optimizer.adam_update`` must compute what
 ``minitransformer.optim.optimizer.adam_update`` computes, for any shape and any
 hyper-parameters, with L2 and with decoupled weight decay, over several steps,
 and it must do so in place: the arrays it returns are the arrays it was given,
@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from minitransformer import backend
-from minitransformer.fast.adam import adam_update as fast_adam_update
+from minitransformer.fast.optimizer import adam_update as fast_adam_update
 from minitransformer.optim.optimizer import adam_update as reference_adam_update
 
 RTOL = 1e-12

@@ -1,0 +1,183 @@
+"""The package's shape, read from its source with :mod:`ast` (nothing is run):
+
+* a layer calls its reference kernel by name, defined in its own file, and its fast
+  twin by name in the fast file of the same name: a reader, an editor's
+  go-to-definition or a static follower of calls lands on the math in one hop;
+* the import graph of the package's files has no cycle;
+* the kernel stack is layered: ``fast/`` imports nothing from the layers above it,
+  ``nn/`` nothing from the models, optimizers, training or chemistry above it.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import minitransformer
+
+PACKAGE = Path(minitransformer.__file__).resolve().parent
+
+
+def _tree(rel: str) -> ast.Module:
+    return ast.parse((PACKAGE / rel).read_text(encoding="utf-8"))
+
+
+def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == name:
+                    return item
+    raise AssertionError(f"no method {cls}.{name}")
+
+
+def _calls(fn: ast.FunctionDef) -> tuple[set[str], set[tuple[str, str]]]:
+    """The plain names called in ``fn`` (``f(...)``) and the (module alias, name) pairs
+    (``m.f(...)``)."""
+    names, attributes = set(), set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name):
+                names.add(node.func.id)
+            elif isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
+                attributes.add((node.func.value.id, node.func.attr))
+    return names, attributes
+
+
+def _module_functions(rel: str) -> set[str]:
+    return {n.name for n in _tree(rel).body if isinstance(n, ast.FunctionDef)}
+
+
+def _fast_aliases(tree: ast.Module) -> dict[str, str]:
+    """{alias: fast file} of ``from minitransformer.fast import linear as fast_linear`` lines."""
+    return {(a.asname or a.name): f"fast/{a.name}.py" for n in tree.body
+            if isinstance(n, ast.ImportFrom) and n.module == "minitransformer.fast" for a in n.names}
+
+
+# (file, class, method, the reference kernel it calls) for the layers whose kernels have a fast twin
+ONE_HOP = [
+    ("nn/linear.py", "Linear", "forward", "linear_forward"),
+    ("nn/linear.py", "Linear", "backward", "linear_backward"),
+    ("nn/layernorm.py", "LayerNorm", "forward", "layernorm_forward"),
+    ("nn/layernorm.py", "LayerNorm", "backward", "layernorm_backward"),
+    ("nn/attention.py", "MultiHeadAttention", "forward", "attention_forward"),
+    ("nn/attention.py", "MultiHeadAttention", "backward", "attention_backward"),
+    ("nn/elementwise.py", "GELU", "forward", "gelu_forward"),
+    ("nn/embedding.py", "Embedding", "backward", "embedding_backward"),
+    ("nn/embedding.py", "OutputProjection", "forward", "linear_forward"),
+    ("nn/softmax.py", "CrossEntropyLoss", "forward", "cross_entropy_forward"),
+    ("nn/softmax.py", "CrossEntropyLoss", "backward", "cross_entropy_backward"),
+    ("optim/optimizer.py", "Adam", "_update", "adam_update"),
+]
+
+
+@pytest.mark.parametrize("rel, cls, method, kernel", ONE_HOP, ids=[f"{c}.{m}" for _, c, m, _ in ONE_HOP])
+def test_a_layer_names_its_kernel_and_its_twin(rel, cls, method, kernel):
+    """Issue 26.1: following ``x`` from ``Linear.forward`` by its calls reaches
+    ``linear_forward``'s body without a dispatch table in between."""
+    tree = _tree(rel)
+    names, attributes = _calls(_method(tree, cls, method))
+    assert kernel in names, f"{cls}.{method} ({rel}) does not call {kernel}(...) by name"
+    defined_here = _module_functions(rel)
+    imported = {a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    if kernel not in defined_here:  # a kernel of an earlier file of the book (OutputProjection's linear)
+        source = imported.get(kernel, "")
+        assert source.startswith("minitransformer.nn."), f"{kernel} in {rel} is neither defined nor imported from nn/"
+        assert kernel in _module_functions(source.replace("minitransformer.", "").replace(".", "/") + ".py")
+    twins = [(alias, fast_file) for alias, fast_file in _fast_aliases(tree).items() if (alias, kernel) in attributes]
+    assert twins, f"{cls}.{method} ({rel}) does not call the fast twin <fast module>.{kernel}(...) by name"
+    for _, fast_file in twins:
+        assert kernel in _module_functions(fast_file), f"{fast_file} defines no {kernel}"
+
+
+def _module_file(dotted: str) -> str | None:
+    """The package file (relative, like "nn/linear.py") of a dotted module name, or None."""
+    parts = dotted.split(".")[1:]
+    if not parts:
+        return "__init__.py"
+    rel = Path(*parts)
+    for candidate in (rel.with_suffix(".py"), rel / "__init__.py"):
+        if (PACKAGE / candidate).is_file():
+            return str(candidate).replace("\\", "/")
+    return None
+
+
+def _imports(rel: str) -> set[str]:
+    """The package files ``rel`` imports, at module level or inside a function: ``from a.b
+    import c`` is the file of ``a.b.c`` when c is a module, else the file of ``a.b``."""
+    found = set()
+    for node in ast.walk(_tree(rel)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("minitransformer"):
+            for alias in node.names:
+                target = _module_file(f"{node.module}.{alias.name}") or _module_file(node.module)
+                if target:
+                    found.add(target)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("minitransformer."):
+                    target = _module_file(alias.name)
+                    if target:
+                        found.add(target)
+    found.discard(rel)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    files = [str(p.relative_to(PACKAGE)).replace("\\", "/") for p in PACKAGE.rglob("*.py")]
+    return {f: _imports(f) for f in sorted(files)}
+
+
+def _a_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph (a list of files, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in graph:
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _a_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_import_graph_has_no_cycle():
+    cycle = _a_cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+# What each part of the kernel stack may not import (folders, or files, relative to the package).
+FORBIDDEN = {
+    "fast/": ("nn/", "optim/", "models/", "generate/", "train/", "checkpoint/", "chem/", "cli/", "tasks.py"),
+    "nn/": ("optim/", "models/", "generate/", "train/", "checkpoint/", "chem/", "cli/", "tasks.py", "functional/"),
+    "backend.py": ("fast/", "nn/"),
+    "kernels.py": ("fast/", "nn/", "backend.py"),
+}
+
+
+@pytest.mark.parametrize("part", sorted(FORBIDDEN))
+def test_the_kernel_stack_imports_only_downwards(part):
+    graph = _graph()
+    for rel, targets in graph.items():
+        if rel == part or rel.startswith(part) and part.endswith("/"):
+            bad = sorted(t for t in targets if t.startswith(FORBIDDEN[part]))
+            assert not bad, f"{rel} imports {bad}, which sit above {part}"
