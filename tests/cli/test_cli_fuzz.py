@@ -10,6 +10,7 @@ milliseconds and shows what the checks before any work let through.
 """
 import contextlib
 import io
+import os
 import shutil
 
 import pytest
@@ -149,8 +150,13 @@ def stop_before_work(monkeypatch):
 def check(main, argv, root):
     reset_world(root)
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run_cli(main, argv)
+    cwd = os.getcwd()
+    os.chdir(root)  # a relative path drawn from the noise (--out -) lands here, not in the checkout
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run_cli(main, argv)
+    finally:
+        os.chdir(cwd)
     text = err.getvalue()
     assert code in (0, 1, 2), f"exit status {code} for {argv}: {text}"
     assert "Traceback" not in text, f"a traceback for {argv}:\n{text}"
