@@ -1,6 +1,3 @@
-"""The model configs' shared options, :class:`TransformerOptions`, live with the
-blocks they build (:mod:`minitransformer.nn.blocks`); this module keeps the old
-import path working."""
-from minitransformer.nn.blocks import ConfigBase, TransformerOptions
-
-__all__ = ["ConfigBase", "TransformerOptions"]
+"""Moved: the options every model config shares live in :mod:`minitransformer.nn.config`."""
+raise ImportError("minitransformer.models.config is gone: import TransformerOptions and ConfigBase from "
+                  "minitransformer.nn.config")

@@ -6,7 +6,7 @@ start with a BOS token. The forward pass maps ids (B, T) to next-token logits
 from looking ahead::
 
     h = dropout(E[ids] * s + P)                       # TokenEmbedder
-    h = block_n( ... block_1(h, causal & padding) )   # DecoderBlock, no cross-attention
+    h = block_n( ... block_1(h, causal & padding) )   # CausalBlock: self-attention that looks back
     h = LN_f(h)                                       # optional (default on for pre-LN)
     logits = h @ W_out + b   or   h @ E^T (tied)      # (B, T, V)
 
@@ -32,8 +32,9 @@ from minitransformer import backend
 from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
 from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_token_batch
 from minitransformer.nn.softmax import CrossEntropyLoss
-from minitransformer.nn.blocks import TransformerOptions
-from minitransformer.nn import DecoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
+from minitransformer.nn.blocks import CausalBlock, Stack
+from minitransformer.nn.config import TransformerOptions
+from minitransformer.nn import KVCache, LayerNorm, Module, ModuleList, set_rng
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -63,16 +64,11 @@ class DecoderLM(Module):
         self.config = c = config
         self.rng = backend.RNG(c.seed)
         self.embed = TokenEmbedder(c.vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout, self.rng)
-        self.blocks = ModuleList(
-            DecoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, norm=c.norm, activation=c.activation,
-                         attn_dropout=c.attn_dropout, resid_dropout=c.resid_dropout,
-                         ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng, cross_attention=False,
-                         relative_bias=c.relative_bias, relative_max_distance=c.relative_max_distance)
-            for _ in range(c.n_layers)
-        )
+        self.blocks = ModuleList(CausalBlock(c, rng=self.rng) for _ in range(c.n_layers))
         self.ln_f = LayerNorm(c.d_model) if c.final_norm else None
         self.head = OutputProjection(c.d_model, c.vocab_size, c.bias, self.rng,
                                      tied_to=self.embed.tok if c.tie_embeddings else None)
+        self.stack = Stack(self.embed, self.blocks, self.ln_f)  # embed -> blocks -> ln_f, and back
         set_rng(self, self.rng)
 
     # -- training-time forward / backward ---------------------------------------
@@ -81,23 +77,14 @@ class DecoderLM(Module):
         check_token_batch(ids, self.config.vocab_size, self.config.max_len, "DecoderLM")
         T = ids.shape[1]
         mask = combine_masks(causal_mask(T), padding_mask(ids, self.config.pad_id))  # (B, 1, T, T)
-        h = self.embed(ids)  # (B, T, D)
-        for block in self.blocks:
-            h = block(h, mask=mask)  # (B, T, D)
-        if self.ln_f is not None:
-            h = self.ln_f(h)
+        h = self.stack(ids, mask=mask)  # (B, T, D)
         self.cache = True
         return self.head(h)  # (B, T, V)
 
     def backward(self, dlogits):
         """dlogits: (B, T, V). Accumulates every parameter's gradient; returns None."""
         self._require_cache()
-        dh = self.head.backward(dlogits)  # (B, T, D)
-        if self.ln_f is not None:
-            dh = self.ln_f.backward(dh)
-        for block in reversed(list(self.blocks)):
-            dh = block.backward(dh)
-        self.embed.backward(dh)
+        self.stack.backward(self.head.backward(dlogits))  # (B, T, D) into the stack
         return None
 
     def log_prob(self, ids):
@@ -127,11 +114,7 @@ class DecoderLM(Module):
         if start + Tn > self.config.max_len:
             raise ValueError(f"DecoderLM: decoding past max_len={self.config.max_len}")
         mask = causal_mask(Tn, start + Tn)  # (Tn, start+Tn): bottom rows of the triangle
-        h = self.embed(ids_new, offset=start)  # (B, Tn, D)
-        for block, kv in zip(self.blocks, state["caches"]):
-            h = block(h, mask=mask, kv_cache=kv)
-        if self.ln_f is not None:
-            h = self.ln_f(h)
+        h = self.stack(ids_new, mask=mask, offset=start, kv_caches=state["caches"])  # (B, Tn, D)
         state["pos"] = start + Tn
         return self.head(h[:, -1:])[:, 0]  # (B, V)
 

@@ -29,8 +29,9 @@ from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.nn.attention import padding_mask
 from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_token_batch
-from minitransformer.nn.blocks import TransformerOptions
-from minitransformer.nn import EncoderBlock, LayerNorm, Linear, Module, ModuleList, set_rng
+from minitransformer.nn.blocks import EncoderBlock, Stack
+from minitransformer.nn.config import TransformerOptions
+from minitransformer.nn import LayerNorm, Linear, Module, ModuleList, set_rng
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -52,38 +53,24 @@ class Encoder(Module):
         self.config = c = config
         self.rng = backend.RNG(c.seed)
         self.embed = TokenEmbedder(c.vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout, self.rng)
-        self.blocks = ModuleList(
-            EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, norm=c.norm, activation=c.activation,
-                         attn_dropout=c.attn_dropout, resid_dropout=c.resid_dropout,
-                         ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng,
-                         relative_bias=c.relative_bias, relative_max_distance=c.relative_max_distance)
-            for _ in range(c.n_layers)
-        )
+        self.blocks = ModuleList(EncoderBlock(c, rng=self.rng) for _ in range(c.n_layers))
         self.ln_f = LayerNorm(c.d_model) if c.final_norm else None
         self.mlm = (OutputProjection(c.d_model, c.vocab_size, c.bias, self.rng,
                                      tied_to=self.embed.tok if c.tie_embeddings else None)
                     if c.mlm_head else None)
         self.cls = Linear(c.d_model, c.n_outputs, bias=True, rng=self.rng) if c.n_outputs > 0 else None
+        self.stack = Stack(self.embed, self.blocks, self.ln_f)  # embed -> blocks -> ln_f, and back
         set_rng(self, self.rng)
 
     def encode(self, ids):
         """ids (B, T) -> hidden states (B, T, D), padding keys masked."""
         check_token_batch(ids, self.config.vocab_size, self.config.max_len, "Encoder")
         mask = padding_mask(ids, self.config.pad_id)  # (B, 1, 1, T)
-        h = self.embed(ids)  # (B, T, D)
-        for block in self.blocks:
-            h = block(h, mask=mask)
-        if self.ln_f is not None:
-            h = self.ln_f(h)
-        return h
+        return self.stack(ids, mask=mask)  # (B, T, D)
 
     def encode_backward(self, dh):
         """dh: (B, T, D) gradient of the hidden states; accumulates parameter gradients."""
-        if self.ln_f is not None:
-            dh = self.ln_f.backward(dh)
-        for block in reversed(list(self.blocks)):
-            dh = block.backward(dh)
-        self.embed.backward(dh)
+        self.stack.backward(dh)
 
     def forward(self, ids, head: str | None = None):
         """Hidden states (head=None), MLM logits (B, T, V) or pooled outputs (B, n_outputs)."""

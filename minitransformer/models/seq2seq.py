@@ -27,8 +27,9 @@ from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
 from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_token_batch
-from minitransformer.nn.blocks import TransformerOptions
-from minitransformer.nn import DecoderBlock, EncoderBlock, KVCache, LayerNorm, Module, ModuleList, set_rng
+from minitransformer.nn.blocks import DecoderBlock, EncoderBlock, Stack
+from minitransformer.nn.config import TransformerOptions
+from minitransformer.nn import KVCache, LayerNorm, Module, ModuleList, set_rng
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -59,21 +60,18 @@ class Seq2Seq(Module):
     def __init__(self, config: Seq2SeqConfig):
         self.config = c = config
         self.rng = backend.RNG(c.seed)
-        block_kw = dict(norm=c.norm, activation=c.activation, attn_dropout=c.attn_dropout,
-                        resid_dropout=c.resid_dropout, ff_dropout=c.ff_dropout, bias=c.bias, rng=self.rng,
-                        relative_bias=c.relative_bias, relative_max_distance=c.relative_max_distance)
         self.src_embed = TokenEmbedder(c.src_vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout, self.rng)
-        self.enc_blocks = ModuleList(EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, **block_kw)
-                                     for _ in range(c.n_enc_layers))
+        self.enc_blocks = ModuleList(EncoderBlock(c, rng=self.rng) for _ in range(c.n_enc_layers))
         self.enc_ln = LayerNorm(c.d_model) if c.final_norm else None
         self.tgt_embed = TokenEmbedder(c.tgt_vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout,
                                        self.rng,
                                        shared_weight=self.src_embed.tok.weight if c.share_embeddings else None)
-        self.dec_blocks = ModuleList(DecoderBlock(c.d_model, c.n_heads, c.d_ff, c.d_head, **block_kw)
-                                     for _ in range(c.n_dec_layers))
+        self.dec_blocks = ModuleList(DecoderBlock(c, rng=self.rng) for _ in range(c.n_dec_layers))
         self.dec_ln = LayerNorm(c.d_model) if c.final_norm else None
         self.head = OutputProjection(c.d_model, c.tgt_vocab_size, c.bias, self.rng,
                                      tied_to=self.tgt_embed.tok if c.tie_embeddings else None)
+        self.enc_stack = Stack(self.src_embed, self.enc_blocks, self.enc_ln)
+        self.dec_stack = Stack(self.tgt_embed, self.dec_blocks, self.dec_ln)
         set_rng(self, self.rng)
 
     # -- encoder -----------------------------------------------------------------
@@ -81,19 +79,7 @@ class Seq2Seq(Module):
         """src (B, S) -> memory (B, S, D) and the source key mask (B, 1, 1, S)."""
         check_token_batch(src, self.config.src_vocab_size, self.config.max_len, "Seq2Seq source")
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
-        h = self.src_embed(src)  # (B, S, D)
-        for block in self.enc_blocks:
-            h = block(h, mask=src_mask)
-        if self.enc_ln is not None:
-            h = self.enc_ln(h)
-        return h, src_mask
-
-    def _encode_backward(self, dmem):
-        if self.enc_ln is not None:
-            dmem = self.enc_ln.backward(dmem)
-        for block in reversed(list(self.enc_blocks)):
-            dmem = block.backward(dmem)
-        self.src_embed.backward(dmem)
+        return self.enc_stack(src, mask=src_mask), src_mask  # (B, S, D), (B, 1, 1, S)
 
     # -- training-time forward / backward ---------------------------------------
     def forward(self, src, tgt_in):
@@ -105,26 +91,15 @@ class Seq2Seq(Module):
         memory, src_mask = self.encode(src)  # (B, S, D)
         T = tgt_in.shape[1]
         tgt_mask = combine_masks(causal_mask(T), padding_mask(tgt_in, self.config.pad_id))  # (B, 1, T, T)
-        h = self.tgt_embed(tgt_in)  # (B, T, D)
-        for block in self.dec_blocks:
-            h = block(h, mask=tgt_mask, context=memory, context_mask=src_mask)
-        if self.dec_ln is not None:
-            h = self.dec_ln(h)
+        h = self.dec_stack(tgt_in, mask=tgt_mask, context=memory, context_mask=src_mask)  # (B, T, D)
         self.cache = memory.shape
         return self.head(h)  # (B, T, V)
 
     def backward(self, dlogits):
         """dlogits (B, T, V). Accumulates all gradients; returns None."""
         mem_shape = self._require_cache()
-        dh = self.head.backward(dlogits)  # (B, T, D)
-        if self.dec_ln is not None:
-            dh = self.dec_ln.backward(dh)
-        dmem = xp.zeros(mem_shape, dtype=dh.dtype)  # (B, S, D): every block's cross-attention adds here
-        for block in reversed(list(self.dec_blocks)):
-            dh, dctx = block.backward(dh)
-            dmem += dctx
-        self.tgt_embed.backward(dh)
-        self._encode_backward(dmem)
+        dmem = self.dec_stack.backward(self.head.backward(dlogits), context_shape=mem_shape)  # (B, S, D)
+        self.enc_stack.backward(dmem)
         return None
 
     # -- incremental decoding ------------------------------------------------------
@@ -142,12 +117,8 @@ class Seq2Seq(Module):
         if start + Tn > self.config.max_len:
             raise ValueError(f"Seq2Seq: decoding past max_len={self.config.max_len}")
         mask = causal_mask(Tn, start + Tn)  # (Tn, start+Tn)
-        h = self.tgt_embed(ids_new, offset=start)  # (B, Tn, D)
-        for block, kv, cross in zip(self.dec_blocks, state["caches"], state["cross"]):
-            h = block(h, mask=mask, context=state["memory"], context_mask=state["src_mask"],
-                      kv_cache=kv, cross_cache=cross)
-        if self.dec_ln is not None:
-            h = self.dec_ln(h)
+        h = self.dec_stack(ids_new, mask=mask, offset=start, kv_caches=state["caches"], context=state["memory"],
+                           context_mask=state["src_mask"], cross_caches=state["cross"])  # (B, Tn, D)
         state["pos"] = start + Tn
         return self.head(h[:, -1:])[:, 0]  # (B, V)
 

@@ -3,13 +3,15 @@
 
 Reading order: module, linear, elementwise (GELU, ReLU, dropout), embedding,
 softmax (and cross-entropy), relative_position (a bias on the attention logits),
-attention, layernorm, blocks: each file imports only files before it. ``bce`` is
+attention, layernorm, config (the options a model is built from), blocks: each file imports
+only files before it. ``bce`` is
 the loss of the property models."""
 from minitransformer.nn import (
     attention, bce, elementwise, embedding, layernorm, linear, relative_position, softmax,
 )
 from minitransformer.nn.attention import KVCache, MultiHeadAttention
-from minitransformer.nn.blocks import DecoderBlock, EncoderBlock, FeedForward
+from minitransformer.nn.blocks import CausalBlock, DecoderBlock, EncoderBlock, FeedForward, Residual, Stack
+from minitransformer.nn.config import TransformerOptions
 from minitransformer.nn.elementwise import GELU, Dropout, ReLU, make_activation, set_rng
 from minitransformer.nn.embedding import (
     Embedding, OutputProjection, PositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedder,
@@ -21,10 +23,10 @@ from minitransformer.nn.relative_position import RelativePositionBias
 from minitransformer.nn.softmax import CrossEntropyLoss
 
 __all__ = [
-    "CrossEntropyLoss", "DecoderBlock", "Dropout", "Embedding", "EncoderBlock", "FeedForward", "GELU", "KVCache",
+    "CausalBlock", "CrossEntropyLoss", "DecoderBlock", "Dropout", "Embedding", "EncoderBlock", "FeedForward", "GELU", "KVCache",
     "LayerNorm", "Linear", "Module", "ModuleList", "MultiHeadAttention", "OutputProjection",
     "Parameter", "PositionalEmbedding", "ReLU", "SinusoidalPositionalEncoding", "TokenEmbedder",
-    "RelativePositionBias", "make_activation", "set_rng",
+    "RelativePositionBias", "Residual", "Stack", "TransformerOptions", "make_activation", "set_rng",
 ]
 
 

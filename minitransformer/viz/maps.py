@@ -55,7 +55,7 @@ def _stacks(model) -> dict[str, list]:
         return {"encoder": list(model.enc_blocks), "decoder": list(model.dec_blocks)}
     if hasattr(model, "blocks"):  # DecoderLM (decoder blocks) or Encoder (encoder blocks)
         blocks = list(model.blocks)
-        is_decoder = bool(blocks) and hasattr(blocks[0], "_cross")
+        is_decoder = bool(blocks) and getattr(blocks[0], "causal", False)  # CausalBlock: a decoder stack
         return {"decoder" if is_decoder else "encoder": blocks}
     raise TypeError(
         f"attention_maps: {type(model).__name__} is not a DecoderLM, Encoder or Seq2Seq "

@@ -55,7 +55,8 @@ def test_model_repr_names_every_submodule_and_the_tied_head():
     assert text.startswith("DecoderLM(\n  (embed): TokenEmbedder(")
     assert "    (tok): Embedding(10, 8)" in text
     assert "  (head): OutputProjection(tied to the token embedding (10, 8))" in text
-    assert text.count("DecoderBlock(") == 2
+    assert text.count("CausalBlock(") == 2  # a GPT block: causal self-attention, no cross-attention
+    assert "  (stack): Stack()" in text and text.count("(attn_sublayer): Residual(pre-LN, around MultiHeadAttention)") == 2
 
 
 # -- freezing ------------------------------------------------------------------------
