@@ -1,6 +1,8 @@
 """Chemistry data layer: SMILES tokens, vocabulary, data sets, and sample metrics.
 
-Independent of the neural-network code; plain Python and NumPy on the host.
+Independent of the neural-network code (``tests/test_structure.py`` holds it to that);
+plain Python and NumPy on the host. What runs a trained model on molecules is the
+layer above, :mod:`minitransformer.molecules`.
 
 * :mod:`~minitransformer.chem.tokenizer` - lossless regex tokenizer for SMILES.
 * :mod:`~minitransformer.chem.vocab` - :class:`Vocab`, token <-> id with PAD/BOS/EOS/UNK.

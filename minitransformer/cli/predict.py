@@ -5,7 +5,7 @@ The molecules come from a CSV file with a ``smiles`` column (an ``id`` or
 standard input (``-``). Each molecule is written ``--views`` times (as given,
 then as random SMILES) and the model's probabilities are averaged, as the
 training command does for its test set (see
-:mod:`minitransformer.chem.predicting`). The output CSV has one probability per
+:mod:`minitransformer.molecules.predicting`). The output CSV has one probability per
 assay, and for a molecule the model cannot read (RDKit cannot parse it, it has
 tokens the model never saw, or it is too long) ``readable`` is 0 and ``reason``
 says why; such a molecule never stops the others.
@@ -38,7 +38,7 @@ def add_parser(commands):
 
 def run(args) -> int:
     from minitransformer import cli
-    from minitransformer.chem.predicting import PropertyPredictor, predictions_csv, write_predictions_csv
+    from minitransformer.molecules.predicting import PropertyPredictor, predictions_csv, write_predictions_csv
     from minitransformer.chem.user_files import read_user_smiles
     cli.refuse_overwrite(args.out, args.force)  # before any work
     predictor = PropertyPredictor.from_checkpoint(args.checkpoint)

@@ -165,7 +165,7 @@ def pretrain(model, vocab, train_smiles, s, args, out):
 def run(args) -> int:
     from minitransformer.chem import Vocab
     from minitransformer import cli
-    from minitransformer.chem.predicting import view_probabilities
+    from minitransformer.molecules.predicting import view_probabilities
     from minitransformer.chem.properties import load_labelled
     from minitransformer.checkpoint import model_from_checkpoint
     from minitransformer.metrics import multilabel_roc_auc

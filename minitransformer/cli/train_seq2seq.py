@@ -1,6 +1,6 @@
 """``minitransformer train seq2seq``: a SMILES canonicalizer, an encoder-decoder transformer.
 
-The task (see :mod:`minitransformer.chem.canonicalization`): read a randomized
+The task (see :mod:`minitransformer.molecules.canonicalization`): read a randomized
 SMILES, write the canonical one. The flow, top to bottom: load and clean SMILES
 -> canonicalize and drop repeated molecules -> random 80/10/10 split of the
 molecules (no test molecule is ever trained on) -> one shared vocabulary for
@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from minitransformer.chem.canonicalization import COLUMNS, MAX_TOKENS
+from minitransformer.molecules.canonicalization import COLUMNS, MAX_TOKENS
 
 PRESETS = {
     # Pre-LN, D=128, a deeper encoder than decoder (4 + 2 layers), sinusoidal positions, one
@@ -140,7 +140,7 @@ def run(args) -> int:
     from minitransformer.chem.seq2seq_data import PairEpochs, prepare_pairs
     from minitransformer.checkpoint import model_from_checkpoint
     from minitransformer.tasks import Seq2SeqTask
-    from minitransformer.chem.canonicalization import exact_match_callback, judge, score_translations, translate
+    from minitransformer.molecules.canonicalization import exact_match_callback, judge, score_translations, translate
     from minitransformer.chem.moses import is_moses
     from minitransformer.train import TrainConfig
 
@@ -214,7 +214,7 @@ def tox21_exact_match(model, vocab, seed: int) -> dict:
     """Greedy exact match of a MOSES-trained canonicalizer on the Tox21 test molecules (the
     split ``train seq2seq --data tox21`` tests on); molecules with tokens MOSES never uses
     (metals, charges, ...) are counted and skipped."""
-    from minitransformer.chem.canonicalization import judge, score_translations, translate
+    from minitransformer.molecules.canonicalization import judge, score_translations, translate
     from minitransformer.chem.seq2seq_data import prepare_pairs
     from minitransformer.chem.tokenizer import tokenize
     tox = prepare_pairs("tox21", seed=seed, max_tokens=MAX_TOKENS, log=lambda line: None)

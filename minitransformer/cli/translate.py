@@ -4,7 +4,7 @@ SMILES come from the command line, a file (``--input``) or standard input
 (``--input -``). Each is decoded greedily (``--beam 1``) or by beam search, and
 the output, one tab-separated line per molecule, gives the source, the model's
 answer and whether it equals RDKit's canonical SMILES (see
-:mod:`minitransformer.chem.canonicalization`). An input RDKit cannot read, or
+:mod:`minitransformer.molecules.canonicalization`). An input RDKit cannot read, or
 one too long for the model, gets its line too, with the reason, rather than
 stopping the whole batch.
 """
@@ -49,7 +49,7 @@ def load_translator(path):
 def run(args) -> int:
     from minitransformer import cli
     from minitransformer.chem import canonical
-    from minitransformer.chem.canonicalization import translate
+    from minitransformer.molecules.canonicalization import translate
     from minitransformer.chem.user_files import read_user_smiles
     if not args.smiles and args.input is None:
         raise ValueError("no SMILES given; list them after the checkpoint, or pass --input FILE (- for stdin)")

@@ -12,7 +12,7 @@ from minitransformer.chem import canonical, randomize_smiles, read_smiles  # noq
 from minitransformer.cli import run_cli  # noqa: E402
 from minitransformer.chem.data import druglike_path  # noqa: E402
 from minitransformer.chem.seq2seq_data import PairEpochs, prepare_pairs  # noqa: E402
-from minitransformer.chem.canonicalization import COLUMNS
+from minitransformer.molecules.canonicalization import COLUMNS
 
 
 def _quiet(*_):

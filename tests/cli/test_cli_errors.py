@@ -12,7 +12,7 @@ import pytest
 from minitransformer.cli import run_cli
 from cli_helpers import one_line_error  # noqa: E402
 import minitransformer.cli.sample as cli_sample
-import minitransformer.chem.canonicalization as canonicalization
+import minitransformer.molecules.canonicalization as canonicalization
 
 pytest.importorskip("rdkit")
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from minitransformer.cli import run_cli  # noqa: E402
 import minitransformer.cli.sample as cli_sample
-import minitransformer.chem.canonicalization as canonicalization
+import minitransformer.molecules.canonicalization as canonicalization
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None, derandomize=False,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

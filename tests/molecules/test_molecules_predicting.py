@@ -7,7 +7,7 @@ pytest.importorskip("rdkit")
 from minitransformer.atomic import FileExistsRefusal  # noqa: E402
 from minitransformer.checkpoint import save_checkpoint  # noqa: E402
 from minitransformer.chem import Vocab  # noqa: E402
-from minitransformer.chem.predicting import (PropertyPredictor, read_user_smiles,  # noqa: E402
+from minitransformer.molecules.predicting import (PropertyPredictor, read_user_smiles,  # noqa: E402
                                              view_probabilities, write_predictions_csv)
 from minitransformer.models import Encoder, EncoderConfig  # noqa: E402
 

@@ -1,0 +1,12 @@
+"""What a trained model does with molecules: the layer above :mod:`minitransformer.chem`.
+
+:mod:`minitransformer.chem` reads, cleans, writes and judges SMILES on the host and
+knows nothing of models; the modules here run one:
+
+* :mod:`~minitransformer.molecules.canonicalization`: a seq2seq model writes a SMILES
+  in RDKit's canonical form (greedy or beam), judged by exact match;
+* :mod:`~minitransformer.molecules.predicting`: an encoder predicts the Tox21 assays
+  of SMILES, averaged over random writings of each;
+* :mod:`~minitransformer.molecules.likelihood`: a language model's NLL and next-token
+  accuracy over held-out molecules.
+"""
