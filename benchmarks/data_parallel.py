@@ -47,7 +47,7 @@ def worker(config: str, steps: int, warmup: int) -> None:
     from minitransformer import distributed
     from minitransformer.models import DecoderLM
     from minitransformer.optim import AdamW, clip_grad_norm
-    from minitransformer.tasks import LMTask
+    from minitransformer.train.tasks import LMTask
 
     dp = distributed.DataParallel() if distributed.world_size() > 1 else None
     B, T = SHAPES[config]

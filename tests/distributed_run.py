@@ -19,7 +19,7 @@ import numpy as np
 from minitransformer import backend, distributed
 from minitransformer.models import DecoderLM, DecoderLMConfig, Seq2Seq, Seq2SeqConfig
 from minitransformer.optim import Adam, WarmupCosineLR
-from minitransformer.tasks import LMTask, Seq2SeqTask
+from minitransformer.train.tasks import LMTask, Seq2SeqTask
 from minitransformer.train import TrainConfig, fit
 
 PAD, BOS, EOS, V = 0, 1, 2, 13

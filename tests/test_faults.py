@@ -25,7 +25,7 @@ import minitransformer.atomic as atomic
 from minitransformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from minitransformer.models import DecoderLM, DecoderLMConfig
 from minitransformer.optim import Adam
-from minitransformer.tasks import LMTask
+from minitransformer.train.tasks import LMTask
 from minitransformer.train import TrainConfig, fit
 
 PAD, BOS, EOS = 0, 1, 2

@@ -94,7 +94,7 @@ def test_lm_training_step_does_not_synchronise_on_the_gpu():
     stand-in for every task without a GPU."""
     from minitransformer.models import DecoderLM, DecoderLMConfig
     from minitransformer.optim import Adam, clip_grad_norm
-    from minitransformer.tasks import LMTask
+    from minitransformer.train.tasks import LMTask
 
     backend.use("cupy")
     try:
@@ -120,7 +120,7 @@ def test_nccl_all_reduce_with_one_rank_keeps_the_gradients():
     pytest.importorskip("mpi4py")
     from minitransformer import distributed
     from minitransformer.models import DecoderLM, DecoderLMConfig
-    from minitransformer.tasks import LMTask
+    from minitransformer.train.tasks import LMTask
 
     backend.use("cupy")
     try:

@@ -26,7 +26,7 @@ from minitransformer import backend
 from minitransformer.generate import greedy
 from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
 from minitransformer.optim import Adam, WarmupCosineLR
-from minitransformer.tasks import LMTask, MLMTask, Seq2SeqTask
+from minitransformer.train.tasks import LMTask, MLMTask, Seq2SeqTask
 from minitransformer.train import TrainConfig, fit
 
 PAD, BOS, EOS, MASK = 0, 1, 2, 3

@@ -1,4 +1,4 @@
-"""Tests for minitransformer.tasks: collation, target shifting, what the loss scores.
+"""Tests for minitransformer.train.tasks: collation, target shifting, what the loss scores.
 
 The tasks are checked with small "recording" models that keep the inputs they
 receive and return logits chosen by the test, so the expected loss can be
@@ -14,7 +14,7 @@ import pytest
 from minitransformer import backend
 from minitransformer.testing.strict import HostSyncError
 from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
-from minitransformer.tasks import LMTask, MLMTask, Seq2SeqTask, pad_batch
+from minitransformer.train.tasks import LMTask, MLMTask, Seq2SeqTask, pad_batch
 
 PAD, BOS, EOS, MASK = 0, 1, 2, 3
 V = 12
@@ -285,7 +285,7 @@ def test_mlm_with_a_real_encoder_matches_manual_loss():
 # PropertyTask: multi-label masked BCE through the pooled head, whole model
 # ---------------------------------------------------------------------------
 def test_property_task_whole_model_gradient_with_missing_labels(float64):
-    from minitransformer.tasks import PropertyTask
+    from minitransformer.train.tasks import PropertyTask
     model = Encoder(EncoderConfig(vocab_size=V, max_len=8, d_model=8, n_heads=2, n_layers=2, d_ff=16,
                                   mlm_head=False, n_outputs=3, pad_id=PAD, seed=3))
     model.eval()
@@ -325,7 +325,7 @@ def test_property_task_whole_model_gradient_with_missing_labels(float64):
 
 
 def test_property_task_evaluate_reports_loss_and_auc():
-    from minitransformer.tasks import PropertyTask
+    from minitransformer.train.tasks import PropertyTask
     model = Encoder(EncoderConfig(vocab_size=V, max_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=16,
                                   mlm_head=False, n_outputs=2, pad_id=PAD, seed=0))
     model.eval()
@@ -341,7 +341,7 @@ def test_property_task_evaluate_reports_loss_and_auc():
 # A training step never waits for the device (the strict backend proves it)
 # ---------------------------------------------------------------------------
 def _step_cases():
-    from minitransformer.tasks import PropertyTask
+    from minitransformer.train.tasks import PropertyTask
     small = dict(max_len=16, d_model=16, n_heads=2, d_ff=32, emb_dropout=0.1, attn_dropout=0.1,
                  resid_dropout=0.1, ff_dropout=0.1)  # every kind of dropout draws its masks
     lm = DecoderLM(DecoderLMConfig(vocab_size=V, n_layers=2, tie_embeddings=True, **small))
@@ -468,7 +468,7 @@ def test_seq2seq_loss_refuses_an_empty_source_batch():
 
 
 def test_mlm_and_property_examples_need_tokens():
-    from minitransformer.tasks import PropertyTask
+    from minitransformer.train.tasks import PropertyTask
     mlm = MLMTask(mask_id=MASK, vocab_size=V, special_ids=(PAD, BOS, EOS))
     with pytest.raises(ValueError, match="MLMTask: example 1 has 0 tokens"):
         mlm.collate([[BOS, 5], []])
@@ -477,6 +477,6 @@ def test_mlm_and_property_examples_need_tokens():
 
 
 def test_property_labels_of_different_lengths_are_a_clear_error():
-    from minitransformer.tasks import PropertyTask
+    from minitransformer.train.tasks import PropertyTask
     with pytest.raises(ValueError, match=r"PropertyTask: example 1 has 1 label\(s\), example 0 has 2"):
         PropertyTask().collate([([BOS, 4], [1.0, 0.0]), ([BOS, 5], [1.0])])

@@ -103,7 +103,7 @@ def has_unknown(ids: np.ndarray, offsets: np.ndarray, unk_id: int) -> np.ndarray
 def id_lists(ids: np.ndarray, offsets: np.ndarray, vocab: Vocab,
              indices: Iterable[int] | None = None) -> list[list[int]]:
     """``[<bos>, tokens..., <eos>]`` id lists of the molecules ``indices`` (all by default),
-    equal to ``vocab.encode(smiles)``: the form :class:`~minitransformer.tasks.LMTask` trains on."""
+    equal to ``vocab.encode(smiles)``: the form :class:`~minitransformer.train.tasks.LMTask` trains on."""
     indices = range(len(offsets) - 1) if indices is None else indices
     bos, eos = [vocab.bos_id], [vocab.eos_id]
     return [bos + ids[offsets[i]:offsets[i + 1]].tolist() + eos for i in indices]

@@ -74,8 +74,8 @@ def write_bytes(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
 
 
 def save_curves(history, path: str | Path, **kwargs) -> Path:
-    """:func:`minitransformer.plots.plot_curves`, rendered in memory and written atomically."""
-    from minitransformer.plots import plot_curves
+    """:func:`minitransformer.viz.plots.plot_curves`, rendered in memory and written atomically."""
+    from minitransformer.viz.plots import plot_curves
     buf = io.BytesIO()
     plot_curves(history, buf, **kwargs)
     return write_bytes(path, buf.getvalue())

@@ -208,7 +208,7 @@ def run(args) -> int:
     from minitransformer.chem.draw import molecule_grid_png
     from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles
     from minitransformer.molecules.likelihood import batches_of, sequence_metrics
-    from minitransformer.tasks import LMTask
+    from minitransformer.train.tasks import LMTask
     from minitransformer.train import TrainConfig
     from minitransformer.train.history import tagged
 

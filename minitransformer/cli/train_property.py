@@ -148,7 +148,7 @@ def pretrain(model, vocab, train_smiles, s, args, out):
     --pretrain-data's), written at random each epoch."""
     from minitransformer.cli import run_fit
     from minitransformer.chem.lm_data import RandomizedEpochs
-    from minitransformer.tasks import MLMTask
+    from minitransformer.train.tasks import MLMTask
     from minitransformer.train import TrainConfig
     data = RandomizedEpochs(train_smiles, vocab, seed=args.seed + 1, p=1.0, max_tokens=s["max_len"],
                             encode=dict(cls=True))
@@ -170,7 +170,7 @@ def run(args) -> int:
     from minitransformer.checkpoint import model_from_checkpoint
     from minitransformer.metrics import multilabel_roc_auc
     from minitransformer.models import Encoder, EncoderConfig
-    from minitransformer.tasks import PropertyTask
+    from minitransformer.train.tasks import PropertyTask
     from minitransformer.train import TrainConfig
     from minitransformer.train.history import tagged
 

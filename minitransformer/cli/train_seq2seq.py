@@ -139,7 +139,7 @@ def run(args) -> int:
     from minitransformer import cli
     from minitransformer.chem.seq2seq_data import PairEpochs, prepare_pairs
     from minitransformer.checkpoint import model_from_checkpoint
-    from minitransformer.tasks import Seq2SeqTask
+    from minitransformer.train.tasks import Seq2SeqTask
     from minitransformer.molecules.canonicalization import exact_match_callback, judge, score_translations, translate
     from minitransformer.chem.moses import is_moses
     from minitransformer.train import TrainConfig

@@ -116,7 +116,7 @@ def mask_tokens(ids, mask_id: int, vocab_size: int, rng: np.random.Generator, p:
         mask_id: id of the MASK token. vocab_size: V.
         rng: a NumPy Generator (use ``backend.RNG.host()`` for a resumable stream).
         special_ids: ids never selected (default: the vocabulary's PAD, BOS, EOS, UNK = 0..3,
-            as in :class:`~minitransformer.tasks.MLMTask`).
+            as in :class:`~minitransformer.train.tasks.MLMTask`).
 
     Returns:
         corrupted (B, T) and targets (B, T), both int64 NumPy arrays.

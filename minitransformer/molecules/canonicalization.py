@@ -22,7 +22,7 @@ def translate(model, vocab, sources, beam: int = 1, n_best: int = 1, batch_size:
     """
     import numpy as np
     from minitransformer.generate import beam_search, greedy
-    from minitransformer.tasks import pad_batch
+    from minitransformer.train.tasks import pad_batch
     encoded = [vocab.encode(s) for s in sources]
     order = np.argsort([len(e) for e in encoded], kind="stable")
     out = [None] * len(sources)

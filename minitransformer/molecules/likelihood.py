@@ -52,7 +52,7 @@ def sequence_metrics(model, batches, pad_id: int, positions: int = 100) -> dict:
 
 def batches_of(id_lists, batch_size: int, pad_id: int):
     """Length-sorted padded host batches (B, T) for evaluation."""
-    from minitransformer.tasks import pad_batch
+    from minitransformer.train.tasks import pad_batch
     order = np.argsort([len(x) for x in id_lists], kind="stable")
     return [pad_batch([id_lists[j] for j in order[i:i + batch_size]], pad_id)
             for i in range(0, len(order), batch_size)]

@@ -74,7 +74,7 @@ def view_probabilities(model, vocab: Vocab, smiles: Sequence[str], n_views: int,
     little work goes into padding. The mean over the list is the prediction.
     """
     from minitransformer.backend import to_numpy, xp
-    from minitransformer.tasks import pad_batch
+    from minitransformer.train.tasks import pad_batch
     out = []
     for ids in view_ids(smiles, vocab, n_views, seed, max_tokens):
         order = np.argsort([len(x) for x in ids], kind="stable")  # (N,)

@@ -390,7 +390,7 @@ def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig |
 
     Args:
         model: a model with forward/backward (DecoderLM, Encoder, Seq2Seq).
-        task: an :mod:`minitransformer.tasks` object (LMTask, Seq2SeqTask, MLMTask ...).
+        task: an :mod:`minitransformer.train.tasks` object (LMTask, Seq2SeqTask, MLMTask ...).
         optimizer: from :mod:`minitransformer.optim` (its schedule, if any, is applied per step).
         train_data: a list of examples, or a callable ``epoch -> list`` for data that
             changes every epoch (e.g. randomized SMILES); it must be deterministic in

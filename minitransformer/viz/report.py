@@ -125,7 +125,7 @@ def render_attention(model, vocab, smiles: str, out_dir, layers=None, heads=None
     if target is not None and _kind(model) != "seq2seq":
         raise ValueError(f"render_attention: target= is for a Seq2Seq only, not a {type(model).__name__}")
     if molecules:  # fail before any work if the molecule cannot be drawn
-        from minitransformer.chem.attention_drawing import molecule_of
+        from minitransformer.viz.attention_drawing import molecule_of
         molecule_of(smiles)
     out_dir = Path(out_dir)
     pictures = []  # [(path, png bytes)], all rendered before anything is written
@@ -133,7 +133,7 @@ def render_attention(model, vocab, smiles: str, out_dir, layers=None, heads=None
         pictures.append((out_dir / f"{stem}.png",
                          attention_png(maps, q_labels, k_labels, layers, heads, title=heading, scale=scale)))
         if molecules and key_smiles:
-            from minitransformer.chem.attention_drawing import attention_received, draw_attention_on_molecule
+            from minitransformer.viz.attention_drawing import attention_received, draw_attention_on_molecule
             weights = attention_received(maps, layers, None if heads == "mean" else heads)  # (Tk,)
             title = f"{heading.split(':')[0]}\n{_layer_text(layers, heads, len(maps))}"
             pictures.append((out_dir / f"{stem}_molecule.png",

@@ -11,7 +11,7 @@ import pytest
 from minitransformer import backend
 from minitransformer.checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, restore
 from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
-from minitransformer.tasks import LMTask, MLMTask, Seq2SeqTask
+from minitransformer.train.tasks import LMTask, MLMTask, Seq2SeqTask
 
 V = 11
 PAD, BOS, EOS, MASK = 0, 1, 2, 3

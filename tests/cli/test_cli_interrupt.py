@@ -25,7 +25,7 @@ STEPS_PER_EPOCH = 10
 
 def interrupt_training_step(monkeypatch, k: int):
     """Ctrl-C in the ``k``-th training step (1-based): ``k - 1`` steps are done."""
-    from minitransformer import tasks
+    from minitransformer.train import tasks
     real, calls = tasks.LMTask.loss, []
 
     def loss(self, model, batch, rng=None):

@@ -187,7 +187,7 @@ def test_resume_without_a_checkpoint_points_to_force_not_back_to_itself(molecule
 
 
 def test_ctrl_c_in_the_first_epoch_after_pretraining_offers_resume(molecules, tmp_path, capsys, monkeypatch):
-    from minitransformer import tasks
+    from minitransformer.train import tasks
     from minitransformer.chem.data import druglike_path, read_smiles
     extra = tmp_path / "extra.smi"
     extra.write_text("\n".join(read_smiles(druglike_path(), header=False)[-64:]) + "\n")

@@ -138,7 +138,7 @@ def test_trainer_stops_before_a_nan_gradient_reaches_the_weights(any_backend, sy
     """clip_grad_norm leaves a NaN gradient untouched; the trainer must not step on it.
     Checking every step, it stops before the update; checking every 4 steps, it drops
     the step's gradients on the device and stops at the next read."""
-    from minitransformer.tasks import LMTask
+    from minitransformer.train.tasks import LMTask
     from minitransformer.train import TrainingDiverged
 
     class NaNGradAtStep3(LMTask):

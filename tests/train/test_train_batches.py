@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from minitransformer.optim import Adam
-from minitransformer.tasks import LMTask, Seq2SeqTask
+from minitransformer.train.tasks import LMTask, Seq2SeqTask
 from minitransformer.train import fit, plan_batches
 from train_helpers import cfg, lm_data, lm_model, s2s_data, s2s_model, WrappedTask
 

@@ -13,7 +13,7 @@ from minitransformer import backend
 from minitransformer.checkpoint import load_checkpoint
 from minitransformer.models import Encoder, EncoderConfig
 from minitransformer.optim import Adam
-from minitransformer.tasks import LMTask
+from minitransformer.train.tasks import LMTask
 from minitransformer.train import TrainConfig, TrainingDiverged, fit
 from train_helpers import (
     assert_same_weights, BOS, cfg, EOS, lm_data, lm_model, mlm_model, mlm_task, PAD, saved_files, V, weights,
@@ -113,7 +113,7 @@ def test_a_nan_in_another_metric_is_written_as_null(tmp_path):
 @pytest.mark.parametrize("case", ["lm_only_padding", "mlm_only_special_tokens", "property_no_labels"])
 def test_validation_data_without_scored_tokens_is_refused_before_training(case):
     """Before, such a validation set reported val_loss 0.0 (a perfect score)."""
-    from minitransformer.tasks import PropertyTask
+    from minitransformer.train.tasks import PropertyTask
     if case == "lm_only_padding":
         model, task, train, val = lm_model(), CountingLM(), lm_data(16), [[BOS, PAD, PAD]]
     elif case == "mlm_only_special_tokens":

@@ -9,7 +9,7 @@ import pytest
 from minitransformer import backend
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
 from minitransformer.optim import Adam
-from minitransformer.tasks import LMTask
+from minitransformer.train.tasks import LMTask
 from minitransformer.train import TrainingDiverged, fit
 from train_helpers import assert_same_weights, cfg, lm_data, lm_model, saved_files, weights, WrappedTask
 

@@ -14,7 +14,7 @@ from minitransformer import backend
 from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
 from minitransformer.models import DecoderLM, DecoderLMConfig
 from minitransformer.optim import SGD, Adam
-from minitransformer.tasks import LMTask
+from minitransformer.train.tasks import LMTask
 from minitransformer.train import TrainConfig, TrainingDiverged, fit
 from train_helpers import assert_same_weights, cfg, lm_data, lm_model, weights, WrappedTask
 
@@ -281,7 +281,7 @@ def test_deferred_checks_train_like_per_step_checks_and_still_stop_on_nan(any_ba
     from minitransformer import backend
     from minitransformer.models import DecoderLM, DecoderLMConfig
     from minitransformer.optim import Adam
-    from minitransformer.tasks import LMTask
+    from minitransformer.train.tasks import LMTask
     from minitransformer.train import TrainConfig, TrainingDiverged, fit
 
     rng = np.random.default_rng(0)

@@ -10,7 +10,7 @@ import pytest
 
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
 from minitransformer.optim import SGD, Adam, AdamW, NoamLR, WarmupCosineLR
-from minitransformer.tasks import LMTask, Seq2SeqTask
+from minitransformer.train.tasks import LMTask, Seq2SeqTask
 from minitransformer.train import fit
 from train_helpers import assert_same_weights, cfg, lm_data, lm_model, mlm_model, mlm_task, s2s_data, s2s_model, weights
 

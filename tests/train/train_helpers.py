@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
-from minitransformer.tasks import MLMTask
+from minitransformer.train.tasks import MLMTask
 from minitransformer.train import TrainConfig
 
 PAD, BOS, EOS, MASK = 0, 1, 2, 3

@@ -6,7 +6,7 @@ pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
 
 from minitransformer.chem import tokenize  # noqa: E402
-from minitransformer.chem.attention_drawing import (atom_weights, attention_received,  # noqa: E402
+from minitransformer.viz.attention_drawing import (atom_weights, attention_received,  # noqa: E402
                                                     draw_attention_on_molecule, molecule_of,
                                                     token_atom_indices)
 
