@@ -24,8 +24,8 @@ from minitransformer.chem.distribution import kl_divergences, kl_score
 from minitransformer.chem.download import (TOX21_CSV_SHA256, TOX21_GZ_MD5, TOX21_URL,
                                            ChecksumError, DownloadError, cache_dir,
                                            download_file, find_tox21, verify_gzip_csv)
-from minitransformer.chem.metrics import (evaluate_samples, internal_diversity, novelty,
-                                          uniqueness, validity)
+from minitransformer.chem.evaluation import evaluate_samples
+from minitransformer.chem.metrics import internal_diversity, novelty, uniqueness, validity
 from minitransformer.chem.similarity import morgan_bits, tanimoto_matrix
 from minitransformer.chem.tokenizer import tokenize, uncovered_characters
 from minitransformer.chem.vocab import Vocab

@@ -47,9 +47,9 @@ FCD (Fréchet ChemNet Distance)
     in NumPy), against a reference set and beside its floor; see
     :mod:`minitransformer.chem.generator_report` and ``docs/fcd.md``.
 
-Metrics over an empty set are 0.0 in :func:`evaluate_samples` (so a failed run
-still prints numbers); :func:`~minitransformer.chem.scoring.score_smiles`
-reports them as None.
+All of them at once, into one dict with one rule for undefined values (None, and
+a note saying why): :func:`minitransformer.chem.evaluation.evaluate_samples`.
+The functions here return 0.0 for a fraction of an empty set.
 """
 from __future__ import annotations
 
@@ -58,13 +58,13 @@ from typing import Sequence
 
 import numpy as np
 
-from minitransformer.chem._rdkit import has_radicals, mol_from_smiles, parse_valid, quiet_rdkit, require_rdkit
+from minitransformer.chem._rdkit import mol_from_smiles, parse_valid, quiet_rdkit, require_rdkit
 from minitransformer.chem.data import canonical
 from minitransformer.chem.distribution import DESCRIPTORS, descriptor_matrix, kl_divergences
 from minitransformer.chem.similarity import column_mean_tanimoto_powers, morgan_bits
 
 __all__ = ["validity", "uniqueness", "unique_at_k", "novelty", "internal_diversity", "kl_sets", "kl_against",
-           "evaluate_samples", "UNIQUE_AT", "KL_SAMPLES", "KL_SEED"]
+           "UNIQUE_AT", "KL_SAMPLES", "KL_SEED"]
 
 UNIQUE_AT = (1_000, 10_000)
 KL_SAMPLES = 10_000  # GuacaMol's number_samples for the KL benchmark
@@ -216,55 +216,6 @@ def _kl(samples, training: _TrainingSet, seed: int) -> tuple[float | None, dict,
     return score, kls, len(generated), len(reference)
 
 
-def evaluate_samples(samples: Sequence[str], train_smiles: Sequence[str], seed: int = KL_SEED,
-                     filters="moses") -> dict:
-    """All metrics of ``samples`` against ``train_smiles`` in one pass (definitions above).
-
-    Returns a dict with the fractions ``validity``, ``radical_fraction``,
-    ``uniqueness``, ``unique@1000``, ``unique@10000``, ``novelty``, ``intdiv1``,
-    ``intdiv2``, ``kl_score`` (0.0 over an empty set), ``filters`` (None when
-    unavailable, with ``filters_note`` saying why), the counts ``n_samples``,
-    ``n_valid``, ``n_radicals``, ``n_unique``, ``n_novel``, ``unique@1000_n``,
-    ``unique@10000_n``, ``n_kl_generated`` and ``n_reference`` (the two KL sets),
-    and ``kl_divergences`` (the ten KL values). ``seed`` fixes the KL reference
-    draw. ``filters``: ``"moses"`` (MOSES's alerts if they are on this machine;
-    nothing is downloaded), a list from :func:`~minitransformer.chem.filters.load_filters`,
-    or None to skip. The canonicalized training set and the descriptors are
-    cached for the last four training lists.
-    """
-    samples = list(samples)
-    mols, canon = parse_valid(samples)
-    training = _training_set(tuple(train_smiles))
-    distinct = list(dict.fromkeys(canon))
-    novel = [s for s in distinct if s not in training.index]
-    n_radicals = sum(has_radicals(m) for m in mols)
-    result = {
-        "validity": _fraction(len(mols), len(samples)),
-        "n_radicals": n_radicals,
-        "radical_fraction": _fraction(n_radicals, len(mols)),
-        "uniqueness": _fraction(len(distinct), len(mols)),
-    }
-    for k in UNIQUE_AT:
-        result[f"unique@{k}"], result[f"unique@{k}_n"] = unique_at_k(canon, k)
-    result.update({"novelty": _fraction(len(novel), len(distinct)), "intdiv1": 0.0, "intdiv2": 0.0,
-                   "filters": None, "filters_note": "", "kl_score": 0.0,
-                   "n_samples": len(samples), "n_valid": len(mols), "n_unique": len(distinct),
-                   "n_novel": len(novel)})
-    if mols:
-        fps = _distinct_rows(mols, canon)
-        result["intdiv1"], result["intdiv2"] = map(float, _intdiv(fps, (1, 2)))
-    result["filters"], result["filters_note"] = _filters(mols, canon, filters)
-    score, kls, n_gen, n_ref = _kl(samples, training, seed)
-    result.update({"kl_score": score if score is not None else 0.0, "kl_divergences": kls,
-                   "n_kl_generated": n_gen, "n_reference": n_ref})
-    return result
-
-
-def _distinct_rows(mols, canon) -> np.ndarray:
-    from minitransformer.chem.fragments import distinct_fingerprints
-    return distinct_fingerprints(mols, canon)
-
-
 def _filters(mols, canon, filters) -> tuple[float | None, str]:
     """(fraction passing MOSES's filters, "") or (None, why not); each distinct molecule checked once."""
     from minitransformer.chem.filters import default_filters, passes_filters
@@ -284,3 +235,10 @@ def _filters(mols, canon, filters) -> tuple[float | None, str]:
             if s not in verdict:
                 verdict[s] = passes_filters(m, filters)
     return sum(verdict[s] for s in canon) / len(canon), ""
+
+
+def __getattr__(name):
+    if name == "evaluate_samples":  # moved above this file, beside the registry of every metric
+        raise ImportError("minitransformer.chem.metrics.evaluate_samples moved: import it from "
+                             "minitransformer.chem.evaluation (or minitransformer.chem)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,31 +4,47 @@ MOSES (Polykovskiy et al. 2020, Front. Pharmacol. 11:565644) judges a
 generator by 30,000 molecules sampled from it, against its own data: novelty
 against ``train``, and SNN, Frag and Scaf against ``test`` (*Test*) and again
 against ``test_scaffolds`` (*TestSF*, molecules whose scaffolds never occur in
-``train``). :func:`moses_benchmark` computes every MOSES metric we report, with
-the definitions of :mod:`minitransformer.chem.metrics`,
-:mod:`minitransformer.chem.filters` and :mod:`minitransformer.chem.fragments`;
-:func:`markdown_table` writes our row under the published ones.
+``train``). The metrics are those of
+:func:`~minitransformer.chem.evaluation.evaluate_samples` with MOSES's data;
+this module only lays them out: :func:`moses_row` picks the columns (every metric
+of the registry with a MOSES column), :func:`markdown_table` writes our row
+under the published ones.
 
 FCD/Test and FCD/TestSF (the Fréchet ChemNet Distance of the valid samples to
-``test`` and ``test_scaffolds``, :mod:`minitransformer.chem.fcd`) come from the
-caller, who computes them once for all sets. GuacaMol's KL score (against
-``train``) is reported in its own column, as MOSES does not report it.
+``test`` and ``test_scaffolds``, :mod:`minitransformer.chem.fcd`) are measured
+by a judge the caller builds once for all sample sets. GuacaMol's KL score
+(against ``train``) has its own column, as MOSES does not report it.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-#: The table's columns: (key, heading).
-COLUMNS = (("valid", "Valid"), ("unique_1k", "Unique@1k"), ("unique_10k", "Unique@10k"), ("fcd_test", "FCD/Test"),
-           ("fcd_testsf", "FCD/TestSF"), ("snn_test", "SNN/Test"), ("snn_testsf", "SNN/TestSF"),
-           ("frag_test", "Frag/Test"), ("frag_testsf", "Frag/TestSF"), ("scaf_test", "Scaf/Test"),
-           ("scaf_testsf", "Scaf/TestSF"), ("intdiv1", "IntDiv"), ("intdiv2", "IntDiv2"), ("filters", "Filters"),
-           ("novelty", "Novelty"), ("kl_score", "KL (GuacaMol)"))
+from minitransformer.chem.evaluation import METRICS, evaluate_samples
+
+#: MOSES's two comparison sets and the suffix of their columns: SNN/Test, SNN/TestSF ...
+MOSES_SETS = (("test", "test", "Test"), ("test_scaffolds", "testsf", "TestSF"))
+
+
+def _columns() -> tuple:
+    """(row key, heading) of every metric with a MOSES column, a per-set one once per MOSES test set."""
+    columns = []
+    for metric in METRICS:
+        if metric.moses:
+            key, heading = metric.moses
+            columns += ([(f"{key}_{suffix}", f"{heading}/{name}") for _, suffix, name in MOSES_SETS]
+                        if metric.per_set else [(key, heading)])
+    return tuple(columns)
+
+
+#: The table's columns: (key, heading), in the order of :data:`~minitransformer.chem.evaluation.METRICS`.
+COLUMNS = _columns()
 #: The published rows, from the table of the MOSES repository's README
 #: (github.com/molecularsets/moses, commit dd7ed6a, 2023-06-22), the numbers of
 #: Polykovskiy et al. 2020, Table 2 (means over three runs); *Train* is MOSES's training set itself.
-PUBLISHED = {model: dict(zip([key for key, _ in COLUMNS[:-1]], map(float, row.split()))) for model, row in {
-    # columns in the order of COLUMNS, without KL (which MOSES does not report)
+PUBLISHED_COLUMNS = ("valid", "unique_1k", "unique_10k", "fcd_test", "fcd_testsf", "snn_test", "snn_testsf",
+                     "frag_test", "frag_testsf", "scaf_test", "scaf_testsf", "intdiv1", "intdiv2", "filters",
+                     "novelty")
+PUBLISHED = {model: dict(zip(PUBLISHED_COLUMNS, map(float, row.split()))) for model, row in {
     "Train": "1.0 1.0 1.0 0.008 0.4755 0.6419 0.5859 1.0 0.9986 0.9907 0.0 0.8567 0.8508 1.0 1.0",
     "CharRNN": "0.9748 1.0 0.9994 0.0732 0.5204 0.6015 0.5649 0.9998 0.9983 0.9242 0.1101 0.8562 0.8503 0.9943 0.8419",
     "AAE": "0.9368 1.0 0.9973 0.5555 1.0572 0.6081 0.5677 0.991 0.9905 0.9022 0.0789 0.8557 0.8499 0.996 0.7931",
@@ -38,36 +54,43 @@ PUBLISHED = {model: dict(zip([key for key, _ in COLUMNS[:-1]], map(float, row.sp
 }.items()}
 
 
-def moses_benchmark(samples: Sequence[str], seed: int = 42, download: bool = True, base: dict | None = None,
-                    fcd: dict | None = None, compare: bool = True) -> dict:
-    """Every column of :data:`COLUMNS` for ``samples`` (None where undefined), plus the counts.
-
-    ``base``: the result of :func:`~minitransformer.chem.metrics.evaluate_samples` of
-    these samples against MOSES's ``train``, when the caller has it already (it takes
-    minutes: the 1.58M training molecules are canonicalized for novelty). ``fcd``:
-    ``{"test": FCD/Test, "test_scaffolds": FCD/TestSF}`` (an
-    :class:`~minitransformer.chem.fcd.FCDJudge`'s answer), or None for n/a.
-    ``compare=False`` leaves SNN, Frag and Scaf out (None): they compare the samples
-    with 352,000 test molecules, the slowest part, and say nothing a second sample
-    set of the same model needs.
-    """
-    from minitransformer.chem.filters import default_filters
-    from minitransformer.chem.metrics import evaluate_samples
+def moses_references(download: bool = True) -> dict:
+    """MOSES's two test sets by name, the comparison sets of SNN, Frag, Scaf and FCD."""
     from minitransformer.chem.moses import load_moses
-    from minitransformer.chem.scoring import compare_with_reference
+    return {name: load_moses(name, download=download) for name, _, _ in MOSES_SETS}
+
+
+def moses_benchmark(samples: Sequence[str], seed: int = 42, download: bool = True, fcd_judge=None,
+                    compare: bool = True) -> dict:
+    """The MOSES row of ``samples`` (:func:`moses_row` of
+    :func:`~minitransformer.chem.evaluation.evaluate_samples` against MOSES's ``train``, and
+    its test sets unless ``compare=False``: they compare the samples with 352,000 test
+    molecules, the slowest part). ``fcd_judge``: an :class:`~minitransformer.chem.fcd.FCDJudge`
+    with references ``test`` and ``test_scaffolds`` (None: FCD n/a)."""
+    from minitransformer.chem.filters import default_filters
+    from minitransformer.chem.moses import load_moses
     filters, why = default_filters(download=download)
-    if base is None:
-        base = evaluate_samples(samples, load_moses("train", download=download), seed=seed, filters=filters)
-    row = {"valid": base["validity"], "unique_1k": base["unique@1000"], "unique_10k": base["unique@10000"],
-           "intdiv1": base["intdiv1"], "intdiv2": base["intdiv2"], "filters": base["filters"],
-           "novelty": base["novelty"], "kl_score": base["kl_score"], "n_samples": base["n_samples"],
-           "n_valid": base["n_valid"], "unique_10k_n": base["unique@10000_n"],
-           "filters_note": why or base.get("filters_note") or "",
-           "fcd_test": (fcd or {}).get("test"), "fcd_testsf": (fcd or {}).get("test_scaffolds")}
-    for split, suffix in (("test", "test"), ("test_scaffolds", "testsf")):
-        compared = compare_with_reference(samples, load_moses(split, download=download)) if compare else {}
-        for metric in ("snn", "frag", "scaf"):
-            row[f"{metric}_{suffix}"] = compared.get(metric)
+    result = evaluate_samples(samples, load_moses("train", download=download), seed=seed, filters=filters,
+                              references=moses_references(download) if compare else None, fcd_judge=fcd_judge)
+    if why:
+        result["notes"]["filters"] = why
+    return moses_row(result)
+
+
+def moses_row(result: dict) -> dict:
+    """The MOSES table's row of an :func:`~minitransformer.chem.evaluation.evaluate_samples` result:
+    every column of :data:`COLUMNS` (None where undefined), the counts, and ``filters_note``."""
+    row = {}
+    for metric in METRICS:
+        if metric.moses:
+            key = metric.moses[0]
+            if metric.per_set:
+                for name, suffix, _ in MOSES_SETS:
+                    row[f"{key}_{suffix}"] = (result.get(metric.key) or {}).get(name)
+            else:
+                row[key] = result.get(metric.key)
+    row.update(n_samples=result["n_samples"], n_valid=result["n_valid"],
+               unique_10k_n=result["unique@10000_n"], filters_note=result["notes"].get("filters", ""))
     return row
 
 

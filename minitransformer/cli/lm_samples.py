@@ -35,11 +35,12 @@ def judge_sample_sets(sets: dict, data, extra: list, args) -> dict:
     from minitransformer.chem.fcd import fcd_judge_or_note
     from minitransformer.chem.generator_report import judge_samples
     from minitransformer.chem.moses import is_moses, load_moses
+    from minitransformer.chem.moses_report import moses_references
     moses = is_moses(args.data)
     n = len(sets["bare"])
     if moses:  # novelty against all of MOSES's train and FCD against its two test sets, as MOSES counts them
         train = load_moses("train")
-        references = {"test": load_moses("test"), "test_scaffolds": load_moses("test_scaffolds")}
+        references = moses_references()
         described = {"test": "MOSES test", "test_scaffolds": "MOSES scaffold test"}
         real = train
     else:  # FCD against the molecules never trained on (validation and test), the floor from training ones
@@ -49,16 +50,17 @@ def judge_sample_sets(sets: dict, data, extra: list, args) -> dict:
     judge, note = fcd_judge_or_note(references, real, n, seed=args.seed)
     if note:
         print(note)
+    compare = references if moses else None  # SNN, Frag, Scaf against the test sets: the bare samples only
     report = {label: judge_samples(smiles, train, heldout=None if moses else data.val + data.test,
-                                   all_training=data.train + extra if extra else None, fcd_judge=judge)
+                                   all_training=data.train + extra if extra else None, fcd_judge=judge,
+                                   references=compare if label == "bare" else None)
               for label, smiles in sets.items()}
     report.update(fcd_floor=judge.floor if judge else None, fcd_floor_n=judge.floor_n if judge else None,
                   fcd_reference=described, fcd_note=note or None)
-    if moses:  # the MOSES table: the bare model's every metric beside the published models; the grammar's
-        from minitransformer import cli  # samples without the comparisons with the test sets (SNN, Frag, Scaf)
-        from minitransformer.chem.moses_report import markdown_table, moses_benchmark
-        rows = {label: moses_benchmark(smiles, base=report[label], fcd=report[label].get("fcd"),
-                                       compare=label == "bare") for label, smiles in sets.items()}
+    if moses:  # the MOSES table: the bare model's every metric beside the published models, then the grammar's
+        from minitransformer import cli
+        from minitransformer.chem.moses_report import markdown_table, moses_row
+        rows = {label: moses_row(report[label]) for label in sets}
         for label, row in rows.items():
             report[label]["moses"] = row
         floor = judge and {"label": f"{judge.floor_n:,} MOSES training molecules (the FCD floor)",

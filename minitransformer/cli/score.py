@@ -80,12 +80,11 @@ def run_moses(args, samples, to_stdout: bool) -> int:
     from minitransformer import cli
     from minitransformer.chem.fcd import fcd_judge_or_note
     from minitransformer.chem.moses import load_moses
-    from minitransformer.chem.moses_report import markdown_table, moses_benchmark
+    from minitransformer.chem.moses_report import markdown_table, moses_benchmark, moses_references
     print("scoring against MOSES: its 1.58M training molecules are canonicalized for novelty (minutes)",
           file=sys.stderr)
-    judge, why = fcd_judge_or_note({"test": load_moses("test"), "test_scaffolds": load_moses("test_scaffolds")},
-                                   load_moses("train"), len(samples), seed=args.seed)
-    row = moses_benchmark(samples, seed=args.seed, fcd=judge(samples) if judge else None)
+    judge, why = fcd_judge_or_note(moses_references(), load_moses("train"), len(samples), seed=args.seed)
+    row = moses_benchmark(samples, seed=args.seed, fcd_judge=judge)
     floor = judge and {"label": f"{judge.floor_n:,} MOSES training molecules (the FCD floor)",
                        "fcd_test": judge.floor["test"], "fcd_testsf": judge.floor["test_scaffolds"]}
     row.update(samples_file=str(args.samples), reference="moses", fcd_floor=floor or None, fcd_note=why or None)

@@ -8,8 +8,8 @@ from rdkit import Chem, DataStructs  # noqa: E402
 from rdkit.Chem import rdFingerprintGenerator  # noqa: E402
 
 from minitransformer.chem import distribution  # noqa: E402
-from minitransformer.chem.metrics import (evaluate_samples, internal_diversity, novelty,  # noqa: E402
-                                          uniqueness, validity)
+from minitransformer.chem.evaluation import evaluate_samples  # noqa: E402
+from minitransformer.chem.metrics import internal_diversity, novelty, uniqueness, validity  # noqa: E402
 from minitransformer.chem.similarity import (mean_tanimoto_powers, morgan_bits,  # noqa: E402
                                              nearest_neighbour_similarity, tanimoto_matrix)
 
@@ -133,7 +133,7 @@ def test_evaluate_samples_hand_checked():
     # distinct valid: aspirin, salicylic acid (== DRUGS[5]), nicotinamide, estradiol-like, butanol
     assert result["n_unique"] == 5 and result["uniqueness"] == pytest.approx(5 / 6)
     assert result["n_novel"] == 3 and result["novelty"] == pytest.approx(3 / 5)
-    assert result["n_reference"] == 8  # GuacaMol number_samples = min(8 samples, 8 training)
+    assert result["n_kl_reference"] == 8  # GuacaMol number_samples = min(8 samples, 8 training)
     for key in ("validity", "uniqueness", "novelty", "intdiv1", "intdiv2", "kl_score"):
         assert 0.0 <= result[key] <= 1.0 and isinstance(result[key], float), (key, result[key])
     assert evaluate_samples(samples, train) == result, "the same seed gives the same result"
@@ -156,8 +156,22 @@ def test_kl_against_any_reference_matches_evaluate_samples():
 
 
 def test_evaluate_samples_with_nothing_valid():
+    """One rule for undefined values: a fraction of an empty set is None with a note, never 0.0."""
     result = evaluate_samples(["xx", "", "C1CC"], DRUGS)
-    assert result["n_valid"] == 0
-    assert all(result[k] == 0.0 for k in ("validity", "uniqueness", "novelty", "intdiv1",
-                                          "intdiv2", "kl_score")), result
-    assert evaluate_samples([], DRUGS)["validity"] == 0.0
+    assert result["n_valid"] == 0 and result["validity"] == 0.0, "validity of 3 samples is defined: 0 of 3"
+    undefined = ("uniqueness", "novelty", "intdiv1", "intdiv2", "kl_score", "radical_fraction", "unique@1000")
+    assert all(result[k] is None for k in undefined), {k: result[k] for k in undefined}
+    assert all(result["notes"][k] for k in undefined), result["notes"]
+    assert result["notes"]["uniqueness"] == "no valid sample"
+    empty = evaluate_samples([], DRUGS)
+    assert empty["validity"] is None and empty["notes"]["validity"] == "no sample"
+    assert evaluate_samples(["CCO"])["novelty"] is None, "no training set: novelty is undefined"
+    assert evaluate_samples(["CCO"])["notes"]["novelty"] == "no training set given"
+
+
+def test_the_old_path_of_evaluate_samples_names_the_new_one():
+    import minitransformer.chem.metrics as metrics
+    with pytest.raises(ImportError, match="minitransformer.chem.evaluation"):
+        metrics.evaluate_samples
+    with pytest.raises(ImportError, match="minitransformer.chem.evaluation"):
+        exec("from minitransformer.chem.metrics import evaluate_samples")

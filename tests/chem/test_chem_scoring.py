@@ -72,7 +72,8 @@ def test_an_empty_line_is_an_empty_sample_and_stays_in_the_denominator(tmp_path)
 
 def test_the_kl_reference_is_guacamols_draw_by_default():
     """Issue 25.8: GuacaMol draws its KL reference with seed 42; so does every default here."""
-    from minitransformer.chem.metrics import KL_SEED, evaluate_samples
+    from minitransformer.chem.evaluation import evaluate_samples
+    from minitransformer.chem.metrics import KL_SEED
     train = REF * 3
     assert KL_SEED == 42
     default = evaluate_samples(REF[:5], train, filters=None)
