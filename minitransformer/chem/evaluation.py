@@ -227,6 +227,24 @@ def novelty_vs_all_training(s: SampleSet) -> float:
     return novelty_against(s.samples, s.all_training)
 
 
+@functools.lru_cache(maxsize=4)
+def _molecular_weights(smiles: tuple[str, ...]) -> tuple[float, ...]:
+    """RDKit's average molecular weight (``Descriptors.MolWt``) of each valid molecule of ``smiles``."""
+    from rdkit.Chem import Descriptors
+    return tuple(Descriptors.MolWt(m) for m in parse_valid(smiles)[0])
+
+
+def weight(s: SampleSet, name: str) -> float:
+    """MOSES's ``weight``: the Wasserstein-1 distance between the molecular weights of the valid
+    samples (repeats kept) and those of the reference set's molecules, in daltons."""
+    from scipy.stats import wasserstein_distance
+    s.need_valid()
+    reference = _molecular_weights(tuple(s.references[name]))
+    if not reference:
+        raise Undefined("no valid reference molecule")
+    return float(wasserstein_distance(_molecular_weights(tuple(s.canon)), reference))
+
+
 def invalid_kinds(s: SampleSet) -> dict:
     from minitransformer.chem.failures import failure_counts
     return failure_counts(s.samples)
@@ -283,6 +301,8 @@ METRICS = (
            kl_score_heldout, needs="heldout"),
     Metric("novelty_vs_all_training", "novelty, all training", "novelty against every molecule seen, "
            "pretraining included", novelty_vs_all_training, needs="all_training"),
+    Metric("weight", "weight", "Wasserstein-1 distance of molecular weights (Da), valid samples vs reference "
+           "(MOSES; lower is better)", weight, needs="references", moses=("weight", "Weight"), lower_is_better=True),
     Metric("invalid_kinds", "invalid, by kind", "the invalid samples, by the first thing wrong with each",
            invalid_kinds),
 )

@@ -175,3 +175,12 @@ def test_the_old_path_of_evaluate_samples_names_the_new_one():
         metrics.evaluate_samples
     with pytest.raises(ImportError, match="minitransformer.chem.evaluation"):
         exec("from minitransformer.chem.metrics import evaluate_samples")
+
+
+def test_weight_is_the_wasserstein_distance_of_molecular_weights():
+    """MOSES's weight metric, by hand: methane (16.043) and ethane (30.070) against propane (44.097)."""
+    result = evaluate_samples(["C", "CC", "xx"], references={"ref": ["CCC"], "empty": ["xx"]}, filters=None)
+    assert result["weight"]["ref"] == pytest.approx((44.097 - 16.043 + 44.097 - 30.070) / 2, abs=1e-2)
+    assert result["weight"]["empty"] is None and result["notes"]["weight/empty"] == "no valid reference molecule"
+    assert evaluate_samples(["CCC"], references={"ref": ["CCC", "CCC"]})["weight"]["ref"] == 0.0
+    assert evaluate_samples(["xx"], references={"ref": ["CCC"]})["notes"]["weight/ref"] == "no valid sample"
