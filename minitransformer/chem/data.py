@@ -23,14 +23,8 @@ canonical SMILES (one string per molecule, used to compare molecules) and
 """
 from __future__ import annotations
 
-import codecs
 import contextlib
-import csv
-import gzip
-import io
 import os
-import sys
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Sequence
@@ -39,15 +33,13 @@ import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
 from minitransformer.chem.download import ChecksumError, DownloadError, find_tox21
+from minitransformer.chem.smiles_files import csv_rows, read_smiles_file  # noqa: F401 (csv_rows: its old home)
 
 __all__ = [
     "find_tox21", "druglike_path", "read_smiles", "load_source", "LoadedSmiles",
     "clean_smiles", "clean_indices", "CleanReport", "split_in_order", "split_random",
     "randomize_smiles", "canonical",
 ]
-
-_CSV_SUFFIXES = (".csv", ".csv.gz")
-_LINE_SUFFIXES = (".smi", ".smi.gz", ".txt", ".txt.gz")
 
 
 # --------------------------------------------------------------------------- sources
@@ -73,138 +65,15 @@ def druglike_path() -> Path:
     )
 
 
-@contextlib.contextmanager
-def csv_rows(f):
-    """``csv.reader(f)`` with the csv module's field limit (131,072 characters) lifted for the
-    block: a cell holds whatever the file holds, and a SMILES too long for RDKit is judged by
-    :func:`~minitransformer.chem._rdkit.smiles_problem`, not refused by the reader."""
-    old = csv.field_size_limit()
-    csv.field_size_limit(2**31 - 1)
-    try:
-        yield csv.reader(f)
-    finally:
-        csv.field_size_limit(old)
-
-
-def _check_file(path: Path, what: str = "SMILES file") -> None:
-    """FileNotFoundError for a missing path, IsADirectoryError for a folder; each names the path."""
-    if path.is_dir():
-        raise IsADirectoryError(f"{what} {path} is a folder, not a file; give the path of the file inside it")
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} not found: {path} (resolved: {path.resolve()}). "
-                                "Check the path, or use data='tox21' or data='druglike'.")
-
-
-def _read_text(path: Path) -> str:
-    """The whole text of ``path`` (gunzipped when it ends in ``.gz``), decoded as UTF-8.
-
-    A UTF-8 byte-order mark at the start is dropped (``utf-8-sig``): spreadsheet
-    programs write one, and it must not become part of the first SMILES or column
-    name. Errors name the file: a damaged gzip file raises ValueError, and so does
-    text that is not UTF-8 (with the line of the first bad byte).
-    """
-    raw = path.read_bytes()
-    if path.name.lower().endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; EOFError: truncated
-            raise ValueError(f"{path} is not a readable gzip file ({type(exc).__name__}: {exc}); it may be "
-                             "truncated or not compressed at all. Download it again, or remove the .gz "
-                             "suffix if it is plain text") from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        bom = 3 if raw.startswith(codecs.BOM_UTF8) else 0
-        start = exc.start + bom  # the position in ``raw``
-        line = raw.count(b"\n", 0, start) + 1
-        column = start - (raw.rfind(b"\n", 0, start) + 1) + 1
-        raise ValueError(f"{path}, line {line}: not UTF-8 text (byte 0x{raw[start]:02x} at column {column}); "
-                         "save the file as UTF-8") from None
-
-
-def _open_text(path: Path):
-    """``path`` as a text stream for the csv module (see :func:`_read_text`)."""
-    return io.StringIO(_read_text(path), newline="")
-
-
-def _first_field(cell: str) -> str:
-    """The SMILES of a cell or line: its first white-space separated field ("" if none).
-    A SMILES never contains white space; what follows it is a name (RDKit reads it so too)."""
-    fields = cell.split()
-    return fields[0] if fields else ""
-
-
-def _smiles_column(header: list[str], path: Path) -> int:
-    """Index of the SMILES column: a name equal to 'smiles', else one containing it (any case)."""
-    names = [h.strip().lower() for h in header]
-    for i, name in enumerate(names):
-        if name == "smiles":
-            return i
-    for i, name in enumerate(names):
-        if "smiles" in name:
-            print(f"{path}: no column is named 'smiles'; using column {header[i].strip()!r} as the SMILES",
-                  file=sys.stderr)
-            return i
-    shown = ", ".join(repr(h.strip()) for h in header[:8]) + (", ..." if len(header) > 8 else "")
-    raise ValueError(f"{path}: no SMILES column (the columns are {shown}); rename the SMILES column to "
-                     "'smiles' (any case), or give a .smi file with one SMILES per line")
-
-
 def read_smiles(path: str | os.PathLike, column: str | int | None = None,
                 header: bool = True) -> list[str]:
-    """Read the SMILES strings of a file, in file order.
-
-    ``.csv`` / ``.csv.gz``
-        Parsed with the :mod:`csv` module. The SMILES column is ``column`` (a
-        name, or a 0-based index) or else found by name: the column called
-        ``smiles`` in any case, or failing that the first whose name contains
-        it (``canonical_smiles``). Without one, ValueError lists the columns.
-        ``header=False`` reads a file without a header row (then ``column``
-        is an index, default 0). Cells are stripped of surrounding white
-        space, and only their first white-space separated field is kept (a
-        SMILES has no white space; RDKit would read the rest as a name); empty
-        cells are kept as ``""`` so that cleaning can count them.
-    ``.smi`` / ``.txt`` (optionally ``.gz``)
-        One molecule per line; the first white-space separated field is the
-        SMILES. Blank lines and lines starting with ``#`` are skipped.
-
-    Files are read as UTF-8; a byte-order mark is dropped. A folder raises
-    IsADirectoryError, a missing file FileNotFoundError, a damaged ``.gz`` or
-    text that is not UTF-8 ValueError naming the file (and the line).
-    """
-    path = Path(path)
-    _check_file(path)
-    name = path.name.lower()
-    if name.endswith(_CSV_SUFFIXES):
-        with _open_text(path) as f, csv_rows(f) as rows:
-            if header:
-                head = next(rows, None)
-                if head is None:
-                    return []
-                if column is None:
-                    index = _smiles_column(head, path)
-                elif isinstance(column, int):
-                    index = column
-                else:
-                    lowered = [h.strip().lower() for h in head]
-                    if column.lower() not in lowered:
-                        raise ValueError(f"{path}: no column {column!r}; the columns are {head}")
-                    index = lowered.index(column.lower())
-            else:
-                if isinstance(column, str):
-                    raise ValueError("a file without a header needs column as an index")
-                index = 0 if column is None else column
-            return [_first_field(row[index]) if index < len(row) else "" for row in rows if row]
-    if name.endswith(_LINE_SUFFIXES):
-        out = []
-        with _open_text(path) as f:
-            for line in f:
-                fields = line.split()
-                if fields and not fields[0].startswith("#"):
-                    out.append(fields[0])
-        return out
-    raise ValueError(f"{path}: unknown file type; expected one of "
-                     f"{', '.join(_CSV_SUFFIXES + _LINE_SUFFIXES)}")
+    """The SMILES strings of a data file, in file order: the one reader,
+    :func:`~minitransformer.chem.smiles_files.read_smiles_file`, with a data set's policy (blank
+    lines and ``#`` comments of a ``.smi`` file are no molecules). ``.csv``: the SMILES
+    column is ``column`` (a name or 0-based index) or found by name; ``header=False`` for a
+    CSV without a header row. A missing file, a folder, a damaged ``.gz`` or text that is
+    not UTF-8 raises an error naming the file."""
+    return read_smiles_file(path, every_line=False, column=column, header=header).smiles
 
 
 class LoadedSmiles(NamedTuple):

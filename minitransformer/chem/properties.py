@@ -28,7 +28,8 @@ from typing import Sequence
 import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
-from minitransformer.chem.data import _first_field, _open_text, _smiles_column, clean_indices, csv_rows
+from minitransformer.chem.data import clean_indices
+from minitransformer.chem.smiles_files import ID_COLUMNS, read_smiles_file
 from minitransformer.chem.download import find_tox21
 
 __all__ = ["TOX21_TASKS", "LabelledSmiles", "read_labelled", "load_labelled", "murcko_scaffold",
@@ -36,7 +37,6 @@ __all__ = ["TOX21_TASKS", "LabelledSmiles", "read_labelled", "load_labelled", "m
 
 TOX21_TASKS = ("NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD", "NR-PPAR-gamma",
                "SR-ARE", "SR-ATAD5", "SR-HSE", "SR-MMP", "SR-p53")
-_ID_COLUMNS = {"mol_id", "id", "name", "compound_id"}
 
 
 @dataclass
@@ -80,27 +80,20 @@ def read_labelled(path: str | os.PathLike, tasks: Sequence[str] | None = None) -
     ValueError naming the column and row of a label that is not 0, 1 or empty.
     """
     path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(f"labelled SMILES file {path} is a folder, not a file; give the path of the "
-                                "CSV file inside it")
-    if not path.is_file():
-        raise FileNotFoundError(f"labelled SMILES file not found: {path} (resolved: {path.resolve()}). "
-                                "Check the path, or use data='tox21'.")
-    if not path.name.lower().endswith((".csv", ".csv.gz")):
+    if not path.name.lower().endswith((".csv", ".csv.gz")) and path.is_file():
         raise ValueError(f"{path}: property data must be a .csv or .csv.gz file with a smiles column "
                          "and one column per label")
-    with _open_text(path) as f, csv_rows(f) as reader:
-        rows = [row for row in reader if row]
-    if not rows:
+    table = read_smiles_file(path, what="labelled SMILES file", hint="use data='tox21'")
+    if not table.columns:
         raise ValueError(f"{path}: the file is empty (no header, no SMILES); give a CSV with a smiles column "
                          "and one column per label")
-    if len(rows) == 1:
-        raise ValueError(f"{path} holds no SMILES (only the header row {rows[0]})")
-    header, body = rows[0], rows[1:]
-    s_col = _smiles_column(header, path)
+    header, body = table.columns, table.rows
+    if not body:
+        raise ValueError(f"{path} holds no SMILES (only the header row {header})")
+    s_col = table.smiles_column
     if tasks is None:
         t_cols = [i for i, name in enumerate(header)
-                  if i != s_col and name.strip().lower() not in _ID_COLUMNS]
+                  if i != s_col and name.strip().lower() not in ID_COLUMNS]
     else:
         missing = [t for t in tasks if t not in header]
         if missing:
@@ -113,8 +106,7 @@ def read_labelled(path: str | os.PathLike, tasks: Sequence[str] | None = None) -
         for k, c in enumerate(t_cols):
             if c < len(row):
                 labels[r, k] = _label(row[c], path, header[c], r + 1)
-    smiles = [_first_field(row[s_col]) if s_col < len(row) else "" for row in body]
-    return LabelledSmiles(smiles, labels, [header[c] for c in t_cols], f"file {path}")
+    return LabelledSmiles(table.smiles, labels, [header[c] for c in t_cols], f"file {path}")
 
 
 def load_labelled(data: str | os.PathLike | None = None, max_len: int | None = None,
