@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from minitransformer.cli import recipes
+
 PRESETS = {
     # Ours: pre-LN, tied embeddings, AdamW with warmup + cosine, molecules written in
     # Kekule form, batch 32, and two phases: one pass over 200,000 MOSES molecules (9.5
@@ -28,10 +30,8 @@ PRESETS = {
     # and 8 epochs without augmentation: bare validity 0.894, FCD 2.13 times the floor.)
     # Without the MOSES files (offline) phase 1 is DRUGLIKE_PHASE1 instead.
     "default": dict(
-        model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, norm="pre", pos="learned",
-                   activation="gelu", tie_embeddings=True, emb_dropout=0.0, attn_dropout=0.0,
-                   resid_dropout=0.0),
-        optimizer="adamw", lr=1.5e-3, weight_decay=0.01, warmup=300, schedule="cosine",
+        model=recipes.model(n_layers=4, pos="learned", tie_embeddings=True),
+        **recipes.ADAMW, lr=1.5e-3, warmup=300,
         batch_size=32, epochs=30, patience=None, label_smoothing=0.0, augment=1.0,
         max_time=14.5 * 60, check_rdkit=True, metric="val_nll_token", form="kekule",
         pretrain_data="moses", pretrain_epochs=1, pretrain_limit=200_000, pretrain_max_time=9.5 * 60,
@@ -54,10 +54,8 @@ PRESETS = {
     # bare validity 0.976, FCD/Test 0.146, novelty 0.903; under the grammar validity 1.000,
     # FCD/Test 0.203.
     "moses": dict(
-        model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, norm="pre", pos="learned",
-                   activation="gelu", tie_embeddings=True, emb_dropout=0.0, attn_dropout=0.0,
-                   resid_dropout=0.0),
-        optimizer="adamw", lr=1.5e-3, weight_decay=0.01, warmup=300, schedule="cosine",
+        model=recipes.model(n_layers=4, pos="learned", tie_embeddings=True),
+        **recipes.ADAMW, lr=1.5e-3, warmup=300,
         batch_size=64, epochs=1, patience=None, label_smoothing=0.0, augment=0.0,
         max_time=40 * 60, check_rdkit=True, metric="val_nll_token", form="kekule",
         pretrain_data=None, pretrain_epochs=0, pretrain_mix=0, samples=30000, limit=None,
@@ -68,7 +66,7 @@ PRESETS = {
 # SMILES (the default until 2026-11-24: validity 0.871 bare, uniqueness 0.971, novelty 0.874).
 DRUGLIKE_PHASE1 = dict(pretrain_data="druglike", pretrain_epochs=5, pretrain_limit=None, pretrain_max_time=None,
                        epochs=12, pretrain_mix=3000, augment=0.0, pretrain_augment=0.0)
-QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", tie_embeddings=True),
+QUICK = dict(model=recipes.quick_model(n_layers=2, tie_embeddings=True),
              pretrain_data="druglike", pretrain_max_time=None, epochs=2, batch_size=32, warmup=10, patience=None, max_time=None, augment=0.5,
              pretrain_epochs=1, pretrain_limit=300, pretrain_mix=50, limit=400, samples=400)
 MAX_LEN = 102  # BOS + up to 100 tokens + EOS
@@ -121,20 +119,13 @@ def add_parser(kinds):
 
 def resolve_settings(args) -> dict:
     """The preset, with --quick and the overrides of the command line applied."""
-    from minitransformer.cli import check_phase_budget, max_time
     s = {"limit": None, "samples": 2000, "pretrain_augment": 0.0, **PRESETS[args.preset]}
     if args.quick:
         s.update(QUICK)
         if args.preset == "tomczak":
             s["model"] = dict(QUICK["model"], norm="post", tie_embeddings=False)
-    for key in ("epochs", "form", "lr", "batch_size", "augment", "pretrain_augment", "pretrain_epochs", "pretrain_mix",
-                "pretrain_limit",
-                "samples"):
-        if getattr(args, key) is not None:
-            s[key] = getattr(args, key)
-    if args.dropout is not None and isinstance(s["model"], dict):
-        s["model"] = dict(s["model"], emb_dropout=args.dropout, attn_dropout=args.dropout,
-                          resid_dropout=args.dropout)
+    recipes.apply_overrides(s, args, ("epochs", "form", "lr", "batch_size", "augment", "pretrain_augment",
+                                      "pretrain_epochs", "pretrain_mix", "pretrain_limit", "samples"))
     if args.d_model is not None or args.n_layers is not None:
         if not isinstance(s["model"], dict):
             raise ValueError(f"--d-model and --n-layers change the default and moses models; the {args.preset} "
@@ -151,12 +142,7 @@ def resolve_settings(args) -> dict:
         s["pretrain_epochs"] = 0
     if args.grammar is not None:
         s["grammar"] = None if args.grammar == "off" else args.grammar
-    s["max_time"] = max_time(args, s["max_time"])
-    if args.pretrain_minutes is not None:
-        s["pretrain_max_time"] = args.pretrain_minutes * 60 if args.pretrain_minutes > 0 else None
-    if s["pretrain_epochs"] > 0:
-        check_phase_budget(s.get("pretrain_max_time"), s["max_time"])
-    return s
+    return recipes.set_budgets(s, args, pretraining=s["pretrain_epochs"] > 0)
 
 
 def phase1_molecules(settings, data, user_chose: bool) -> list:
@@ -184,19 +170,6 @@ def make_model(settings, vocab, seed):
     if settings["model"] == "tomczak":
         return DecoderLM(DecoderLMConfig.tomczak(max_len=MAX_LEN, **ids))
     return DecoderLM(DecoderLMConfig(max_len=MAX_LEN, **ids, **settings["model"]))
-
-
-def make_optimizer(settings, model, total_steps):
-    from minitransformer import optim
-    lr = settings["lr"]
-    if settings["schedule"] == "cosine":
-        lr = optim.WarmupCosineLR(lr, warmup=min(settings["warmup"], total_steps - 1), total=total_steps,
-                                  min_lr=lr * 0.05)
-    if settings["optimizer"] == "adamw":
-        return optim.AdamW(model, lr=lr, betas=(0.9, 0.98), weight_decay=settings["weight_decay"])
-    if settings["optimizer"] == "adamax":
-        return optim.Adamax(model, lr=lr)
-    return optim.Adam(model, lr=lr)
 
 
 def run(args) -> int:
@@ -256,7 +229,8 @@ def run(args) -> int:
         if settings["pretrain_augment"] > 0:
             pre_data = RandomizedEpochs(extra, vocab, seed=args.seed, p=settings["pretrain_augment"],
                                         max_tokens=model.config.max_len, kekule_form=settings["form"] == "kekule")
-        pre = cli.run_fit("pretrain", model, LMTask(vocab.pad_id), make_optimizer(settings, model, max(2, steps)),
+        pre = cli.run_fit("pretrain", model, LMTask(vocab.pad_id),
+                          recipes.make_optimizer(settings, model, max(2, steps)),
                           pre_data, config=pre_config, callbacks=[lm_metrics], vocab=vocab,
                           extra_meta={"run": run_info}, resume=resume if resume_phase == "pretrain" else None)
         pre_history = tagged(pre.history, "pretrain")
@@ -277,7 +251,7 @@ def run(args) -> int:
     steps_per_epoch = -(-len(train_ids) // settings["batch_size"])
     budget = None if settings["max_time"] is None else max(60.0, settings["max_time"] - t_pre)
     epochs = phase2_epochs(settings, out, resume_phase, budget, pre_history, train_ids, train_data)
-    optimizer = make_optimizer(settings, model, max(2, steps_per_epoch * epochs))
+    optimizer = recipes.make_optimizer(settings, model, max(2, steps_per_epoch * epochs))
     config = TrainConfig(epochs=epochs, batch_size=settings["batch_size"], clip=1.0,
                          patience=settings["patience"], metric=settings["metric"], mode="min",
                          seed=args.seed, max_time=budget, out_dir=str(out), quiet=args.quiet)

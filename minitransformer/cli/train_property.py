@@ -21,11 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from minitransformer.cli import recipes
+
 PRESET = dict(
-    model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, norm="pre", pos="learned", activation="gelu",
-               tie_embeddings=True, emb_dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
+    model=recipes.model(n_layers=4, pos="learned", tie_embeddings=True, emb_dropout=0.1, attn_dropout=0.1,
+                        resid_dropout=0.1),
     max_len=256,  # <cls> + tokens + <eos>; Tox21's longest molecule has 240 tokens
-    lr=5e-4, weight_decay=0.01, warmup=200, batch_size=32, epochs=30, patience=8,
+    **recipes.ADAMW, lr=5e-4, warmup=200, batch_size=32, epochs=30, patience=8,
     augment=1.0, tta=8, pos_weight=True, max_time=11 * 60,  # max_time: the fine-tuning's share
     pretrain_lr=1e-3,
 )
@@ -35,7 +37,7 @@ PRESET = dict(
 # 12 epochs in at most 5 minutes. The pretraining budget comes on top of the 11 minutes.
 PRETRAIN = {"moses": dict(pretrain_epochs=1, pretrain_limit=250_000, pretrain_max_time=15 * 60),
             "other": dict(pretrain_epochs=12, pretrain_limit=None, pretrain_max_time=5 * 60)}
-QUICK = dict(model=dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, norm="pre", tie_embeddings=True),
+QUICK = dict(model=recipes.quick_model(n_layers=2, tie_embeddings=True),
              epochs=2, pretrain_epochs=1, pretrain_limit=300, batch_size=32, warmup=5, patience=None,
              max_time=None, pretrain_max_time=None, tta=2)
 
@@ -77,24 +79,14 @@ def add_parser(kinds):
 
 
 def resolve_settings(args) -> dict:
-    from minitransformer.cli import check_phase_budget, max_time
     s = dict(PRESET)
     s["pretrain_data"] = args.pretrain_data or ("train" if args.quick else "moses")  # a quick run fetches nothing
     s.update(PRETRAIN["moses" if s["pretrain_data"] == "moses" else "other"])
     if args.quick:
         s.update(QUICK)
-    for key in ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta", "pretrain_limit"):
-        if getattr(args, key, None) is not None:
-            s[key] = getattr(args, key)
-    if getattr(args, "pretrain_minutes", None) is not None:
-        s["pretrain_max_time"] = args.pretrain_minutes * 60 if args.pretrain_minutes > 0 else None
-    if args.pretrain and args.max_minutes is None and s["max_time"] and s["pretrain_max_time"]:
-        s["fine_tune_time"] = s["max_time"]  # the fine-tuning keeps its own minutes
-        s["max_time"] += s["pretrain_max_time"]
-    s["max_time"] = max_time(args, s["max_time"])
-    if args.pretrain:
-        check_phase_budget(s["pretrain_max_time"], s["max_time"])
-    return s
+    recipes.apply_overrides(s, args, ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta",
+                                      "pretrain_limit"))
+    return recipes.set_budgets(s, args, pretraining=args.pretrain, pretraining_adds_time=args.pretrain)
 
 
 # ----------------------------------------------------------------------------- data
@@ -120,12 +112,6 @@ class LabelledEpochs:
 
 
 # ----------------------------------------------------------------------------- training
-def make_optimizer(lr, weight_decay, warmup, total_steps, model):
-    from minitransformer import optim
-    schedule = optim.WarmupCosineLR(lr, warmup=min(warmup, total_steps - 1), total=total_steps, min_lr=lr * 0.05)
-    return optim.AdamW(model, lr=schedule, betas=(0.9, 0.98), weight_decay=weight_decay)
-
-
 def pretraining_molecules(s, held_out, user_chose: bool) -> list:
     """The molecules of ``s["pretrain_data"]`` without the ``held_out`` ones. When the
     default MOSES cannot be had (no files, offline), the training split's own molecules
@@ -153,7 +139,7 @@ def pretrain(model, vocab, train_smiles, s, args, out):
     data = RandomizedEpochs(train_smiles, vocab, seed=args.seed + 1, p=1.0, max_tokens=s["max_len"],
                             encode=dict(cls=True))
     steps = max(2, -(-len(train_smiles) // s["batch_size"]) * s["pretrain_epochs"])
-    optimizer = make_optimizer(s["pretrain_lr"], s["weight_decay"], s["warmup"], steps, model)
+    optimizer = recipes.make_optimizer(s, model, steps, lr=s["pretrain_lr"])
     task = MLMTask(vocab.mask_id, len(vocab), pad_id=vocab.pad_id, special_ids=vocab.special_ids)
     config = TrainConfig(epochs=s["pretrain_epochs"], batch_size=s["batch_size"], clip=1.0, seed=args.seed,
                          max_time=s["pretrain_max_time"], out_dir=str(out / "pretrain"), quiet=args.quiet)
@@ -223,7 +209,7 @@ def run(args) -> int:
     train_data = LabelledEpochs(train.smiles, train.labels, vocab, args.seed, s["augment"], s["max_len"])
     val_data = list(zip([vocab.encode(x, cls=True) for x in val.smiles], val.labels))
     steps = max(2, -(-len(train.smiles) // s["batch_size"]) * s["epochs"])
-    optimizer = make_optimizer(s["lr"], s["weight_decay"], s["warmup"], steps, model)
+    optimizer = recipes.make_optimizer(s, model, steps)
     train_config = TrainConfig(epochs=s["epochs"], batch_size=s["batch_size"], clip=1.0, patience=s["patience"],
                                metric="val_auc", mode="max", seed=args.seed, eval_batch_size=128,
                                max_time=None if s["max_time"] is None else max(60.0, s["max_time"] - t_pre),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from minitransformer.cli import recipes
 from minitransformer.molecules.canonicalization import COLUMNS, MAX_TOKENS
 
 PRESETS = {
@@ -31,9 +32,8 @@ PRESETS = {
     #   4+2 layers, lr 2e-3, 16 epochs (11.8 min):                              7.4 / 9.0 / 18.2%
     # The 4+2 model learns as much per epoch as 3+3 and runs ~25% faster, so it gets more epochs.
     "default": dict(
-        model=dict(d_model=128, n_heads=4, n_enc_layers=4, n_dec_layers=2, d_ff=512, norm="pre",
-                   pos="sinusoidal", activation="gelu", emb_dropout=0.0, attn_dropout=0.0, resid_dropout=0.0),
-        lr=2e-3, weight_decay=0.01, warmup=100, batch_size=32, epochs=20, label_smoothing=0.0,
+        model=recipes.model(n_enc_layers=4, n_dec_layers=2, pos="sinusoidal"),
+        **recipes.ADAMW, lr=2e-3, warmup=100, batch_size=32, epochs=20, label_smoothing=0.0,
         max_time=15 * 60, val_exact=200),
     # MOSES pairs (train seq2seq --data moses --preset moses): the default model, one pass over
     # 420,000 MOSES molecules, each written at random, in 28 minutes on 2 CPU cores (9.6k
@@ -41,12 +41,11 @@ PRESETS = {
     # test file, and on the Tox21 test molecules. Measured (run s2, 98 % of 430,000 in the
     # 28 minutes): greedy / beam-5 top-1 / beam-5 top-5 exact match 62.8 / 66.8 / 81.6%.
     "moses": dict(
-        model=dict(d_model=128, n_heads=4, n_enc_layers=4, n_dec_layers=2, d_ff=512, norm="pre",
-                   pos="sinusoidal", activation="gelu", emb_dropout=0.0, attn_dropout=0.0, resid_dropout=0.0),
-        lr=2e-3, weight_decay=0.01, warmup=300, batch_size=64, epochs=1, label_smoothing=0.0,
+        model=recipes.model(n_enc_layers=4, n_dec_layers=2, pos="sinusoidal"),
+        **recipes.ADAMW, lr=2e-3, warmup=300, batch_size=64, epochs=1, label_smoothing=0.0,
         max_time=28 * 60, val_exact=200, limit=430_000),
 }
-QUICK = dict(model=dict(d_model=32, n_heads=2, n_enc_layers=1, n_dec_layers=1, d_ff=64, norm="pre"),
+QUICK = dict(model=recipes.quick_model(n_enc_layers=1, n_dec_layers=1),
              epochs=2, batch_size=32, warmup=10, max_time=None, val_exact=20, limit=300)
 BEAM = 5
 
@@ -75,18 +74,11 @@ def add_parser(kinds):
 
 
 def resolve_settings(args) -> dict:
-    from minitransformer.cli import max_time
     s = {"limit": None, **PRESETS[args.preset]}
     if args.quick:
         s.update(QUICK)
-    for name in ("epochs", "lr", "batch_size", "label_smoothing"):
-        if getattr(args, name) is not None:
-            s[name] = getattr(args, name)
-    if args.dropout is not None:
-        s["model"] = dict(s["model"], emb_dropout=args.dropout, attn_dropout=args.dropout,
-                          resid_dropout=args.dropout)
-    s["max_time"] = max_time(args, s["max_time"])
-    return s
+    recipes.apply_overrides(s, args, ("epochs", "lr", "batch_size", "label_smoothing"))
+    return recipes.set_budgets(s, args)
 
 
 def make_model(settings, vocab, seed):
@@ -97,14 +89,6 @@ def make_model(settings, vocab, seed):
                         tie_embeddings=True, pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
                         seed=seed, **settings["model"])
     return Seq2Seq(cfg)
-
-
-def make_optimizer(settings, model, total_steps):
-    """AdamW with a linear warmup and a cosine decay to 5% of the peak over ``total_steps``."""
-    from minitransformer import optim
-    lr = optim.WarmupCosineLR(settings["lr"], warmup=min(settings["warmup"], total_steps - 1),
-                              total=total_steps, min_lr=settings["lr"] * 0.05)
-    return optim.AdamW(model, lr=lr, betas=(0.9, 0.98), weight_decay=settings["weight_decay"])
 
 
 def write_predictions(path, rows) -> None:
@@ -156,7 +140,7 @@ def run(args) -> int:
 
     train_data = PairEpochs(data.train, vocab, seed=args.seed, max_tokens=MAX_TOKENS, fresh=args.augment == "fresh")
     steps_per_epoch = -(-len(data.train) // settings["batch_size"])
-    optimizer = make_optimizer(settings, model, max(2, steps_per_epoch * settings["epochs"]))
+    optimizer = recipes.make_optimizer(settings, model, max(2, steps_per_epoch * settings["epochs"]))
     k = settings["val_exact"]
     callbacks = [exact_match_callback(vocab, data.val_src[:k], data.val[:k])] if k else []
     config = TrainConfig(epochs=settings["epochs"], batch_size=settings["batch_size"], clip=1.0,
