@@ -14,38 +14,24 @@ An optimizer turns the gradients that the backward passes left in
 SGD and Adamax live in :mod:`minitransformer.optim.sgd_adamax`; the notation
 (:math:`\theta, g_t, \eta_t, \lambda`) is the one of :mod:`minitransformer.optim`.
 
-**Parameters are addressed by name.** An optimizer is built from a module (any
-object with ``named_parameters()``) or from ``(name, Parameter)`` pairs, and
-keeps its per-parameter state in ``optimizer.state[name]``, a dict of arrays
-shaped like the parameter. Names make :meth:`Optimizer.state_dict` readable
-and let :meth:`Optimizer.load_state_dict` say exactly which tensor does not fit.
+**Parameters are addressed by name**, each with its state in
+``optimizer.state[name]`` (arrays shaped like the parameter), so a checkpoint is
+readable and a misfit names its tensor. **The step counter** ``optimizer.t``
+moves once at the start of each :meth:`Optimizer.step`, so every parameter of an
+update sees the same :math:`t` (moving it inside the per-parameter loop is a
+classic bug: the bias corrections would run :math:`P` times too fast).
 
-**The step counter.** ``optimizer.t`` counts calls to :meth:`Optimizer.step`:
-it is incremented once at the start of each call, so during the first update
-:math:`t = 1`, and every parameter of that update sees the same :math:`t`.
-(Incrementing it inside the per-parameter loop is a classic bug: with
-:math:`P` parameters the bias corrections would then run :math:`P` times too
-fast.)
+**Learning rate.** ``lr`` is a float or a schedule ``t -> float``
+(:mod:`minitransformer.optim.schedules`), kept in ``optimizer.schedule``;
+``optimizer.lr`` is always the float of the latest step (what a log prints).
 
-**Learning rate.** ``lr`` is a float or a schedule ``t -> float`` (see
-:mod:`minitransformer.optim.schedules`). ``optimizer.schedule`` holds the
-schedule (``None`` for a constant rate) and ``optimizer.lr`` always holds a
-float: the constant rate, or the rate of the latest step (before the first
-step, the rate of step 1). So ``optimizer.lr`` is what a training log prints.
-
-**Weight decay** applies only to parameters that are not exempt. The ``no_decay``
-argument decides which are exempt; its default, :func:`default_no_decay`,
-exempts every parameter with fewer than two dimensions (biases, LayerNorm gains
-and shifts, scalars) and decays the matrices (linear weights, embeddings). Pass
-``no_decay=()`` to decay everything, a list of names, or a predicate
-``(name, Parameter) -> bool``. ``optimizer.decayed_names()`` lists the result.
-**Parameter groups** (:mod:`minitransformer.optim.groups`) give a group of
-parameters its own ``lr`` and ``weight_decay``, as in PyTorch.
-
-**Frozen parameters** (``p.requires_grad`` False) are skipped by :meth:`Optimizer.step`:
-weights and state stay as they are. Each parameter counts its own updates in
-``optimizer.steps[name]``, which Adam's bias correction uses, so a parameter
-unfrozen after 100 steps takes a first step, not a 101st.
+**Weight decay** skips exempt parameters: by default (:func:`default_no_decay`) those
+with fewer than two dimensions (biases, LayerNorm gains and shifts); ``no_decay`` may
+be ``()``, a list of names or a predicate ``(name, Parameter) -> bool`` instead.
+**Parameter groups** (:mod:`minitransformer.optim.groups`) give a group its own ``lr``
+and ``weight_decay``. **Frozen parameters** (``requires_grad`` False) are skipped, and
+each parameter counts its own updates (``optimizer.steps[name]``, for Adam's bias
+correction): one unfrozen after 100 steps takes a first step, not a 101st.
 
 Every scalar that meets an array (learning rate, betas, bias corrections) is a
 plain Python float, so a float32 model stays float32.
@@ -132,10 +118,9 @@ def check_lr(value, name: str = "lr") -> float:
 
 
 def check_hyperparameter(name: str, value):
-    """Validate one optimizer setting by name; return it as the optimizer keeps it.
-
-    Used by every constructor and by :meth:`Optimizer.load_state_dict`, so a
-    checkpoint cannot bring in what the constructor would refuse.
+    """Validate one setting of the Adam family by name (SGD's momentum: ``optim/sgd_adamax.py``);
+    return it as the optimizer keeps it. Used by every constructor and by ``load_state_dict``,
+    so a checkpoint cannot bring in what the constructor would refuse.
     """
     if name == "lr":
         return check_lr(value)
@@ -156,25 +141,7 @@ def check_hyperparameter(name: str, value):
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
             raise ValueError(f"betas must be in [0, 1), got {tuple(value)!r}")
         return (b1, b2)
-    if name == "momentum":
-        mu = _number(name, value)
-        if not 0.0 <= mu < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {value!r}")
-        return mu
-    if name == "nesterov":
-        if not isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"nesterov must be True or False, got {value!r}")
-        return bool(value)
-    if name == "t":
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"the step counter t must be a whole number >= 0, got {value!r}")
-        return int(value)
     raise ValueError(f"unknown optimizer setting {name!r}")
-
-
-def _check_betas_eps(betas, eps) -> tuple[tuple[float, float], float]:
-    """Validate Adam-family hyperparameters; return them as Python floats."""
-    return check_hyperparameter("betas", betas), check_hyperparameter("eps", eps)
 
 
 class Optimizer(OptimizerState):
@@ -397,7 +364,7 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, no_decay=None):
-        self.betas, self.eps = _check_betas_eps(betas, eps)
+        self.betas, self.eps = check_hyperparameter("betas", betas), check_hyperparameter("eps", eps)
         super().__init__(params, lr, weight_decay, no_decay)
 
     def _update(self, name, p, state, lr):

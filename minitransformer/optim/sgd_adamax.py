@@ -7,10 +7,26 @@ to the gradient, and only for parameters that are not exempt (see
 """
 from __future__ import annotations
 
+import numpy as np  # the number types a setting may have
+
 from minitransformer.backend import xp
-from minitransformer.optim.optimizer import Optimizer, _check_betas_eps, check_hyperparameter
+from minitransformer.optim.optimizer import Optimizer, _number, check_hyperparameter
 
 __all__ = ["SGD", "Adamax"]
+
+
+def check_sgd_setting(name: str, value):
+    """SGD's own settings, ``momentum`` in [0, 1) and ``nesterov`` (a bool), then the shared ones."""
+    if name == "momentum":
+        mu = _number(name, value)
+        if not 0.0 <= mu < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {value!r}")
+        return mu
+    if name == "nesterov":
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"nesterov must be True or False, got {value!r}")
+        return bool(value)
+    return check_hyperparameter(name, value)
 
 
 def _l2_grad(opt: Optimizer, name: str, p):
@@ -52,11 +68,12 @@ class SGD(Optimizer):
     """
 
     _hyper = ("momentum", "nesterov", "weight_decay")
+    _check_setting = staticmethod(check_sgd_setting)  # momentum and nesterov, then the shared settings
 
     def __init__(self, params, lr, momentum: float = 0.0, nesterov: bool = False,
                  weight_decay: float = 0.0, no_decay=None):
-        momentum = check_hyperparameter("momentum", momentum)
-        nesterov = check_hyperparameter("nesterov", nesterov)
+        momentum = check_sgd_setting("momentum", momentum)
+        nesterov = check_sgd_setting("nesterov", nesterov)
         if nesterov and momentum == 0:
             raise ValueError("nesterov=True needs momentum > 0")
         self.momentum = momentum
@@ -65,7 +82,7 @@ class SGD(Optimizer):
         super().__init__(params, lr, weight_decay, no_decay)
 
     def load_state_dict(self, sd: dict) -> None:
-        if "momentum" in sd and (check_hyperparameter("momentum", sd["momentum"]) > 0) != (self.momentum > 0):
+        if "momentum" in sd and (check_sgd_setting("momentum", sd["momentum"]) > 0) != (self.momentum > 0):
             raise ValueError(f"optimizer state dict does not fit this SGD: it was saved with "
                              f"momentum={sd['momentum']}, this one has momentum={self.momentum}")
         super().load_state_dict(sd)
@@ -116,7 +133,7 @@ class Adamax(Optimizer):
 
     def __init__(self, params, lr: float = 2e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, no_decay=None):
-        self.betas, self.eps = _check_betas_eps(betas, eps)
+        self.betas, self.eps = check_hyperparameter("betas", betas), check_hyperparameter("eps", eps)
         super().__init__(params, lr, weight_decay, no_decay)
 
     def _update(self, name, p, state, lr):

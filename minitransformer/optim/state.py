@@ -20,6 +20,13 @@ import numpy as np  # host-side copies of the state arrays
 from minitransformer import backend
 
 
+def check_step_counter(value) -> int:
+    """A saved step counter ``t``: a whole number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"the step counter t must be a whole number >= 0, got {value!r}")
+    return int(value)
+
+
 class OptimizerState:
     """Saving and loading an optimizer's state (a mixin of :class:`~minitransformer.optim.optimizer.Optimizer`)."""
 
@@ -83,7 +90,7 @@ class OptimizerState:
         for key in ("t", "lr", *self._hyper):
             if key in sd:
                 try:
-                    settings[key] = self._check_setting(key, sd[key])
+                    settings[key] = check_step_counter(sd[key]) if key == "t" else self._check_setting(key, sd[key])
                 except ValueError as err:
                     problems.append(str(err))
         if "t" not in sd:
