@@ -109,7 +109,9 @@ def _rss_mb() -> float:
 
 
 def thread_env(threads: int) -> dict:
-    env = dict(os.environ)
+    """The workers' environment: ``threads`` BLAS threads, the BLAS pins dropped unless ``--pinned``."""
+    from blas_threads import pinned_from_argv, unpin
+    env = unpin(dict(os.environ), pinned_from_argv(sys.argv))
     for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         env[name] = str(threads)
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
@@ -159,6 +161,8 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=10, help="timed steps per process (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--pinned", action="store_true",
+                   help="keep the machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the workers (default: dropped)")
     p.add_argument("--quick", action="store_true", help="small only, 2 rounds of 3 steps")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)

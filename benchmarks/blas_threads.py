@@ -2,7 +2,12 @@
 library: a script calls :func:`configure_from_argv` before anything imports NumPy.
 
 BLAS reads its thread count, and OpenBLAS its idle-thread timeout, once, when
-NumPy is first imported. ``import minitransformer`` no longer sets
+NumPy is first imported. So does OpenBLAS's kernel choice: some machines pin it
+(``OPENBLAS_CORETYPE=Haswell``, ``OPENBLAS_L2_SIZE``), which halves the speed of
+matrix products on an AVX-512 CPU, and a user's machine has no pin. The
+benchmarks therefore drop both variables in their own processes and in every
+process they start, unless ``--pinned`` is given (to measure the pinned figures,
+labelled as such); tests and CI keep the environment they are given. ``import minitransformer`` no longer sets
 ``OPENBLAS_THREAD_TIMEOUT``: programs do (see minitransformer/fast/parallel.py).
 """
 from __future__ import annotations
@@ -11,7 +16,21 @@ import argparse
 import os
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+PIN_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 DEFAULT_THREADS = 2
+
+
+def pinned_from_argv(argv) -> bool:
+    """True when ``--pinned`` is among ``argv``: keep the machine's BLAS pins."""
+    return "--pinned" in argv
+
+
+def unpin(env: dict, pinned: bool = False) -> dict:
+    """Remove :data:`PIN_VARIABLES` from ``env`` (in place) unless ``pinned``; return ``env``."""
+    if not pinned:
+        for var in PIN_VARIABLES:
+            env.pop(var, None)
+    return env
 
 
 def set_blas_threads(n: int) -> None:
@@ -31,5 +50,7 @@ def threads_from_argv(argv) -> int:
 
 
 def configure_from_argv(argv) -> None:
-    """:func:`set_blas_threads` with the ``--threads`` of ``argv`` (default 2)."""
+    """:func:`set_blas_threads` with the ``--threads`` of ``argv`` (default 2), and the BLAS pins
+    dropped from this process's environment unless ``argv`` has ``--pinned``."""
     set_blas_threads(threads_from_argv(argv))
+    unpin(os.environ, pinned_from_argv(argv))

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from blas_threads import DEFAULT_THREADS, THREAD_VARIABLES
+from blas_threads import DEFAULT_THREADS, PIN_VARIABLES, THREAD_VARIABLES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # benchmark the checkout, installed or not
 
-from minitransformer import backend, kernels  # noqa: E402
+from minitransformer import backend, kernels, runtime  # noqa: E402
 from minitransformer.backend import xp  # noqa: E402
 from minitransformer.fast import parallel  # noqa: E402
 from minitransformer.models import DecoderLM, DecoderLMConfig  # noqa: E402
@@ -179,6 +179,9 @@ def parser(doc: str, timing: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                    help="BLAS/OpenMP threads, set before NumPy is imported (default 2)")
     p.add_argument("--quick", action="store_true", help="smoke test (see the script's description)")
+    p.add_argument("--pinned", action="store_true",
+                   help="keep the machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (default: dropped, as on a "
+                        "user's machine; read before NumPy is imported)")
     p.add_argument("--json", type=Path, default=None,
                    help="results file (default: a new file in benchmarks/results/)")
     return p
@@ -248,6 +251,8 @@ def machine_description(args) -> dict:
         "load_average_at_start": os.getloadavg(),
         "python": platform.python_version(), "platform": platform.platform(),
         "numpy": np.__version__, "blas": blas_info(), "gpu": gpu_info(),
+        "blas_loaded": runtime.describe()["blas"],  # library, version, the kernel that runs, threads
+        "blas_pins": {v: os.environ.get(v) for v in PIN_VARIABLES}, "compiled_kernels": runtime.describe()["compiled"],
         "backend": backend.name(), "kernels": kernels.name(), "threads": args.threads,
         "thread_env": {v: os.environ.get(v) for v in THREAD_VARIABLES + (
             "OPENBLAS_THREAD_TIMEOUT", "MINITRANSFORMER_THREADS", "MINITRANSFORMER_KERNELS")},
@@ -280,6 +285,7 @@ def start(args, what: str) -> dict:
     print(f"{what}: backend {backend.name()}, kernels {kernels.name()}, {args.threads} BLAS threads, "
           f"pool {machine['pool_threads']}, {machine['cpu_model']}, numpy {np.__version__}, {timing}"
           f"load average {machine['load_average_at_start'][0]:.1f}", flush=True)
+    print(f"  {runtime.summary_line()}", flush=True)  # the BLAS kernel that runs, pinned or not
     warn_if_busy(machine, args.threads)
     return machine
 

@@ -46,6 +46,8 @@ import sys
 import time
 from pathlib import Path
 
+from blas_threads import unpin
+
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 VOCAB = 112
 # name -> (DecoderLMConfig keyword arguments, or "tomczak"; B; T). The same as
@@ -152,7 +154,7 @@ def parse_entry(text: str) -> dict:
 
 def run_worker(entry: dict, model: str, args) -> dict:
     """One measurement in a fresh process with PYTHONPATH = the entry's tree."""
-    env = dict(os.environ)
+    env = unpin(dict(os.environ), args.pinned)  # a user's machine has no BLAS pin
     env["PYTHONPATH"] = entry["path"]
     for var in THREAD_VARIABLES:
         env[var] = str(args.threads)
@@ -269,6 +271,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=5, help="timed steps per process (default 5)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first, per process (default 3)")
     p.add_argument("--threads", type=int, default=2, help="BLAS/OpenMP threads (default 2)")
+    p.add_argument("--pinned", action="store_true",
+                   help="keep the machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the workers (default: dropped)")
     p.add_argument("--json", type=Path, default=None,
                    help="results file (default benchmarks/results/compare-<UTC time>.json)")
     p.add_argument("--summarize", type=Path, metavar="JSON",

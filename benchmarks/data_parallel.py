@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from blas_threads import unpin
+
 HERE = Path(__file__).resolve().parent
 LAYOUTS = ((1, 2), (2, 1), (2, 2))  # (ranks, threads per rank)
 SHAPES = {"small": (64, 64), "tomczak": (64, 64), "medium": (32, 128)}
@@ -94,7 +96,7 @@ def worker(config: str, steps: int, warmup: int) -> None:
 
 
 def run_layout(ranks: int, threads: int, config: str, args) -> dict:
-    env = dict(os.environ)
+    env = unpin(dict(os.environ), getattr(args, "pinned", False))  # a user's machine has no BLAS pin
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "MINITRANSFORMER_THREADS"):
         env[var] = str(threads)
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
@@ -145,6 +147,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="small only, 4 steps after 1")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--pinned", action="store_true",
+                   help="keep the machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the ranks (default: dropped)")
     args = p.parse_args()
     args.configs = (args.configs or ("small" if args.quick else ",".join(SHAPES))).split(",")
     if set(args.configs) - set(SHAPES):

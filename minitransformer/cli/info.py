@@ -95,6 +95,9 @@ def _text(d: dict) -> str:
         lines.append(f"             minitransformer {ver.get('minitransformer')}, commit {p.get('git_commit')}, "
                      f"Python {ver.get('python')}, NumPy {ver.get('numpy')}, RDKit {ver.get('rdkit')}, "
                      f"BLAS {ver.get('blas')}, seed {p.get('seed')}, started {p.get('started')}")
+        if ver.get("runtime"):
+            from minitransformer.runtime import summary_line
+            lines.append(f"             ran with {summary_line(ver['runtime'])}")
         data = p.get("data") or {}
         if data.get("file_sha256"):
             lines.append(f"             data file {data.get('file')} sha256 {data['file_sha256'][:16]}...")

@@ -67,7 +67,7 @@ def git_commit(folder: str | Path | None = None) -> str | None:
 def _versions() -> dict:
     import numpy as np
 
-    from minitransformer import __version__, backend, kernels
+    from minitransformer import __version__, backend, kernels, runtime
     versions = {"minitransformer": __version__, "python": platform.python_version(), "numpy": np.__version__,
                 "backend": backend.name(), "kernels": kernels.name()}
     try:
@@ -80,12 +80,9 @@ def _versions() -> dict:
         versions["rdkit"] = rdBase.rdkitVersion
     except ImportError:
         versions["rdkit"] = None
-    try:
-        config = np.show_config(mode="dicts")
-        blas = config.get("Build Dependencies", {}).get("blas", {})
-        versions["blas"] = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
-    except (TypeError, AttributeError):  # NumPy < 1.25 has no dict mode
-        versions["blas"] = None
+    versions["runtime"] = runtime.describe()  # compiled kernels or not, the BLAS library and kernel
+    versions["blas"] = "; ".join(f"{b['library']} {b['version']}" + (f" ({b['kernel']})" if b.get("kernel") else "")
+                                 for b in versions["runtime"]["blas"]) or None
     return versions
 
 
@@ -108,5 +105,9 @@ def provenance(argv: Sequence[str], seed: int, data: str | None, molecules_sha25
 
 def write_provenance(out: str | Path, argv: Sequence[str], seed: int, data: str | None,
                      molecules_sha256: str | None = None) -> Path:
-    """Write ``provenance.json`` into the run folder ``out`` (atomically)."""
-    return write_json(Path(out) / "provenance.json", provenance(argv, seed, data, molecules_sha256))
+    """Write ``provenance.json`` into the run folder ``out`` (atomically), and print what runs
+    (:func:`minitransformer.runtime.summary_line`): every training run starts here."""
+    record = provenance(argv, seed, data, molecules_sha256)
+    from minitransformer.runtime import summary_line
+    print(summary_line(record["versions"]["runtime"]))
+    return write_json(Path(out) / "provenance.json", record)

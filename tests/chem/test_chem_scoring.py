@@ -105,3 +105,9 @@ def test_binary_standard_input_is_one_line_naming_it(payload, words, monkeypatch
     with pytest.raises(ValueError, match=f"standard input is {words}") as err:
         read_samples("-")
     assert "\n" not in str(err.value)
+
+
+def test_the_old_comparison_function_names_the_registry():
+    import minitransformer.chem.scoring as scoring
+    with pytest.raises(ImportError, match="evaluate_samples"):
+        scoring.compare_with_reference

@@ -218,7 +218,7 @@ def test_info_describes_a_finished_run(finished_molecules_run, capsys):
     code, out = run(["info", folder / "best.npz"], capsys)
     assert code == 0
     for word in ("DecoderLM", "vocabulary", "made by", "minitransformer train lm", "bare.validity=",
-                 "valence.validity=", "valence.fcd_heldout="):
+                 "valence.validity=", "valence.fcd_heldout=", "ran with backend numpy; kernels:"):
         assert word in out.out, word
     code, out = run(["info", folder / "best.npz", "--json"], capsys)
     d = json.loads(out.out)
