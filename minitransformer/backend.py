@@ -221,6 +221,13 @@ class RNG:
     checkpoint and restores on NumPy and CuPy alike, and a resumed run draws
     exactly the numbers an uninterrupted run would have drawn.
 
+    **Where a draw is made.** Initial weights (:meth:`normal`, :meth:`host_random`)
+    are drawn on the host by NumPy and copied to the backend once, so one seed
+    builds the same model on the CPU and on a GPU (CuPy's generator is not NumPy's
+    PCG64: drawn on the device, the same seed gave other weights on an H100). What is
+    drawn every step (dropout masks, MLM corruption, sampling: :meth:`random`,
+    :meth:`integers`) stays on the device, from the backend's own generator.
+
     ``stream`` (default 0) picks one of many independent streams of the same seed:
     data-parallel ranks draw their dropout masks from stream = rank, so that two
     ranks never reuse the same numbers on different examples (stream 0 is the
@@ -242,13 +249,21 @@ class RNG:
         return xp.random.default_rng(int(mixed))
 
     def random(self, shape, dtype=None):
-        """Uniform floats in [0, 1) of the given shape, on the active backend."""
+        """Uniform floats in [0, 1) of the given shape, drawn on the device by the backend's own
+        generator (dropout masks, MLM corruption, sampling: drawn every step, never copied).
+        CuPy's generator is not NumPy's, so these numbers differ between CPU and GPU."""
         return self.generator().random(shape, dtype=dtype or get_dtype())
 
+    def host_random(self, shape, dtype=None):
+        """Uniform floats in [0, 1) drawn on the host by NumPy and moved to the backend: for
+        initial weights, so that one seed builds the same model on the CPU and on a GPU."""
+        return xp.asarray(self.host().random(shape, dtype=dtype or get_dtype()))
+
     def normal(self, shape, std=1.0, dtype=None):
-        """Normal(0, std^2) floats of the given shape, on the active backend."""
+        """Normal(0, std^2) floats of the given shape, drawn on the host by NumPy and moved to the
+        backend (initial weights: one seed builds the same model on the CPU and on a GPU)."""
         dtype = dtype or get_dtype()
-        out = self.generator().standard_normal(shape, dtype=dtype)
+        out = xp.asarray(self.host().standard_normal(shape, dtype=dtype))
         return out * std if std != 1.0 else out
 
     def integers(self, low, high, shape):

@@ -81,7 +81,7 @@ def linear_backward(dy, cache: LinearCache):
 
 def uniform_init(shape, bound: float, rng: backend.RNG):
     """U(-bound, bound) of the given shape, in the default dtype."""
-    return (rng.random(shape) * 2.0 - 1.0) * bound  # (shape)
+    return (rng.host_random(shape) * 2.0 - 1.0) * bound  # (shape), drawn on the host: the same on every device
 
 
 class Linear(Module):

@@ -254,6 +254,14 @@ class _StrictFunction:
         return _StrictFunction(value) if callable(value) else value
 
 
+def _device_default_rng(seed=None):
+    """The stand-in's ``xp.random.default_rng``: like CuPy's, *not* NumPy's PCG64 (here Philox),
+    so the same seed gives other numbers than NumPy's. A draw that must match the CPU (initial
+    weights) but is made with the device's generator then shows up on the CPU too: that is how
+    one seed built other weights on a real GPU (found on an H100, issue 29)."""
+    return _np.random.Generator(_np.random.Philox(seed))
+
+
 class _StrictNamespace:
     """``numpy`` (or a NumPy object such as a Generator) seen through the strict
     wrappers: ``xp.exp``, ``xp.random.default_rng(0).random(...)`` ..."""
@@ -262,6 +270,8 @@ class _StrictNamespace:
         self._module = module
 
     def __getattr__(self, attr):
+        if self._module is _np.random and attr == "default_rng":
+            return _StrictFunction(_device_default_rng)
         value = getattr(self._module, attr)
         if isinstance(value, type) or not callable(value):
             if type(value).__name__ == "module" or isinstance(value, _np.random.BitGenerator):
