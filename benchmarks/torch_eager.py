@@ -90,12 +90,12 @@ class DecoderLM(nn.Module):
 
 
 def train_steps(args):
-    model = DecoderLM(args.config, max(args.T, 65)).train()
+    model = DecoderLM(args.config, max(args.T, 65)).train().to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     rng = np.random.default_rng(0)
     ids = rng.integers(3, VOCAB, size=(args.B, args.T + 1))
     ids[:, 0] = BOS
-    ids = torch.from_numpy(ids)
+    ids = torch.from_numpy(ids).to(args.device)
 
     def step():
         logits = model(ids[:, :-1])  # (B, T, V)
@@ -111,15 +111,17 @@ def train_steps(args):
 
 def sample_run(args):
     """64 sequences x 64 new tokens with a preallocated KV cache, multinomial draws."""
-    model = DecoderLM(args.config, 65).eval()
+    dev = args.device
+    model = DecoderLM(args.config, 65).eval().to(dev)
     L, H, dh = model.shape
     B, new = 64, 64
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device=dev).manual_seed(0)
 
     @torch.inference_mode()
     def run():
-        cache = [(torch.empty(B, H, 1 + new, dh), torch.empty(B, H, 1 + new, dh)) for _ in range(L)]
-        tok = torch.full((B, 1), BOS, dtype=torch.long)
+        cache = [(torch.empty(B, H, 1 + new, dh, device=dev), torch.empty(B, H, 1 + new, dh, device=dev))
+                 for _ in range(L)]
+        tok = torch.full((B, 1), BOS, dtype=torch.long, device=dev)
         out = [tok]
         for pos in range(new):
             logits = model(tok, cache, pos)[:, -1]  # (B, V)
@@ -156,6 +158,7 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda (benchmarks/gpu: the same card as CuPy)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -167,16 +170,23 @@ def main():
     tiny_step()  # loads the runtime (thread pools, allocator), as against_torch.py's own side does
     base = rss_mb()
     fn = train_steps(args) if args.task == "train" else sample_run(args)
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)  # time the device's work, not the launches
     for _ in range(args.warmup):
         fn()
     times = []
     for _ in range(args.steps):
+        sync()
         t0 = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"side": "torch", "version": torch.__version__, "times": times,
-                      "imported_rss_mb": imported, "base_rss_mb": base, "peak_rss_mb": peak, "threads": torch.get_num_threads()}))
+    print(json.dumps({"side": "torch", "version": torch.__version__, "times": times, "device": args.device,
+                      "gpu_name": torch.cuda.get_device_name() if cuda else None,
+                      "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+                      "imported_rss_mb": imported, "base_rss_mb": base, "peak_rss_mb": peak,
+                      "threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":
