@@ -1,0 +1,230 @@
+r"""What a steered generator is steered toward: scoring components, desirability transforms, and
+their weighted mean.
+
+A **component** turns each molecule into a raw number (QED, a molecular weight,
+a Tanimoto similarity, whether a SMARTS matches ...); a **transform** maps the
+raw number into a desirability in [0, 1]; the **score** of a molecule is the
+weighted mean of its components' desirabilities, arithmetic or geometric. An
+invalid molecule (``None``) scores 0 in every component. Each component is
+defined where it is registered, in :data:`COMPONENTS`.
+
+Transforms, for a raw value :math:`x` (``low < high``; ``k`` the steepness, 0.25 by default):
+
+``none``
+    :math:`x` itself, which must already lie in [0, 1] (QED, similarity).
+``step``
+    1 when :math:`\text{low} \le x \le \text{high}`, else 0.
+``sigmoid``
+    :math:`1 / (1 + 10^{-10k\,(x - m)/(\text{high} - \text{low})})`, :math:`m = (\text{low} + \text{high})/2`:
+    near 0 below ``low``, 0.5 at the middle, near 1 above ``high``.
+``reverse_sigmoid``
+    :math:`1 - \text{sigmoid}`: high values are bad (synthetic accessibility, toxicity).
+``double_sigmoid``
+    a plateau: :math:`\text{sigmoid}(x; \text{low} - w, \text{low}) \cdot \text{reverse\_sigmoid}(x; \text{high},
+    \text{high} + w)`, :math:`w` = ``width`` (default :math:`(\text{high} - \text{low})/2`): near 1 inside
+    [low, high], falling off over ``width`` on either side.
+
+The geometric mean :math:`\prod_i d_i^{w_i / \sum w}` is 0 as soon as one component is 0 (every
+requirement must hold); the arithmetic mean :math:`\sum_i w_i d_i / \sum_i w_i` trades them off.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
+
+__all__ = ["Component", "Objective", "COMPONENTS", "TRANSFORMS", "transform", "sa_score"]
+
+
+# --------------------------------------------------------------------------- transforms
+def _sigmoid(x, low, high, k):
+    mid = (low + high) / 2.0
+    return 1.0 / (1.0 + np.power(10.0, np.clip(-10.0 * k * (x - mid) / (high - low), -300, 300)))
+
+
+TRANSFORMS = ("none", "step", "sigmoid", "reverse_sigmoid", "double_sigmoid")
+
+
+def transform(x: np.ndarray, kind: str = "none", low: float | None = None, high: float | None = None,
+              k: float = 0.25, width: float | None = None) -> np.ndarray:
+    """The desirability in [0, 1] of raw values ``x`` (a float array; NaN, from an invalid molecule, gives 0)."""
+    x = np.asarray(x, dtype=np.float64)
+    if kind == "none":
+        out = x
+    elif kind == "step":
+        out = ((x >= low) & (x <= high)).astype(np.float64)
+    elif kind == "sigmoid":
+        out = _sigmoid(x, low, high, k)
+    elif kind == "reverse_sigmoid":
+        out = 1.0 - _sigmoid(x, low, high, k)
+    elif kind == "double_sigmoid":
+        w = (high - low) / 2.0 if width is None else width
+        out = _sigmoid(x, low - w, low, k) * (1.0 - _sigmoid(x, high, high + w, k))
+    else:
+        raise ValueError(f"unknown transform {kind!r}; choose from {', '.join(TRANSFORMS)}")
+    return np.clip(np.nan_to_num(out, nan=0.0), 0.0, 1.0)
+
+
+# --------------------------------------------------------------------------- raw values
+@functools.lru_cache(maxsize=1)
+def _sascorer():
+    """RDKit's Contrib implementation of the SA score (Ertl & Schuffenhauer, J. Cheminf. 2009)."""
+    import os
+    import sys
+    from rdkit.Chem import RDConfig
+    folder = os.path.join(RDConfig.RDContribDir, "SA_Score")
+    if not os.path.isfile(os.path.join(folder, "sascorer.py")):
+        raise ValueError(f"RDKit's SA score (Contrib/SA_Score) is not in this RDKit installation ({folder}); "
+                         "install RDKit from PyPI (pip install rdkit), which ships it")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    import sascorer
+    return sascorer
+
+
+def sa_score(mol) -> float:
+    """Synthetic accessibility, 1 (easy) to 10 (hard), by RDKit's Contrib ``sascorer``."""
+    return float(_sascorer().calculateScore(mol))
+
+
+def _descriptor(name: str) -> Callable:
+    from rdkit.Chem import Crippen, Descriptors, Lipinski, QED, rdMolDescriptors
+    return {"qed": QED.qed, "sa": sa_score, "mw": Descriptors.MolWt, "logp": Crippen.MolLogP,
+            "tpsa": rdMolDescriptors.CalcTPSA, "hbd": Lipinski.NumHDonors, "hba": Lipinski.NumHAcceptors,
+            "rotb": rdMolDescriptors.CalcNumRotatableBonds}[name]
+
+
+#: name -> (one-line definition, the transform it gets unless one is given)
+COMPONENTS = {
+    "qed": ("RDKit's QED, quantitative estimate of drug-likeness (Bickerton et al. 2012), in [0, 1]", "none"),
+    "sa": ("synthetic accessibility, 1 easy .. 10 hard (Ertl & Schuffenhauer 2009, RDKit Contrib)",
+           "reverse_sigmoid"),
+    "mw": ("molecular weight in daltons (RDKit Descriptors.MolWt)", "double_sigmoid"),
+    "logp": ("Crippen logP (RDKit Crippen.MolLogP)", "double_sigmoid"),
+    "tpsa": ("topological polar surface area, square angstroms (RDKit CalcTPSA)", "double_sigmoid"),
+    "hbd": ("hydrogen-bond donors (RDKit Lipinski.NumHDonors)", "step"),
+    "hba": ("hydrogen-bond acceptors (RDKit Lipinski.NumHAcceptors)", "step"),
+    "rotb": ("rotatable bonds (RDKit CalcNumRotatableBonds)", "step"),
+    "similarity": ("Tanimoto similarity to a query molecule, Morgan fingerprints (radius, bits as given; "
+                   "default 2 and 2048)", "none"),
+    "smarts": ("1 if the molecule contains the SMARTS pattern, else 0 (a required substructure)", "none"),
+    "forbid": ("1 if the molecule does NOT contain the SMARTS pattern (a forbidden substructure)", "none"),
+    "user": ("a user's function module:function, list of SMILES -> scores in [0, 1]", "none"),
+}
+
+
+@dataclass
+class Component:
+    """One term of an :class:`Objective`: ``name`` (a key of :data:`COMPONENTS`), its ``weight``,
+    its transform (``kind``, ``low``, ``high``, ``k``, ``width``) and its own parameters
+    (``query``, ``radius``, ``bits`` for similarity; ``pattern`` for smarts and forbid; ``function``
+    for user). Checked when made: an unknown name, a SMARTS or query that does not parse, a
+    transform without its bounds raise a one-line ValueError before any work."""
+    name: str
+    weight: float = 1.0
+    kind: str | None = None
+    low: float | None = None
+    high: float | None = None
+    k: float = 0.25
+    width: float | None = None
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        require_rdkit()
+        if self.name not in COMPONENTS:
+            raise ValueError(f"unknown score component {self.name!r}; choose from {', '.join(COMPONENTS)}")
+        if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight > 0):
+            raise ValueError(f"component {self.name}: weight must be a finite number > 0, got {self.weight!r}")
+        self.kind = self.kind or COMPONENTS[self.name][1]
+        if self.kind not in TRANSFORMS:
+            raise ValueError(f"component {self.name}: unknown transform {self.kind!r}; choose from "
+                             f"{', '.join(TRANSFORMS)}")
+        if self.kind != "none" and (self.low is None or self.high is None or not self.low < self.high):
+            raise ValueError(f"component {self.name}: the {self.kind} transform needs low < high, got "
+                             f"low={self.low}, high={self.high}")
+        self._prepare()
+
+    def _prepare(self) -> None:
+        from rdkit import Chem
+        if self.name == "similarity":
+            query = self.params.get("query")
+            mol = mol_from_smiles(query) if isinstance(query, str) else None
+            if mol is None:
+                raise ValueError(f"component similarity: query {query!r} is not a valid SMILES")
+            from rdkit.Chem import rdFingerprintGenerator
+            self._gen = rdFingerprintGenerator.GetMorganGenerator(radius=int(self.params.get("radius", 2)),
+                                                                  fpSize=int(self.params.get("bits", 2048)))
+            self._query = self._gen.GetFingerprint(mol)
+        elif self.name in ("smarts", "forbid"):
+            pattern = self.params.get("pattern")
+            self._pattern = Chem.MolFromSmarts(pattern) if isinstance(pattern, str) else None
+            if self._pattern is None:
+                raise ValueError(f"component {self.name}: pattern {pattern!r} is not a valid SMARTS")
+        elif self.name == "user":
+            self._fn = self.params.get("function")
+            if not callable(self._fn):
+                raise ValueError("component user: give a callable (the command reads it from module:function)")
+
+    def raw(self, smiles: Sequence[str], mols: Sequence) -> np.ndarray:
+        """The raw value of each molecule; NaN for an invalid one (``mols[i]`` None)."""
+        from rdkit import DataStructs
+        if self.name == "user":
+            values = np.asarray(self._fn(list(smiles)), dtype=np.float64)
+            if values.shape != (len(smiles),) or not np.all(np.isfinite(values)) \
+                    or values.min(initial=0) < 0 or values.max(initial=0) > 1:
+                raise ValueError(f"component user: the function must return {len(smiles)} finite scores in "
+                                 f"[0, 1]; it returned shape {values.shape}, range "
+                                 f"[{np.nanmin(values) if values.size else 'n/a'}, "
+                                 f"{np.nanmax(values) if values.size else 'n/a'}]")
+            return np.where([m is not None for m in mols], values, np.nan)
+        out = np.full(len(mols), np.nan)
+        for i, mol in enumerate(mols):
+            if mol is None:
+                continue
+            if self.name == "similarity":
+                out[i] = DataStructs.TanimotoSimilarity(self._query, self._gen.GetFingerprint(mol))
+            elif self.name == "smarts":
+                out[i] = float(mol.HasSubstructMatch(self._pattern))
+            elif self.name == "forbid":
+                out[i] = float(not mol.HasSubstructMatch(self._pattern))
+            else:
+                out[i] = float(_descriptor(self.name)(mol))
+        return out
+
+    def desirability(self, smiles: Sequence[str], mols: Sequence) -> np.ndarray:
+        return transform(self.raw(smiles, mols), self.kind, self.low, self.high, self.k, self.width)
+
+
+@dataclass
+class Objective:
+    """The weighted mean (``mean``: ``"arithmetic"`` or ``"geometric"``) of its components'
+    desirabilities. ``objective(smiles)`` returns ``(scores (N,), {component name: desirabilities (N,)})``;
+    an invalid SMILES scores 0."""
+    components: list
+    mean: str = "geometric"
+
+    def __post_init__(self):
+        if not self.components:
+            raise ValueError("a score needs at least one component")
+        if self.mean not in ("arithmetic", "geometric"):
+            raise ValueError(f"mean must be 'arithmetic' or 'geometric', got {self.mean!r}")
+
+    def __call__(self, smiles: Sequence[str]) -> tuple[np.ndarray, dict]:
+        with quiet_rdkit():
+            mols = [mol_from_smiles(s) if isinstance(s, str) and s else None for s in smiles]
+        parts = {c.name if list(x.name for x in self.components).count(c.name) == 1 else f"{c.name}{i}":
+                 c.desirability(smiles, mols) for i, c in enumerate(self.components)}
+        w = np.array([c.weight for c in self.components], dtype=np.float64)
+        d = np.stack(list(parts.values()))  # (C, N)
+        if self.mean == "arithmetic":
+            score = (w[:, None] * d).sum(0) / w.sum()  # (N,)
+        else:
+            with np.errstate(divide="ignore"):
+                score = np.exp((w[:, None] * np.log(d)).sum(0) / w.sum())  # (N,), 0 if any d is 0
+        valid = np.array([m is not None for m in mols])
+        return np.where(valid, np.nan_to_num(score, nan=0.0), 0.0), parts
