@@ -90,7 +90,8 @@ def augmented_likelihood_forward(agent_logp, prior_logp, scores, sigma: float):
         agent_logp: (B,) the agent's log-likelihoods (the only input with a gradient).
         prior_logp: (B,) the prior's, computed without a gradient.
         scores: (B,) each sequence's score in [0, 1] (0 for an invalid or repeated one).
-        sigma: the score's weight :math:`\sigma > 0` (REINVENT's default is 60; 120 in PMO's runs).
+        sigma: the score's weight :math:`\sigma > 0`: the larger, the harder the agent is pulled
+            toward the score and away from the prior.
 
     Returns:
         ``(loss, cache)``: the loss, a 0-d array.

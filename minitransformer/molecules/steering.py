@@ -1,0 +1,178 @@
+r"""Goal-directed generation: a copy of a trained generator, fine-tuned toward a score (REINVENT).
+
+The *prior* is a trained :class:`~minitransformer.models.DecoderLM` (``train lm``);
+the *agent* starts as its copy. Each :meth:`Steering.step`:
+
+1. samples a batch of SMILES from the agent (the KV cache, as ``sample`` does);
+2. scores them with an :class:`~minitransformer.chem.objectives.Objective`; an
+   invalid sample, or one already seen in this run (the same canonical SMILES),
+   scores 0; with the **diversity filter**, a molecule whose Bemis-Murcko scaffold
+   has already been rewarded ``scaffold_limit`` times scores 0 too, so the agent
+   cannot settle on one scaffold;
+3. with **experience replay**, adds ``replay_k`` molecules drawn from a memory of
+   the ``replay`` best molecules so far to the batch;
+4. takes one Adam step on REINVENT's augmented-likelihood loss
+   (:mod:`minitransformer.train.augmented_likelihood`, where its gradient is derived):
+   the agent's log-likelihood of each sequence is pulled toward the prior's plus
+   :math:`\sigma` times its score.
+
+The state (agent weights, optimizer, random stream, memory, scaffold counts, the
+molecules seen, the step) is :meth:`Steering.state_dict`, so a run resumes exactly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from minitransformer import backend
+from minitransformer.backend import xp
+from minitransformer.chem.data import canonical
+from minitransformer.train.augmented_likelihood import (augmented_likelihood_backward, augmented_likelihood_forward,
+                                                         sequence_log_likelihood_backward,
+                                                         sequence_log_likelihood_forward)
+
+__all__ = ["SteeringConfig", "Steering"]
+
+
+@dataclass
+class SteeringConfig:
+    """The settings of a steering run, checked when made."""
+
+    batch_size: int = 64  # molecules sampled per step
+    sigma: float = 60.0  # the score's weight in the augmented likelihood
+    lr: float = 1e-4  # Adam's learning rate for the agent
+    replay: int = 100  # size of the memory of best molecules (0: no experience replay)
+    replay_k: int = 10  # molecules replayed per step
+    scaffold_limit: int = 25  # rewards per scaffold before it scores 0 (0: no diversity filter)
+    temperature: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("batch_size", "replay", "replay_k", "scaffold_limit", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "batch_size" else 0):
+                raise ValueError(f"{name} must be a whole number >= {1 if name == 'batch_size' else 0}, got {value!r}")
+        for name in ("sigma", "lr", "temperature"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def _scaffold(smiles: str) -> str:
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+
+    from minitransformer.chem._rdkit import mol_from_smiles
+    return MurckoScaffold.MurckoScaffoldSmiles(mol=mol_from_smiles(smiles), includeChirality=False)
+
+
+class Steering:
+    """REINVENT on a trained prior: ``Steering(prior, vocab, objective, config)``, then
+    :meth:`step` as often as the budget allows. :attr:`agent` is the model being steered."""
+
+    def __init__(self, prior, vocab, objective, config: SteeringConfig | None = None):
+        from minitransformer.models import DecoderLM
+        from minitransformer.optim import Adam
+        self.config = config or SteeringConfig()
+        self.prior, self.vocab, self.objective = prior.eval(), vocab, objective
+        self.agent = DecoderLM(prior.config)
+        self.agent.load_state_dict(prior.state_dict())
+        self.agent.eval()  # sampling and the loss without dropout (the prior's own setting for training it is not ours)
+        self.optimizer = Adam(self.agent, lr=self.config.lr)
+        self.rng = backend.RNG(self.config.seed, stream=7)
+        self.memory: list[tuple[float, str, list]] = []  # (score, canonical SMILES, ids), best first
+        self.scaffold_counts: dict[str, int] = {}
+        self.seen: set[str] = set()
+        self.t = 0
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, smiles: list[str]) -> tuple[np.ndarray, list, dict]:
+        """(scores with invalid, repeated and filtered molecules at 0, canonical SMILES or None,
+        the objective's raw scores and parts)."""
+        raw, parts = self.objective(smiles)
+        canon = [canonical(s) if s else None for s in smiles]
+        scores = np.array(raw, dtype=np.float64)
+        for i, c in enumerate(canon):
+            if c is None or c in self.seen:
+                scores[i] = 0.0
+                continue
+            self.seen.add(c)
+            if self.config.scaffold_limit and scores[i] > 0:
+                scaffold = _scaffold(c)
+                if self.scaffold_counts.get(scaffold, 0) >= self.config.scaffold_limit:
+                    scores[i] = 0.0
+                else:
+                    self.scaffold_counts[scaffold] = self.scaffold_counts.get(scaffold, 0) + 1
+        return scores, canon, {"raw": np.asarray(raw), **parts}
+
+    def _remember(self, scores, canon, rows) -> None:
+        if not self.config.replay:
+            return
+        for s, c, row in zip(scores, canon, rows):
+            if c is not None and s > 0:
+                self.memory.append((float(s), c, list(map(int, row))))
+        self.memory.sort(key=lambda m: -m[0])
+        del self.memory[self.config.replay:]
+
+    def _replayed(self) -> tuple[list, np.ndarray]:
+        if not self.config.replay or not self.memory:
+            return [], np.zeros(0)
+        k = min(self.config.replay_k, len(self.memory))
+        pick = self.rng.host().choice(len(self.memory), size=k, replace=False)
+        return [self.memory[i][2] for i in pick], np.array([self.memory[i][0] for i in pick])
+
+    # ------------------------------------------------------------------ resuming
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs to continue exactly: the agent's weights and optimizer, the
+        random stream, the memory, the scaffold counts, the molecules seen and the step."""
+        return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "rng": self.rng.state_dict(), "memory": [list(m) for m in self.memory],
+                "scaffold_counts": dict(self.scaffold_counts), "seen": sorted(self.seen), "t": self.t}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.load_state_dict(state["rng"])
+        self.memory = [(float(s), str(c), [int(i) for i in ids]) for s, c, ids in state["memory"]]
+        self.scaffold_counts = {str(k): int(v) for k, v in state["scaffold_counts"].items()}
+        self.seen, self.t = set(state["seen"]), int(state["t"])
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> dict:
+        """Sample, score, replay, and one Adam step on the augmented likelihood. Returns the step's numbers."""
+        from minitransformer.generate import sample
+        cfg = self.config
+        ids = sample(self.agent, batch_size=cfg.batch_size, temperature=cfg.temperature, rng=self.rng)  # (B, T)
+        smiles = [self.vocab.decode(row) for row in ids]
+        scores, canon, parts = self.score(smiles)
+        self._remember(scores, canon, ids)
+        rows, replay_scores = self._replayed()
+        all_rows = [list(map(int, r)) for r in ids] + rows
+        T = max(len(r) for r in all_rows)
+        batch = np.full((len(all_rows), T), self.vocab.pad_id, dtype=np.int64)  # (B + k, T)
+        for i, r in enumerate(all_rows):
+            batch[i, :len(r)] = r
+        inputs, targets = backend.asarray(batch[:, :-1]), backend.asarray(batch[:, 1:])  # (N, T-1) each
+        targets = xp.where(_after_eos(targets, self.vocab.eos_id), self.vocab.pad_id, targets)  # (N, T-1)
+        prior_logp, _ = sequence_log_likelihood_forward(self.prior(inputs), targets, self.vocab.pad_id)  # (N,)
+        logits = self.agent(inputs)  # (N, T-1, V)
+        agent_logp, lcache = sequence_log_likelihood_forward(logits, targets, self.vocab.pad_id)  # (N,)
+        all_scores = backend.asarray(np.concatenate([scores, replay_scores]).astype(np.float64)).astype(logits.dtype)
+        loss, acache = augmented_likelihood_forward(agent_logp, prior_logp, all_scores, cfg.sigma)
+        self.agent.zero_grad()
+        self.agent.backward(sequence_log_likelihood_backward(augmented_likelihood_backward(1.0, acache), lcache))
+        self.optimizer.step()
+        self.t += 1
+        valid = sum(c is not None for c in canon)
+        return {"step": self.t, "loss": float(loss), "mean_score": float(scores.mean()),
+                "mean_raw_score": float(np.mean(parts["raw"])), "validity": valid / len(smiles),
+                "top10": float(np.mean(sorted(scores)[-10:])), "best": self.memory[0][:2] if self.memory else None,
+                "smiles": smiles, "scores": scores.tolist()}
+
+
+def _after_eos(targets, eos_id: int):
+    """(N, T) True at every position after a row's first EOS target (already padding, or
+    replayed rows' tails): those positions add nothing to a sequence's log-likelihood."""
+    is_eos = (targets == eos_id).astype(xp.int64)  # (N, T)
+    return (xp.cumsum(is_eos, axis=1) - is_eos) > 0  # (N, T)
