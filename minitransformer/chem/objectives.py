@@ -99,22 +99,26 @@ def _descriptor(name: str) -> Callable:
             "rotb": rdMolDescriptors.CalcNumRotatableBonds}[name]
 
 
-#: name -> (one-line definition, the transform it gets unless one is given)
+#: name -> (one-line definition, the transform it gets unless one is given, and that transform's low, high)
 COMPONENTS = {
-    "qed": ("RDKit's QED, quantitative estimate of drug-likeness (Bickerton et al. 2012), in [0, 1]", "none"),
+    "qed": ("RDKit's QED, quantitative estimate of drug-likeness (Bickerton et al. 2012), in [0, 1]",
+            "none", None, None),
     "sa": ("synthetic accessibility, 1 easy .. 10 hard (Ertl & Schuffenhauer 2009, RDKit Contrib)",
-           "reverse_sigmoid"),
-    "mw": ("molecular weight in daltons (RDKit Descriptors.MolWt)", "double_sigmoid"),
-    "logp": ("Crippen logP (RDKit Crippen.MolLogP)", "double_sigmoid"),
-    "tpsa": ("topological polar surface area, square angstroms (RDKit CalcTPSA)", "double_sigmoid"),
-    "hbd": ("hydrogen-bond donors (RDKit Lipinski.NumHDonors)", "step"),
-    "hba": ("hydrogen-bond acceptors (RDKit Lipinski.NumHAcceptors)", "step"),
-    "rotb": ("rotatable bonds (RDKit CalcNumRotatableBonds)", "step"),
+           "reverse_sigmoid", 2.5, 4.5),
+    "mw": ("molecular weight in daltons (RDKit Descriptors.MolWt)", "double_sigmoid", 250.0, 500.0),
+    "logp": ("Crippen logP (RDKit Crippen.MolLogP)", "double_sigmoid", 1.0, 4.0),
+    "tpsa": ("topological polar surface area, square angstroms (RDKit CalcTPSA)", "double_sigmoid", 40.0, 120.0),
+    "hbd": ("hydrogen-bond donors (RDKit Lipinski.NumHDonors)", "step", 0.0, 5.0),
+    "hba": ("hydrogen-bond acceptors (RDKit Lipinski.NumHAcceptors)", "step", 0.0, 10.0),
+    "rotb": ("rotatable bonds (RDKit CalcNumRotatableBonds)", "step", 0.0, 10.0),
     "similarity": ("Tanimoto similarity to a query molecule, Morgan fingerprints (radius, bits as given; "
-                   "default 2 and 2048)", "none"),
-    "smarts": ("1 if the molecule contains the SMARTS pattern, else 0 (a required substructure)", "none"),
-    "forbid": ("1 if the molecule does NOT contain the SMARTS pattern (a forbidden substructure)", "none"),
-    "user": ("a user's function module:function, list of SMILES -> scores in [0, 1]", "none"),
+                   "default 2 and 2048)", "none", None, None),
+    "smarts": ("1 if the molecule contains the SMARTS pattern, else 0 (a required substructure)", "none", None, None),
+    "forbid": ("1 if the molecule does NOT contain the SMARTS pattern (a forbidden substructure)", "none", None, None),
+    "user": ("a user's function module:function, list of SMILES -> scores in [0, 1]", "none", None, None),
+    "tox21": ("1 - the largest predicted probability of activity over the chosen Tox21 assays of a `train "
+              "property` model (1: predicted inactive everywhere; a model's opinion, not a measurement)",
+              "none", None, None),
 }
 
 
@@ -140,7 +144,10 @@ class Component:
             raise ValueError(f"unknown score component {self.name!r}; choose from {', '.join(COMPONENTS)}")
         if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight > 0):
             raise ValueError(f"component {self.name}: weight must be a finite number > 0, got {self.weight!r}")
-        self.kind = self.kind or COMPONENTS[self.name][1]
+        if self.kind is None:  # the component's own transform, with its bounds unless given
+            _, self.kind, low, high = COMPONENTS[self.name]
+            self.low = low if self.low is None else self.low
+            self.high = high if self.high is None else self.high
         if self.kind not in TRANSFORMS:
             raise ValueError(f"component {self.name}: unknown transform {self.kind!r}; choose from "
                              f"{', '.join(TRANSFORMS)}")
@@ -165,19 +172,22 @@ class Component:
             self._pattern = Chem.MolFromSmarts(pattern) if isinstance(pattern, str) else None
             if self._pattern is None:
                 raise ValueError(f"component {self.name}: pattern {pattern!r} is not a valid SMARTS")
-        elif self.name == "user":
+        elif self.name in ("user", "tox21"):
             self._fn = self.params.get("function")
             if not callable(self._fn):
-                raise ValueError("component user: give a callable (the command reads it from module:function)")
+                raise ValueError(f"component {self.name}: give a callable (the command builds it from "
+                                 + ("module:function)" if self.name == "user" else "a property checkpoint)"))
 
     def raw(self, smiles: Sequence[str], mols: Sequence) -> np.ndarray:
         """The raw value of each molecule; NaN for an invalid one (``mols[i]`` None)."""
         from rdkit import DataStructs
-        if self.name == "user":
+        if self.name in ("user", "tox21"):
             values = np.asarray(self._fn(list(smiles)), dtype=np.float64)
+            if self.name == "tox21":  # the predictor gives NaN for a molecule it cannot read: scores 0
+                values = np.nan_to_num(values, nan=0.0)
             if values.shape != (len(smiles),) or not np.all(np.isfinite(values)) \
                     or values.min(initial=0) < 0 or values.max(initial=0) > 1:
-                raise ValueError(f"component user: the function must return {len(smiles)} finite scores in "
+                raise ValueError(f"component {self.name}: the function must return {len(smiles)} finite scores in "
                                  f"[0, 1]; it returned shape {values.shape}, range "
                                  f"[{np.nanmin(values) if values.size else 'n/a'}, "
                                  f"{np.nanmax(values) if values.size else 'n/a'}]")
