@@ -7,6 +7,7 @@
     minitransformer translate runs/seq2seq/best.npz 'OCC(C)c1ccccc1'
     minitransformer predict runs/property/best.npz my_molecules.csv --out predictions.csv
     minitransformer score samples.smi --reference tox21
+    minitransformer optimize runs/lm/best.npz --score qed,sa --steps 100
     minitransformer attention runs/lm/best.npz 'CC(=O)Oc1ccccc1C(=O)O'
     minitransformer info runs/lm/best.npz
 
@@ -29,7 +30,7 @@ from minitransformer.cli import parallel as cli_parallel
 from minitransformer.cli.progress import PROGRESS
 
 COMMANDS = ("train_lm", "train_property", "train_seq2seq", "sample", "translate", "predict", "score",
-            "attention", "info")
+            "optimize", "attention", "info")
 
 
 def _command_modules():

@@ -168,7 +168,9 @@ class Steering:
         return {"step": self.t, "loss": float(loss), "mean_score": float(scores.mean()),
                 "mean_raw_score": float(np.mean(parts["raw"])), "validity": valid / len(smiles),
                 "top10": float(np.mean(sorted(scores)[-10:])), "best": self.memory[0][:2] if self.memory else None,
-                "smiles": smiles, "scores": scores.tolist()}
+                "smiles": smiles, "scores": scores.tolist(), "canonical": canon,
+                "parts": {k: np.asarray(v, dtype=np.float64).tolist() for k, v in parts.items() if k != "raw"},
+                "rewarded_scaffolds": len(self.scaffold_counts)}
 
 
 def _after_eos(targets, eos_id: int):
