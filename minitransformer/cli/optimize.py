@@ -19,7 +19,8 @@ import csv
 import io
 from pathlib import Path
 
-SETTINGS = ("steps", "batch_size", "sigma", "lr", "replay", "replay_k", "scaffold_limit", "temperature", "seed")
+SETTINGS = ("steps", "batch_size", "sigma", "lr", "replay", "replay_k", "scaffold_limit", "temperature", "seed",
+            "grammar")
 
 
 def add_parser(commands):
@@ -45,6 +46,8 @@ def add_parser(commands):
                    help="rewards per Bemis-Murcko scaffold before it scores 0 (default: 25; 0: no diversity filter)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0, help="sampling temperature")
     p.add_argument("--seed", type=cli.seed, default=0)
+    p.add_argument("--grammar", choices=("syntax", "valence"), default=None,
+                   help="sample under the SMILES grammar (valence: with valence rules); default: the bare agent")
     p.add_argument("--out", default="runs/optimize", type=cli.run_folder, help="run folder (default: runs/optimize)")
     p.add_argument("--force", action="store_true", help="start afresh in a folder that holds an earlier run")
     cli.add_resume_argument(p, help="continue the run in --out from its last.npz (same prior, score and settings)")

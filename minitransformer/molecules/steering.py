@@ -48,8 +48,11 @@ class SteeringConfig:
     scaffold_limit: int = 25  # rewards per scaffold before it scores 0 (0: no diversity filter)
     temperature: float = 1.0
     seed: int = 0
+    grammar: str | None = None  # None (the bare agent), "syntax" or "valence": a constrained sampler
 
     def __post_init__(self):
+        if self.grammar not in (None, "syntax", "valence"):
+            raise ValueError(f"grammar must be None, 'syntax' or 'valence', got {self.grammar!r}")
         for name in ("batch_size", "replay", "replay_k", "scaffold_limit", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "batch_size" else 0):
@@ -80,6 +83,10 @@ class Steering:
         self.agent.load_state_dict(prior.state_dict())
         self.agent.eval()  # sampling and the loss without dropout (the prior's own setting for training it is not ours)
         self.optimizer = Adam(self.agent, lr=self.config.lr)
+        self.constraint = None
+        if self.config.grammar:  # the agent's own likelihood is still what is trained (the sampler only bans)
+            from minitransformer.chem.smiles_grammar import SmilesGrammar
+            self.constraint = SmilesGrammar(vocab, valence=self.config.grammar == "valence")
         self.rng = backend.RNG(self.config.seed, stream=7)
         self.memory: list[tuple[float, str, list]] = []  # (score, canonical SMILES, ids), best first
         self.scaffold_counts: dict[str, int] = {}
@@ -143,7 +150,8 @@ class Steering:
         """Sample, score, replay, and one Adam step on the augmented likelihood. Returns the step's numbers."""
         from minitransformer.generate import sample
         cfg = self.config
-        ids = sample(self.agent, batch_size=cfg.batch_size, temperature=cfg.temperature, rng=self.rng)  # (B, T)
+        ids = sample(self.agent, batch_size=cfg.batch_size, temperature=cfg.temperature, rng=self.rng,
+                     constraint=self.constraint)  # (B, T)
         smiles = [self.vocab.decode(row) for row in ids]
         scores, canon, parts = self.score(smiles)
         self._remember(scores, canon, ids)

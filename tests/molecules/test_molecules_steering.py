@@ -86,3 +86,12 @@ def test_a_resumed_run_continues_bit_exactly():
     assert again["smiles"] == last["smiles"] and again["scores"] == last["scores"]
     for (name, a), (_, b) in zip(straight.agent.named_parameters(), resumed.agent.named_parameters()):
         assert np.array_equal(a.data, b.data), name
+
+
+def test_the_grammar_sampler_gives_valid_molecules_only():
+    prior, vocab = _prior()
+    run = Steering(prior, vocab, Objective([Component("user", params={"function": _carbon_share})]),
+                   SteeringConfig(batch_size=16, scaffold_limit=0, grammar="valence"))
+    assert run.step()["validity"] == 1.0
+    with pytest.raises(ValueError, match="grammar must be"):
+        SteeringConfig(grammar="strict")
