@@ -38,7 +38,12 @@ import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
 
-__all__ = ["Component", "Objective", "COMPONENTS", "TRANSFORMS", "transform", "sa_score"]
+__all__ = ["Component", "Objective", "COMPONENTS", "TRANSFORMS", "transform", "sa_score", "ScoreFunctionFailed"]
+
+
+class ScoreFunctionFailed(RuntimeError):
+    """A user's scoring function (or the property model behind ``tox21``) raised while scoring: a
+    runtime failure of the run, reported in one line, with everything scored before it kept."""
 
 
 # --------------------------------------------------------------------------- transforms
@@ -182,7 +187,11 @@ class Component:
         """The raw value of each molecule; NaN for an invalid one (``mols[i]`` None)."""
         from rdkit import DataStructs
         if self.name in ("user", "tox21"):
-            values = np.asarray(self._fn(list(smiles)), dtype=np.float64)
+            try:
+                values = np.asarray(self._fn(list(smiles)), dtype=np.float64)
+            except Exception as exc:  # the user's code: say whose it is, not "a bug"
+                raise ScoreFunctionFailed(f"component {self.name}: the scoring function failed "
+                                          f"({type(exc).__name__}: {exc})") from exc
             if self.name == "tox21":  # the predictor gives NaN for a molecule it cannot read: scores 0
                 values = np.nan_to_num(values, nan=0.0)
             if values.shape != (len(smiles),) or not np.all(np.isfinite(values)) \

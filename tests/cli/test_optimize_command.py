@@ -1,6 +1,7 @@
 """``minitransformer optimize``: a run folder with every scored molecule, an exact --resume, one-line refusals."""
 import csv
 import json
+import sys
 
 import pytest
 
@@ -55,3 +56,34 @@ def test_bad_scores_are_refused_before_any_work(tiny_checkpoints, tmp_path, caps
 def test_a_prior_of_the_wrong_kind_is_refused(tiny_checkpoints, tmp_path, capsys):
     code, said = run(["optimize", tiny_checkpoints["property"], "--score", "qed", "--out", tmp_path / "o"], capsys)
     assert code == 2 and "DecoderLM checkpoint" in error_line(said)
+
+
+def test_a_user_function_failing_mid_run_stops_in_one_line_and_resumes(tiny_checkpoints, tmp_path, capsys,
+                                                                       monkeypatch):
+    """The third call fails: the command stops with one line (exit 1, a runtime failure, not "a bug"),
+    keeps the two steps scored before it, and --resume continues from them once the function works."""
+    (tmp_path / "flaky_score.py").write_text(
+        "import os\nCALLS = [0]\n"
+        "def score(smiles):\n"
+        "    CALLS[0] += 1\n"
+        "    if os.environ.get('FLAKY_FAIL') and CALLS[0] == 3:\n"
+        "        raise RuntimeError('the assay server is down')\n"
+        "    return [0.5] * len(smiles)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FLAKY_FAIL", "1")
+    spec = tmp_path / "score.json"
+    spec.write_text(json.dumps({"components": [{"name": "user", "function": "flaky_score:score"}]}))
+    argv = ["optimize", tiny_checkpoints["lm"], "--score", spec, "--batch-size", "4", "--out", tmp_path / "run",
+            "--quiet", "--steps", "4"]
+    code, said = run(argv, capsys)
+    line = error_line(said)
+    assert code == 1 and "the scoring function failed (RuntimeError: the assay server is down)" in line
+    assert "this is a bug" not in line
+    rows = list(csv.DictReader(open(tmp_path / "run" / "scored.csv")))
+    assert {r["step"] for r in rows} == {"1", "2"}, "the two finished steps are kept"
+    monkeypatch.delenv("FLAKY_FAIL")
+    code, said = run(argv + ["--resume"], capsys)
+    assert code == 0, said.err
+    rows = list(csv.DictReader(open(tmp_path / "run" / "scored.csv")))
+    assert [r["step"] for r in rows][::4] == ["1", "2", "3", "4"]
+    monkeypatch.delitem(sys.modules, "flaky_score", raising=False)
