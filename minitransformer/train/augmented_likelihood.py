@@ -29,30 +29,25 @@ and the gradient of the logits is :math:`w_b\,(\mathrm{softmax}(z_t) - \mathrm{o
 with :math:`w_b = \frac{2}{B}(y_b - \log p_\text{agent}(x_b))`: the token
 cross-entropy's gradient, weighted per sequence. Padding positions get exactly
 zero. Two kernel pairs, each gradient-checked: :func:`sequence_log_likelihood_forward`
-(logits -> one number per sequence) and :func:`augmented_likelihood_forward`
-(the agent's, the prior's and the scores -> the loss).
+(logits -> one number per sequence: the token cross-entropy's kernels, summed per
+sequence) and :func:`augmented_likelihood_forward` (the agent's, the prior's and
+the scores -> the loss).
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from minitransformer.backend import xp
-from minitransformer.nn.softmax import log_softmax
+from minitransformer.nn.softmax import cross_entropy_backward, cross_entropy_forward
 
 __all__ = ["sequence_log_likelihood_forward", "sequence_log_likelihood_backward",
            "augmented_likelihood_forward", "augmented_likelihood_backward"]
 
 
-class SequenceLogLikelihoodCache(NamedTuple):
-    """What :func:`sequence_log_likelihood_backward` needs."""
-
-    p: object  # (B, T, V) softmax of the logits: the gradient is onehot - p
-    targets: object  # (B, T) the next tokens (pad positions hold pad_id)
-    keep: object  # (B, T) 1.0 where the target is a real token, 0.0 at padding
-
-
 def sequence_log_likelihood_forward(logits, targets, pad_id: int):
-    r""":math:`\log p(x_b) = \sum_t \log \mathrm{softmax}(z_{b,t})[x_{b,t+1}]` over the non-pad targets.
+    r""":math:`\log p(x_b) = \sum_t \log \mathrm{softmax}(z_{b,t})[x_{b,t+1}]` over the non-pad targets:
+    minus the per-token cross-entropy (:func:`~minitransformer.nn.softmax.cross_entropy_forward`,
+    ``reduction="none"``, padding ignored), summed over each sequence.
 
     Args:
         logits: (B, T, V) the model's logits for positions 0..T-1.
@@ -60,21 +55,19 @@ def sequence_log_likelihood_forward(logits, targets, pad_id: int):
         pad_id: the padding token, whose positions add nothing.
 
     Returns:
-        ``(logp, cache)``: logp (B,), one log-likelihood per sequence.
+        ``(logp, cache)``: logp (B,), one log-likelihood per sequence; the cache is the
+        cross-entropy's.
     """
-    logp_tokens = log_softmax(logits, axis=-1)  # (B, T, V)
-    keep = (targets != pad_id).astype(logits.dtype)  # (B, T)
-    picked = xp.take_along_axis(logp_tokens, targets[..., None], axis=-1)[..., 0]  # (B, T)
-    logp = (picked * keep).sum(axis=1)  # (B,)
-    return logp, SequenceLogLikelihoodCache(xp.exp(logp_tokens), targets, keep)
+    nll_tokens, cache = cross_entropy_forward(logits, targets, ignore_index=pad_id, reduction="none")  # (B, T)
+    return -nll_tokens.sum(axis=1), cache  # (B,)
 
 
-def sequence_log_likelihood_backward(dlogp, cache: SequenceLogLikelihoodCache):
+def sequence_log_likelihood_backward(dlogp, cache):
     r"""dlogits (B, T, V) :math:`= \partial L / \partial \log p(x_b) \cdot (\mathrm{onehot}(x_{b,t+1})
-    - \mathrm{softmax}(z_{b,t}))` at the kept positions, exactly 0 at padding. dlogp: (B,)."""
-    p, targets, keep = cache
-    onehot = xp.arange(p.shape[-1]) == targets[..., None]  # (B, T, V) bool
-    return (onehot - p) * (dlogp[:, None] * keep)[..., None]  # (B, T, V) weighted per sequence, 0 at padding
+    - \mathrm{softmax}(z_{b,t}))`, exactly 0 at padding: the cross-entropy's backward with the
+    per-token upstream gradient :math:`-\partial L / \partial \log p(x_b)`. dlogp: (B,)."""
+    T = cache.shape[1]
+    return cross_entropy_backward(xp.repeat(-dlogp[:, None], T, axis=1), cache)  # (B, T, V)
 
 
 class AugmentedLikelihoodCache(NamedTuple):
