@@ -26,6 +26,7 @@ A part that fails is recorded with its error, and the next part runs. Writes
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -83,17 +84,18 @@ def part_tests(args) -> dict:
     return out
 
 
-def _torch_python(args) -> str | None:
-    """The Python that has torch: ``--torch-python``, else this one if it imports torch."""
-    if args.torch_python:
-        return args.torch_python
+@functools.lru_cache(maxsize=None)
+def _torch_python(given: str | None) -> str | None:
+    """The Python that has torch: ``--torch-python``, else this one if it imports torch (asked once)."""
+    if given:
+        return given
     done = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True)
     return sys.executable if done.returncode == 0 else None
 
 
 def _torch(args, task: str, config: str, B: int, T: int) -> dict:
     """PyTorch eager on the same device (cuda under CuPy; the CPU in the dry run)."""
-    py = _torch_python(args)
+    py = _torch_python(args.torch_python)
     if py is None:
         return {"skipped": "no Python with torch (--torch-python)"}
     device = "cuda" if args.backend == "cupy" else "cpu"
@@ -132,17 +134,15 @@ def part_speed(args) -> dict:
 
 
 def part_sampling(args) -> dict:
+    import speed  # benchmarks/gpu/speed.py
+
     from minitransformer import backend
     from minitransformer.generate import sample
-    from minitransformer.models import DecoderLM, DecoderLMConfig
+    from minitransformer.models import DecoderLM
     backend.use(args.backend)
     rows = []
-    for name in (("small",) if args.quick else ("small", "tomczak", "medium")):
-        import speed
-        spec, _, _ = speed.MODELS[name]
-        cfg = DecoderLMConfig.tomczak(vocab_size=112, max_len=65) if spec == "tomczak" else \
-            DecoderLMConfig(vocab_size=112, max_len=65, **spec)
-        model = DecoderLM(cfg).eval()
+    for name in (("small",) if args.quick else tuple(speed.MODELS)):
+        model = DecoderLM(speed.config(name)).eval()
         times = []
         for i in range(2 if args.quick else 4):
             backend.synchronize()

@@ -22,10 +22,17 @@ MODELS = {  # as benchmarks/compare_revisions.py
 }
 
 
+def config(name) -> DecoderLMConfig:
+    """The named model, with room for its T and for 64 sampled tokens after BOS."""
+    spec, _, T = MODELS[name]
+    if spec == "tomczak":
+        return DecoderLMConfig.tomczak(vocab_size=112, max_len=max(T, 65))
+    return DecoderLMConfig(vocab_size=112, max_len=max(T, 65), **spec)
+
+
 def measure(name, steps=20, warmup=5):
-    spec, B, T = MODELS[name]
-    cfg = DecoderLMConfig.tomczak(vocab_size=112, max_len=max(T, 65)) if spec == "tomczak" else \
-        DecoderLMConfig(vocab_size=112, max_len=max(T, 65), **spec)
+    _, B, T = MODELS[name]
+    cfg = config(name)
     model, task = DecoderLM(cfg), LMTask(pad_id=cfg.pad_id)
     opt = AdamW(model, lr=1e-3)
     batch = np.random.default_rng(0).integers(3, 112, size=(B, T + 1), dtype=np.int64)

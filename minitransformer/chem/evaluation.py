@@ -64,10 +64,10 @@ class SampleSet:
         self.references = {name: list(mols) for name, mols in (references or {}).items()}
         self.fcd_judge, self.heldout, self.all_training = fcd_judge, heldout, all_training
         self.seed, self.filters = seed, filters
-        given = {"samples": True, "train": self.training, "references": self.references, "fcd_judge": fcd_judge,
-                 "heldout": heldout, "all_training": all_training}
-        self.inputs = [name for name in INPUTS if given[name] is not None and given[name] is not False
-                       and given[name] != {}]
+        given = {"samples": True, "train": self.training is not None, "references": bool(self.references),
+                 "fcd_judge": fcd_judge is not None, "heldout": heldout is not None,
+                 "all_training": all_training is not None}
+        self.inputs = [name for name in INPUTS if given[name]]
 
     def need_samples(self) -> None:
         if not self.samples:

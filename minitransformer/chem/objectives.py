@@ -97,6 +97,9 @@ def sa_score(mol) -> float:
     return float(_sascorer().calculateScore(mol))
 
 
+_DESCRIPTORS = ("qed", "sa", "mw", "logp", "tpsa", "hbd", "hba", "rotb")
+
+
 def _descriptor(name: str) -> Callable:
     from rdkit.Chem import Crippen, Descriptors, Lipinski, QED, rdMolDescriptors
     return {"qed": QED.qed, "sa": sa_score, "mw": Descriptors.MolWt, "logp": Crippen.MolLogP,
@@ -202,6 +205,7 @@ class Component:
                                  f"{np.nanmax(values) if values.size else 'n/a'}]")
             return np.where([m is not None for m in mols], values, np.nan)
         out = np.full(len(mols), np.nan)
+        descriptor = _descriptor(self.name) if self.name in _DESCRIPTORS else None
         for i, mol in enumerate(mols):
             if mol is None:
                 continue
@@ -212,7 +216,7 @@ class Component:
             elif self.name == "forbid":
                 out[i] = float(not mol.HasSubstructMatch(self._pattern))
             else:
-                out[i] = float(_descriptor(self.name)(mol))
+                out[i] = float(descriptor(mol))
         return out
 
     def desirability(self, smiles: Sequence[str], mols: Sequence) -> np.ndarray:
@@ -233,11 +237,16 @@ class Objective:
         if self.mean not in ("arithmetic", "geometric"):
             raise ValueError(f"mean must be 'arithmetic' or 'geometric', got {self.mean!r}")
 
+    @property
+    def names(self) -> list[str]:
+        """Each component's name, numbered (``similarity0``, ``similarity2``) where a name repeats."""
+        all_names = [c.name for c in self.components]
+        return [n if all_names.count(n) == 1 else f"{n}{i}" for i, n in enumerate(all_names)]
+
     def __call__(self, smiles: Sequence[str]) -> tuple[np.ndarray, dict]:
         with quiet_rdkit():
             mols = [mol_from_smiles(s) if isinstance(s, str) and s else None for s in smiles]
-        parts = {c.name if list(x.name for x in self.components).count(c.name) == 1 else f"{c.name}{i}":
-                 c.desirability(smiles, mols) for i, c in enumerate(self.components)}
+        parts = {name: c.desirability(smiles, mols) for name, c in zip(self.names, self.components)}
         w = np.array([c.weight for c in self.components], dtype=np.float64)
         d = np.stack(list(parts.values()))  # (C, N)
         if self.mean == "arithmetic":

@@ -136,8 +136,7 @@ def run(args) -> int:
                                                                          "sha256": file_sha256(args.score)},
                 **{k: getattr(args, k) for k in SETTINGS}}
     steer = Steering(prior, vocab, objective, config)
-    names = [c.name if [x.name for x in objective.components].count(c.name) == 1 else f"{c.name}{i}"
-             for i, c in enumerate(objective.components)]
+    names = objective.names
     header = ["step", "smiles", "canonical", "score", *names]
     rows, history = _resume(resume, out, steer, run_info) if resume is not None else ([], [])
     out.mkdir(parents=True, exist_ok=True)

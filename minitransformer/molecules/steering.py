@@ -29,6 +29,7 @@ import numpy as np
 from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.chem.data import canonical
+from minitransformer.chem.properties import murcko_scaffold
 from minitransformer.train.augmented_likelihood import (augmented_likelihood_backward, augmented_likelihood_forward,
                                                          sequence_log_likelihood_backward,
                                                          sequence_log_likelihood_forward)
@@ -61,13 +62,6 @@ class SteeringConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-
-
-def _scaffold(smiles: str) -> str:
-    from rdkit.Chem.Scaffolds import MurckoScaffold
-
-    from minitransformer.chem._rdkit import mol_from_smiles
-    return MurckoScaffold.MurckoScaffoldSmiles(mol=mol_from_smiles(smiles), includeChirality=False)
 
 
 class Steering:
@@ -106,7 +100,7 @@ class Steering:
                 continue
             self.seen.add(c)
             if self.config.scaffold_limit and scores[i] > 0:
-                scaffold = _scaffold(c)
+                scaffold = murcko_scaffold(c)
                 if self.scaffold_counts.get(scaffold, 0) >= self.config.scaffold_limit:
                     scores[i] = 0.0
                 else:
@@ -166,7 +160,7 @@ class Steering:
         prior_logp, _ = sequence_log_likelihood_forward(self.prior(inputs), targets, self.vocab.pad_id)  # (N,)
         logits = self.agent(inputs)  # (N, T-1, V)
         agent_logp, lcache = sequence_log_likelihood_forward(logits, targets, self.vocab.pad_id)  # (N,)
-        all_scores = backend.asarray(np.concatenate([scores, replay_scores]).astype(np.float64)).astype(logits.dtype)
+        all_scores = backend.asarray(np.concatenate([scores, replay_scores]).astype(logits.dtype))  # (N,)
         loss, acache = augmented_likelihood_forward(agent_logp, prior_logp, all_scores, cfg.sigma)
         self.agent.zero_grad()
         self.agent.backward(sequence_log_likelihood_backward(augmented_likelihood_backward(1.0, acache), lcache))
