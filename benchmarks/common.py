@@ -245,14 +245,15 @@ def gpu_info() -> dict | None:
 
 def machine_description(args) -> dict:
     """Where and how the numbers were taken."""
+    ran = runtime.describe()  # the BLAS library and kernel that run, and whether the kernels are compiled
     return {
         "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
         "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "load_average_at_start": os.getloadavg(),
         "python": platform.python_version(), "platform": platform.platform(),
         "numpy": np.__version__, "blas": blas_info(), "gpu": gpu_info(),
-        "blas_loaded": runtime.describe()["blas"],  # library, version, the kernel that runs, threads
-        "blas_pins": {v: os.environ.get(v) for v in PIN_VARIABLES}, "compiled_kernels": runtime.describe()["compiled"],
+        "blas_loaded": ran["blas"], "blas_pins": {v: os.environ.get(v) for v in PIN_VARIABLES},
+        "compiled_kernels": ran["compiled"],
         "backend": backend.name(), "kernels": kernels.name(), "threads": args.threads,
         "thread_env": {v: os.environ.get(v) for v in THREAD_VARIABLES + (
             "OPENBLAS_THREAD_TIMEOUT", "MINITRANSFORMER_THREADS", "MINITRANSFORMER_KERNELS")},
