@@ -36,19 +36,27 @@ SHAPE = {"small": (64, 64), "tomczak": (64, 64), "medium": (32, 128)}  # (B, T),
 
 
 class KernelTimer:
-    """Exclusive wall time and calls per kernel name, while :meth:`installed`."""
+    """Exclusive wall time and calls per kernel name, while :meth:`installed`.
 
-    def __init__(self):
+    On a GPU a kernel returns before its work is done: give ``sync``
+    (``backend.synchronize``) and each timer waits for the device before it starts
+    and before it stops, so a kernel is charged for its own device work and the
+    launches of what ran before it are charged to what ran before it."""
+
+    def __init__(self, sync=None):
+        self.sync = sync or (lambda: None)
         self.seconds = collections.Counter()
         self.calls = collections.Counter()
         self._stack = []  # [name, start, time spent in kernels it called]
 
     def wrap(self, name, fn):
         def timed(*args, **kwargs):
+            self.sync()
             self._stack.append([name, time.perf_counter(), 0.0])
             try:
                 return fn(*args, **kwargs)
             finally:
+                self.sync()
                 _, start, inner = self._stack.pop()
                 spent = time.perf_counter() - start
                 self.seconds[name] += spent - inner
@@ -75,22 +83,19 @@ class KernelTimer:
             setattr(module, attr, value)
 
 
-def profile(name: str, B: int, T: int, args) -> dict:
+def profile(name: str, B: int, T: int, args, sync=None) -> dict:
+    """One model's per-kernel table (see :func:`markdown`); ``sync`` as :class:`KernelTimer`'s."""
     cfg = common.make_config(name, T)
     model, optimizer = common.build(cfg)
     ids = common.make_batch(B, T, cfg)
 
     def step_times(n):
         out = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            common.train_step(model, optimizer, ids)
-            out.append(time.perf_counter() - t0)
-        return out
+        return [common.time_call(lambda: common.train_step(model, optimizer, ids)) for _ in range(n)]
 
     step_times(args.warmup)
     plain = statistics.median(step_times(args.repeats))
-    timer = KernelTimer()
+    timer = KernelTimer(sync)
     undo = timer.install(functional.FAST if kernels.fast else functional.REFERENCE)
     try:
         step_times(1)  # the wrappers warm

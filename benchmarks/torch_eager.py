@@ -81,7 +81,7 @@ class DecoderLM(nn.Module):
 
     def forward(self, ids, cache=None, pos=0):
         T = ids.shape[1]
-        x = self.drop(self.tok(ids) + self.pos(torch.arange(pos, pos + T)))
+        x = self.drop(self.tok(ids) + self.pos(torch.arange(pos, pos + T, device=ids.device)))
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], pos)
         if self.ln_f is not None:

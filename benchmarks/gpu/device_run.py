@@ -18,7 +18,10 @@ dry run says how long each part takes. The parts (``--parts``, in this order):
               with the peak memory, and PyTorch eager on the same device in the same run
               (``--torch-python``, default: this Python, if it has torch);
 ``sampling``  KV-cached sampling, 64 sequences x 64 new tokens, ours and PyTorch's;
-``molecules`` ``minitransformer train lm`` on the backend with a time budget (needs RDKit).
+``profile``   where a training step's device time goes, kernel by kernel (small and medium);
+``molecules`` ``minitransformer train lm`` on the backend with a time budget, the default
+              recipe and a larger model side by side (needs RDKit; ``--data`` the folder of
+              Tox21, MOSES and ChemNet's weights, as ``$MINITRANSFORMER_DATA``).
 
 A part that fails is recorded with its error, and the next part runs. Writes
 ``device_run.json`` and ``device_run.md`` under ``--out``; prints the Markdown.
@@ -39,22 +42,31 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # benchmarks/: common, profile_step
 
-PARTS = ("env", "tests", "speed", "sampling", "molecules")
+PARTS = ("env", "tests", "speed", "sampling", "profile", "molecules")
 MODEL_TESTS = ("tests/test_backend_rng.py", "tests/models/test_model_gradients.py",
                "tests/models/test_model_decoder_lm.py")
 
 
+def _env(**extra) -> dict:
+    """This process's environment with ``extra``, and the repository first on PYTHONPATH
+    (kept after it: where wheels brought along, RDKit's, were installed)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def _run(cmd, timeout, env=None) -> dict:
-    """A subprocess: its exit code, the tail of its output, and its wall time."""
+    """A subprocess: its exit code, the tail of its output (stdout, then stderr), its last
+    line on stdout (where the measuring scripts print their JSON), and its wall time."""
     t0 = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                              env=dict(os.environ, **(env or {})))
-        rc, out = done.returncode, (done.stdout + done.stderr)
+                              env=_env(**(env or {})))
+        rc, out, last = done.returncode, (done.stdout + done.stderr), (done.stdout.strip().splitlines() or [""])[-1]
     except subprocess.TimeoutExpired as exc:
-        rc, out = "timeout", f"{exc}"
-    return {"rc": rc, "tail": out[-3000:], "seconds": round(time.perf_counter() - t0, 1)}
+        rc, out, last = "timeout", f"{exc}", ""
+    return {"rc": rc, "tail": out[-3000:], "last": last, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def part_env(args) -> dict:
@@ -75,11 +87,11 @@ def part_tests(args) -> dict:
     py = sys.executable
     out = {}
     if args.backend == "cupy":
-        out["gpu"] = _run([py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_gpu.py"],
+        out["gpu"] = _run([py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/"],
                           args.timeout)
     select = ["-k", "not hypothesis"] if args.quick else []
     out["models"] = _run([py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *select, *MODEL_TESTS],
-                         args.timeout, env={"MINITRANSFORMER_BACKEND": args.backend, "PYTHONPATH": str(ROOT)})
+                         args.timeout, env={"MINITRANSFORMER_BACKEND": args.backend})
     out["passed"] = all(r["rc"] == 0 for r in out.values() if isinstance(r, dict))
     return out
 
@@ -104,17 +116,9 @@ def _torch(args, task: str, config: str, B: int, T: int) -> dict:
               "--T", str(T), "--steps", str(steps), "--warmup", str(warmup), "--device", device], args.timeout)
     if r["rc"] != 0:
         return {"error": r["tail"][-500:]}
-    row = json.loads(r["tail"].strip().splitlines()[-1])
+    row = json.loads(r["last"])  # a warning on stderr comes after it in the tail
     return {"median_s": statistics.median(row["times"]), "version": row["version"], "device": device,
             "peak_gpu_bytes": row.get("peak_gpu_bytes")}
-
-
-def _peak_bytes() -> int | None:
-    from minitransformer import backend
-    if backend.name() != "cupy":
-        return None
-    import cupy
-    return int(cupy.get_default_memory_pool().total_bytes())
 
 
 def part_speed(args) -> dict:
@@ -126,53 +130,96 @@ def part_speed(args) -> dict:
     for name in (("small",) if args.quick else tuple(speed.MODELS)):
         steps, warmup = (3, 1) if args.quick else (20, 5)
         ours = speed.measure(name, steps=steps, warmup=warmup)
-        _, B, T = speed.MODELS[name]
-        theirs = _torch(args, "train", name, B, T)
+        theirs = _torch(args, "train", ours["config"], ours["B"], ours["T"])
         ratio = theirs["median_s"] / ours["median_step_s"] if "median_s" in theirs else None
-        rows.append({**ours, "peak_bytes": _peak_bytes(), "torch": theirs, "ours_over_torch": ratio})
+        rows.append({**ours, "pool_bytes": speed.pool_bytes(), "torch": theirs, "ours_over_torch": ratio})
     return {"rows": rows}
 
 
 def part_sampling(args) -> dict:
-    import speed  # benchmarks/gpu/speed.py
+    import common  # benchmarks/common.py
 
     from minitransformer import backend
     from minitransformer.generate import sample
-    from minitransformer.models import DecoderLM
     backend.use(args.backend)
     rows = []
-    for name in (("small",) if args.quick else tuple(speed.MODELS)):
-        model = DecoderLM(speed.config(name)).eval()
+    for name in (("small",) if args.quick else tuple(common.CONFIGS)):
+        model = common.sampling_model(name).eval()  # EOS never drawn: 64 new tokens a row, as torch's
         times = []
         for i in range(2 if args.quick else 4):
-            backend.synchronize()
-            t0 = time.perf_counter()
-            sample(model, batch_size=64, max_len=65, rng=i, use_cache=True)
-            backend.synchronize()
-            times.append(time.perf_counter() - t0)
+            times.append(common.time_call(lambda: sample(model, batch_size=common.SAMPLE_BATCH,
+                                                         max_len=common.SAMPLE_MAX_LEN, rng=i, use_cache=True)))
         ours = statistics.median(times[1:])
-        theirs = _torch(args, "sample", name, 64, 64)
-        rows.append({"model": name, "ours_s": ours, "tokens_per_s": 64 * 64 / ours, "torch": theirs,
-                     "ours_over_torch": theirs["median_s"] / ours if "median_s" in theirs else None})
+        theirs = _torch(args, "sample", name, common.SAMPLE_BATCH, common.SAMPLE_NEW)
+        rows.append({"model": name, "ours_s": ours, "tokens_per_s": common.SAMPLE_BATCH * common.SAMPLE_NEW / ours,
+                     "torch": theirs, "ours_over_torch": theirs["median_s"] / ours if "median_s" in theirs else None})
     return {"rows": rows}
 
 
+def part_profile(args) -> dict:
+    """Per-kernel device time of one training step (benchmarks/profile_step.py, each kernel
+    timed between two synchronisations), and the plain step beside it."""
+    import profile_step  # benchmarks/profile_step.py
+
+    from minitransformer import backend
+    backend.use(args.backend)
+    settings = argparse.Namespace(warmup=1 if args.quick else 3, repeats=2 if args.quick else 10)
+    rows = []
+    for name in (("small",) if args.quick else ("small", "medium")):
+        B, T = profile_step.SHAPE[name]
+        rows.append(profile_step.profile(name, B, T, settings, sync=backend.synchronize))
+    return {"rows": rows, "markdown": "\n".join(profile_step.markdown(r) for r in rows)}
+
+
+def _one(value):
+    """A metric's number: FCD is a {reference set: value} dict with one entry here."""
+    return next(iter(value.values()), None) if isinstance(value, dict) else value
+
+
+#: The molecules part's runs: the default recipe, and a larger model in the same minutes.
+MOLECULE_RUNS = {"default": [], "larger": ["--d-model", "256", "--n-layers", "6"]}
+
+
 def part_molecules(args) -> dict:
+    """``train lm`` with a time budget, the default recipe and a larger model side by side
+    (two processes sharing the device: each is launch-bound, so neither fills it)."""
     try:
         import rdkit  # noqa: F401
     except ImportError:
         return {"skipped": "RDKit is not installed here (bring its wheel with the working tree)"}
-    minutes = "0.3" if args.quick else str(args.minutes)
-    cmd = [sys.executable, "-m", "minitransformer", "train", "lm", "--out", str(Path(args.out) / "lm"), "--force",
-           "--max-minutes", minutes, "--quiet"] + (["--quick"] if args.quick else [])
-    backend_env = {"MINITRANSFORMER_BACKEND": args.backend, "PYTHONPATH": str(ROOT)}
-    r = _run(cmd, args.timeout, env=backend_env)
-    metrics_file = Path(args.out) / "lm" / "metrics.json"
-    if metrics_file.is_file():
-        m = json.loads(metrics_file.read_text())
-        r["metrics"] = {label: {k: m[label].get(k) for k in ("validity", "uniqueness", "novelty", "fcd")}
-                        for label in ("bare", "valence") if isinstance(m.get(label), dict)}
-    return r
+    env = {"MINITRANSFORMER_BACKEND": args.backend}
+    if args.data:
+        env["MINITRANSFORMER_DATA"] = str(Path(args.data).resolve())
+    budget = ["--quick", "--max-minutes", "0.3"] if args.quick else [
+        "--max-minutes", str(args.minutes), "--pretrain-minutes", str(args.pretrain_minutes)]
+    runs = {"default": []} if args.quick else MOLECULE_RUNS
+    procs = {}
+    for label, changes in runs.items():
+        out = Path(args.work or args.out) / f"lm-{label}"
+        cmd = [sys.executable, "-m", "minitransformer", "train", "lm", "--out", str(out), "--force", "--quiet",
+               *budget, *changes]
+        log = open(out.parent / f"lm-{label}.log", "w")
+        procs[label] = (subprocess.Popen(cmd, cwd=ROOT, env=_env(**env), stdout=log,
+                                         stderr=subprocess.STDOUT), log, out, time.perf_counter())
+    report = {}
+    for label, (proc, log, out, t0) in procs.items():
+        try:
+            rc = proc.wait(timeout=args.timeout * 2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = "timeout"
+        log.close()
+        r = {"args": runs[label], "rc": rc, "seconds": round(time.perf_counter() - t0, 1),
+             "tail": Path(log.name).read_text()[-1500:]}
+        metrics_file = out / "metrics.json"
+        if metrics_file.is_file():
+            m = json.loads(metrics_file.read_text())
+            r["metrics"] = {sampler: {k: _one(m[sampler].get(k)) for k in ("validity", "uniqueness", "novelty", "fcd")}
+                            for sampler in ("bare", "valence") if isinstance(m.get(sampler), dict)}
+            r["fcd_floor"] = _one(m.get("fcd_floor"))
+            r["summary"] = {k: v for k, v in m.items() if not isinstance(v, (dict, list))}
+        report[label] = r
+    return {"runs": report}
 
 
 def markdown(report: dict) -> str:
@@ -190,6 +237,19 @@ def markdown(report: dict) -> str:
                 ratio = r.get("ours_over_torch")
                 lines.append(f"| {r['model']} | {ours:.4f} | {'n/a' if theirs is None else f'{theirs:.4f}'} | "
                              f"{'n/a' if ratio is None else f'{ratio:.2f}'} |")
+    profile = report["parts"].get("profile", {}).get("markdown")
+    if profile:
+        lines += ["", "## Where a step's device time goes", "", profile]
+    runs = report["parts"].get("molecules", {}).get("runs") or {}
+    if runs:
+        lines += ["", "## Molecules (train lm on the device)", "",
+                  "| run | args | rc | seconds | sampler | validity | uniqueness | novelty | FCD |",
+                  "|---|---|---|---:|---|---:|---:|---:|---:|"]
+        for label, r in runs.items():
+            for sampler, m in (r.get("metrics") or {"-": {}}).items():
+                cells = [m.get(k) for k in ("validity", "uniqueness", "novelty", "fcd")]
+                lines.append(f"| {label} | {' '.join(r['args']) or '(recipe)'} | {r['rc']} | {r['seconds']} | "
+                             f"{sampler} | " + " | ".join("n/a" if c is None else f"{c:.3f}" for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -200,13 +260,21 @@ def main(argv=None) -> int:
     p.add_argument("--parts", type=lambda s: s.split(","), default=list(PARTS))
     p.add_argument("--quick", action="store_true", help="one small model, few steps (the CI dry run)")
     p.add_argument("--torch-python", default=None, help="a Python with torch (default: this one, if it has it)")
-    p.add_argument("--minutes", type=float, default=3.0, help="training budget of the molecules part")
+    p.add_argument("--minutes", type=float, default=3.0, help="training budget of each molecules run, "
+                   "pretraining included")
+    p.add_argument("--pretrain-minutes", type=float, default=1.25, help="of which pretraining (on MOSES)")
+    p.add_argument("--work", default=None, help="where the molecules part's run folders go (default: --out; "
+                   "the device machine sends back only 8 files)")
+    p.add_argument("--data", default=os.environ.get("MINITRANSFORMER_DATA"),
+                   help="the data folder of the molecules part (tox21.csv.gz, moses/, chemnet/)")
     p.add_argument("--timeout", type=int, default=300, help="seconds any one subprocess may take")
     args = p.parse_args(argv)
     unknown = sorted(set(args.parts) - set(PARTS))
     if unknown:
         p.error(f"unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
+    for folder in (args.out, args.work):
+        if folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
     report = {"backend": args.backend, "quick": args.quick, "parts": {}, "seconds": {}}
     for name in (n for n in PARTS if n in args.parts):
         t0 = time.perf_counter()

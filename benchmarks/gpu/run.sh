@@ -4,6 +4,6 @@
 # run on any CPU: python benchmarks/gpu/device_run.py --backend strict --quick --out out
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-export PYTHONPATH=$PWD
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # after it: wheels brought along (RDKit)
 nvidia-smi -L 2>&1 | tee "$OUT/device.txt"
-timeout 540 python benchmarks/gpu/device_run.py --backend cupy --out "$OUT" "$@" 2>&1 | tail -60
+timeout 540 python3 benchmarks/gpu/device_run.py --backend cupy --out "$OUT" "$@" 2>&1 | tail -60

@@ -5,11 +5,28 @@ from minitransformer.atomic import write_bytes
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
 
 
+class DrawingUnavailable(RuntimeError):
+    """RDKit is installed but its drawing module cannot load: a system library it links to
+    (libXrender, libXext, Cairo's) is missing, as on minimal server and GPU images. A run
+    that draws at its end catches this, says so in one line and keeps everything else."""
+
+
+def drawing_module():
+    """RDKit's 2D drawing module, or :class:`DrawingUnavailable` naming what is missing."""
+    try:
+        from rdkit.Chem.Draw import rdMolDraw2D
+    except ImportError as exc:  # the C library behind it failed to load
+        raise DrawingUnavailable(f"RDKit cannot draw here ({exc}); install the missing system library "
+                                 "(on Debian/Ubuntu: apt install libxrender1 libxext6)") from None
+    return rdMolDraw2D
+
+
 def molecule_grid_png(smiles, n: int = 24, per_row: int = 6, size: int = 250) -> tuple[bytes | None, int]:
     """Draw up to ``n`` parsable SMILES in a grid; returns ``(PNG bytes, number drawn)``,
-    ``(None, 0)`` when none parses. Uses RDKit's Cairo drawer (no Pillow needed)."""
+    ``(None, 0)`` when none parses. Uses RDKit's Cairo drawer (no Pillow needed);
+    :class:`DrawingUnavailable` when that cannot load."""
     Chem = require_rdkit()
-    from rdkit.Chem.Draw import rdMolDraw2D
+    rdMolDraw2D = drawing_module()
 
     mols, legends = [], []
     with quiet_rdkit():

@@ -62,8 +62,13 @@ def plot_attention_example(model, vocab, smiles, out) -> None:
     """``--plot-attention`` of the training commands: the pictures of one readable test molecule."""
     from minitransformer.cli.outputs import attention_example
     from minitransformer.viz import render_attention
+    from minitransformer.chem.draw import DrawingUnavailable
     example = attention_example(smiles)
-    paths = render_attention(model, vocab, example, Path(out), layers=[0, -1])
+    try:
+        paths = render_attention(model, vocab, example, Path(out), layers=[0, -1])
+    except DrawingUnavailable as exc:  # the end of a training run: its results stay
+        print(f"attention maps not drawn: {exc}")
+        return
     print(f"attention maps of {example} in {', '.join(str(p) for p in paths)}")
 
 

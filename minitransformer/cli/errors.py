@@ -48,6 +48,7 @@ def one_line(message) -> str:
 def _describe(exc: BaseException) -> tuple[int, str]:
     """(exit status, one-line message) for an exception that reached :func:`run_cli`."""
     from minitransformer.chem.download import DownloadError
+    from minitransformer.chem.draw import DrawingUnavailable
     from minitransformer.chem.objectives import ScoreFunctionFailed
     from minitransformer.train import TrainingDiverged
     text = one_line(exc) or type(exc).__name__
@@ -58,7 +59,8 @@ def _describe(exc: BaseException) -> tuple[int, str]:
         return 2, text
     if isinstance(exc, ValueError):  # bad input: data, checkpoint, SMILES (CheckpointError, UnicodeDecodeError)
         return 2, text
-    if isinstance(exc, (WriteError, DownloadError, TrainingDiverged, BackendUnavailable, ScoreFunctionFailed)):
+    if isinstance(exc, (WriteError, DownloadError, TrainingDiverged, BackendUnavailable, ScoreFunctionFailed,
+                        DrawingUnavailable)):
         return 1, text
     if isinstance(exc, OSError):  # a full disk, no permission, an I/O error
         where = f"{exc.filename}: " if exc.filename else ""

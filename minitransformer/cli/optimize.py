@@ -121,7 +121,7 @@ def _resume(path, out: Path, steer, run_info) -> tuple[list, list]:
 
 def run(args) -> int:
     from minitransformer import cli
-    from minitransformer.chem.draw import molecule_grid_png
+    from minitransformer.chem.draw import DrawingUnavailable, molecule_grid_png
     from minitransformer.cli.provenance import file_sha256
     from minitransformer.cli.sample import load_generator
     from minitransformer.molecules.objective_spec import objective_from_spec, read_spec
@@ -154,7 +154,11 @@ def run(args) -> int:
                   f"validity {r['validity']:.2f}, best {r['best'][0]:.3f} {r['best'][1]}" if r["best"] else
                   f"step {r['step']}/{args.steps}: no molecule scored above 0 yet", flush=True)
     cli.save_plot(out / "curves.png", lambda target: _draw_curves(history, target))
-    png, drawn = molecule_grid_png([c for _, c, _ in steer.memory], n=24)
+    try:
+        png, drawn = molecule_grid_png([c for _, c, _ in steer.memory], n=24)
+    except DrawingUnavailable as exc:  # the run's results stay; only the picture is missing
+        png, drawn = None, 0
+        print(f"molecules.png not drawn: {exc}")
     if drawn:
         cli.write_bytes(out / "molecules.png", png)
     best = steer.memory[0] if steer.memory else None

@@ -178,7 +178,7 @@ def run(args) -> int:
     from minitransformer import cli
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
     from minitransformer.chem import Vocab, canonical
-    from minitransformer.chem.draw import molecule_grid_png
+    from minitransformer.chem.draw import DrawingUnavailable, molecule_grid_png
     from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles
     from minitransformer.molecules.likelihood import batches_of, sequence_metrics
     from minitransformer.train.tasks import LMTask
@@ -275,10 +275,14 @@ def run(args) -> int:
         cli.write_text(out / samples_file(label), "\n".join(smiles) + "\n")
     report = judge_sample_sets(sets, data, extra, args)
     valid = [s for s in sets["bare"] if canonical(s) is not None]
-    png, drawn = molecule_grid_png(valid, n=24)
+    try:
+        png, drawn = molecule_grid_png(valid, n=24)
+    except DrawingUnavailable as exc:  # the run's results stay; only the picture is missing
+        png, drawn = None, None
+        print(f"molecules.png not drawn: {exc}")
     if drawn:
         cli.write_bytes(out / "molecules.png", png)
-    else:
+    elif drawn == 0:
         print(f"no valid molecule among the {len(sets['bare'])} bare samples, so there is no molecules.png to draw")
     cli.save_curves(pre_history + tagged(trainer.history, "train"), out / "curves.png")
     if args.plot_attention:

@@ -164,7 +164,8 @@ def draw_attention_on_molecule(smiles: str, token_weights, tokens, path=None, si
     from matplotlib.colors import ListedColormap, Normalize
     from matplotlib.figure import Figure
     from matplotlib.image import imread
-    from rdkit.Chem.Draw import rdMolDraw2D
+    from minitransformer.chem.draw import drawing_module
+    rdMolDraw2D = drawing_module()
 
     width, height = (int(v) for v in size)
     if width < 100 or height < 100:

@@ -25,3 +25,14 @@ def test_drawing_keeps_rdkit_logs_off_stderr(capfd):
     png, drawn = molecule_grid_png(["[C]", "[CH]1CC1", "CCO"])
     assert drawn == 3 and png
     assert capfd.readouterr().err == ""
+
+
+def test_a_drawing_module_that_cannot_load_is_one_named_error(monkeypatch):
+    # Found on the GPU machine (issue 29): RDKit's drawing module links to libXrender, which
+    # minimal images lack; the ImportError came out as "unexpected ... this is a bug".
+    import sys
+
+    from minitransformer.chem.draw import DrawingUnavailable, molecule_grid_png
+    monkeypatch.setitem(sys.modules, "rdkit.Chem.Draw", None)  # any import from it now fails
+    with pytest.raises(DrawingUnavailable, match=r"RDKit cannot draw here .*install the missing system library"):
+        molecule_grid_png(["CCO"])

@@ -223,3 +223,21 @@ def test_a_forged_phase_is_refused_not_a_silent_restart(molecules, old_run, caps
     assert run_cli(molecules.main, BASE + ["--out", str(old_run), "--resume"]) == 2
     line = one_line_error(capsys)
     assert "phase 'zzz'" in line and "last.npz" in line
+
+
+def test_a_run_whose_pictures_cannot_be_drawn_keeps_its_results(molecules, tmp_path, capsys, monkeypatch):
+    # Found on the GPU machine (issue 29): train lm trained, sampled and judged, then lost it
+    # all to an ImportError from RDKit's drawing module (libXrender missing), exit 1.
+    from minitransformer.chem import draw
+
+    def unavailable():
+        raise draw.DrawingUnavailable("RDKit cannot draw here (libXrender.so.1: cannot open shared object file)")
+    monkeypatch.setattr(draw, "drawing_module", unavailable)
+    out = tmp_path / "nodraw"
+    assert run_cli(molecules.main, BASE + ["--out", str(out), "--plot-attention"]) == 0
+    printed = capsys.readouterr().out
+    assert "molecules.png not drawn: RDKit cannot draw here" in printed
+    assert "attention maps not drawn: RDKit cannot draw here" in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0.0 <= metrics["bare"]["validity"] <= 1.0
+    assert (out / "best.npz").is_file() and (out / "curves.png").is_file() and not (out / "molecules.png").exists()
