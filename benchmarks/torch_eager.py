@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import re
 import resource
 import time
 
@@ -149,6 +150,15 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def torch_runtime() -> dict:
+    """What torch runs on this CPU: its BLAS (from ``torch.__config__.show()``), the CPU
+    capability its own kernels use, and whether MKL's Intel check was overridden (LD_PRELOAD)."""
+    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    return {"blas": blas.group(1) if blas else None, "mkl": torch.backends.mkl.is_available(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "preload": os.environ.get("LD_PRELOAD") or None}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--task", choices=("train", "sample", "gemms"), required=True)
@@ -163,7 +173,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.task == "gemms":
-        print(json.dumps({"side": "torch", "shapes": GEMM_SHAPES,
+        print(json.dumps({"side": "torch", "shapes": GEMM_SHAPES, "runtime": torch_runtime(),
                           "gflops": gemm_rates(torch.matmul, lambda m, n: torch.rand(m, n))}))
         return
     imported = rss_mb()
@@ -183,6 +193,7 @@ def main():
         times.append(time.perf_counter() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"side": "torch", "version": torch.__version__, "times": times, "device": args.device,
+                      "runtime": torch_runtime(),
                       "gpu_name": torch.cuda.get_device_name() if cuda else None,
                       "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cuda else None,
                       "imported_rss_mb": imported, "base_rss_mb": base, "peak_rss_mb": peak,
