@@ -152,7 +152,7 @@ def gelu_forward(x, approximate: str = "none"):
     compiled loop (:mod:`minitransformer.fast.compiled`) that writes y and dy/dx in one pass."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if approximate == "none" and compiled.usable(x, min_size=0):  # one compiled loop, on all cores
+    if approximate == "none" and compiled.usable(x):  # one compiled loop (threaded if large)
         flat = xp.ascontiguousarray(x).reshape(-1)  # (N,)
         y, dydx = xp.empty_like(flat), xp.empty_like(flat)  # (N,), (N,)
         compiled.gelu_exact(flat, _table(x.dtype), y, dydx)

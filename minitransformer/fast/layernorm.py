@@ -30,7 +30,7 @@ def layernorm_forward(x, w, b, eps: float = 1e-5):
         x2 = xp.ascontiguousarray(x).reshape(-1, D)  # (N, D)
         y, xhat = xp.empty_like(x2), xp.empty_like(x2)  # (N, D) each
         rstd = xp.empty(x2.shape[0], dtype=x.dtype)  # (N,)
-        compiled.layernorm_forward(x2, w, b, float(eps), y, xhat, rstd)  # rows spread over the cores
+        compiled.layernorm_forward(x2, w, b, float(eps), y, xhat, rstd)  # rows spread over the cores (if many)
         return y.reshape(x.shape), FastLayerNormCache(xhat.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1), w)
     # Row sums as einsums: one read of the rows, no (..., D) temporary, and several
     # times faster than .mean(axis=-1) / (a * b).mean(axis=-1) on rows this short.

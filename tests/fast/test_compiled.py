@@ -1,7 +1,8 @@
 """The compiled (Numba) loops of minitransformer.fast.compiled, beyond the equality
 tests of test_fast_*.py (which run every kernel with and without them):
-many parts of a LayerNorm gradient, results that do not depend on the thread count,
-float32, the switch, and the fallback off the main thread."""
+many parts of a LayerNorm gradient, results that do not depend on the thread count
+nor on the build (threaded or serial), float32, the switch, and the fallback off the
+main thread."""
 from __future__ import annotations
 
 import threading
@@ -94,14 +95,62 @@ def test_the_switch_and_the_other_threads():
     saved = compiled.enabled()
     try:
         compiled.set_enabled(True)
-        assert compiled.usable(a, min_size=0) and not compiled.usable(a)  # 3 elements: below MIN_SIZE
-        assert not compiled.usable(a.astype(np.int64), min_size=0) and not compiled.usable(a.astype(np.float16), min_size=0)
+        assert compiled.usable(a)  # any size: a small one runs on this thread (Kernel)
+        assert not compiled.usable(a.astype(np.int64)) and not compiled.usable(a.astype(np.float16))
         seen = []
-        t = threading.Thread(target=lambda: seen.append(compiled.usable(a, min_size=0)))
+        t = threading.Thread(target=lambda: seen.append(compiled.usable(a)))
         t.start()
         t.join()
         assert seen == [False]
         compiled.set_enabled(False)
-        assert not compiled.usable(a, min_size=0)
+        assert not compiled.usable(a)
     finally:
         compiled.set_enabled(saved)
+
+
+def _kernel_inputs(n_rows, D, dtype):
+    """Arguments of the three compiled kernels for an (n_rows, D) input."""
+    g = np.random.default_rng(n_rows + D)
+    x = (g.standard_normal((n_rows, D)) * 3).astype(dtype)
+    w, b, dy = g.standard_normal(D).astype(dtype), g.standard_normal(D).astype(dtype), g.standard_normal((n_rows, D)).astype(dtype)
+    from minitransformer.fast.elementwise import _table
+    flat = x.reshape(-1)
+    gelu = (flat, _table(dtype), np.empty_like(flat), np.empty_like(flat))
+    ln_fwd = (x, w, b, 1e-5, np.empty_like(x), np.empty_like(x), np.empty(n_rows, dtype=dtype))
+    xhat, rstd = ln_fwd[5], ln_fwd[6]
+    compiled.layernorm_forward.parallel(*ln_fwd)
+    P = compiled.parts(n_rows)
+    ln_bwd = (dy, xhat, rstd, w, np.empty_like(dy), np.zeros((P, D)), np.zeros((P, D)))
+    return {"gelu_exact": gelu, "layernorm_forward": ln_fwd, "layernorm_backward": ln_bwd}
+
+
+@pytest.mark.parametrize("n_rows, D, dtype", [(1, 1, np.float64), (64, 256, np.float32), (300, 7, np.float64),
+                                              (1024, 64, np.float32)])
+def test_the_serial_build_gives_what_the_threaded_one_gives(n_rows, D, dtype):
+    """Below MIN_SIZE elements a kernel runs its serial build (no threads to wake);
+    it must give the threaded build's results bit for bit, at every size."""
+    saved = parallel.threads()
+    parallel.set_threads(2)
+    try:
+        for name, args in _kernel_inputs(n_rows, D, dtype).items():
+            kernel = getattr(compiled, name)
+            outs = []
+            for build in (kernel.parallel, kernel.serial):
+                copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+                compiled.usable(copies[0])  # sets the thread count
+                build(*copies)
+                outs.append([c for c in copies if isinstance(c, np.ndarray)])
+            for i, (a, c) in enumerate(zip(*outs)):
+                np.testing.assert_array_equal(a, c, err_msg=f"{name}: array {i} differs between the builds")
+    finally:
+        parallel.set_threads(saved)
+
+
+def test_a_kernel_takes_its_serial_build_below_min_size(monkeypatch):
+    calls = []
+    kernel = compiled.gelu_exact
+    monkeypatch.setattr(kernel, "parallel", lambda *a: calls.append("parallel"))
+    monkeypatch.setattr(kernel, "serial", lambda *a: calls.append("serial"))
+    kernel(np.zeros(compiled.MIN_SIZE - 1))
+    kernel(np.zeros(compiled.MIN_SIZE))
+    assert calls == ["serial", "parallel"]
