@@ -1,0 +1,156 @@
+r"""Attention over encoder states, as the recurrent encoder-decoders had it: Bahdanau's
+additive form and Luong's multiplicative one, each forward above its backward.
+
+An LSTM encoder reads the source into states :math:`E = (e_1, \dots, e_S)`; without
+attention the decoder sees only the last one, a single vector for the whole sentence.
+Attention lets each decoder step look back at all of them: it scores every encoder
+state against the decoder's state :math:`s`, turns the scores into weights with a
+softmax, and reads their weighted sum, the *context* :math:`\mathrm{ctx}`:
+
+.. math::
+
+    \text{additive (Bahdanau et al. 2015):}\quad
+        \mathrm{score}_j &= v^\top \tanh(s W_q + e_j W_k) \\
+    \text{multiplicative (Luong et al. 2015, "general"):}\quad
+        \mathrm{score}_j &= s\, W\, e_j^\top \\
+    \alpha &= \mathrm{softmax}(\mathrm{score}) \text{ over the unmasked } j,
+    \qquad \mathrm{ctx} = \textstyle\sum_j \alpha_j e_j
+
+Multiplicative attention with :math:`W = I` is the dot product of the transformer's
+attention (:mod:`minitransformer.nn.attention`), before the :math:`1/\sqrt{d}` scale,
+the separate value projection and the several heads: the step from here to there is
+short. Shapes: :math:`s` (B, Hd), :math:`E` (B, S, He), mask (B, S) boolean (True =
+may attend: the source's real tokens). A row with no real token gets zero weights and
+a zero context, never NaN (the softmax of :mod:`minitransformer.nn.softmax`), and a
+masked state gets exactly zero weight and zero gradient.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from minitransformer.backend import xp
+from minitransformer.nn.softmax import SoftmaxCache, softmax_backward, softmax_forward
+
+__all__ = ["additive_attention_forward", "additive_attention_backward",
+           "multiplicative_attention_forward", "multiplicative_attention_backward"]
+
+
+def _masked_scores(scores, mask):
+    """Scores (B, S) with -inf where ``mask`` (B, S) is False (or as they are, without a mask)."""
+    return scores if mask is None else xp.where(mask, scores, -xp.inf)  # (B, S)
+
+
+def _context_backward(dctx, alpha, E):
+    r"""The part both forms share: ctx = \sum_j \alpha_j e_j. Returns d\alpha (B, S) and
+    dE's share (B, S, He). dctx: (B, He); alpha: (B, S); E: (B, S, He)."""
+    dalpha = xp.einsum("bh,bsh->bs", dctx, E)  # (B, S)
+    dE = alpha[:, :, None] * dctx[:, None, :]  # (B, S, He)
+    return dalpha, dE
+
+
+# ---------------------------------------------------------------------------
+# Additive (Bahdanau)
+# ---------------------------------------------------------------------------
+class AdditiveAttentionCache(NamedTuple):
+    """What :func:`additive_attention_backward` needs."""
+
+    s: object  # (B, Hd) the decoder state: dW_q = s^T du
+    E: object  # (B, S, He) the encoder states: dW_k and the context's gradient
+    u: object  # (B, S, A) tanh(s W_q + e_j W_k): its derivative is 1 - u^2
+    alpha: SoftmaxCache  # the weights (B, S), for the softmax's backward
+    Wq: object  # (Hd, A)
+    Wk: object  # (He, A)
+    v: object  # (A,)
+
+
+def additive_attention_forward(s, E, Wq, Wk, v, mask=None):
+    r"""Bahdanau's attention for one decoder step (module docstring).
+
+    Args:
+        s: (B, Hd) the decoder state. E: (B, S, He) the encoder states.
+        Wq: (Hd, A), Wk: (He, A), v: (A,) the scorer's weights. mask: (B, S) bool or None.
+
+    Returns:
+        ``((ctx (B, He), alpha (B, S)), cache)``.
+    """
+    u = xp.tanh((s @ Wq)[:, None, :] + E @ Wk)  # (B, S, A)
+    scores = _masked_scores(u @ v, mask)  # (B, S)
+    alpha, alpha_cache = softmax_forward(scores, axis=-1)  # (B, S)
+    ctx = xp.einsum("bs,bsh->bh", alpha, E)  # (B, He)
+    return (ctx, alpha), AdditiveAttentionCache(s, E, u, alpha_cache, Wq, Wk, v)
+
+
+def additive_attention_backward(dctx, dalpha_out, cache: AdditiveAttentionCache):
+    r"""Gradients of :func:`additive_attention_forward`.
+
+    With :math:`a_j = s W_q + e_j W_k` and :math:`u_j = \tanh a_j`: :math:`d\,\mathrm{score}`
+    from the softmax's backward, :math:`du_j = d\,\mathrm{score}_j\, v`,
+    :math:`da_j = du_j (1 - u_j^2)`, then :math:`ds = (\sum_j da_j) W_q^\top`,
+    :math:`de_j \mathrel{+}= da_j W_k^\top` (besides :math:`\alpha_j\, d\mathrm{ctx}`),
+    :math:`dW_q = s^\top \sum_j da_j`, :math:`dW_k = \sum_{b,j} e_{bj}^\top da_{bj}`,
+    :math:`dv = \sum_{b,j} d\,\mathrm{score}_{bj}\, u_{bj}`.
+
+    Args:
+        dctx: (B, He); dalpha_out: (B, S) or None (the weights' own gradient, if used).
+
+    Returns:
+        ``(ds, dE, dWq, dWk, dv)`` with the shapes of the inputs.
+    """
+    s, E, u, alpha_cache, Wq, Wk, v = cache
+    dalpha, dE = _context_backward(dctx, alpha_cache.p, E)  # (B, S), (B, S, He)
+    if dalpha_out is not None:
+        dalpha = dalpha + dalpha_out
+    dscore = softmax_backward(dalpha, alpha_cache)  # (B, S): exactly 0 where masked (alpha = 0)
+    da = dscore[:, :, None] * v * (1.0 - u * u)  # (B, S, A)
+    da_sum = da.sum(axis=1)  # (B, A): s W_q is added to every j
+    ds = da_sum @ Wq.T  # (B, Hd)
+    dE += da @ Wk.T  # (B, S, He)
+    dWq = s.T @ da_sum  # (Hd, A)
+    dWk = xp.einsum("bsh,bsa->ha", E, da)  # (He, A)
+    dv = xp.einsum("bs,bsa->a", dscore, u)  # (A,)
+    return ds, dE, dWq, dWk, dv
+
+
+# ---------------------------------------------------------------------------
+# Multiplicative (Luong, "general")
+# ---------------------------------------------------------------------------
+class MultiplicativeAttentionCache(NamedTuple):
+    """What :func:`multiplicative_attention_backward` needs."""
+
+    s: object  # (B, Hd) the decoder state: dW = s^T (sum_j dscore_j e_j)
+    E: object  # (B, S, He) the encoder states
+    q: object  # (B, He) s W, the query every e_j is scored against: de_j += dscore_j q
+    alpha: SoftmaxCache  # the weights (B, S)
+    W: object  # (Hd, He)
+
+
+def multiplicative_attention_forward(s, E, W, mask=None):
+    r"""Luong's "general" attention for one decoder step: score_j = (s W) . e_j.
+
+    Args:
+        s: (B, Hd). E: (B, S, He). W: (Hd, He). mask: (B, S) bool or None.
+
+    Returns:
+        ``((ctx (B, He), alpha (B, S)), cache)``.
+    """
+    q = s @ W  # (B, He)
+    scores = _masked_scores(xp.einsum("bh,bsh->bs", q, E), mask)  # (B, S)
+    alpha, alpha_cache = softmax_forward(scores, axis=-1)  # (B, S)
+    ctx = xp.einsum("bs,bsh->bh", alpha, E)  # (B, He)
+    return (ctx, alpha), MultiplicativeAttentionCache(s, E, q, alpha_cache, W)
+
+
+def multiplicative_attention_backward(dctx, dalpha_out, cache: MultiplicativeAttentionCache):
+    r"""Gradients of :func:`multiplicative_attention_forward`: with
+    :math:`g = \sum_j d\,\mathrm{score}_j e_j` (B, He), :math:`dq = g`, :math:`ds = g W^\top`,
+    :math:`dW = s^\top g`, and :math:`de_j \mathrel{+}= d\,\mathrm{score}_j\, q`.
+
+    Returns ``(ds, dE, dW)``."""
+    s, E, q, alpha_cache, W = cache
+    dalpha, dE = _context_backward(dctx, alpha_cache.p, E)  # (B, S), (B, S, He)
+    if dalpha_out is not None:
+        dalpha = dalpha + dalpha_out
+    dscore = softmax_backward(dalpha, alpha_cache)  # (B, S)
+    g = xp.einsum("bs,bsh->bh", dscore, E)  # (B, He) = dq
+    dE += dscore[:, :, None] * q[:, None, :]  # (B, S, He)
+    return g @ W.T, dE, s.T @ g
