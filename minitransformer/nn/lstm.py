@@ -32,9 +32,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from minitransformer import backend
 from minitransformer.backend import xp
+from minitransformer.nn.module import Module, Parameter
 
-__all__ = ["lstm_cell_forward", "lstm_cell_backward", "lstm_forward", "lstm_backward"]
+__all__ = ["lstm_cell_forward", "lstm_cell_backward", "lstm_forward", "lstm_backward", "LSTM"]
 
 
 def _sigmoid(a):
@@ -150,3 +152,43 @@ def lstm_backward(douts, cache: LSTMCache):
         db += db_t
         dxs[t] = dx  # (B, D)
     return xp.stack(dxs, axis=1), dh, dc, dWx, dWh, db  # dx: (B, T, D)
+
+
+class LSTM(Module):
+    r"""One LSTM layer: weights ``Wx`` (D, 4H), ``Wh`` (H, 4H), ``b`` (4H,), gates i, f, g, o.
+
+    Initialised uniform in :math:`\pm 1/\sqrt{H}`, with the forget gate's bias at 1, so that
+    a fresh layer keeps its cell state rather than clearing it (Jozefowicz et al. 2015).
+    ``forward(x (B, T, D), mask (B, T) or None, state=(h0, c0) or None) -> y (B, T, H)``;
+    the states after the last real step are kept in ``final_state`` (decoding carries
+    them from one call to the next, as a transformer carries its KV cache).
+    """
+
+    def __init__(self, d_in: int, hidden: int, rng: backend.RNG | None = None):
+        rng = backend.as_rng(rng)
+        self.d_in, self.hidden = d_in, hidden
+        bound = 1.0 / hidden ** 0.5
+        self.Wx = Parameter((rng.host_random((d_in, 4 * hidden)) * 2.0 - 1.0) * bound)  # (D, 4H)
+        self.Wh = Parameter((rng.host_random((hidden, 4 * hidden)) * 2.0 - 1.0) * bound)  # (H, 4H)
+        b = (rng.host_random((4 * hidden,)) * 2.0 - 1.0) * bound  # (4H,)
+        b[hidden:2 * hidden] = 1.0  # the forget gate starts open
+        self.b = Parameter(b)
+        self.final_state = None
+
+    def extra_repr(self):
+        return f"{self.d_in}, {self.hidden}"
+
+    def forward(self, x, mask=None, state=None):
+        B = x.shape[0]
+        h0, c0 = state if state is not None else (xp.zeros((B, self.hidden), dtype=x.dtype),) * 2  # (B, H) each
+        (y, hT, cT), self.cache = lstm_forward(x, h0, c0, self.Wx.data, self.Wh.data, self.b.data, mask)
+        self.final_state = (hT, cT)
+        return y  # (B, T, H)
+
+    def backward(self, dy):
+        """dy: (B, T, H). Accumulates the weights' gradients; returns dx (B, T, D)."""
+        dx, _, _, dWx, dWh, db = lstm_backward((dy, None, None), self._require_cache())
+        self.Wx.grad += dWx
+        self.Wh.grad += dWh
+        self.b.grad += db
+        return dx
