@@ -13,6 +13,7 @@ from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.generate.constraint import advance_constraint, apply_constraint, start_constraint
 from minitransformer.models.decoder_lm import DecoderLM
+from minitransformer.models.lstm_lm import LSTMLM
 from minitransformer.models.seq2seq import Seq2Seq
 from minitransformer.nn.embedding import check_ids
 
@@ -29,7 +30,8 @@ class DecodeState:
         src: (N, S) device source ids (Seq2Seq only; None for DecoderLM). The
             uncached path re-encodes it every step; the cached path encoded it
             once in ``model.init_state``.
-        cache: the model's incremental state (``model.init_state(...)``), or
+        cache: the model's incremental state (``model.init_state(...)``: the KV
+            caches of a transformer, the (h, c) of every layer of an LSTMLM), or
             None for the uncached path.
         fed: how many prefix positions the cache already holds.
     """
@@ -126,8 +128,8 @@ def _setup(model, batch_size, src, prompt, max_len):
     Returns ``(src, prefix, max_len)``: the device source (B, S) or None, the
     device prefix (B, P) every row starts from, and the total length limit.
     """
-    if not isinstance(model, (DecoderLM, Seq2Seq)):
-        raise TypeError(f"decoding needs a DecoderLM or Seq2Seq model, got {type(model).__name__}")
+    if not isinstance(model, (DecoderLM, LSTMLM, Seq2Seq)):
+        raise TypeError(f"decoding needs a DecoderLM, LSTMLM or Seq2Seq model, got {type(model).__name__}")
     cfg = model.config
     if batch_size is not None and (isinstance(batch_size, bool)
                                    or not isinstance(batch_size, numbers.Integral)):
@@ -148,7 +150,7 @@ def _setup(model, batch_size, src, prompt, max_len):
         default_len = min(src.shape[1] + 50, cfg.max_len)
     else:
         if src is not None:
-            raise ValueError("DecoderLM takes no source; pass batch_size=... or prompt=(B, P)")
+            raise ValueError(f"{type(model).__name__} takes no source; pass batch_size=... or prompt=(B, P)")
         vocab = cfg.vocab_size
         default_len = cfg.max_len
         B = batch_size

@@ -43,15 +43,11 @@ class LSTMLMConfig(ConfigBase):
     eos_id: int = 2
     seed: int = 0
 
+    _POSITIVE = ConfigBase._POSITIVE + ("hidden",)
+
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "hidden", "n_layers", "max_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"LSTMLMConfig.{name} must be an int >= 1, got {value!r}")
-        for name in ("pad_id", "bos_id", "eos_id"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.vocab_size:
-                raise ValueError(f"LSTMLMConfig.{name} must be a token id in 0..{self.vocab_size - 1}, got {value!r}")
+        self._check_types()  # every field its type, every size >= 1 (ConfigBase)
+        self._check_token_ids()  # every special id a token of the vocabulary
 
 
 class LSTMLM(Module):

@@ -65,9 +65,31 @@ def test_a_padded_row_keeps_its_state_while_decoding(float64):
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(hidden=0), "LSTMLMConfig.hidden must be an int >= 1, got 0"),
-    (dict(eos_id=11), "LSTMLMConfig.eos_id must be a token id in 0..10, got 11"),
+    (dict(hidden=0), "LSTMLMConfig.hidden must be an integer >= 1, got 0"),
+    (dict(eos_id=11), "LSTMLMConfig.eos_id=11 is not a token of a vocabulary of vocab_size=11"),
+    (dict(n_layers="2"), "LSTMLMConfig.n_layers must be int, got '2'"),
 ])
 def test_bad_options_are_refused_in_one_line(bad, message):
     with pytest.raises(ValueError, match=message.replace(".", r"\.")):
         LSTMLMConfig(vocab_size=V, **bad)
+
+
+def test_greedy_sampling_and_beam_search_decode_it_as_they_decode_a_transformer():
+    from minitransformer.generate import beam_search, greedy, sample
+    model = _model(seed=5).eval()
+    cached, full = greedy(model, batch_size=3, max_len=10), greedy(model, batch_size=3, max_len=10, use_cache=False)
+    np.testing.assert_array_equal(cached, full)  # the carried state decodes as the full forward does
+    assert np.all(cached[:, 0] == 1)
+    drawn = sample(model, batch_size=64, max_len=10, rng=0)
+    inside = drawn[:, 1:]
+    assert not np.isin(inside, [1]).any(), "BOS never drawn inside a sequence"
+    for row in drawn:  # PAD only after EOS
+        ended = np.flatnonzero(row == 2)
+        tail = row[ended[0] + 1:] if ended.size else row[len(row):]
+        assert np.all(tail == PAD) and not np.any(row[:ended[0] if ended.size else len(row)] == PAD)
+    assert not np.array_equal(drawn, sample(model, batch_size=64, max_len=10, rng=1)), "seeds differ"
+    ids, scores = beam_search(model, batch_size=2, beam_size=3, max_len=10, n_best=2)
+    ids_full, scores_full = beam_search(model, batch_size=2, beam_size=3, max_len=10, n_best=2, use_cache=False)
+    np.testing.assert_array_equal(ids, ids_full)  # beam search reorders the (h, c) rows as it reorders KV caches
+    np.testing.assert_allclose(scores, scores_full, rtol=1e-12)
+    assert ids.shape[:2] == (2, 2) and np.all(np.isfinite(scores)) and np.all(scores[:, 0] >= scores[:, 1])
