@@ -62,13 +62,15 @@ def model_classes() -> dict:
     from minitransformer.models import (  # imported when first needed: importing checkpoints stays light
         DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig,
     )
+    from minitransformer.models.lstm_lm import LSTMLM, LSTMLMConfig
     return {"DecoderLM": (DecoderLM, DecoderLMConfig), "Encoder": (Encoder, EncoderConfig),
-            "Seq2Seq": (Seq2Seq, Seq2SeqConfig)}
+            "Seq2Seq": (Seq2Seq, Seq2SeqConfig), "LSTMLM": (LSTMLM, LSTMLMConfig)}
 
 
 _SIZE_FIELDS = {  # config field -> smallest allowed value (fields a model's size grows with)
     "vocab_size": 1, "src_vocab_size": 1, "tgt_vocab_size": 1, "max_len": 1, "d_model": 1, "n_heads": 1,
     "d_head": 1, "d_ff": 0, "n_layers": 0, "n_enc_layers": 0, "n_dec_layers": 0, "n_outputs": 0,
+    "hidden": 1,
 }
 
 
@@ -93,6 +95,9 @@ def declared_parameters(model_type: str, config: dict) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value < _MAX_SIZE_FIELD:
             raise CheckpointError(f"its model config has {name}={value!r}; it must be a whole number "
                                   f">= {low} (and below {_MAX_SIZE_FIELD:,})")
+    if model_type == "LSTMLM":  # embedding, each layer's Wx, Wh, b, the head
+        V, D, Hs, L = c["vocab_size"], c["d_model"], c["hidden"], c["n_layers"]
+        return V * D + L * (max(D, Hs) * 4 * Hs + Hs * 4 * Hs + 4 * Hs) + Hs * V + V
     D, H, F, P = c["d_model"], c["n_heads"], c["d_ff"], c["max_len"]
     inner = H * (c["d_head"] if c.get("d_head") is not None else max(D // H, 1))
     attention = 4 * D * inner + 3 * inner + D  # qkv (D, 3 inner) and proj (inner, D), with biases

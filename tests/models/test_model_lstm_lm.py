@@ -93,3 +93,16 @@ def test_greedy_sampling_and_beam_search_decode_it_as_they_decode_a_transformer(
     np.testing.assert_array_equal(ids, ids_full)  # beam search reorders the (h, c) rows as it reorders KV caches
     np.testing.assert_allclose(scores, scores_full, rtol=1e-12)
     assert ids.shape[:2] == (2, 2) and np.all(np.isfinite(scores)) and np.all(scores[:, 0] >= scores[:, 1])
+
+
+def test_a_checkpoint_rebuilds_it(tmp_path):
+    from minitransformer.checkpoint import model_from_checkpoint, save_checkpoint
+    from minitransformer.checkpoint.limits import declared_parameters
+    model = _model(seed=6).eval()
+    path = tmp_path / "lstm.npz"
+    save_checkpoint(path, model)
+    again, _ = model_from_checkpoint(path)
+    assert type(again) is LSTMLM and again.config == model.config
+    ids = backend.asarray(BATCH)
+    np.testing.assert_array_equal(backend.to_numpy(again(ids)), backend.to_numpy(model(ids)))
+    assert declared_parameters("LSTMLM", model.config.to_dict()) >= model.num_parameters()
