@@ -87,13 +87,16 @@ def grammar_constraint(vocab, level: str | None):
 
 
 def load_generator(path):
-    """(model, vocabulary) of a DecoderLM checkpoint with a vocabulary, or a one-line ValueError."""
+    """(model, vocabulary) of a generator's checkpoint (a DecoderLM or an LSTMLM) with a
+    vocabulary, or a one-line ValueError."""
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
     from minitransformer.chem import Vocab
     ckpt = load_checkpoint(path)
-    if ckpt.model_type != "DecoderLM" or ckpt.vocab is None:
-        what = "no vocabulary" if ckpt.model_type == "DecoderLM" else f"a {ckpt.model_type} model"
-        raise ValueError(f"{path} holds {what}; sampling needs a DecoderLM checkpoint with a vocabulary, "
+    generator = ckpt.model_type in ("DecoderLM", "LSTMLM")
+    if not generator or ckpt.vocab is None:
+        what = "no vocabulary" if generator else f"a {ckpt.model_type} model"
+        raise ValueError(f"{path} holds {what}; sampling needs a generator's checkpoint (DecoderLM or LSTMLM) "
+                         "with a vocabulary, "
                          "as written by `minitransformer train lm` (best.npz or last.npz)")
     model, _ = model_from_checkpoint(ckpt)
     return model, Vocab.from_json(ckpt.vocab)

@@ -66,6 +66,11 @@ PRESETS = {
 # SMILES (the default until 2026-11-24: validity 0.871 bare, uniqueness 0.971, novelty 0.874).
 DRUGLIKE_PHASE1 = dict(pretrain_data="druglike", pretrain_epochs=5, pretrain_limit=None, pretrain_max_time=None,
                        epochs=12, pretrain_mix=3000, augment=0.0, pretrain_augment=0.0)
+# --model lstm: an LSTM language model (CharRNN-style, models/lstm_lm.py) in the transformer's
+# place, everything else of the preset kept. Sized like the default transformer: 2 layers of
+# 256 states over 64-wide embeddings, about 0.86M weights against its 0.81M.
+LSTM_MODEL = dict(kind="lstm", d_model=64, hidden=256, n_layers=2)
+LSTM_QUICK = dict(kind="lstm", d_model=16, hidden=32, n_layers=1)
 QUICK = dict(model=recipes.quick_model(n_layers=2, tie_embeddings=True),
              pretrain_data="druglike", pretrain_max_time=None, epochs=2, batch_size=32, warmup=10, patience=None, max_time=None, augment=0.5,
              pretrain_epochs=1, pretrain_limit=300, pretrain_mix=50, limit=400, samples=400)
@@ -79,6 +84,9 @@ def add_parser(kinds):
                         example="minitransformer train lm --quick\n"
                                 "minitransformer train lm --preset tomczak --data tox21 --out runs/tomczak")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS))
+    p.add_argument("--model", default="transformer", choices=["transformer", "lstm"],
+                   help="the generator: transformer (default) or lstm, the recurrent baseline (2 layers of 256 "
+                        "states; --d-model sets the states, --n-layers the layers)")
     cli.add_common_arguments(p, out="runs/lm", data_names=("tox21", "druglike", "moses"))
     p.add_argument("--augment", type=cli.number(0, 1), default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
@@ -126,7 +134,9 @@ def resolve_settings(args) -> dict:
             s["model"] = dict(QUICK["model"], norm="post", tie_embeddings=False)
     recipes.apply_overrides(s, args, ("epochs", "form", "lr", "batch_size", "augment", "pretrain_augment",
                                       "pretrain_epochs", "pretrain_mix", "pretrain_limit", "samples"))
-    if args.d_model is not None or args.n_layers is not None:
+    if args.model == "lstm":
+        _lstm_settings(s, args)
+    elif args.d_model is not None or args.n_layers is not None:
         if not isinstance(s["model"], dict):
             raise ValueError(f"--d-model and --n-layers change the default and moses models; the {args.preset} "
                              "preset's model is fixed (leave them out)")
@@ -143,6 +153,23 @@ def resolve_settings(args) -> dict:
     if args.grammar is not None:
         s["grammar"] = None if args.grammar == "off" else args.grammar
     return recipes.set_budgets(s, args, pretraining=s["pretrain_epochs"] > 0)
+
+
+def _lstm_settings(s: dict, args) -> None:
+    """``--model lstm``: the LSTM in the preset's model's place, with --d-model (its states)
+    and --n-layers; the options that only a transformer has are refused in one line."""
+    if args.preset == "tomczak":
+        raise ValueError("--model lstm replaces the default and moses presets' transformer; the tomczak preset "
+                         "is Tomczak's transformer itself (leave out --model or --preset)")
+    for flag, given in (("--dropout", args.dropout), ("--plot-attention", args.plot_attention or None)):
+        if given is not None:
+            raise ValueError(f"{flag} needs a transformer; the LSTM model has no attention and no dropout "
+                             "(leave it out)")
+    s["model"] = dict(LSTM_QUICK if args.quick else LSTM_MODEL)
+    if args.d_model is not None:
+        s["model"]["hidden"] = args.d_model
+    if args.n_layers is not None:
+        s["model"]["n_layers"] = args.n_layers
 
 
 def phase1_molecules(settings, data, user_chose: bool) -> list:
@@ -167,6 +194,10 @@ def phase1_molecules(settings, data, user_chose: bool) -> list:
 def make_model(settings, vocab, seed):
     from minitransformer.models import DecoderLM, DecoderLMConfig
     ids = dict(vocab_size=len(vocab), pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id, seed=seed)
+    if isinstance(settings["model"], dict) and settings["model"].get("kind") == "lstm":
+        from minitransformer.models.lstm_lm import LSTMLM, LSTMLMConfig
+        sizes = {k: v for k, v in settings["model"].items() if k != "kind"}
+        return LSTMLM(LSTMLMConfig(max_len=MAX_LEN, **ids, **sizes))
     if settings["model"] == "tomczak":
         return DecoderLM(DecoderLMConfig.tomczak(max_len=MAX_LEN, **ids))
     return DecoderLM(DecoderLMConfig(max_len=MAX_LEN, **ids, **settings["model"]))

@@ -69,11 +69,10 @@ class Steering:
     :meth:`step` as often as the budget allows. :attr:`agent` is the model being steered."""
 
     def __init__(self, prior, vocab, objective, config: SteeringConfig | None = None):
-        from minitransformer.models import DecoderLM
         from minitransformer.optim import Adam
         self.config = config or SteeringConfig()
         self.prior, self.vocab, self.objective = prior.eval(), vocab, objective
-        self.agent = DecoderLM(prior.config)
+        self.agent = type(prior)(prior.config)  # a DecoderLM, or an LSTMLM
         self.agent.load_state_dict(prior.state_dict())
         self.agent.eval()  # sampling and the loss without dropout (the prior's own setting for training it is not ours)
         self.optimizer = Adam(self.agent, lr=self.config.lr)

@@ -55,7 +55,7 @@ def test_bad_scores_are_refused_before_any_work(tiny_checkpoints, tmp_path, caps
 
 def test_a_prior_of_the_wrong_kind_is_refused(tiny_checkpoints, tmp_path, capsys):
     code, said = run(["optimize", tiny_checkpoints["property"], "--score", "qed", "--out", tmp_path / "o"], capsys)
-    assert code == 2 and "DecoderLM checkpoint" in error_line(said)
+    assert code == 2 and "a generator's checkpoint (DecoderLM or LSTMLM)" in error_line(said)
 
 
 def test_a_user_function_failing_mid_run_stops_in_one_line_and_resumes(tiny_checkpoints, tmp_path, capsys,
