@@ -63,8 +63,10 @@ def model_classes() -> dict:
         DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig,
     )
     from minitransformer.models.lstm_lm import LSTMLM, LSTMLMConfig
+    from minitransformer.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig
     return {"DecoderLM": (DecoderLM, DecoderLMConfig), "Encoder": (Encoder, EncoderConfig),
-            "Seq2Seq": (Seq2Seq, Seq2SeqConfig), "LSTMLM": (LSTMLM, LSTMLMConfig)}
+            "Seq2Seq": (Seq2Seq, Seq2SeqConfig), "LSTMLM": (LSTMLM, LSTMLMConfig),
+            "RNNSeq2Seq": (RNNSeq2Seq, RNNSeq2SeqConfig)}
 
 
 _SIZE_FIELDS = {  # config field -> smallest allowed value (fields a model's size grows with)
@@ -95,9 +97,14 @@ def declared_parameters(model_type: str, config: dict) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value < _MAX_SIZE_FIELD:
             raise CheckpointError(f"its model config has {name}={value!r}; it must be a whole number "
                                   f">= {low} (and below {_MAX_SIZE_FIELD:,})")
-    if model_type == "LSTMLM":  # embedding, each layer's Wx, Wh, b, the head
-        V, D, Hs, L = c["vocab_size"], c["d_model"], c["hidden"], c["n_layers"]
-        return V * D + L * (max(D, Hs) * 4 * Hs + Hs * 4 * Hs + 4 * Hs) + Hs * V + V
+    if model_type in ("LSTMLM", "RNNSeq2Seq"):  # embeddings, each layer's Wx, Wh, b, the head (and attention)
+        D, Hs, L = c["d_model"], c["hidden"], c["n_layers"]
+        layers = L * (max(D, Hs) * 4 * Hs + Hs * 4 * Hs + 4 * Hs)
+        if model_type == "LSTMLM":
+            return c["vocab_size"] * (D + Hs + 1) + layers
+        attention_and_combine = 3 * Hs * Hs + Hs + 2 * Hs * Hs + Hs  # additive's Wq, Wk, v (the larger form)
+        return (c["src_vocab_size"] + c["tgt_vocab_size"]) * D + 2 * layers + attention_and_combine \
+            + c["tgt_vocab_size"] * (Hs + 1)
     D, H, F, P = c["d_model"], c["n_heads"], c["d_ff"], c["max_len"]
     inner = H * (c["d_head"] if c.get("d_head") is not None else max(D // H, 1))
     attention = 4 * D * inner + 3 * inner + D  # qkv (D, 3 inner) and proj (inner, D), with biases

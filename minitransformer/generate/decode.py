@@ -14,7 +14,11 @@ from minitransformer.backend import xp
 from minitransformer.generate.constraint import advance_constraint, apply_constraint, start_constraint
 from minitransformer.models.decoder_lm import DecoderLM
 from minitransformer.models.lstm_lm import LSTMLM
+from minitransformer.models.rnn_seq2seq import RNNSeq2Seq
 from minitransformer.models.seq2seq import Seq2Seq
+
+GENERATORS = (DecoderLM, LSTMLM)  # the language models: no source
+TRANSLATORS = (Seq2Seq, RNNSeq2Seq)  # the encoder-decoders: a source each
 from minitransformer.nn.embedding import check_ids
 
 
@@ -38,7 +42,7 @@ class DecodeState:
 
     def __init__(self, model, src=None, use_cache: bool = True):
         self.model = model
-        self.is_seq2seq = isinstance(model, Seq2Seq)
+        self.is_seq2seq = isinstance(model, TRANSLATORS)
         self.src = src
         self.fed = 0
         if use_cache:
@@ -128,8 +132,9 @@ def _setup(model, batch_size, src, prompt, max_len):
     Returns ``(src, prefix, max_len)``: the device source (B, S) or None, the
     device prefix (B, P) every row starts from, and the total length limit.
     """
-    if not isinstance(model, (DecoderLM, LSTMLM, Seq2Seq)):
-        raise TypeError(f"decoding needs a DecoderLM, LSTMLM or Seq2Seq model, got {type(model).__name__}")
+    if not isinstance(model, GENERATORS + TRANSLATORS):
+        raise TypeError(f"decoding needs a language model or an encoder-decoder (DecoderLM, LSTMLM, Seq2Seq, "
+                        f"RNNSeq2Seq), got {type(model).__name__}")
     cfg = model.config
     if batch_size is not None and (isinstance(batch_size, bool)
                                    or not isinstance(batch_size, numbers.Integral)):
@@ -138,9 +143,9 @@ def _setup(model, batch_size, src, prompt, max_len):
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
-    if isinstance(model, Seq2Seq):
+    if isinstance(model, TRANSLATORS):
         if src is None:
-            raise ValueError("Seq2Seq decoding needs the source ids: src=(B, S)")
+            raise ValueError(f"{type(model).__name__} decoding needs the source ids: src=(B, S)")
         src = _device_ids(src, "src")
         check_ids(src, cfg.src_vocab_size, "src")
         B = src.shape[0]

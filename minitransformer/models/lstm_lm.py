@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from minitransformer import backend
-from minitransformer.nn.config import ConfigBase
+from minitransformer.nn.config import RecurrentOptions
 from minitransformer.nn.embedding import Embedding, check_token_batch
 from minitransformer.nn.linear import Linear
 from minitransformer.nn.lstm import LSTM
@@ -28,26 +28,11 @@ from minitransformer.nn import Module, ModuleList, set_rng
 
 
 @dataclasses.dataclass(kw_only=True)
-class LSTMLMConfig(ConfigBase):
-    """Options of :class:`LSTMLM`: vocabulary V, embedding width D (``d_model``), state
-    width H (``hidden``), ``n_layers`` stacked LSTM layers, the longest sequence
-    ``max_len``, the special token ids and the seed."""
+class LSTMLMConfig(RecurrentOptions):
+    """Options of :class:`LSTMLM`: the vocabulary V; the rest as
+    :class:`~minitransformer.nn.config.RecurrentOptions`."""
 
     vocab_size: int = dataclasses.field(kw_only=False)
-    d_model: int = 64
-    hidden: int = 256
-    n_layers: int = 2
-    max_len: int = 128
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    seed: int = 0
-
-    _POSITIVE = ConfigBase._POSITIVE + ("hidden",)
-
-    def __post_init__(self):
-        self._check_types()  # every field its type, every size >= 1 (ConfigBase)
-        self._check_token_ids()  # every special id a token of the vocabulary
 
 
 class LSTMLM(Module):

@@ -168,3 +168,27 @@ class TransformerOptions(ConfigBase):
         self._check_common()
         if self.final_norm is None:
             self.final_norm = self.norm == "pre"
+
+
+@dataclasses.dataclass(kw_only=True)
+class RecurrentOptions(ConfigBase):
+    """The options the recurrent models share (:class:`~minitransformer.models.LSTMLM`,
+    :class:`~minitransformer.models.RNNSeq2Seq`): embedding width D (``d_model``), LSTM state
+    width H (``hidden``), ``n_layers`` LSTM layers (on each side of an encoder-decoder), the
+    longest sequence ``max_len``, the special token ids and the seed. Checked like every
+    config: each field its type, each size at least 1, each id a token of the vocabularies."""
+
+    d_model: int = 64
+    hidden: int = 256
+    n_layers: int = 2
+    max_len: int = 128
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    seed: int = 0
+
+    _POSITIVE = ConfigBase._POSITIVE + ("hidden",)
+
+    def __post_init__(self):
+        self._check_types()
+        self._check_token_ids()

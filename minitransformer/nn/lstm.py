@@ -185,10 +185,15 @@ class LSTM(Module):
         self.final_state = (hT, cT)
         return y  # (B, T, H)
 
-    def backward(self, dy):
-        """dy: (B, T, H). Accumulates the weights' gradients; returns dx (B, T, D)."""
-        dx, _, _, dWx, dWh, db = lstm_backward((dy, None, None), self._require_cache())
+    def backward(self, dy, dfinal=None):
+        """dy: (B, T, H); dfinal: the gradient of ``final_state``, (dh_T, dc_T), or None (not
+        used). Accumulates the weights' gradients; returns dx (B, T, D), and keeps the
+        gradient of the initial state in ``dinitial`` ((dh0, dc0), for an encoder whose
+        final state started this layer: a recurrent encoder-decoder)."""
+        dh_T, dc_T = dfinal if dfinal is not None else (None, None)
+        dx, dh0, dc0, dWx, dWh, db = lstm_backward((dy, dh_T, dc_T), self._require_cache())
         self.Wx.grad += dWx
         self.Wh.grad += dWh
         self.b.grad += db
+        self.dinitial = (dh0, dc0)
         return dx

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from minitransformer import backend
 from minitransformer.backend import xp
+from minitransformer.nn.module import Module, Parameter
 from minitransformer.nn.softmax import SoftmaxCache, softmax_backward, softmax_forward
 
 __all__ = ["additive_attention_forward", "additive_attention_backward",
-           "multiplicative_attention_forward", "multiplicative_attention_backward"]
+           "multiplicative_attention_forward", "multiplicative_attention_backward", "EncoderAttention"]
 
 
 def _masked_scores(scores, mask):
@@ -154,3 +156,59 @@ def multiplicative_attention_backward(dctx, dalpha_out, cache: MultiplicativeAtt
     g = xp.einsum("bs,bsh->bh", dscore, E)  # (B, He) = dq
     dE += dscore[:, :, None] * q[:, None, :]  # (B, S, He)
     return g @ W.T, dE, s.T @ g
+
+
+# ---------------------------------------------------------------------------
+# The layer: either form, with its weights
+# ---------------------------------------------------------------------------
+class EncoderAttention(Module):
+    """Attention of a decoder state (B, Hd) over encoder states (B, S, He), ``kind``
+    ``"additive"`` (weights ``Wq`` (Hd, A), ``Wk`` (He, A), ``v`` (A,)) or
+    ``"multiplicative"`` (``W`` (Hd, He)).
+
+    A recurrent decoder attends once per target step, so the model keeps one cache per
+    step: :meth:`step_forward` returns it and :meth:`step_backward` takes it back
+    (``forward``/``backward`` are the same for a single step, with the cache kept here).
+    """
+
+    def __init__(self, kind: str, d_query: int, d_state: int, d_attn: int | None = None,
+                 rng: backend.RNG | None = None):
+        if kind not in ("additive", "multiplicative"):
+            raise ValueError(f"EncoderAttention: kind must be 'additive' or 'multiplicative', got {kind!r}")
+        rng = backend.as_rng(rng)
+        self.kind = kind
+        if kind == "additive":
+            A = d_attn or d_state
+            self.Wq = Parameter(rng.normal((d_query, A), std=d_query ** -0.5))  # (Hd, A)
+            self.Wk = Parameter(rng.normal((d_state, A), std=d_state ** -0.5))  # (He, A)
+            self.v = Parameter(rng.normal((A,), std=A ** -0.5))  # (A,)
+        else:
+            self.W = Parameter(rng.normal((d_query, d_state), std=(d_query * d_state) ** -0.25))  # (Hd, He)
+
+    def extra_repr(self):
+        return self.kind
+
+    def step_forward(self, s, E, mask=None):
+        """((ctx (B, He), alpha (B, S)), cache) of one decoder step."""
+        if self.kind == "additive":
+            return additive_attention_forward(s, E, self.Wq.data, self.Wk.data, self.v.data, mask)
+        return multiplicative_attention_forward(s, E, self.W.data, mask)
+
+    def step_backward(self, dctx, cache, dalpha=None):
+        """Accumulates the weights' gradients; returns (ds (B, Hd), dE (B, S, He))."""
+        if self.kind == "additive":
+            ds, dE, dWq, dWk, dv = additive_attention_backward(dctx, dalpha, cache)
+            self.Wq.grad += dWq
+            self.Wk.grad += dWk
+            self.v.grad += dv
+        else:
+            ds, dE, dW = multiplicative_attention_backward(dctx, dalpha, cache)
+            self.W.grad += dW
+        return ds, dE
+
+    def forward(self, s, E, mask=None):
+        (ctx, alpha), self.cache = self.step_forward(s, E, mask)
+        return ctx
+
+    def backward(self, dctx):
+        return self.step_backward(dctx, self._require_cache())
