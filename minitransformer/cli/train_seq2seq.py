@@ -45,6 +45,11 @@ PRESETS = {
         **recipes.ADAMW, lr=2e-3, warmup=300, batch_size=64, epochs=1, label_smoothing=0.0,
         max_time=28 * 60, val_exact=200, limit=430_000),
 }
+# --model rnn: the attentional LSTM encoder-decoder (models/rnn_seq2seq.py) in the transformer's
+# place, the rest of the preset kept: 2 + 2 LSTM layers of 208 states over 64-wide embeddings,
+# Bahdanau's attention, 1.34M weights against the default transformer's 1.33M (vocabulary 40).
+RNN_MODEL = dict(kind="rnn", d_model=64, hidden=208, n_layers=2)
+RNN_QUICK = dict(kind="rnn", d_model=16, hidden=32, n_layers=1)
 QUICK = dict(model=recipes.quick_model(n_enc_layers=1, n_dec_layers=1),
              epochs=2, batch_size=32, warmup=10, max_time=None, val_exact=20, limit=300)
 BEAM = 5
@@ -56,6 +61,10 @@ def add_parser(kinds):
                                                   "minitransformer train seq2seq --epochs 30 --plot-attention",
                         help="a SMILES canonicalizer (encoder-decoder: any SMILES in, RDKit's canonical out)")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS))
+    p.add_argument("--model", default="transformer", choices=["transformer", "rnn"],
+                   help="the canonicalizer: transformer (default) or rnn, the attentional LSTM encoder-decoder")
+    p.add_argument("--attention", default=None, choices=["additive", "multiplicative"],
+                   help="--model rnn's attention: additive (Bahdanau's, the default) or multiplicative (Luong's)")
     cli.add_common_arguments(p, out="runs/seq2seq", data_names=("tox21", "druglike", "moses"))
     p.add_argument("--lr", type=cli.number(0, lo_open=True), default=None, help="override the peak learning rate")
     p.add_argument("--batch-size", type=cli.int_at_least(1), default=None, help="override the batch size")
@@ -78,13 +87,27 @@ def resolve_settings(args) -> dict:
     if args.quick:
         s.update(QUICK)
     recipes.apply_overrides(s, args, ("epochs", "lr", "batch_size", "label_smoothing"))
+    if args.model == "rnn":
+        for flag, given in (("--dropout", args.dropout), ("--plot-attention", args.plot_attention or None)):
+            if given is not None:
+                raise ValueError(f"{flag} needs --model transformer; the RNN model has no dropout and no "
+                                 "attention pictures yet (leave it out)")
+        s["model"] = dict(RNN_QUICK if args.quick else RNN_MODEL, attention=args.attention or "additive")
+    elif args.attention is not None:
+        raise ValueError("--attention chooses the RNN model's attention; add --model rnn or leave it out")
     return recipes.set_budgets(s, args)
 
 
 def make_model(settings, vocab, seed):
-    """A Seq2Seq with one token table: source embedding = target embedding = output projection."""
+    """A Seq2Seq with one token table: source embedding = target embedding = output projection;
+    or, with ``--model rnn``, an RNNSeq2Seq."""
     from minitransformer.models import Seq2Seq
     from minitransformer.models.seq2seq import Seq2SeqConfig
+    if settings["model"].get("kind") == "rnn":
+        from minitransformer.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig
+        sizes = {k: v for k, v in settings["model"].items() if k != "kind"}
+        return RNNSeq2Seq(RNNSeq2SeqConfig(len(vocab), len(vocab), max_len=MAX_TOKENS, pad_id=vocab.pad_id,
+                                           bos_id=vocab.bos_id, eos_id=vocab.eos_id, seed=seed, **sizes))
     cfg = Seq2SeqConfig(len(vocab), len(vocab), max_len=MAX_TOKENS, share_embeddings=True,
                         tie_embeddings=True, pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
                         seed=seed, **settings["model"])

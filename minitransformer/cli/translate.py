@@ -34,13 +34,15 @@ def add_parser(commands):
 
 
 def load_translator(path):
-    """(model, vocabulary) of a Seq2Seq checkpoint with a vocabulary, or a one-line ValueError."""
+    """(model, vocabulary) of an encoder-decoder's checkpoint (Seq2Seq or RNNSeq2Seq) with a
+    vocabulary, or a one-line ValueError."""
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
     from minitransformer.chem import Vocab
     ckpt = load_checkpoint(path)
-    if ckpt.vocab is None or ckpt.model_type != "Seq2Seq":
+    if ckpt.vocab is None or ckpt.model_type not in ("Seq2Seq", "RNNSeq2Seq"):
         raise ValueError(f"{path} holds a {ckpt.model_type}{'' if ckpt.vocab else ' without a vocabulary'}; "
-                         "translate needs a Seq2Seq checkpoint with a vocabulary, as written by "
+                         "translate needs an encoder-decoder's checkpoint (Seq2Seq or RNNSeq2Seq) with a "
+                         "vocabulary, as written by "
                          "`minitransformer train seq2seq` (best.npz or last.npz)")
     model, _ = model_from_checkpoint(ckpt)
     return model, Vocab.from_json(ckpt.vocab)
