@@ -17,9 +17,11 @@ from minitransformer.fast import elementwise as _fast_elementwise
 from minitransformer.fast import embedding as _fast_embedding
 from minitransformer.fast import layernorm as _fast_layernorm
 from minitransformer.fast import linear as _fast_linear
+from minitransformer.fast import lstm as _fast_lstm
 from minitransformer.fast import optimizer as _fast_optimizer
 from minitransformer.fast import softmax as _fast_softmax
-from minitransformer.nn import attention, bce, elementwise, embedding, layernorm, linear, relative_position, softmax
+from minitransformer.nn import attention, bce, elementwise, embedding, layernorm, linear, lstm, relative_position, softmax
+from minitransformer.nn import rnn_attention
 from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
 from minitransformer.nn.elementwise import make_dropout_mask
 from minitransformer.nn.embedding import ids_to_device
@@ -41,6 +43,11 @@ REFERENCE = {
     "relu_forward": elementwise.relu_forward, "relu_backward": elementwise.relu_backward,
     "dropout_forward": elementwise.dropout_forward, "dropout_backward": elementwise.dropout_backward,
     "masked_bce_forward": bce.masked_bce_forward, "masked_bce_backward": bce.masked_bce_backward,
+    "lstm_forward": lstm.lstm_forward, "lstm_backward": lstm.lstm_backward,
+    "additive_attention_forward": rnn_attention.additive_attention_forward,
+    "additive_attention_backward": rnn_attention.additive_attention_backward,
+    "multiplicative_attention_forward": rnn_attention.multiplicative_attention_forward,
+    "multiplicative_attention_backward": rnn_attention.multiplicative_attention_backward,
     "adam_update": optimizer.adam_update,
 }
 
@@ -57,6 +64,7 @@ FAST = {
     "merge_heads": _fast_attention.merge_heads,
     "layernorm_forward": _fast_layernorm.layernorm_forward, "layernorm_backward": _fast_layernorm.layernorm_backward,
     "gelu_forward": _fast_elementwise.gelu_forward,
+    "lstm_forward": _fast_lstm.lstm_forward, "lstm_backward": _fast_lstm.lstm_backward,
     "adam_update": _fast_optimizer.adam_update,
 }
 

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from minitransformer import backend
+from minitransformer import backend, kernels
 from minitransformer.backend import xp
+from minitransformer.fast import lstm as fast_lstm
 from minitransformer.nn.module import Module, Parameter
 
 __all__ = ["lstm_cell_forward", "lstm_cell_backward", "lstm_forward", "lstm_backward", "LSTM"]
@@ -181,7 +182,11 @@ class LSTM(Module):
     def forward(self, x, mask=None, state=None):
         B = x.shape[0]
         h0, c0 = state if state is not None else (xp.zeros((B, self.hidden), dtype=x.dtype),) * 2  # (B, H) each
-        (y, hT, cT), self.cache = lstm_forward(x, h0, c0, self.Wx.data, self.Wh.data, self.b.data, mask)
+        W = (self.Wx.data, self.Wh.data, self.b.data)
+        if kernels.fast:  # the fast twin (minitransformer/fast/lstm.py), proven equal in tests/fast
+            (y, hT, cT), self.cache = fast_lstm.lstm_forward(x, h0, c0, *W, mask)
+        else:
+            (y, hT, cT), self.cache = lstm_forward(x, h0, c0, *W, mask)
         self.final_state = (hT, cT)
         return y  # (B, T, H)
 
@@ -191,7 +196,11 @@ class LSTM(Module):
         gradient of the initial state in ``dinitial`` ((dh0, dc0), for an encoder whose
         final state started this layer: a recurrent encoder-decoder)."""
         dh_T, dc_T = dfinal if dfinal is not None else (None, None)
-        dx, dh0, dc0, dWx, dWh, db = lstm_backward((dy, dh_T, dc_T), self._require_cache())
+        cache = self._require_cache()
+        if isinstance(cache, fast_lstm.FastLSTMCache):  # the set that made the cache runs its backward
+            dx, dh0, dc0, dWx, dWh, db = fast_lstm.lstm_backward((dy, dh_T, dc_T), cache)
+        else:
+            dx, dh0, dc0, dWx, dWh, db = lstm_backward((dy, dh_T, dc_T), cache)
         self.Wx.grad += dWx
         self.Wh.grad += dWh
         self.b.grad += db

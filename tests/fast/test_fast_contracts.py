@@ -103,8 +103,14 @@ def _owned_cases():
         y, cache = ks["gelu_forward"](x)
         return [x, y], lambda: (ks["gelu_backward"](dy, cache),)
 
+    def lstm(ks):
+        x, h0, c0, Wx, Wh, b, dy = r(3, 4, 2), r(3, 5), r(3, 5), r(2, 20), r(5, 20), r(20), r(3, 4, 5)
+        mask = dev(np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=bool))
+        (y, h, c), cache = ks["lstm_forward"](x, h0, c0, Wx, Wh, b, mask)
+        return [y, h, c], lambda: ks["lstm_backward"]((dy, None, None), cache)  # both caches keep x, h0, c0, mask
+
     return {"attention": attention, "cross_entropy": cross_entropy, "layernorm": layernorm,
-            "softmax": softmax, "gelu": gelu}
+            "softmax": softmax, "gelu": gelu, "lstm": lstm}
 
 
 @pytest.mark.parametrize("kernel_set", ["reference", "fast"])
@@ -135,6 +141,7 @@ def _float32_calls(g):
     logits, t = f32(3, 4, 7), dev(g.integers(0, 7, size=(3, 4)))
     ids = dev(g.integers(0, 5, size=(3, 4)))
     table = f32(5, 6)
+    lstm_weights = (f32(3, 5), f32(3, 5), f32(6, 20), f32(5, 20), f32(20))  # h0, c0, Wx, Wh, b for x (3, 4, 6)
 
     def attention(ks):
         out, cache = ks["attention_forward"](q, k, v, mask=mask, dropout_mask=drop, bias=bias)
@@ -156,7 +163,14 @@ def _float32_calls(g):
         ("gelu_forward none", lambda ks: ks["gelu_forward"](x, "none")),
         ("gelu_forward tanh", lambda ks: ks["gelu_forward"](x, "tanh")),
         ("embedding_backward", lambda ks: (ks["embedding_backward"](dy, ks["embedding_forward"](ids, table)[1]),)),
+        ("lstm_forward/backward", lambda ks: _lstm_both(ks, x, *lstm_weights)),
     ]
+
+
+def _lstm_both(ks, x, h0, c0, Wx, Wh, b):
+    """The LSTM's outputs and gradients (with dy = y) on float32 inputs."""
+    out, cache = ks["lstm_forward"](x, h0, c0, Wx, Wh, b)
+    return (*out, *ks["lstm_backward"]((out[0], None, None), cache))
 
 
 def test_float32_stays_float32(any_backend):
