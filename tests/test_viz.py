@@ -363,7 +363,7 @@ def test_render_attention_leaves_nothing_behind_on_failure(tmp_path, monkeypatch
         viz.render_attention(model, vocab, "C1CC", out)
     with pytest.raises(ValueError, match="max_len"):
         viz.render_attention(model, vocab, "C" * 30, out)
-    with pytest.raises(ValueError, match="Seq2Seq only"):
+    with pytest.raises(ValueError, match="for an encoder-decoder only"):
         viz.render_attention(_decoder(), vocab, "CC", out, target="CC")
     assert not out.exists()
 
@@ -383,3 +383,9 @@ def test_render_attention_leaves_nothing_behind_on_failure(tmp_path, monkeypatch
     viz.render_attention(model, vocab, "CC(=O)[O-]", out, target="CCO", heads=0, layers=0, molecules=False)
     with pytest.raises(FileExistsRefusal, match="already exists"):
         viz.render_attention(model, vocab, "CC(=O)[O-]", out, target="CCO", overwrite=False)
+
+
+def test_the_first_and_last_layer_of_a_one_layer_model_are_one_panel():
+    from minitransformer.viz.heatmaps import _indices
+    assert _indices([0, -1], 1, "layer") == [0]
+    assert _indices([0, -1], 3, "layer") == [0, 2]

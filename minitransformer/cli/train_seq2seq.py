@@ -88,10 +88,8 @@ def resolve_settings(args) -> dict:
         s.update(QUICK)
     recipes.apply_overrides(s, args, ("epochs", "lr", "batch_size", "label_smoothing"))
     if args.model == "rnn":
-        for flag, given in (("--dropout", args.dropout), ("--plot-attention", args.plot_attention or None)):
-            if given is not None:
-                raise ValueError(f"{flag} needs --model transformer; the RNN model has no dropout and no "
-                                 "attention pictures yet (leave it out)")
+        if args.dropout is not None:
+            raise ValueError("--dropout needs --model transformer; the RNN model has no dropout (leave it out)")
         s["model"] = dict(RNN_QUICK if args.quick else RNN_MODEL, attention=args.attention or "additive")
     elif args.attention is not None:
         raise ValueError("--attention chooses the RNN model's attention; add --model rnn or leave it out")

@@ -122,6 +122,12 @@ class RNNSeq2Seq(Module):
         self.src_embed.backward(dE)
         return None
 
+    def attention_weights(self):
+        """The attention weights of the last forward pass, (B, T, S): at each target step, how
+        much each source position weighed (the pictures of ``minitransformer attention``)."""
+        _, (attn_caches, _) = self._require_cache()
+        return xp.stack([cache.alpha.p for cache in attn_caches], axis=1)  # (B, T, S)
+
     # -- incremental decoding ------------------------------------------------------
     def init_state(self, src):
         """Encode ``src`` once; the decoding state: E, the source mask, the decoder's (h, c)."""

@@ -46,7 +46,8 @@ SCALES = ("map", "row", "fixed")
 # Checking the choices
 # ---------------------------------------------------------------------------
 def _indices(chosen, n: int, what: str) -> list[int]:
-    """Validate ``chosen`` (None = all, an int, or ints; negative counts from the end) against n."""
+    """Validate ``chosen`` (None = all, an int, or ints; negative counts from the end) against n;
+    each index once, in the order first given."""
     if chosen is None:
         return list(range(n))
     items = [chosen] if isinstance(chosen, (int, np.integer)) else list(chosen)
@@ -61,7 +62,8 @@ def _indices(chosen, n: int, what: str) -> list[int]:
                 f"plot_attention: {what} index {i} is out of range: the maps have {n} {what}s "
                 f"(valid: 0..{n - 1}, or -{n}..-1 from the end)"
             )
-        out.append(int(i) % n)
+        if int(i) % n not in out:  # [0, -1] of a one-layer model is one layer: one panel
+            out.append(int(i) % n)
     return out
 
 

@@ -223,3 +223,14 @@ def forward_maps(model, kind: str, stack: str | None, ids, tgt_in_ids=None) -> l
         else:
             model.forward(first)  # logits or hidden states, unused
         return [np.array(m) for m in attention_maps(model, kind, stack)]  # L x (1, H, Tq, Tk) copies
+
+
+def rnn_attention_maps(model, src_ids, tgt_in_ids) -> list[np.ndarray]:
+    """The attention of an ``RNNSeq2Seq`` on one pair, in the layout of :func:`forward_maps`:
+    ``[(1, 1, T, S)]`` (one layer, one head), target steps by source positions. One
+    eval-mode forward; the model keeps its train/eval flags and its forward caches."""
+    src = _one_sequence(src_ids, "rnn_attention_maps: src_ids")  # (1, S)
+    tgt_in = _one_sequence(tgt_in_ids, "rnn_attention_maps: tgt_in_ids", model.config.bos_id)  # (1, T)
+    with _inspection(model):
+        model.forward(src, tgt_in)  # (1, T, V) logits, unused: we want the weights
+        return [np.array(backend.to_numpy(model.attention_weights()))[:, None]]  # [(1, 1, T, S)]

@@ -31,17 +31,19 @@ import numpy as np
 
 from minitransformer.atomic import FileExistsRefusal, write_bytes
 from minitransformer.viz.heatmaps import attention_png
-from minitransformer.viz.maps import forward_maps
+from minitransformer.viz.maps import forward_maps, rnn_attention_maps
 
 __all__ = ["render_attention"]
 
 
 def _kind(model) -> str:
     from minitransformer.models import DecoderLM, Encoder, Seq2Seq
-    for cls, name in ((DecoderLM, "decoder"), (Encoder, "encoder"), (Seq2Seq, "seq2seq")):
+    from minitransformer.models.rnn_seq2seq import RNNSeq2Seq
+    for cls, name in ((DecoderLM, "decoder"), (Encoder, "encoder"), (Seq2Seq, "seq2seq"), (RNNSeq2Seq, "rnn")):
         if isinstance(model, cls):
             return name
-    raise TypeError(f"render_attention: {type(model).__name__} is not a DecoderLM, Encoder or Seq2Seq")
+    raise TypeError(f"render_attention: {type(model).__name__} is not a DecoderLM, Encoder, Seq2Seq or "
+                    "RNNSeq2Seq")
 
 
 def _check_length(model, n: int, what: str) -> None:
@@ -87,6 +89,9 @@ def _views(model, vocab, smiles: str, target: str | None):
     from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit
     with quiet_rdkit():
         target_ok = mol_from_smiles(target) is not None
+    if kind == "rnn":  # one attention, the decoder's over the encoder's states
+        return [("attention_cross", f"{model.config.attention} attention, target -> source: {smiles} -> "
+                 f"{target or '(empty)'}", rnn_attention_maps(model, src, tgt_in), tgt_labels, src_labels, smiles)]
     return [
         ("attention_encoder_self", f"encoder self-attention (source): {smiles}",
          forward_maps(model, "self", "encoder", src, tgt_in), src_labels, src_labels, smiles),
@@ -122,8 +127,8 @@ def render_attention(model, vocab, smiles: str, out_dir, layers=None, heads=None
     """
     if not isinstance(smiles, str) or not smiles:
         raise ValueError(f"render_attention: smiles must be a non-empty string, got {smiles!r}")
-    if target is not None and _kind(model) != "seq2seq":
-        raise ValueError(f"render_attention: target= is for a Seq2Seq only, not a {type(model).__name__}")
+    if target is not None and _kind(model) not in ("seq2seq", "rnn"):
+        raise ValueError(f"render_attention: target= is for an encoder-decoder only, not a {type(model).__name__}")
     if molecules:  # fail before any work if the molecule cannot be drawn
         from minitransformer.viz.attention_drawing import molecule_of
         molecule_of(smiles)

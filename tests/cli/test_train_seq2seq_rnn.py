@@ -17,7 +17,7 @@ BASE = ["train", "seq2seq", "--model", "rnn", "--quick", "--quiet", "--data", "d
 @pytest.fixture(scope="module")
 def rnn_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("rnn") / "run"
-    assert run_cli(main, BASE + ["--out", str(out), "--attention", "multiplicative"]) == 0
+    assert run_cli(main, BASE + ["--out", str(out), "--attention", "multiplicative", "--plot-attention"]) == 0
     return out
 
 
@@ -30,6 +30,13 @@ def test_it_trains_decodes_and_saves_an_rnn(rnn_run):
     ckpt = load_checkpoint(rnn_run / "best.npz")
     assert ckpt.model_type == "RNNSeq2Seq" and ckpt.meta["config"]["attention"] == "multiplicative"
     assert (rnn_run / "predictions.tsv").read_text().count("\n") > 1
+    assert (rnn_run / "attention_cross.png").read_bytes()[:4] == b"\x89PNG", "its attention, drawn"
+
+
+def test_the_attention_command_draws_it(rnn_run, tmp_path, capsys):
+    out = tmp_path / "pics"
+    assert run_cli(main, ["attention", str(rnn_run / "best.npz"), "c1ccccc1O", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["attention_cross.png", "attention_cross_molecule.png"]
 
 
 def test_translate_reads_it(rnn_run, tmp_path, capsys):
@@ -40,7 +47,6 @@ def test_translate_reads_it(rnn_run, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (BASE + ["--dropout", "0.1"], "--dropout needs --model transformer"),
-    (BASE + ["--plot-attention"], "--plot-attention needs --model transformer"),
     (["train", "seq2seq", "--quick", "--attention", "additive"], "--attention chooses the RNN model's attention"),
 ])
 def test_what_does_not_fit_is_refused(argv, words, tmp_path, capsys):

@@ -89,3 +89,12 @@ def test_a_checkpoint_rebuilds_it(tmp_path, attention):
     src, tgt = backend.asarray(SRC), backend.asarray(TGT)
     np.testing.assert_array_equal(backend.to_numpy(again(src, tgt)), backend.to_numpy(model(src, tgt)))
     assert declared_parameters("RNNSeq2Seq", model.config.to_dict()) >= model.num_parameters()
+
+
+def test_the_attention_weights_of_a_forward(float64):
+    model = _model("additive", seed=5).eval()
+    model(backend.asarray(SRC[:2]), backend.asarray(TGT[:2, :-1]))
+    alpha = backend.to_numpy(model.attention_weights())  # (2, 4, 4)
+    assert alpha.shape == (2, 4, 4)
+    np.testing.assert_allclose(alpha.sum(axis=-1), 1.0, rtol=1e-12)  # every step spends all its weight
+    assert np.all(alpha[1][:, SRC[1] == PAD] == 0.0), "nothing on the source's padding"
