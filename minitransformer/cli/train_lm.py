@@ -229,7 +229,8 @@ def run(args) -> int:
         data.vocab = Vocab.build(data.train + extra)  # one vocabulary for both phases
     vocab = data.vocab
     model = make_model(settings, vocab, args.seed)
-    print(f"model: {model.num_parameters():,} weights; preset {args.preset}{' (quick)' if args.quick else ''}")
+    print(f"model: {type(model).__name__}, {model.num_parameters():,} weights; preset {args.preset}"
+          f"{' (quick)' if args.quick else ''}")
     run_info = {"preset": args.preset, "quick": args.quick, "seed": args.seed, "settings": settings,
                 "data": data.description, "cleaning": data.clean_summary,
                 "split": [len(data.train), len(data.val), len(data.test)],

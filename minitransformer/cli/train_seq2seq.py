@@ -157,7 +157,8 @@ def run(args) -> int:
     data = prepare_pairs(args.data, seed=args.seed, max_tokens=MAX_TOKENS, limit=settings["limit"])
     vocab = data.vocab
     model = make_model(settings, vocab, args.seed)
-    print(f"model: {model.num_parameters():,} weights; preset {args.preset}{' (quick)' if args.quick else ''}")
+    print(f"model: {type(model).__name__}, {model.num_parameters():,} weights; preset {args.preset}"
+          f"{' (quick)' if args.quick else ''}")
 
     train_data = PairEpochs(data.train, vocab, seed=args.seed, max_tokens=MAX_TOKENS, fresh=args.augment == "fresh")
     steps_per_epoch = -(-len(data.train) // settings["batch_size"])

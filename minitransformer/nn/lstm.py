@@ -174,7 +174,8 @@ class LSTM(Module):
         b = (rng.host_random((4 * hidden,)) * 2.0 - 1.0) * bound  # (4H,)
         b[hidden:2 * hidden] = 1.0  # the forget gate starts open
         self.b = Parameter(b)
-        self.final_state = None
+        self.final_state = None  # (h_T, c_T) of the last forward: where decoding goes on from
+        self.dinitial = None  # (dh0, dc0) of the last backward: into an encoder's final state
 
     def extra_repr(self):
         return f"{self.d_in}, {self.hidden}"
