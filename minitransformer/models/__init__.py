@@ -1,7 +1,10 @@
-"""The three transformer families: decoder-only, encoder-only, encoder-decoder."""
+"""The three transformer families: decoder-only, encoder-only, encoder-decoder; and the two
+recurrent models they are measured against (docs/recurrent.md)."""
 from minitransformer.models.decoder_lm import DecoderLM, DecoderLMConfig
 from minitransformer.models.encoder import Encoder, EncoderConfig, mask_tokens
+from minitransformer.models.lstm_lm import LSTMLM, LSTMLMConfig
+from minitransformer.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig
 from minitransformer.models.seq2seq import Seq2Seq, Seq2SeqConfig
 
 __all__ = ["DecoderLM", "DecoderLMConfig", "Encoder", "EncoderConfig", "Seq2Seq", "Seq2SeqConfig",
-           "mask_tokens"]
+           "mask_tokens", "LSTMLM", "LSTMLMConfig", "RNNSeq2Seq", "RNNSeq2SeqConfig"]
