@@ -148,19 +148,10 @@ def mkl_stub(folder: Path) -> Path:
 def torch_sides(args, folder: Path) -> dict:
     """{side name: extra environment} of the torch sides to measure (module docstring)."""
     sides = {"torch": {}}
-    if args.torch_sides == "both" and "AMD" in (_cpu_vendor() or ""):
+    from common import cpuinfo
+    if args.torch_sides == "both" and "AMD" in (cpuinfo("vendor_id") or ""):
         sides["torch-best"] = {"LD_PRELOAD": str(mkl_stub(folder))}
     return sides
-
-
-def _cpu_vendor() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 def run_process(side: str, args, task: str, config: str) -> dict:
@@ -244,7 +235,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     sys.path.insert(0, str(HERE))
-    from common import blas_info, cpu_model, default_path, format_table
+    from common import blas_info, cpu_model, cpuinfo, default_path, format_table
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     load0 = os.getloadavg()
     rows = []
@@ -286,7 +277,7 @@ def main(argv=None):
     write_json(path, {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "started_utc": started,
         "load_average_start": load0, "load_average_end": os.getloadavg(), "cpu": cpu_model(),
-        "cpus": os.cpu_count(), "cpu_vendor": _cpu_vendor(), "blas": blas_info(), "threads": args.threads,
+        "cpus": os.cpu_count(), "cpu_vendor": cpuinfo("vendor_id"), "blas": blas_info(), "threads": args.threads,
         "torch": torch_version, "torch_sides": args.torch_env,
         "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "rows": rows})
     print(f"wrote {path}")

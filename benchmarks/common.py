@@ -214,15 +214,20 @@ def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
 # ---------------------------------------------------------------------------
 # Machine description, start and end of a run
 # ---------------------------------------------------------------------------
-def cpu_model() -> str | None:
-    """The CPU's "model name" from /proc/cpuinfo (Linux), or platform.processor()."""
+def cpuinfo(field: str) -> str | None:
+    """A field of /proc/cpuinfo ("model name", "vendor_id" ...), or None off Linux."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or None
+    return None
+
+
+def cpu_model() -> str | None:
+    """The CPU's "model name" from /proc/cpuinfo (Linux), or platform.processor()."""
+    return cpuinfo("model name") or platform.processor() or None
 
 
 def blas_info():
