@@ -124,6 +124,8 @@ COMPONENTS = {
     "smarts": ("1 if the molecule contains the SMARTS pattern, else 0 (a required substructure)", "none", None, None),
     "forbid": ("1 if the molecule does NOT contain the SMARTS pattern (a forbidden substructure)", "none", None, None),
     "user": ("a user's function module:function, list of SMILES -> scores in [0, 1]", "none", None, None),
+    "pmo": ("a task of the PMO benchmark, by name (rediscovery, similarity, isomer, median, MPO, hop tasks and "
+            "QED; GuacaMol's published definitions, minitransformer.chem.pmo_tasks), in [0, 1]", "none", None, None),
     "tox21": ("1 - the largest predicted probability of activity over the chosen Tox21 assays of a `train "
               "property` model (1: predicted inactive everywhere; a model's opinion, not a measurement)",
               "none", None, None),
@@ -135,7 +137,7 @@ class Component:
     """One term of an :class:`Objective`: ``name`` (a key of :data:`COMPONENTS`), its ``weight``,
     its transform (``kind``, ``low``, ``high``, ``k``, ``width``) and its own parameters
     (``query``, ``radius``, ``bits`` for similarity; ``pattern`` for smarts and forbid; ``function``
-    for user). Checked when made: an unknown name, a SMARTS or query that does not parse, a
+    for user; ``task`` for pmo). Checked when made: an unknown name, a SMARTS or query that does not parse, a
     transform without its bounds raise a one-line ValueError before any work."""
     name: str
     weight: float = 1.0
@@ -180,6 +182,9 @@ class Component:
             self._pattern = Chem.MolFromSmarts(pattern) if isinstance(pattern, str) else None
             if self._pattern is None:
                 raise ValueError(f"component {self.name}: pattern {pattern!r} is not a valid SMARTS")
+        elif self.name == "pmo":
+            from minitransformer.chem.pmo_tasks import get_task
+            self._task = get_task(self.params.get("task"))  # an unknown name: a one-line ValueError
         elif self.name in ("user", "tox21"):
             self._fn = self.params.get("function")
             if not callable(self._fn):
@@ -215,6 +220,8 @@ class Component:
                 out[i] = float(mol.HasSubstructMatch(self._pattern))
             elif self.name == "forbid":
                 out[i] = float(not mol.HasSubstructMatch(self._pattern))
+            elif self.name == "pmo":
+                out[i] = self._task.score_mol(mol)
             else:
                 out[i] = float(descriptor(mol))
         return out

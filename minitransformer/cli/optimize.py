@@ -27,12 +27,14 @@ def add_parser(commands):
     from minitransformer import cli
     p = cli.add_command(commands, "optimize", help="steer a trained generator toward a score (REINVENT)",
                         example="minitransformer optimize runs/lm/best.npz --score qed,sa --steps 100\n"
-                                "minitransformer optimize runs/lm/best.npz --score score.toml --out runs/opt")
+                                "minitransformer optimize runs/lm/best.npz --score score.toml --out runs/opt\n"
+                                "minitransformer optimize runs/lm/best.npz --score pmo:median1 --sigma 500 --lr 5e-4")
     p.add_argument("prior", type=cli.existing_file("checkpoint"), help="best.npz of a `minitransformer train lm` run")
     p.add_argument("--score", required=True,
                    help="component names, e.g. qed,sa (each with its own transform), or a .json/.toml file "
                         "({\"mean\": ..., \"components\": [{\"name\": ...}, ...]}); components: qed, sa, mw, logp, tpsa, hbd, hba, rotb, similarity, "
-                        "smarts, forbid, tox21, user")
+                        "smarts, forbid, tox21, user, and pmo:TASK for a task of the PMO benchmark "
+                        "(e.g. pmo:osimertinib_mpo; benchmarks/pmo.py lists them)")
     p.add_argument("--steps", type=cli.int_at_least(1), default=100, help="steering steps (default: 100)")
     p.add_argument("--batch-size", type=cli.int_at_least(1, 4096, "they are scored every step"), default=64,
                    help="molecules sampled per step (default: 64)")

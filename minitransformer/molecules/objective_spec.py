@@ -1,7 +1,8 @@
 """A score to steer toward, as a user writes it: a few names on the command line, or a JSON or TOML file.
 
 Inline, ``qed,sa`` is the geometric mean of the components named, each with its
-own transform and bounds (:data:`~minitransformer.chem.objectives.COMPONENTS`).
+own transform and bounds (:data:`~minitransformer.chem.objectives.COMPONENTS`);
+``pmo:median1`` names a task of the PMO benchmark.
 A file says more::
 
     {"mean": "geometric",
@@ -12,7 +13,8 @@ A file says more::
         "transform": {"kind": "step", "low": 0.4, "high": 1.0}},
        {"name": "forbid", "pattern": "[N+](=O)[O-]"},
        {"name": "tox21", "checkpoint": "runs/property/best.npz", "assays": ["SR-p53", "NR-AR"]},
-       {"name": "user", "function": "my_scores:solubility"}]}
+       {"name": "user", "function": "my_scores:solubility"},
+       {"name": "pmo", "task": "osimertinib_mpo"}]}
 
 (the same keys in TOML: ``mean = "geometric"`` and one ``[[components]]`` table
 each). Everything is checked here, before any work: an unknown component or
@@ -33,7 +35,7 @@ from minitransformer.chem.objectives import COMPONENTS, Component, Objective
 __all__ = ["objective_from_spec", "read_spec"]
 
 KEYS = {"name", "weight", "transform", "query", "radius", "bits", "pattern", "function", "checkpoint", "assays",
-        "views"}
+        "views", "task"}
 TRANSFORM_KEYS = {"kind", "low", "high", "k", "width"}
 
 
@@ -52,7 +54,14 @@ def read_spec(text_or_path: str) -> dict:
         except ValueError as exc:  # json.JSONDecodeError and tomllib.TOMLDecodeError are ValueErrors
             raise ValueError(f"{path}: not valid {path.suffix[1:].upper()} ({exc})") from None
     names = [n.strip() for n in str(text_or_path).split(",") if n.strip()]
-    return {"mean": "geometric", "components": [{"name": n} for n in names]}
+    components = []
+    for n in names:
+        name, colon, task = n.partition(":")
+        if colon and name != "pmo":
+            raise ValueError(f"score: {n!r}: only pmo takes a value inline (pmo:TASK); give other settings in a "
+                             "JSON or TOML file")
+        components.append({"name": name, "task": task} if colon else {"name": n})
+    return {"mean": "geometric", "components": components}
 
 
 def _user_function(spec: str):
@@ -111,7 +120,7 @@ def objective_from_spec(spec) -> Objective:
         transform = entry.get("transform") or {}
         if not isinstance(transform, dict) or set(transform) - TRANSFORM_KEYS:
             raise ValueError(f"component {name}: transform must be a table of {', '.join(sorted(TRANSFORM_KEYS))}")
-        params = {k: entry[k] for k in ("query", "radius", "bits", "pattern") if k in entry}
+        params = {k: entry[k] for k in ("query", "radius", "bits", "pattern", "task") if k in entry}
         if name == "user":
             params["function"] = _user_function(entry.get("function", ""))
         elif name == "tox21":

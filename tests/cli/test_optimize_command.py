@@ -46,6 +46,7 @@ def test_a_resume_with_another_score_is_refused(tiny_checkpoints, tmp_path, caps
     (["--score", "forbid"], "is not a valid SMARTS"),
     (["--score", "missing.toml"], "score file not found"),
     (["--score", "user"], "must be written module:function"),
+    (["--score", "pmo:drd2"], "unknown PMO task 'drd2'"),
 ])
 def test_bad_scores_are_refused_before_any_work(tiny_checkpoints, tmp_path, capsys, argv, message):
     code, said = run(["optimize", tiny_checkpoints["lm"], *argv, "--out", tmp_path / "o"], capsys)

@@ -55,6 +55,18 @@ def test_the_tox21_component_reads_a_property_checkpoint(tmp_path):
         objective_from_spec({"components": [{"name": "tox21", "checkpoint": str(path), "assays": ["Z"]}]})
 
 
+def test_a_pmo_task_is_a_component_inline_and_in_a_file():
+    from minitransformer.chem.pmo_tasks import CELECOXIB, get_task
+    smiles = [CELECOXIB, ASPIRIN, "xx"]
+    inline = objective_from_spec("pmo:celecoxib_rediscovery,qed")
+    assert [c.params.get("task") for c in inline.components] == ["celecoxib_rediscovery", None]
+    scores, parts = inline(smiles)
+    np.testing.assert_allclose(parts["pmo"][:2], get_task("celecoxib_rediscovery")(smiles[:2]))
+    assert parts["pmo"][0] == 1.0 and scores[2] == 0.0
+    alone, _ = objective_from_spec({"components": [{"name": "pmo", "task": "median1"}]})(smiles)
+    np.testing.assert_allclose(alone, get_task("median1")(smiles))
+
+
 @pytest.mark.parametrize("spec, message", [
     ("qed,toxicity", "unknown score component 'toxicity'"),
     ({"components": [{"name": "qed", "colour": "red"}]}, r"unknown key\(s\) \['colour'\]"),
@@ -64,6 +76,9 @@ def test_the_tox21_component_reads_a_property_checkpoint(tmp_path):
     ({"components": [{"name": "user", "function": "justaname"}]}, "must be written module:function"),
     ({"components": [{"name": "tox21"}]}, "give the checkpoint"),
     ({"mean": "harmonic", "components": [{"name": "qed"}]}, "mean must be"),
+    ("pmo:drd2", "unknown PMO task 'drd2'"),
+    ({"components": [{"name": "pmo"}]}, "unknown PMO task None"),
+    ("qed:0.5", "only pmo takes a value inline"),
 ])
 def test_mistakes_are_refused_in_one_line(spec, message):
     with pytest.raises(ValueError, match=message):
