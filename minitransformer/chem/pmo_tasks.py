@@ -174,6 +174,11 @@ def similar_to(smiles: str, kind: str, modifier: Callable = _identity, what: str
                 modifier)
 
 
+def at_least(smiles: str, kind: str, upper: float) -> Term:
+    """The Tanimoto similarity to ``smiles`` on ``kind`` fingerprints, ``upper`` and above counting as 1."""
+    return similar_to(smiles, kind, lambda x: clipped(x, upper), f"{kind} Tanimoto to {smiles}, {upper} and up as 1")
+
+
 def descriptor(name: str, modifier: Callable, what: str) -> Term:
     return Term(what, _descriptors()[name], modifier)
 
@@ -250,8 +255,8 @@ def _build() -> dict[str, Task]:
         Task("troglitazone_rediscovery", (similar_to(TROGLITAZONE, "ECFP4"),)),
         Task("thiothixene_rediscovery", (similar_to(THIOTHIXENE, "ECFP4"),)),
         # similarity: at least 0.75 similar is as good as identical
-        Task("albuterol_similarity", (similar_to(ALBUTEROL, "FCFP4", lambda x: clipped(x, 0.75)),)),
-        Task("mestranol_similarity", (similar_to(MESTRANOL, "AP", lambda x: clipped(x, 0.75)),)),
+        Task("albuterol_similarity", (at_least(ALBUTEROL, "FCFP4", 0.75),)),
+        Task("mestranol_similarity", (at_least(MESTRANOL, "AP", 0.75),)),
         # isomers: the molecular formula
         Task("isomers_c7h8n2o2", (formula_fit("C7H8N2O2"),)),
         Task("isomers_c9h10n2o2pf2cl", (formula_fit("C9H10N2O2PF2Cl"),)),
@@ -260,16 +265,16 @@ def _build() -> dict[str, Task]:
         Task("median2", (similar_to(TADALAFIL, "ECFP6"), similar_to(SILDENAFIL, "ECFP6"))),
         # multi-property objectives
         Task("osimertinib_mpo", (
-            similar_to(OSIMERTINIB, "FCFP4", lambda x: clipped(x, 0.8)),
-            similar_to(OSIMERTINIB, "ECFP6", lambda x: mg(x, 0.85, 0.1), "but ECFP6 Tanimoto not above 0.85"),
+            at_least(OSIMERTINIB, "FCFP4", 0.8),
+            similar_to(OSIMERTINIB, "ECFP6", lambda x: mg(x, 0.85, 0.1), "but its ECFP6 Tanimoto not above 0.85"),
             descriptor("tpsa", lambda x: xg(x, 100, 10), "TPSA of 100 or more"),
             descriptor("logp", lambda x: mg(x, 1, 1), "logP of 1 or less"))),
         Task("fexofenadine_mpo", (
-            similar_to(FEXOFENADINE, "AP", lambda x: clipped(x, 0.8)),
+            at_least(FEXOFENADINE, "AP", 0.8),
             descriptor("tpsa", lambda x: xg(x, 90, 10), "TPSA of 90 or more"),
             descriptor("logp", lambda x: mg(x, 4, 1), "logP of 4 or less"))),
         Task("ranolazine_mpo", (
-            similar_to(RANOLAZINE, "AP", lambda x: clipped(x, 0.7)),
+            at_least(RANOLAZINE, "AP", 0.7),
             descriptor("logp", lambda x: xg(x, 7, 1), "logP of 7 or more"),
             descriptor("tpsa", lambda x: xg(x, 95, 20), "TPSA of 95 or more"),
             descriptor("fluorines", lambda x: g(x, 1, 1), "one fluorine"))),
@@ -292,12 +297,12 @@ def _build() -> dict[str, Task]:
             descriptor("bertz", lambda x: g(x, vals_bertz, 30), "sitagliptin's Bertz complexity"))),
         # hops: keep the pharmacophore, change the decoration or the scaffold (arithmetic means)
         Task("deco_hop", (
-            similar_to(HOP_START, "PHCO", lambda x: clipped(x, 0.85)),
+            at_least(HOP_START, "PHCO", 0.85),
             has_smarts("CS([#6])(=O)=O", present=False),
             has_smarts("[#7]-c1ccc2ncsc2c1", present=False),
             has_smarts(HOP_SCAFFOLD)), mean="arithmetic"),
         Task("scaffold_hop", (
-            similar_to(HOP_START, "PHCO", lambda x: clipped(x, 0.75)),
+            at_least(HOP_START, "PHCO", 0.75),
             has_smarts(HOP_DECORATION),
             has_smarts(HOP_SCAFFOLD, present=False)), mean="arithmetic"),
         Task("qed", (descriptor("qed", _identity, "QED"),)),
