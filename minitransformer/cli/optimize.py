@@ -20,7 +20,7 @@ import io
 from pathlib import Path
 
 SETTINGS = ("steps", "batch_size", "sigma", "lr", "replay", "replay_k", "scaffold_limit", "temperature", "seed",
-            "grammar")
+            "grammar", "score_repeats")
 
 
 def add_parser(commands):
@@ -46,6 +46,8 @@ def add_parser(commands):
     p.add_argument("--replay-k", type=cli.int_at_least(0), default=10, help="molecules replayed a step (default: 10)")
     p.add_argument("--scaffold-limit", type=cli.int_at_least(0), default=25,
                    help="rewards per Bemis-Murcko scaffold before it scores 0 (default: 25; 0: no diversity filter)")
+    p.add_argument("--score-repeats", action="store_true",
+                   help="a molecule drawn again gets its score again (PMO's REINVENT); default: it scores 0")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0, help="sampling temperature")
     p.add_argument("--seed", type=cli.seed, default=0)
     p.add_argument("--grammar", choices=("syntax", "valence"), default=None,

@@ -6,7 +6,8 @@ the *agent* starts as its copy. Each :meth:`Steering.step`:
 1. samples a batch of SMILES from the agent (the KV cache, as ``sample`` does);
 2. scores them with an :class:`~minitransformer.chem.objectives.Objective`; an
    invalid sample, or one already seen in this run (the same canonical SMILES),
-   scores 0; with the **diversity filter**, a molecule whose Bemis-Murcko scaffold
+   scores 0 (with ``score_repeats``, a repeat gets its score again, as in PMO's
+   REINVENT, so the agent is not pushed away from what it does well); with the **diversity filter**, a molecule whose Bemis-Murcko scaffold
    has already been rewarded ``scaffold_limit`` times scores 0 too, so the agent
    cannot settle on one scaffold;
 3. with **experience replay**, adds ``replay_k`` molecules drawn from a memory of
@@ -50,8 +51,11 @@ class SteeringConfig:
     temperature: float = 1.0
     seed: int = 0
     grammar: str | None = None  # None (the bare agent), "syntax" or "valence": a constrained sampler
+    score_repeats: bool = False  # a molecule drawn again gets its score again instead of 0
 
     def __post_init__(self):
+        if not isinstance(self.score_repeats, bool):
+            raise ValueError(f"score_repeats must be True or False, got {self.score_repeats!r}")
         if self.grammar not in (None, "syntax", "valence"):
             raise ValueError(f"grammar must be None, 'syntax' or 'valence', got {self.grammar!r}")
         for name in ("batch_size", "replay", "replay_k", "scaffold_limit", "seed"):
@@ -94,23 +98,26 @@ class Steering:
         canon = [canonical(s) if s else None for s in smiles]
         scores = np.array(raw, dtype=np.float64)
         for i, c in enumerate(canon):
-            if c is None or c in self.seen:
+            repeat = c in self.seen
+            if c is None or (repeat and not self.config.score_repeats):
                 scores[i] = 0.0
                 continue
             self.seen.add(c)
             if self.config.scaffold_limit and scores[i] > 0:
                 scaffold = murcko_scaffold(c)
                 if self.scaffold_counts.get(scaffold, 0) >= self.config.scaffold_limit:
-                    scores[i] = 0.0
-                else:
+                    scores[i] = 0.0  # the scaffold's bucket is full (a repeat was counted when first drawn)
+                elif not repeat:
                     self.scaffold_counts[scaffold] = self.scaffold_counts.get(scaffold, 0) + 1
         return scores, canon, {"raw": np.asarray(raw), **parts}
 
     def _remember(self, scores, canon, rows) -> None:
         if not self.config.replay:
             return
+        kept = {m[1] for m in self.memory}
         for s, c, row in zip(scores, canon, rows):
-            if c is not None and s > 0:
+            if c is not None and s > 0 and c not in kept:  # each molecule once (a repeat may score again)
+                kept.add(c)
                 self.memory.append((float(s), c, list(map(int, row))))
         self.memory.sort(key=lambda m: -m[0])
         del self.memory[self.config.replay:]

@@ -43,6 +43,23 @@ def test_invalid_and_repeated_molecules_score_zero():
     assert run.score(["CCN"])[0].tolist() == [0.0], "seen in an earlier step"
 
 
+def test_with_score_repeats_a_repeat_scores_again_but_is_remembered_once():
+    prior, vocab = _prior()
+    run = Steering(prior, vocab, Objective([Component("user", params={"function": lambda s: [0.5] * len(s)})]),
+                   SteeringConfig(batch_size=4, scaffold_limit=0, score_repeats=True))
+    scores, canon, _ = run.score(["CCO", "OCC", "C1CC", "", "CCN"])
+    assert scores.tolist() == [0.5, 0.5, 0.0, 0.0, 0.5], "OCC is CCO again and scores again; invalid ones 0"
+    run._remember(scores, canon, [[1]] * 5)
+    run._remember(*run.score(["CCO"])[:2], [[1]])
+    assert sorted(m[1] for m in run.memory) == ["CCN", "CCO"], "each molecule once in the memory"
+    # with the diversity filter, a full scaffold's repeats score 0 too, and a repeat is not counted again
+    run = Steering(prior, vocab, Objective([Component("user", params={"function": lambda s: [1.0] * len(s)})]),
+                   SteeringConfig(batch_size=4, scaffold_limit=2, score_repeats=True))
+    assert run.score(["Cc1ccccc1", "Cc1ccccc1"])[0].tolist() == [1.0, 1.0]
+    assert run.scaffold_counts == {"c1ccccc1": 1}
+    assert run.score(["CCc1ccccc1", "Cc1ccccc1"])[0].tolist() == [1.0, 0.0], "the bucket filled up"
+
+
 def test_the_diversity_filter_zeroes_an_overused_scaffold():
     prior, vocab = _prior()
     run = Steering(prior, vocab, Objective([Component("user", params={"function": lambda s: [1.0] * len(s)})]),
@@ -63,7 +80,8 @@ def test_the_memory_keeps_the_best_and_replays_them():
 
 
 @pytest.mark.parametrize("bad, message", [(dict(batch_size=0), "batch_size"), (dict(sigma=-1.0), "sigma"),
-                                          (dict(lr=float("nan")), "lr"), (dict(replay=-1), "replay")])
+                                          (dict(lr=float("nan")), "lr"), (dict(replay=-1), "replay"),
+                                          (dict(score_repeats=1), "score_repeats")])
 def test_bad_settings_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         SteeringConfig(**bad)
