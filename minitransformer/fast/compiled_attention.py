@@ -46,8 +46,7 @@ _X_MIN = -708.0  # below this 2^n is no longer a normal float64
 
 
 def _exp_row(x, r, n_bits, two_n, out):
-    r"""out[j] = e^{x[j]} for x[j] <= 0. Scratch, all (Tk,): r (float64), n_bits (int64), and two_n,
-    the same memory as n_bits read as float64: 2^n from its bits (exponent field n + 1023)."""
+    r"""out[j] = e^{x[j]} for x[j] <= 0 (float64 scratch r, two_n and int64 n_bits, all (Tk,))."""
     Tk = x.shape[0]
     for j in range(Tk):  # round to the nearest power of two, keep the remainder
         v = max(x[j], _X_MIN)
