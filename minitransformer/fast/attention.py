@@ -34,7 +34,6 @@ from typing import NamedTuple
 
 from minitransformer import backend
 from minitransformer.backend import check_attention_inputs, sum_to_shape, xp
-from minitransformer.fast import compiled_attention
 from minitransformer.fast.parallel import batch_slices, parallel_for
 
 
@@ -110,8 +109,6 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
     B, H, Tq, Dh = q.shape
     Tk, Dv = k.shape[2], v.shape[3]
     scale = 1.0 / math.sqrt(Dh) if scale is None else float(scale)
-    if Tq < MIN_LENGTH and compiled_attention.usable(q, k, v, mask, bias, dropout_mask):
-        return _compiled_forward(q, k, v, mask, scale)
     blocked = None if mask is None else ~mask  # True = may not attend; built once for every block
     qs = xp.empty(q.shape, dtype=q.dtype)  # (B, H, Tq, Dh)
     p = xp.empty((B, H, Tq, Tk), dtype=q.dtype)  # (B, H, Tq, Tk)
@@ -133,18 +130,6 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
 
     parallel_for(rows, batch_slices(B, H * Tq * Tk * p.itemsize), uses_blas=True)
     return out, FastAttentionCache(qs, k, v, p, pd, out, dropout_mask, scale, bias, blocks)
-
-
-def _compiled_forward(q, k, v, mask, scale):
-    """The whole forward as one compiled loop over (sequence, head) (:mod:`.compiled_attention`)."""
-    B, H, Tq, Dh = q.shape
-    Tk, Dv = k.shape[2], v.shape[3]
-    allowed = xp.broadcast_to(xp.ones((1, 1, 1, 1), dtype=bool) if mask is None else mask, (B, H, Tq, Tk))
-    qs = xp.empty(q.shape, dtype=q.dtype)  # (B, H, Tq, Dh)
-    p = xp.empty((B, H, Tq, Tk), dtype=q.dtype)  # (B, H, Tq, Tk)
-    out = xp.empty((B, Tq, H, Dv), dtype=q.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dv), heads side by side
-    compiled_attention.attention_forward(q, k, v, allowed, scale, qs, p, out)
-    return out, FastAttentionCache(qs, k, v, p, p, out, None, scale, None, None)
 
 
 def _forward_block(qs, k, v, blocked, bias, dropout_mask, p, pd, out):
@@ -177,8 +162,6 @@ def attention_backward(dout, cache: FastAttentionCache):
     """As :func:`minitransformer.nn.attention.attention_backward`."""
     qs, k, v, p, pd, o, dropout_mask, scale, bias, blocks = cache
     B, H, Tq, Tk = p.shape
-    if tuple(dout.shape) != tuple(o.shape):  # the compiled loop below would read past its end
-        raise ValueError(f"attention_backward: dout has shape {tuple(dout.shape)}, the output {tuple(o.shape)}")
     blocks = blocks or [(0, Tq, Tk)]
     # token-major memory, as for the output: putting the heads side by side is then free;
     # self-attention's three share one (B, T, 3, H, d) buffer, the fused projection's dqkv
@@ -189,10 +172,6 @@ def attention_backward(dout, cache: FastAttentionCache):
         dq = xp.empty((B, Tq, H, qs.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dh)
         dk = xp.empty((B, Tk, H, k.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dh)
         dv = xp.empty((B, Tk, H, v.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dv)
-    if (len(blocks) == 1 and dropout_mask is None and bias is None and Tq < MIN_LENGTH
-            and compiled_attention.usable_backward(dout, qs, k, v, p, o)):  # one compiled loop, as the forward
-        compiled_attention.attention_backward(dout, qs, k, v, p, o, scale, dq, dk, dv)
-        return dq, dk, dv, None
     pieces = batch_slices(B, H * Tq * Tk * p.itemsize)
     dbias_parts = {}  # piece start -> that block's dA summed to the bias's shape
 
