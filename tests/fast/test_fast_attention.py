@@ -223,3 +223,11 @@ def test_merge_heads(any_backend, B, H, T, d, order, n, seed):
 
 
 # ---------------------------------------------------------------------------
+
+
+def test_a_wrong_upstream_gradient_is_refused():
+    g = np.random.default_rng(1)
+    q, k, v = (g.standard_normal((2, 2, 3, 4)) for _ in range(3))
+    _, cache = fast_attention.attention_forward(q, k, v)
+    with pytest.raises(ValueError, match=r"dout has shape \(2, 2, 2, 4\), the output \(2, 2, 3, 4\)"):
+        fast_attention.attention_backward(np.zeros((2, 2, 2, 4)), cache)
