@@ -124,6 +124,7 @@ def main() -> None:
     if not args.prior.is_file():
         p.error(f"prior checkpoint not found: {args.prior} (train one with `minitransformer train lm`)")
     machine = common.start(args, "pmo")
+    from minitransformer.cli.provenance import file_sha256
     from minitransformer.cli.sample import load_generator
     prior, vocab = load_generator(args.prior)
     runs = []
@@ -138,16 +139,11 @@ def main() -> None:
     print(text)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     common.write_result(args, "pmo", machine, {"pmo_settings": settings,
-                                               "prior_sha256": _sha256(args.prior), "runs": runs,
+                                               "prior_sha256": file_sha256(args.prior), "runs": runs,
                                                "published_source": "PMO leaderboard Mol_Opt.xlsx (Gao et al. 2022)",
                                                "table": text})
     if args.markdown:
         args.markdown.write_text(text)
-
-
-def _sha256(path: Path) -> str:
-    from minitransformer.cli.provenance import file_sha256
-    return file_sha256(path)
 
 
 if __name__ == "__main__":

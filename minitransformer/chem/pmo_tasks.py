@@ -57,7 +57,7 @@ import numpy as np
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
 
 __all__ = ["TASKS", "Task", "Term", "fingerprint", "tanimoto", "clipped", "gaussian", "min_gaussian",
-           "max_gaussian", "parse_formula", "atom_counts", "isomer_score", "get_task"]
+           "max_gaussian", "geometric_mean", "parse_formula", "atom_counts", "isomer_score", "get_task"]
 
 FINGERPRINTS = ("ECFP4", "ECFP6", "FCFP4", "AP", "PHCO")
 
@@ -107,6 +107,10 @@ def min_gaussian(x: float, mu: float, sigma: float) -> float:
 def max_gaussian(x: float, mu: float, sigma: float) -> float:
     return 1.0 if x >= mu else gaussian(x, mu, sigma)
 
+def geometric_mean(values: Sequence[float]) -> float:
+    r""":math:`(\prod_i v_i)^{1/n}`: 0 as soon as one value is 0 (every requirement must hold)."""
+    return float(np.prod(values) ** (1.0 / len(values)))
+
 
 # --------------------------------------------------------------------------- molecular formulas
 def parse_formula(formula: str) -> dict[str, int]:
@@ -136,7 +140,8 @@ def isomer_score(mol, formula: dict[str, int]) -> float:
     have = atom_counts(mol)
     terms = [gaussian(have.get(e, 0), n, 1.0) for e, n in formula.items()]
     terms.append(gaussian(sum(have.values()), sum(formula.values()), 2.0))
-    return float(np.prod(terms) ** (1.0 / len(terms)))
+    return geometric_mean(terms)
+
 
 
 # --------------------------------------------------------------------------- descriptors
@@ -205,11 +210,7 @@ class Task:
 
     def score_mol(self, mol) -> float:
         values = [t(mol) for t in self.terms]
-        if len(values) == 1:
-            return values[0]
-        if self.mean == "arithmetic":
-            return float(np.mean(values))
-        return float(np.prod(values) ** (1.0 / len(values)))
+        return float(np.mean(values)) if self.mean == "arithmetic" else geometric_mean(values)
 
     def __call__(self, smiles: Sequence[str]) -> np.ndarray:
         with quiet_rdkit():
