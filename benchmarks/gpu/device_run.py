@@ -15,8 +15,9 @@ dry run says how long each part takes. The parts (``--parts``, in this order):
               run on the backend (``MINITRANSFORMER_BACKEND``): gradient checks, KV cache = full
               forward, one seed = the same weights, checkpoints across backends;
 ``speed``     training tokens/s of the small, tomczak and medium models (float32, fast kernels),
-              with the peak memory, and PyTorch eager on the same device in the same run
+              with the fused CUDA kernels of ``fast/cuda.py`` off and on, with the peak memory, and PyTorch eager on the same device in the same run
               (``--torch-python``, default: this Python, if it has torch);
+``graph``     the same step replayed as one CUDA graph (an experiment: what launches cost);
 ``sampling``  KV-cached sampling, 64 sequences x 64 new tokens, ours and PyTorch's;
 ``profile``   where a training step's device time goes, kernel by kernel (small and medium);
 ``molecules`` ``minitransformer train lm`` on the backend with a time budget, the default
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))  # benchmarks/: common, profile_step
 
-PARTS = ("env", "tests", "speed", "sampling", "profile", "molecules")
+PARTS = ("env", "tests", "speed", "graph", "sampling", "profile", "molecules")
 MODEL_TESTS = ("tests/test_backend_rng.py", "tests/models/test_model_gradients.py",
                "tests/models/test_model_decoder_lm.py")
 
@@ -129,11 +130,26 @@ def part_speed(args) -> dict:
     rows = []
     for name in (("small",) if args.quick else tuple(speed.MODELS)):
         steps, warmup = (3, 1) if args.quick else (20, 5)
+        os.environ["MINITRANSFORMER_CUDA_KERNELS"] = "0"  # CuPy's operator chains, side by side
+        unfused = speed.measure(name, steps=steps, warmup=warmup)["median_step_s"]
+        os.environ["MINITRANSFORMER_CUDA_KERNELS"] = "1"  # the fused kernels (fast/cuda.py)
         ours = speed.measure(name, steps=steps, warmup=warmup)
         theirs = _torch(args, "train", ours["config"], ours["B"], ours["T"])
         ratio = theirs["median_s"] / ours["median_step_s"] if "median_s" in theirs else None
-        rows.append({**ours, "pool_bytes": speed.pool_bytes(), "torch": theirs, "ours_over_torch": ratio})
+        rows.append({**ours, "unfused_step_s": unfused, "pool_bytes": speed.pool_bytes(), "torch": theirs,
+                     "ours_over_torch": ratio})
     return {"rows": rows}
+
+
+def part_graph(args) -> dict:
+    """The training step replayed as one CUDA graph (an experiment: how much is launches)."""
+    if args.backend != "cupy":
+        return {"skipped": "CUDA graphs need CuPy"}
+    import speed  # benchmarks/gpu/speed.py
+
+    from minitransformer import backend
+    backend.use(args.backend)
+    return {"rows": [speed.measure_graph(name) for name in speed.MODELS]}
 
 
 def part_sampling(args) -> dict:
@@ -230,13 +246,21 @@ def markdown(report: dict) -> str:
     for key, title in (("speed", "Training speed"), ("sampling", "KV-cached sampling")):
         rows = report["parts"].get(key, {}).get("rows") or []
         if rows:
-            lines += ["", f"## {title}", "", "| model | ours (s) | torch (s) | ours / torch speed |", "|---|---:|---:|---:|"]
+            lines += ["", f"## {title}", "", "| model | ours, unfused (s) | ours (s) | torch (s) | ours / torch speed |",
+                      "|---|---:|---:|---:|---:|"]
             for r in rows:
-                ours = r.get("median_step_s", r.get("ours_s"))
+                ours, unfused = r.get("median_step_s", r.get("ours_s")), r.get("unfused_step_s")
                 theirs = r["torch"].get("median_s")
                 ratio = r.get("ours_over_torch")
-                lines.append(f"| {r['model']} | {ours:.4f} | {'n/a' if theirs is None else f'{theirs:.4f}'} | "
-                             f"{'n/a' if ratio is None else f'{ratio:.2f}'} |")
+                lines.append(f"| {r['model']} | {'n/a' if unfused is None else f'{unfused:.4f}'} | {ours:.4f} | "
+                             f"{'n/a' if theirs is None else f'{theirs:.4f}'} | {'n/a' if ratio is None else f'{ratio:.2f}'} |")
+    graphs = report["parts"].get("graph", {}).get("rows") or []
+    if graphs:
+        lines += ["", "## The step as one CUDA graph (experiment)", "", "| model | replay (s) | or: why not |",
+                  "|---|---:|---|"]
+        for r in graphs:
+            step = r.get("graph_step_s")
+            lines.append(f"| {r['model']} | {'n/a' if step is None else f'{step:.4f}'} | {r.get('graph_error', '')} |")
     profile = report["parts"].get("profile", {}).get("markdown")
     if profile:
         lines += ["", "## Where a step's device time goes", "", profile]

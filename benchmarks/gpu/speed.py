@@ -7,6 +7,7 @@ clipping, Adam), the same step ``torch_eager.py`` times, so the two sides do equ
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
@@ -30,6 +31,39 @@ def measure(name, steps=20, warmup=5):
     times = [common.time_call(lambda: common.train_step(model, optimizer, ids)) for _ in range(steps)]
     return {"model": name, "config": config, "B": B, "T": T, "median_step_s": statistics.median(times),
             "tokens_per_s": B * T / statistics.median(times)}
+
+
+def measure_graph(name, steps=20, warmup=5):
+    """The same step replayed as one CUDA graph (CuPy's stream capture): how much of the
+    step is launch overhead. An experiment, not a way to train: the captured Adam step
+    keeps the step number of its capture (its bias corrections), and nothing checks that
+    replays match eager steps. Returns the median replay time, or why capture failed."""
+    import cupy
+    config, B, T = MODELS[name]
+    model, optimizer = common.build(common.make_config(config, T))
+    ids = common.make_batch(B, T, model.config)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:  # CuPy's memory pool is per stream: warm it on the capture stream
+        for _ in range(warmup):
+            common.train_step(model, optimizer, ids)
+        stream.synchronize()
+        try:
+            stream.begin_capture()
+            try:
+                common.train_step(model, optimizer, ids)
+            finally:
+                graph = stream.end_capture()
+        except Exception as exc:  # noqa: BLE001 - the reason is the result
+            return {"model": name, "graph_error": f"{type(exc).__name__}: {exc}"[:300]}
+        graph.launch(stream)
+        stream.synchronize()
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            graph.launch(stream)
+            stream.synchronize()
+            times.append(time.perf_counter() - t0)
+    return {"model": name, "graph_step_s": statistics.median(times), "graph_tokens_per_s": B * T / statistics.median(times)}
 
 
 def pool_bytes() -> int | None:

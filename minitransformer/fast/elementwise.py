@@ -17,7 +17,8 @@ both). The backward differentiates the *interpolant*, so forward and backward
 describe one and the same function and finite-difference checks pass.
 
 The tanh form is computed as in the reference, with ``out=`` into the result,
-and both run in blocks of 512 KiB (:func:`_blocked`).
+and both run in blocks of 512 KiB (:func:`_blocked`). On a GPU the exact form is one
+CUDA kernel that calls ``erf`` itself, no table (:mod:`minitransformer.fast.cuda`).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import math
 import numpy as np
 
 from minitransformer.backend import xp
-from minitransformer.fast import compiled
+from minitransformer.fast import compiled, cuda
 from minitransformer.fast.parallel import parallel_for
 
 _SQRT_HALF = math.sqrt(0.5)
@@ -152,6 +153,9 @@ def gelu_forward(x, approximate: str = "none"):
     compiled loop (:mod:`minitransformer.fast.compiled`) that writes y and dy/dx in one pass."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if approximate == "none" and cuda.usable(x):  # a GPU: one fused launch, erf itself (no table)
+        y, dydx = cuda.gelu_exact(xp.ascontiguousarray(x).reshape(-1))  # (N,), (N,)
+        return y.reshape(x.shape), dydx.reshape(x.shape)
     if approximate == "none" and compiled.usable(x):  # one compiled loop (threaded if large)
         flat = xp.ascontiguousarray(x).reshape(-1)  # (N,)
         y, dydx = xp.empty_like(flat), xp.empty_like(flat)  # (N,), (N,)

@@ -4,13 +4,15 @@ Row sums are einsums (one read of the rows, no (..., D) temporary, several times
 faster than ``.mean(axis=-1)`` on rows this short), and temporaries that are not
 needed again are overwritten in place. The cache holds what the reference's holds,
 under its own type, so that a layer sends it back through this file's backward.
+With Numba, each way is one compiled loop (:mod:`minitransformer.fast.compiled`); on a
+GPU, fused CUDA kernels (:mod:`minitransformer.fast.cuda`).
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from minitransformer.backend import xp
-from minitransformer.fast import compiled
+from minitransformer.fast import compiled, cuda
 
 
 class FastLayerNormCache(NamedTuple):
@@ -26,6 +28,10 @@ def layernorm_forward(x, w, b, eps: float = 1e-5):
     if x.shape[-1] != w.shape[0]:
         raise ValueError(f"layernorm: input has last dimension {x.shape[-1]}, expected {w.shape[0]}")
     D = x.shape[-1]
+    if cuda.usable(x, w, b):  # a GPU: one fused launch, a warp per row
+        x2 = xp.ascontiguousarray(x).reshape(-1, D)  # (N, D)
+        y, xhat, rstd = cuda.layernorm_forward(x2, xp.ascontiguousarray(w), xp.ascontiguousarray(b), float(eps))
+        return y.reshape(x.shape), FastLayerNormCache(xhat.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1), w)
     if compiled.usable(x, w, b) and x.dtype == w.dtype == b.dtype:  # one compiled pass per row
         x2 = xp.ascontiguousarray(x).reshape(-1, D)  # (N, D)
         y, xhat = xp.empty_like(x2), xp.empty_like(x2)  # (N, D) each
@@ -49,6 +55,11 @@ def layernorm_backward(dy, cache: FastLayerNormCache):
     """As :func:`minitransformer.nn.layernorm.layernorm_backward`."""
     xhat, rstd, w = cache
     D = xhat.shape[-1]
+    if cuda.usable(dy, xhat, rstd, w) and dy.shape == xhat.shape:  # a GPU: two fused launches and a sum
+        dx, dw, db = cuda.layernorm_backward(xp.ascontiguousarray(dy).reshape(-1, D),
+                                             xp.ascontiguousarray(xhat).reshape(-1, D),
+                                             xp.ascontiguousarray(rstd).reshape(-1), xp.ascontiguousarray(w))
+        return dx.reshape(dy.shape), dw, db
     if compiled.usable(dy, xhat, rstd, w) and dy.dtype == xhat.dtype == rstd.dtype == w.dtype \
             and dy.shape == xhat.shape:  # one compiled pass per row, partial gradients per 256 rows
         dy2 = xp.ascontiguousarray(dy).reshape(-1, D)  # (N, D)

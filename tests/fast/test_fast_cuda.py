@@ -1,0 +1,214 @@
+"""The fused GPU kernels (minitransformer/fast/cuda.py) equal their references.
+
+The tests marked ``gpu`` run the fast twins on CuPy (where they take the CUDA kernels)
+and the reference kernels on CuPy, on the same inputs, in float64 and float32;
+``tests/conftest.py`` skips them without a GPU. The others run anywhere: the kernels
+stay off on NumPy and on the strict stand-in, and the CUDA source compiles with
+``nvcc`` (where it is installed), so a syntax error shows before a GPU run.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from minitransformer import backend, kernels
+from minitransformer import functional as F
+from minitransformer.fast import cuda
+
+TOLERANCE = {"float64": 1e-12, "float32": 2e-6}  # relative to the tensor's largest entry
+# Three Adam steps of a whole model: Adam divides by sqrt(v), so a gradient entry near 0
+# turns a 1e-16 difference into a larger one, and on the CPU the fast GELU is the table
+# (1e-8, fast/elementwise.py); weights of size 1 agree to 1e-7.
+MODEL_TOLERANCE = 1e-7
+
+
+def _close(name, fast, ref, dtype, scale=None, tol=None):
+    """Entry by entry, within TOLERANCE[dtype] of the larger of the tensor's largest
+    entry and ``scale`` (or within ``tol``); the message names the tensor, the largest error and where."""
+    a, b = backend.to_numpy(fast).astype(np.float64), backend.to_numpy(ref).astype(np.float64)
+    assert a.shape == b.shape, f"{name}: shape {a.shape}, expected {b.shape}"
+    if not a.size:
+        return
+    assert np.isfinite(a).all(), f"{name}: non-finite entries at {np.argwhere(~np.isfinite(a))[:3].tolist()}"
+    err = np.abs(a - b)
+    bound = (tol or TOLERANCE[dtype]) * max(np.abs(b).max(), scale or 0.0, 1e-300)
+    where = np.unravel_index(err.argmax(), err.shape)
+    assert err.max() <= bound, (f"{name} ({dtype}): largest error {err.max():.3e} at {where} "
+                                f"(fast {a[where]:.9g}, reference {b[where]:.9g}), bound {bound:.3e}")
+
+
+def _dev(host_array, dtype):
+    return backend.asarray(np.asarray(host_array, dtype=dtype))
+
+
+@pytest.fixture
+def on_gpu():
+    backend.use("cupy")
+    yield
+    backend.use("numpy")
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Counts the CUDA kernels launched, by name (proves the twins took them)."""
+    counts = {}
+    get = cuda._kernel
+
+    def counting(name, dtype):
+        kernel = get(name, dtype)
+        counts[name] = counts.get(name, 0) + 1
+        return kernel
+
+    monkeypatch.setattr(cuda, "_kernel", counting)
+    return counts
+
+
+# ---------------------------------------------------------------------------
+# Anywhere: off the GPU nothing here runs; the source compiles
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["numpy", "strict"])
+def test_the_kernels_stay_off_without_cupy(name):
+    backend.use(name)
+    x = backend.xp.ones((3, 4), dtype=np.float32)
+    assert not cuda.usable(x)
+
+
+def test_the_environment_turns_them_off(monkeypatch):
+    monkeypatch.setenv("MINITRANSFORMER_CUDA_KERNELS", "0")
+    assert not cuda.enabled()
+    monkeypatch.setenv("MINITRANSFORMER_CUDA_KERNELS", "1")
+    assert cuda.enabled()
+
+
+def test_the_cuda_source_compiles(tmp_path):
+    """Every kernel, in float and double, through nvcc (the GPU compiles with NVRTC)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed")
+    names = [f"{k}<{t}>" for k in cuda.KERNELS for t in ("float", "double")]
+    src = tmp_path / "kernels.cu"
+    src.write_text(cuda.SOURCE + "\nvoid* kernels[] = {" + ", ".join(f"(void*){n}" for n in names) + "};\n")
+    done = subprocess.run([nvcc, "-arch=sm_80", "-c", str(src), "-o", str(tmp_path / "k.o")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"nvcc failed:\n{done.stderr[-3000:]}"
+
+
+# ---------------------------------------------------------------------------
+# On a GPU: each kernel against its reference
+# ---------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("shape", [(7, 5), (1,), (0, 3), (300, 257)])
+@pytest.mark.parametrize("decay", [(0.0, False), (0.1, False), (0.1, True)])
+def test_adam_update(on_gpu, launches, dtype, shape, decay):
+    g = np.random.default_rng(sum(shape) + int(10 * decay[0]) + decay[1])
+    weight_decay, decoupled = decay
+    p, grad = g.standard_normal(shape), g.standard_normal(shape) * 1e-2
+    m, v = g.standard_normal(shape) * 1e-3, g.random(shape) * 1e-4
+    for step in (1, 7):
+        args = dict(step=step, lr=3e-3, beta1=0.9, beta2=0.98, eps=1e-8, weight_decay=weight_decay,
+                    decoupled=decoupled)
+        ref = F.REFERENCE["adam_update"](_dev(p, dtype), _dev(grad, dtype), _dev(m, dtype), _dev(v, dtype), **args)
+        arrays = [_dev(a, dtype) for a in (p, grad, m, v)]
+        out = F.FAST["adam_update"](*arrays, **args)
+        assert out[0] is arrays[0] and out[1] is arrays[2] and out[2] is arrays[3], "not in place"
+        for name, a, b in zip(("param", "m", "v"), out, ref):
+            _close(f"adam step {step} {name}", a, b, dtype)
+    assert launches.get("adam_update", 0) == (2 if np.prod(shape) else 0)
+
+
+def _layernorm_case(g, lead, D, offset=0.0, constant_rows=False):
+    x = g.standard_normal(lead + (D,)) + offset
+    if constant_rows and x.size:
+        x.reshape(-1, D)[::2] = 0.7
+    return x, g.standard_normal(D), g.standard_normal(D), g.standard_normal(lead + (D,))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("lead, D", [((2, 3), 5), ((4097,), 256), ((3, 70), 33), ((5,), 1), ((0,), 8), ((64, 2), 96)])
+@pytest.mark.parametrize("eps", [1e-5, 0.5])
+def test_layernorm_forward_and_backward(on_gpu, launches, dtype, lead, D, eps):
+    g = np.random.default_rng(D + len(lead))
+    x, w, b, dy = _layernorm_case(g, lead, D, offset=3.0, constant_rows=True)
+    xd, wd, bd, dyd = (_dev(a, dtype) for a in (x, w, b, dy))
+    y_f, cache_f = F.FAST["layernorm_forward"](xd, wd, bd, eps=eps)
+    y_r, cache_r = F.REFERENCE["layernorm_forward"](xd, wd, bd, eps=eps)
+    scale = float(np.abs(backend.to_numpy(cache_r.xhat)).max()) if x.size else 0.0
+    _close("layernorm y", y_f, y_r, dtype, scale=scale * np.abs(w).max() + np.abs(b).max())
+    _close("layernorm xhat", cache_f.xhat, cache_r.xhat, dtype, scale=scale)
+    _close("layernorm rstd", cache_f.rstd, cache_r.rstd, dtype)
+    dx_f, dw_f, db_f = F.FAST["layernorm_backward"](dyd, cache_f)
+    dx_r, dw_r, db_r = F.REFERENCE["layernorm_backward"](dyd, cache_r)
+    # dx is a difference of terms of size |dy w| rstd; dw, db sums of N terms of size |dy| (|xhat|)
+    rows = max(1, x.size // D)
+    dscale = float(np.abs(dy).max() * np.abs(w).max() * backend.to_numpy(cache_r.rstd).max()) if x.size else 0.0
+    _close("layernorm dx", dx_f, dx_r, dtype, scale=dscale)
+    _close("layernorm dw", dw_f, dw_r, dtype, scale=rows * np.abs(dy).max() * max(scale, 1.0) * 1e-2)
+    _close("layernorm db", db_f, db_r, dtype, scale=rows * np.abs(dy).max() * 1e-2)
+    assert dw_f.dtype == dw_r.dtype == np.dtype(dtype) and dx_f.dtype == np.dtype(dtype)
+    expected = 1 if x.size else 0
+    assert launches.get("layernorm_forward", 0) == expected and launches.get("layernorm_backward_dx", 0) == expected
+
+
+@pytest.mark.gpu
+def test_layernorm_of_a_strided_input(on_gpu):
+    """A transposed (non-contiguous) input is read through a contiguous copy."""
+    g = np.random.default_rng(3)
+    x = backend.asarray(g.standard_normal((40, 6, 3))).transpose(1, 0, 2)[..., :2].transpose(1, 0, 2)  # strided
+    w, b = backend.asarray(g.standard_normal(2)), backend.asarray(g.standard_normal(2))
+    assert not x.flags.c_contiguous
+    _close("strided layernorm y", F.FAST["layernorm_forward"](x, w, b)[0], F.REFERENCE["layernorm_forward"](x, w, b)[0],
+           "float64")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gelu_exact(on_gpu, launches, dtype):
+    g = np.random.default_rng(5)
+    x = np.concatenate([g.standard_normal(5000) * 3, [0.0, -0.0, 1e4, -1e4, 40.0, -40.0, 6.5, -6.5]])
+    xd = _dev(x.reshape(4, -1), dtype)
+    y_f, dydx_f = F.FAST["gelu_forward"](xd)
+    y_r, dydx_r = F.REFERENCE["gelu_forward"](xd)
+    _close("gelu y", y_f, y_r, dtype)
+    _close("gelu dy/dx", dydx_f, dydx_r, dtype)
+    assert launches.get("gelu_exact") == 1
+
+
+def _three_steps(kernel_set: str) -> dict:
+    """Weights after three float64 Adam steps of a small model with ``kernel_set``."""
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    from minitransformer.optim import Adam
+    with kernels.scope(kernel_set), backend.dtype_scope("float64"):
+        model = DecoderLM(DecoderLMConfig(vocab_size=11, max_len=8, d_model=16, n_heads=2, n_layers=2, d_ff=32))
+        opt = Adam(model, lr=1e-2, weight_decay=0.01)
+        ids = backend.asarray(np.random.default_rng(1).integers(0, 11, (3, 8)))
+        for _ in range(3):
+            logits = model(ids)  # (3, 8, 11)
+            loss, cache = F.cross_entropy_forward(logits, ids)
+            model.zero_grad()
+            model.backward(F.cross_entropy_backward(1.0, cache))
+            opt.step()
+        return {n: backend.to_numpy(p.data) for n, p in model.named_parameters()}
+
+
+def test_three_steps_agree_on_the_cpu():
+    """The check below, on NumPy: the two sets agree there too (and the helper runs)."""
+    ref, fast = _three_steps("reference"), _three_steps("fast")
+    assert ref.keys() == fast.keys() and len(ref) > 10
+    for name in ref:
+        _close(f"weights {name}", fast[name], ref[name], "float64", scale=1.0, tol=MODEL_TOLERANCE)
+
+
+@pytest.mark.gpu
+def test_a_training_step_equals_the_reference_set(on_gpu, launches):
+    """Three whole float64 steps of a small model on the GPU: the fast set (the fused
+    kernels) and the reference set end at the same weights."""
+    ref = _three_steps("reference")
+    fast = _three_steps("fast")
+    for name in ref:
+        _close(f"weights {name}", fast[name], ref[name], "float64", scale=1.0, tol=MODEL_TOLERANCE)
+    assert {"adam_update", "layernorm_forward", "layernorm_backward_dx", "gelu_exact"} <= set(launches)
