@@ -6,16 +6,19 @@ GPU is missing (CI has neither). Run them with ``pytest -m gpu`` on a GPU machin
 import numpy as np
 import pytest
 
-from minitransformer import backend
+from minitransformer import backend, kernels
 from minitransformer import functional as F
 
 pytestmark = pytest.mark.gpu
 
 
 def _run(name, fn):
+    """``fn()`` in float64 on backend ``name``: on NumPy with the reference kernels (the
+    oracle; the CPU's fast GELU is a table within 1e-8 of it), on CuPy with the
+    selected set (the fast one, with the fused kernels of fast/cuda.py, by default)."""
     backend.use(name)
     try:
-        with backend.dtype_scope("float64"):
+        with backend.dtype_scope("float64"), kernels.scope("reference" if name == "numpy" else kernels.name()):
             out = fn()
         return [backend.to_numpy(o) for o in out]
     finally:

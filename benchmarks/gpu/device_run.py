@@ -67,7 +67,7 @@ def _run(cmd, timeout, env=None) -> dict:
         rc, out, last = done.returncode, (done.stdout + done.stderr), (done.stdout.strip().splitlines() or [""])[-1]
     except subprocess.TimeoutExpired as exc:
         rc, out, last = "timeout", f"{exc}", ""
-    return {"rc": rc, "tail": out[-3000:], "last": last, "seconds": round(time.perf_counter() - t0, 1)}
+    return {"rc": rc, "tail": out[-6000:], "last": last, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def part_env(args) -> dict:
@@ -88,8 +88,8 @@ def part_tests(args) -> dict:
     py = sys.executable
     out = {}
     if args.backend == "cupy":
-        out["gpu"] = _run([py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/"],
-                          args.timeout)
+        out["gpu"] = _run([py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-o", "addopts=",
+                           "--tb=short", "-rf", "tests/"], args.timeout)  # failures' reasons in the tail
     select = ["-k", "not hypothesis"] if args.quick else []
     out["models"] = _run([py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *select, *MODEL_TESTS],
                          args.timeout, env={"MINITRANSFORMER_BACKEND": args.backend})

@@ -5,7 +5,8 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
 
 * The scale is applied to :math:`Q` (a (Tq, d) array) rather than to the (Tq, Tk)
   logits: :math:`S = (sQ)K^\top`, and :math:`sQ` is kept for :math:`dK = dS^\top (sQ)`.
-* The softmax runs in place in the logits' buffer, with one reciprocal per row.
+* The softmax runs in place in the logits' buffer, with one reciprocal per row (on
+  a GPU, forward and backward are one CUDA kernel each: :mod:`minitransformer.fast.cuda`).
 * The softmax backward's row term :math:`\delta_i = \sum_j dP_{ij}P_{ij}` is formed as
   :math:`dO_i \cdot O_i` from two (Tq, Dv) arrays instead of the (Tq, Tk) product,
   since :math:`\sum_j (dO_i \cdot V_j) P_{ij} = dO_i \cdot \sum_j P_{ij} V_j`
@@ -34,6 +35,7 @@ from typing import NamedTuple
 
 from minitransformer import backend
 from minitransformer.backend import check_attention_inputs, sum_to_shape, xp
+from minitransformer.fast import cuda
 from minitransformer.fast.parallel import batch_slices, parallel_for
 
 
@@ -146,13 +148,16 @@ def _forward_block(qs, k, v, blocked, bias, dropout_mask, p, pd, out):
     # A row can be all -inf through the mask or through the bias (an additive mask);
     # either way it becomes a row of zeros, as in the reference. The two guards below
     # touch (b, H, Tq, 1) arrays only.
-    row_max = s.max(axis=-1, keepdims=True)  # (b, H, Tq, 1), -inf on fully masked rows
-    xp.copyto(row_max, 0.0, where=xp.isneginf(row_max))  # no -inf - -inf = NaN
-    s -= row_max
-    xp.exp(s, out=s)  # exp(-inf) = 0 exactly
-    denom = xp.einsum("bhqk->bhq", s)[..., None]  # (b, H, Tq, 1) row sums, 0 on fully masked rows
-    xp.copyto(denom, 1.0, where=denom == 0)  # fully masked row: 0 / 1 = 0
-    s *= 1.0 / denom  # now p
+    if cuda.usable(s) and cuda.contiguous(s):  # a GPU: the rows' softmax in one launch, in place
+        cuda.softmax_rows(s)  # now p (a fully masked row: zeros)
+    else:
+        row_max = s.max(axis=-1, keepdims=True)  # (b, H, Tq, 1), -inf on fully masked rows
+        xp.copyto(row_max, 0.0, where=xp.isneginf(row_max))  # no -inf - -inf = NaN
+        s -= row_max
+        xp.exp(s, out=s)  # exp(-inf) = 0 exactly
+        denom = xp.einsum("bhqk->bhq", s)[..., None]  # (b, H, Tq, 1) row sums, 0 on fully masked rows
+        xp.copyto(denom, 1.0, where=denom == 0)  # fully masked row: 0 / 1 = 0
+        s *= 1.0 / denom  # now p
     if dropout_mask is not None:
         xp.multiply(p, dropout_mask, out=pd)
     xp.matmul(pd, v, out=out)  # (b, H, Tq, Dv)
@@ -222,9 +227,12 @@ def _backward_block(dout, qs, k, v, p, pd, out, dropout_mask, scale, dq, dk, dv,
     dp = dout @ v.swapaxes(-1, -2)  # (b, H, Tq, Tk)
     if dropout_mask is not None:
         dp *= dropout_mask
-    inner = xp.einsum("bhqd,bhqd->bhq", dout, out)[..., None]  # (b, H, Tq, 1) = rowsum(dp * p)
-    dp -= inner
-    dp *= p  # now dS, the gradient of the logits
+    if cuda.usable(dp, p) and cuda.contiguous(dp, p):  # a GPU: one launch, rowsum(dp * p) in the row
+        cuda.softmax_backward_rows(dp, p)  # now dS, the gradient of the logits
+    else:
+        inner = xp.einsum("bhqd,bhqd->bhq", dout, out)[..., None]  # (b, H, Tq, 1) = rowsum(dp * p)
+        dp -= inner
+        dp *= p  # now dS, the gradient of the logits
     xp.matmul(dp, k, out=dq)  # (b, H, Tq, Dh)
     dq *= scale  # in the forward pass qs = scale * q
     if accumulate:

@@ -17,6 +17,11 @@ kernel                        one launch does
 ``layernorm_backward_dx``     :math:`dx` of every row (one warp per row)
 ``layernorm_backward_params`` partial :math:`\sum dy\,\hat x` and :math:`\sum dy` of each
                               column over blocks of rows; ``sum_parts`` adds the blocks
+``softmax_rows``              the softmax of every row of the attention logits, in place
+                              (masked logits are -inf; a fully masked row gives zeros)
+``softmax_backward_rows``     :math:`dS = P \odot (dP - \sum_k dP\,P)` of every row, in place
+``sum_squares``, ``scale_by`` a gradient's sum of squares, and its scaling by a factor on
+                              the device (the global-norm clipping, two launches a tensor)
 ``gelu_exact``                GELU and its derivative (``erf``), one thread per element
 ============================  =========================================================
 
@@ -41,14 +46,17 @@ import os
 
 import numpy as np
 
-__all__ = ["usable", "adam_update", "layernorm_forward", "layernorm_backward", "gelu_exact"]
+__all__ = ["usable", "contiguous", "adam_update", "layernorm_forward", "layernorm_backward", "softmax_rows",
+           "softmax_backward_rows", "sum_squares", "scale_by", "gelu_exact"]
 
 ROWS_PER_PART = 64  # rows per partial column sum of a LayerNorm parameter gradient: fixed
 WARPS_PER_BLOCK = 4  # rows per block of the row kernels (one warp of 32 threads a row)
 THREADS = 256  # threads per block of the element-wise and column kernels
 
 SOURCE = r"""
-// T is float or double; every sum and intermediate is double.
+// T is float or double; every sum and intermediate is double. (NVRTC compiles this without
+// the C library's headers: no INFINITY, so -inf is spelled by its bits.)
+#define NEG_INF __longlong_as_double(0xfff0000000000000ULL)
 __device__ __forceinline__ double warp_sum(double s) {
     for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
     return s;  // every lane holds the sum of the warp
@@ -155,6 +163,64 @@ __global__ void sum_parts(const double* dw_parts, const double* db_parts, T* dw,
     db[d] = (T)sb;
 }
 
+// One warp per row of s (N, K), in place: the softmax of the row, exp(-inf) = 0, and a row
+// with no finite logit (every key masked) all zeros.
+template <typename T>
+__global__ void softmax_rows(T* s, const int N, const int K) {
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    T* r = s + (long long)row * K;
+    double top = NEG_INF;
+    for (int k = lane; k < K; k += 32) top = fmax(top, (double)r[k]);
+    for (int offset = 16; offset > 0; offset >>= 1) top = fmax(top, __shfl_xor_sync(0xffffffffu, top, offset));
+    if (top == NEG_INF) {  // fully masked: zeros, never -inf - -inf = NaN
+        for (int k = lane; k < K; k += 32) r[k] = (T)0;
+        return;
+    }
+    double sum = 0.0;
+    for (int k = lane; k < K; k += 32) sum += exp((double)r[k] - top);
+    const double inv = 1.0 / warp_sum(sum);
+    for (int k = lane; k < K; k += 32) r[k] = (T)(exp((double)r[k] - top) * inv);
+}
+
+// One warp per row, in place: dp becomes dS = p (dp - sum_k dp p), the gradient of the logits.
+template <typename T>
+__global__ void softmax_backward_rows(T* dp, const T* p, const int N, const int K) {
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const long long start = (long long)row * K;
+    double inner = 0.0;
+    for (int k = lane; k < K; k += 32) inner += (double)dp[start + k] * (double)p[start + k];
+    inner = warp_sum(inner);
+    for (int k = lane; k < K; k += 32) dp[start + k] = (T)((double)p[start + k] * ((double)dp[start + k] - inner));
+}
+
+// One block: *out = sum of g^2 over the n entries of one gradient, in a fixed order.
+template <typename T>
+__global__ void sum_squares(const T* g, const long long n, double* out) {
+    __shared__ double warps[32];
+    double s = 0.0;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) s += (double)g[i] * (double)g[i];
+    s = warp_sum(s);
+    if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        s = threadIdx.x < blockDim.x / 32 ? warps[threadIdx.x] : 0.0;
+        s = warp_sum(s);
+        if (threadIdx.x == 0) *out = s;
+    }
+}
+
+// g *= *scale (a factor that stays on the device).
+template <typename T>
+__global__ void scale_by(T* g, const long long n, const double* scale) {
+    const double c = *scale;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) g[i] = (T)((double)g[i] * c);
+}
+
 // y = x Phi(x), dy/dx = Phi(x) + x phi(x); phi underflows to 0 far out, never overflows.
 template <typename T>
 __global__ void gelu_exact(const T* x, T* y, T* dydx, const long long n) {
@@ -170,7 +236,7 @@ __global__ void gelu_exact(const T* x, T* y, T* dydx, const long long n) {
 """
 
 KERNELS = ("adam_update", "layernorm_forward", "layernorm_backward_dx", "layernorm_backward_params",
-           "sum_parts", "gelu_exact")
+           "sum_parts", "softmax_rows", "softmax_backward_rows", "sum_squares", "scale_by", "gelu_exact")
 _CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
@@ -275,3 +341,33 @@ def gelu_exact(flat):
     if flat.size:
         _kernel("gelu_exact", flat.dtype)((_blocks(flat.size),), (THREADS,), (flat, y, dydx, np.int64(flat.size)))
     return y, dydx
+
+
+def softmax_rows(s):
+    """s: C-contiguous (..., K) logits (masked ones -inf), replaced by their softmax in place."""
+    K = s.shape[-1]
+    N = s.size // K if K else 0
+    if N:
+        _kernel("softmax_rows", s.dtype)(*_row_grid(N), (s, np.int32(N), np.int32(K)))
+    return s
+
+
+def softmax_backward_rows(dp, p):
+    """dp, p: C-contiguous (..., K). dp, the gradient of the probabilities, is replaced in
+    place by dS, the gradient of the logits."""
+    K = dp.shape[-1]
+    N = dp.size // K if K else 0
+    if N:
+        _kernel("softmax_backward_rows", dp.dtype)(*_row_grid(N), (dp, p, np.int32(N), np.int32(K)))
+    return dp
+
+
+def sum_squares(g, out):
+    """Writes the sum of squares of ``g`` (C-contiguous) into ``out``, a float64 (1,) view."""
+    _kernel("sum_squares", g.dtype)((1,), (1024,), (g, np.int64(g.size), out))
+
+
+def scale_by(g, scale):
+    """g *= scale, in place; ``scale`` a float64 0-d device array (never read to the host)."""
+    if g.size:
+        _kernel("scale_by", g.dtype)((_blocks(g.size),), (THREADS,), (g, np.int64(g.size), scale))

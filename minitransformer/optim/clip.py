@@ -23,7 +23,9 @@ non-finite norm; it now follows the rule above.)
 """
 from __future__ import annotations
 
+from minitransformer import kernels
 from minitransformer.backend import xp
+from minitransformer.fast import clip as fast_clip
 from minitransformer.optim.optimizer import is_parameter
 
 __all__ = ["clip_grad_norm", "clip_grad_norm_on_device"]
@@ -88,6 +90,8 @@ def clip_grad_norm(params, max_norm: float | None):
     if max_norm is not None and not max_norm > 0:
         raise ValueError(f"max_norm must be > 0 (or None to measure only), got {max_norm}")
     plist = parameter_list(params)
+    if kernels.fast and fast_clip.usable(plist):  # a GPU: two fused launches a gradient (fast/clip.py)
+        return fast_clip.clip_grad_norm(plist, max_norm)
     norm = xp.asarray(xp.sqrt(_grad_norm_squared(plist)))  # () 0-d array, even where NumPy gives a scalar
     if max_norm is None:
         return norm
