@@ -308,7 +308,8 @@ def main(argv=None) -> int:
             report["parts"][name] = {"error": f"{type(exc).__name__}: {exc}"}
         report["seconds"][name] = round(time.perf_counter() - t0, 1)
         print(f"{name}: {report['seconds'][name]} s", flush=True)
-    (Path(args.out) / "device_run.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        # after every part: a run cut off by its time limit keeps the parts it finished
+        (Path(args.out) / "device_run.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     text = markdown(report)
     (Path(args.out) / "device_run.md").write_text(text)
     print(text)
