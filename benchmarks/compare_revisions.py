@@ -120,6 +120,12 @@ def worker(args) -> None:
         if (package / f"{module}.py").is_file():
             pool = __import__("minitransformer." + module.replace("/", "."), fromlist=["threads"]).threads()
             break
+    try:  # the BLAS that ran in this worker, and its kernel (threadpoolctl, if installed)
+        from threadpoolctl import threadpool_info
+        blas = [{k: info.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+                for info in threadpool_info() if info.get("user_api") == "blas"]
+    except ImportError:
+        blas = "threadpoolctl is not installed: the BLAS kernel is unknown"
     strays = sorted(name for name, mod in sys.modules.items() if name.split(".")[0] == "minitransformer"
                     and getattr(mod, "__file__", None) and root not in Path(mod.__file__).resolve().parents)
     if strays:
@@ -128,7 +134,7 @@ def worker(args) -> None:
         "model": args.model, "B": B, "T": T, "root": str(root), "kernels": kernels, "pool_threads": pool,
         "parameters": model.num_parameters(), "step_s": wall, "cpu_s": cpu,
         "median_step_s": statistics.median(wall), "tokens_per_s": B * T / statistics.median(wall),
-        "loss_first": losses[0], "loss_last": losses[-1],
+        "loss_first": losses[0], "loss_last": losses[-1], "blas": blas,
         "env": {v: os.environ.get(v) for v in THREAD_VARIABLES + (
             "OPENBLAS_THREAD_TIMEOUT", "MINITRANSFORMER_KERNELS", "MINITRANSFORMER_THREADS",
             "MINITRANSFORMER_NUMBA")},
@@ -310,6 +316,7 @@ def main(argv=None) -> None:
     if args.worker:
         worker(args)
         return
+    from common import cpu_model  # the driver only: common imports NumPy, the workers set threads first
     if args.summarize:
         resummarize(args.summarize)
         return
@@ -327,7 +334,8 @@ def main(argv=None) -> None:
               "settings": {"rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
                            "threads": args.threads, "python": sys.executable,
                            "OPENBLAS_THREAD_TIMEOUT": os.environ.get("OPENBLAS_THREAD_TIMEOUT", "22")},
-              "shapes": shapes, "load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(), "runs": runs}
+              "shapes": shapes, "load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(),
+              "cpu_model": cpu_model(), "runs": runs}
     print(f"{len(labels)} entries x {len(args.models)} models x {args.rounds} rounds; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
     for e in args.tree:
@@ -349,7 +357,10 @@ def main(argv=None) -> None:
         path.write_text(json.dumps(record, indent=1))
     print()
     print(format_table(record["summary"], labels, args.baseline, shapes))
-    print(f"\nload average at start {record['load_average_at_start'][0]:.2f}, at end "
+    kernels_seen = sorted({str(b.get("architecture")) for rs in runs.values() for r in sum(rs.values(), [])
+                           for b in (r["blas"] if isinstance(r.get("blas"), list) else [])})
+    print(f"\nCPU {record['cpu_model']}; BLAS kernel(s) {', '.join(kernels_seen) or 'unknown'}")
+    print(f"load average at start {record['load_average_at_start'][0]:.2f}, at end "
           f"{record['load_average_at_end'][0]:.2f}; {record['elapsed_s'] / 60:.1f} min; results: {path}")
 
 

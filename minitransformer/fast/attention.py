@@ -146,8 +146,8 @@ def _forward_block(qs, k, v, blocked, bias, dropout_mask, p, pd, out):
     if blocked is not None:
         xp.copyto(s, -xp.inf, where=blocked)  # masked logits are exactly -inf
     # A row can be all -inf through the mask or through the bias (an additive mask);
-    # either way it becomes a row of zeros, as in the reference. The two guards below
-    # touch (b, H, Tq, 1) arrays only.
+    # either way it becomes a row of zeros, as in the reference. The two guards of the
+    # NumPy branch touch (b, H, Tq, 1) arrays only.
     if cuda.usable(s) and cuda.contiguous(s):  # a GPU: the rows' softmax in one launch, in place
         cuda.softmax_rows(s)  # now p (a fully masked row: zeros)
     else:

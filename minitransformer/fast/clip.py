@@ -28,12 +28,13 @@ def clip_grad_norm(plist, max_norm: float | None):
     squares = xp.empty(len(plist), dtype=xp.float64)  # (P,) one slot per gradient
     for i, p in enumerate(plist):
         cuda.sum_squares(p.grad, squares[i:i + 1])
-    total = xp.sqrt(squares.sum())  # () float64
-    norm = total.astype(plist[0].grad.dtype)  # () in the gradients' dtype, as the reference's
+    # The sum of squares in the gradients' dtype before the root, as the reference forms it:
+    # a float32 sum beyond 3.4e38 is infinite there, and so here (the divergence signal).
+    norm = xp.sqrt(squares.sum().astype(plist[0].grad.dtype))  # ()
     if max_norm is None:
         return norm
-    scale = xp.minimum(1.0, max_norm / (total + 1e-6))  # () float64
-    scale = xp.where(xp.isfinite(total), scale, 1.0)  # () NaN/inf norm: gradients untouched
+    scale = xp.minimum(1.0, max_norm / (norm + 1e-6))  # ()
+    scale = xp.where(xp.isfinite(norm), scale, 1.0).astype(xp.float64)  # () NaN/inf norm: untouched
     for p in plist:
         cuda.scale_by(p.grad, scale)
     return norm

@@ -34,8 +34,9 @@ depend on the launch shape. ``tests/fast/test_fast_cuda.py`` proves each kernel
 equal to its reference on a GPU (and compiles the source with ``nvcc`` where it is
 installed, so a syntax error shows on a CPU machine first).
 
-The fast twins (``fast/optimizer.py``, ``fast/layernorm.py``, ``fast/elementwise.py``)
-ask :func:`usable` and take these kernels on CuPy arrays; everywhere else (NumPy, the
+The fast twins (``fast/optimizer.py``, ``fast/layernorm.py``, ``fast/attention.py``,
+``fast/elementwise.py``, ``fast/clip.py``) ask :func:`usable` and take these kernels on
+CuPy arrays; everywhere else (NumPy, the
 strict stand-in) nothing here runs and CuPy is never imported. Set
 ``MINITRANSFORMER_CUDA_KERNELS=0`` to run the CuPy operator chains instead.
 """
@@ -50,6 +51,7 @@ __all__ = ["usable", "contiguous", "adam_update", "layernorm_forward", "layernor
            "softmax_backward_rows", "sum_squares", "scale_by", "gelu_exact"]
 
 ROWS_PER_PART = 64  # rows per partial column sum of a LayerNorm parameter gradient: fixed
+# (the CPU's compiled loops sum parts of 256 rows: the two devices' dw, db differ in rounding)
 WARPS_PER_BLOCK = 4  # rows per block of the row kernels (one warp of 32 threads a row)
 THREADS = 256  # threads per block of the element-wise and column kernels
 
@@ -57,6 +59,7 @@ SOURCE = r"""
 // T is float or double; every sum and intermediate is double. (NVRTC compiles this without
 // the C library's headers: no INFINITY, so -inf is spelled by its bits.)
 #define NEG_INF __longlong_as_double(0xfff0000000000000ULL)
+#define QUIET_NAN __longlong_as_double(0x7ff8000000000000ULL)
 __device__ __forceinline__ double warp_sum(double s) {
     for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
     return s;  // every lane holds the sum of the warp
@@ -128,24 +131,26 @@ __global__ void layernorm_backward_dx(const T* dy, const T* xhat, const T* rstd,
     }
 }
 
-// Thread (column d, block of rows blockIdx.y): sums of dy xhat and dy over its rows.
+// Thread (column d, blocks of rows blockIdx.y, blockIdx.y + gridDim.y, ...): the sums of
+// dy xhat and dy over each block of rows_per_part rows (grid y is at most 65535 blocks).
 template <typename T>
 __global__ void layernorm_backward_params(const T* dy, const T* xhat, double* dw_parts,
                                           double* db_parts, const int N, const int D,
-                                          const int rows_per_part) {
+                                          const int rows_per_part, const int P) {
     const int d = blockIdx.x * blockDim.x + threadIdx.x;
-    const int part = blockIdx.y;
     if (d >= D) return;
-    const int first = part * rows_per_part;
-    const int last = min(N, first + rows_per_part);
-    double sw = 0.0, sb = 0.0;
-    for (int r = first; r < last; ++r) {
-        const double g = (double)dy[(long long)r * D + d];
-        sw += g * (double)xhat[(long long)r * D + d];
-        sb += g;
+    for (int part = blockIdx.y; part < P; part += gridDim.y) {
+        const long long first = (long long)part * rows_per_part;
+        const long long last = min((long long)N, first + rows_per_part);
+        double sw = 0.0, sb = 0.0;
+        for (long long r = first; r < last; ++r) {
+            const double g = (double)dy[r * D + d];
+            sw += g * (double)xhat[r * D + d];
+            sb += g;
+        }
+        dw_parts[(long long)part * D + d] = sw;
+        db_parts[(long long)part * D + d] = sb;
     }
-    dw_parts[(long long)part * D + d] = sw;
-    db_parts[(long long)part * D + d] = sb;
 }
 
 // dw, db (D,) = the sums over the P blocks of rows, in a fixed order.
@@ -163,8 +168,9 @@ __global__ void sum_parts(const double* dw_parts, const double* db_parts, T* dw,
     db[d] = (T)sb;
 }
 
-// One warp per row of s (N, K), in place: the softmax of the row, exp(-inf) = 0, and a row
-// with no finite logit (every key masked) all zeros.
+// One warp per row of s (N, K), in place: the softmax of the row, exp(-inf) = 0, a row with
+// every logit -inf (every key masked) all zeros, and a row with a NaN all NaN (as the
+// reference, whose row maximum is then NaN; fmax alone would skip the NaN).
 template <typename T>
 __global__ void softmax_rows(T* s, const int N, const int K) {
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -172,8 +178,17 @@ __global__ void softmax_rows(T* s, const int N, const int K) {
     if (row >= N) return;
     T* r = s + (long long)row * K;
     double top = NEG_INF;
-    for (int k = lane; k < K; k += 32) top = fmax(top, (double)r[k]);
+    bool nan = false;
+    for (int k = lane; k < K; k += 32) {
+        const double v = (double)r[k];
+        nan = nan || v != v;
+        top = fmax(top, v);
+    }
     for (int offset = 16; offset > 0; offset >>= 1) top = fmax(top, __shfl_xor_sync(0xffffffffu, top, offset));
+    if (__any_sync(0xffffffffu, nan)) {  // the whole warp takes this branch or none of it
+        for (int k = lane; k < K; k += 32) r[k] = (T)QUIET_NAN;
+        return;
+    }
     if (top == NEG_INF) {  // fully masked: zeros, never -inf - -inf = NaN
         for (int k = lane; k < K; k += 32) r[k] = (T)0;
         return;
@@ -326,8 +341,8 @@ def layernorm_backward(dy2, xhat2, rstd1, w):
         _kernel("layernorm_backward_dx", dy2.dtype)(*_row_grid(N), (dy2, xhat2, rstd1, w, dx, np.int32(N),
                                                                    np.int32(D)))
         _kernel("layernorm_backward_params", dy2.dtype)(
-            ((D + THREADS - 1) // THREADS, P), (THREADS,),
-            (dy2, xhat2, dw_parts, db_parts, np.int32(N), np.int32(D), np.int32(ROWS_PER_PART)))
+            ((D + THREADS - 1) // THREADS, min(P, 65535)), (THREADS,),  # grid y: at most 65535 blocks
+            (dy2, xhat2, dw_parts, db_parts, np.int32(N), np.int32(D), np.int32(ROWS_PER_PART), np.int32(P)))
     if D:
         _kernel("sum_parts", w.dtype)(((D + THREADS - 1) // THREADS,), (THREADS,),
                                       (dw_parts, db_parts, dw, db, np.int32(P), np.int32(D)))

@@ -28,7 +28,7 @@ def layernorm_forward(x, w, b, eps: float = 1e-5):
     if x.shape[-1] != w.shape[0]:
         raise ValueError(f"layernorm: input has last dimension {x.shape[-1]}, expected {w.shape[0]}")
     D = x.shape[-1]
-    if cuda.usable(x, w, b):  # a GPU: one fused launch, a warp per row
+    if cuda.usable(x, w, b) and w.shape == b.shape == (D,):  # a GPU: one fused launch, a warp per row
         x2 = xp.ascontiguousarray(x).reshape(-1, D)  # (N, D)
         y, xhat, rstd = cuda.layernorm_forward(x2, xp.ascontiguousarray(w), xp.ascontiguousarray(b), float(eps))
         return y.reshape(x.shape), FastLayerNormCache(xhat.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1), w)
@@ -55,7 +55,7 @@ def layernorm_backward(dy, cache: FastLayerNormCache):
     """As :func:`minitransformer.nn.layernorm.layernorm_backward`."""
     xhat, rstd, w = cache
     D = xhat.shape[-1]
-    if cuda.usable(dy, xhat, rstd, w) and dy.shape == xhat.shape:  # a GPU: two fused launches and a sum
+    if cuda.usable(dy, xhat, rstd, w) and dy.shape == xhat.shape and rstd.size * D == xhat.size:  # a GPU
         dx, dw, db = cuda.layernorm_backward(xp.ascontiguousarray(dy).reshape(-1, D),
                                              xp.ascontiguousarray(xhat).reshape(-1, D),
                                              xp.ascontiguousarray(rstd).reshape(-1), xp.ascontiguousarray(w))

@@ -64,7 +64,8 @@ def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0
         ``(param, m, v)``: the very arrays passed in, now holding
         :math:`\theta_t, m_t, v_t`.
     """
-    if cuda.usable(param, grad, m, v) and cuda.contiguous(param, m, v):  # a GPU: one fused launch
+    same_shape = grad.shape == param.shape == m.shape == v.shape  # a broadcast gradient: the chain below
+    if same_shape and cuda.usable(param, grad, m, v) and cuda.contiguous(param, m, v):  # a GPU: one launch
         return cuda.adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay, decoupled)
     bc1 = 1.0 - beta1 ** step                       # Python floats: no float64 upcast
     bc2 = 1.0 - beta2 ** step

@@ -225,9 +225,15 @@ def test_merge_heads(any_backend, B, H, T, d, order, n, seed):
 # ---------------------------------------------------------------------------
 
 
-def test_a_wrong_upstream_gradient_is_refused():
+@pytest.mark.parametrize("kernel_set", ["reference", "fast"])
+def test_a_wrong_upstream_gradient_is_refused(kernel_set):
+    """Both sets refuse a dout that is not the output's shape, with the same message
+    ((2, 2, 1, 4) would broadcast silently in the products)."""
     g = np.random.default_rng(1)
     q, k, v = (g.standard_normal((2, 2, 3, 4)) for _ in range(3))
-    _, cache = fast_attention.attention_forward(q, k, v)
-    with pytest.raises(ValueError, match=r"dout has shape \(2, 2, 2, 4\), the output \(2, 2, 3, 4\)"):
-        fast_attention.attention_backward(np.zeros((2, 2, 2, 4)), cache)
+    kernels = REFERENCE if kernel_set == "reference" else FAST
+    _, cache = kernels["attention_forward"](q, k, v)
+    for shape in ((2, 2, 2, 4), (2, 2, 1, 4)):
+        with pytest.raises(ValueError, match=rf"dout has shape \({', '.join(map(str, shape))}\), the output "
+                                             r"\(2, 2, 3, 4\)"):
+            kernels["attention_backward"](np.zeros(shape), cache)

@@ -96,6 +96,47 @@ def test_the_cuda_source_compiles(tmp_path):
     assert done.returncode == 0, f"nvcc failed:\n{done.stderr[-3000:]}"
 
 
+def _find_nvrtc():
+    """libnvrtc (and its builtins, loaded first) from the system or a pip wheel of CUDA, or None."""
+    import ctypes
+    import ctypes.util
+    import glob
+    import os
+    import sys
+    dirs = [d for p in sys.path if os.path.isdir(p) for d in glob.glob(os.path.join(p, "nvidia", "*", "lib"))]
+    dirs += glob.glob("/usr/local/cuda*/lib64")
+    for d in dirs:
+        libs = sorted(glob.glob(os.path.join(d, "libnvrtc.so*")))
+        builtins = sorted(glob.glob(os.path.join(d, "libnvrtc-builtins.so*")))
+        if libs:
+            for b in builtins:
+                ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
+            return ctypes.CDLL(libs[0])
+    found = ctypes.util.find_library("nvrtc")
+    return ctypes.CDLL(found) if found else None
+
+
+def test_the_cuda_source_compiles_with_nvrtc():
+    """As CuPy compiles it on the GPU: NVRTC, without the C library's headers (nvcc
+    includes them, so a name like INFINITY passes nvcc and fails here)."""
+    import ctypes
+    lib = _find_nvrtc()
+    if lib is None:
+        pytest.skip("NVRTC is not installed")
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), cuda.SOURCE.encode(), b"cuda.cu", 0, None, None) == 0
+    for name in (f"{k}<{t}>" for k in cuda.KERNELS for t in ("float", "double")):
+        assert lib.nvrtcAddNameExpression(prog, name.encode()) == 0
+    options = (ctypes.c_char_p * 1)(b"--gpu-architecture=compute_80")
+    result = lib.nvrtcCompileProgram(prog, 1, options)
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    assert result == 0, f"NVRTC failed:\n{log.value.decode()[-3000:]}"
+
+
 # ---------------------------------------------------------------------------
 # On a GPU: each kernel against its reference
 # ---------------------------------------------------------------------------
@@ -163,14 +204,38 @@ def test_layernorm_forward_and_backward(on_gpu, launches, dtype, lead, D, eps):
 
 
 @pytest.mark.gpu
-def test_layernorm_of_a_strided_input(on_gpu):
-    """A transposed (non-contiguous) input is read through a contiguous copy."""
+def test_layernorm_of_a_strided_input(on_gpu, launches):
+    """A strided (non-contiguous) input and upstream gradient are read through contiguous copies."""
     g = np.random.default_rng(3)
-    x = backend.asarray(g.standard_normal((40, 6, 3))).transpose(1, 0, 2)[..., :2].transpose(1, 0, 2)  # strided
+    x = backend.asarray(g.standard_normal((40, 6, 3)))[..., :2]  # (40, 6, 2), strided
+    dy = backend.asarray(g.standard_normal((40, 6, 3)))[..., 1:]  # (40, 6, 2), strided
     w, b = backend.asarray(g.standard_normal(2)), backend.asarray(g.standard_normal(2))
-    assert not x.flags.c_contiguous
-    _close("strided layernorm y", F.FAST["layernorm_forward"](x, w, b)[0], F.REFERENCE["layernorm_forward"](x, w, b)[0],
-           "float64")
+    assert not x.flags.c_contiguous and not dy.flags.c_contiguous
+    y_f, cache_f = F.FAST["layernorm_forward"](x, w, b)
+    y_r, cache_r = F.REFERENCE["layernorm_forward"](x, w, b)
+    _close("strided layernorm y", y_f, y_r, "float64")
+    for name, a, b_ in zip(("dx", "dw", "db"), F.FAST["layernorm_backward"](dy, cache_f),
+                           F.REFERENCE["layernorm_backward"](dy, cache_r)):
+        _close(f"strided layernorm {name}", a, b_, "float64", scale=240.0)
+    assert launches.get("layernorm_forward") == 1 and launches.get("layernorm_backward_dx") == 1
+
+
+@pytest.mark.gpu
+def test_layernorm_backward_of_more_row_blocks_than_a_grid_holds(on_gpu, launches):
+    """4,194,368 rows are 65,537 blocks of 64: more than grid y's 65,535 (the kernel loops)."""
+    N, D = 4_194_368, 2
+    g = np.random.default_rng(4)
+    x, dy = _dev(g.standard_normal((N, D)), "float32"), _dev(g.standard_normal((N, D)), "float32")
+    w, b = _dev([1.5, -0.5], "float32"), _dev([0.1, 0.2], "float32")
+    _, cache_f = F.FAST["layernorm_forward"](x, w, b)
+    _, cache_r = F.REFERENCE["layernorm_forward"](x, w, b)
+    dx_f, dw_f, db_f = F.FAST["layernorm_backward"](dy, cache_f)
+    dx_r, dw_r, db_r = F.REFERENCE["layernorm_backward"](dy, cache_r)
+    _close("dx", dx_f, dx_r, "float32", scale=10.0)
+    # sums of 4.2M terms of size about 1: the float32 reference's own rounding is about N eps
+    _close("dw", dw_f, dw_r, "float32", scale=N * 1e-2)
+    _close("db", db_f, db_r, "float32", scale=N * 1e-2)
+    assert launches.get("layernorm_backward_params") == 1
 
 
 @pytest.mark.gpu
@@ -249,7 +314,7 @@ def test_clip_grad_norm(on_gpu, launches, dtype, max_norm):
 
 
 @pytest.mark.gpu
-def test_clip_leaves_a_nan_gradient_untouched(on_gpu):
+def test_clip_leaves_a_nan_gradient_untouched(on_gpu, launches):
     from minitransformer.nn import Parameter
     from minitransformer.optim import clip_grad_norm
     p, q = Parameter(_dev(np.zeros(3), "float32")), Parameter(_dev(np.zeros(2), "float32"))
@@ -258,6 +323,67 @@ def test_clip_leaves_a_nan_gradient_untouched(on_gpu):
         norm = clip_grad_norm([("p", p), ("q", q)], 1.0)
     assert np.isnan(float(norm))
     assert backend.to_numpy(q.grad).tolist() == [3.0, 4.0] and np.isnan(backend.to_numpy(p.grad)[1])
+    assert launches.get("sum_squares") == 2  # the fused path ran (its scaling by 1 leaves them as they are)
+
+
+def _same_nan(name, fast, ref):
+    a, b = backend.to_numpy(fast), backend.to_numpy(ref)
+    assert (np.isnan(a) == np.isnan(b)).all(), (f"{name}: NaN at {np.argwhere(np.isnan(a) != np.isnan(b))[:3].tolist()}"
+                                                " in one set and not the other")
+    assert np.allclose(a[~np.isnan(a)], b[~np.isnan(b)], rtol=1e-12, atol=1e-12), f"{name}: values differ"
+
+
+@pytest.mark.gpu
+def test_attention_softmax_of_nan_and_infinite_logits(on_gpu, launches):
+    """A row with a NaN logit is NaN, as in the reference (a query of NaN must not vanish
+    into zeros); a +inf logit makes its row NaN there too; a row of -inf gives zeros."""
+    g = np.random.default_rng(8)
+    q, k, v = (g.standard_normal((1, 2, 5, 4)) for _ in range(3))
+    q[0, 0, 1] = np.nan  # every logit of row (0, 0, 1) is NaN
+    q[0, 1, 2, 0] = np.inf  # row (0, 1, 2): inf and -inf logits, NaN after the shift
+    bias = np.zeros((1, 2, 5, 5))
+    bias[0, 1, 4] = -np.inf  # row (0, 1, 4): every logit -inf, zeros
+    q, k, v, bias = (backend.asarray(a) for a in (q, k, v, bias))
+    out_f, cache_f = F.FAST["attention_forward"](q, k, v, bias=bias)
+    out_r, cache_r = F.REFERENCE["attention_forward"](q, k, v, bias=bias)
+    _same_nan("p", cache_f.p, cache_r.p)
+    _same_nan("out", out_f, out_r)
+    assert np.isnan(backend.to_numpy(cache_f.p)[0, 0, 1]).all()
+    assert (backend.to_numpy(cache_f.p)[0, 1, 4] == 0).all()
+    assert launches.get("softmax_rows") == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_attention_with_a_bias(on_gpu, launches, dtype):
+    """The additive bias (relative positions) on the GPU path, with its gradient."""
+    g = np.random.default_rng(9)
+    q, k, v, dout = (_dev(g.standard_normal((2, 3, 6, 4)), dtype) for _ in range(4))
+    bias = _dev(g.standard_normal((1, 3, 6, 6)), dtype)
+    out_f, cache_f = F.FAST["attention_forward"](q, k, v, bias=bias, mask=F.causal_mask(6))
+    out_r, cache_r = F.REFERENCE["attention_forward"](q, k, v, bias=bias, mask=F.causal_mask(6))
+    _close("biased attention out", out_f, out_r, dtype)
+    for name, a, b in zip(("dq", "dk", "dv", "dbias"), F.FAST["attention_backward"](dout, cache_f),
+                          F.REFERENCE["attention_backward"](dout, cache_r)):
+        _close(f"biased attention {name}", a, b, dtype)
+    assert launches.get("softmax_rows") == 1 and launches.get("softmax_backward_rows") == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("values", [[1e20], [3e38, 3e38], [np.inf, 1.0]])
+def test_clip_of_a_float32_gradient_whose_norm_overflows(on_gpu, values):
+    """Its sum of squares beyond float32's range: the norm is inf in both sets, and the
+    gradients are left as they are (the divergence signal is the same in both)."""
+    from minitransformer.nn import Parameter
+    from minitransformer.optim import clip_grad_norm
+    out = {}
+    for kernel_set in ("reference", "fast"):
+        p = Parameter(_dev(np.zeros(len(values)), "float32"))
+        p.grad = _dev(values, "float32")
+        with kernels.scope(kernel_set):
+            out[kernel_set] = (float(clip_grad_norm([p], 1.0)), backend.to_numpy(p.grad).tolist())
+    assert out["fast"] == out["reference"] and out["fast"][0] == np.inf
+    assert out["fast"][1] == np.float32(values).tolist()
 
 
 def _three_steps(kernel_set: str) -> dict:
