@@ -44,6 +44,8 @@ REFERENCE = {
     "dropout_forward": elementwise.dropout_forward, "dropout_backward": elementwise.dropout_backward,
     "masked_bce_forward": bce.masked_bce_forward, "masked_bce_backward": bce.masked_bce_backward,
     "lstm_forward": lstm.lstm_forward, "lstm_backward": lstm.lstm_backward,
+    "additive_keys_forward": rnn_attention.additive_keys_forward,
+    "additive_keys_backward": rnn_attention.additive_keys_backward,
     "additive_attention_forward": rnn_attention.additive_attention_forward,
     "additive_attention_backward": rnn_attention.additive_attention_backward,
     "multiplicative_attention_forward": rnn_attention.multiplicative_attention_forward,

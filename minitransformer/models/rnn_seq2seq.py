@@ -85,7 +85,8 @@ class RNNSeq2Seq(Module):
         tgt_mask = tgt != self.config.pad_id  # (B, T)
         for layer, state in zip(self.decoder, states):
             h = layer(h, tgt_mask, state)  # (B, T, H)
-        steps = [self.attention.step_forward(h[:, t], E, src_mask) for t in range(h.shape[1])]
+        K = self.attention.keys(E)  # (B, S, A) additive keys, once for every step (None: multiplicative)
+        steps = [self.attention.step_forward(h[:, t], E, src_mask, keys=K) for t in range(h.shape[1])]
         ctx = xp.stack([ctx_t for (ctx_t, _), _ in steps], axis=1)  # (B, T, H)
         a = xp.tanh(self.combine(xp.concatenate([h, ctx], axis=-1)))  # (B, T, H)
         return self.head(a), ([cache for _, cache in steps], a)
@@ -99,21 +100,28 @@ class RNNSeq2Seq(Module):
                              f"{tgt_in.shape[0]}; give one target per source")
         E, src_mask, finals = self.encode(src)
         logits, decoded = self._decode(tgt_in, E, src_mask, finals)
-        self.cache = (E.shape, decoded)
+        self.cache = (E, decoded)
         return logits  # (B, T, V)
 
     def backward(self, dlogits):
         """dlogits (B, T, V). Accumulates every parameter's gradient; returns None."""
-        E_shape, (attn_caches, a) = self._require_cache()
+        E, (attn_caches, a) = self._require_cache()
         H = self.config.hidden
         da = self.head.backward(dlogits) * (1.0 - a * a)  # (B, T, H), through the tanh
         dcat = self.combine.backward(da)  # (B, T, 2H)
         dh = dcat[..., :H].copy()  # (B, T, H) the decoder's top states
-        dE = xp.zeros(E_shape, dtype=dlogits.dtype)  # (B, S, H)
+        dE = xp.zeros(E.shape, dtype=dlogits.dtype)  # (B, S, H)
+        dK = None  # (B, S, A): the additive keys' gradient, summed over the steps
         for t, cache in enumerate(attn_caches):
-            ds, dE_t = self.attention.step_backward(dcat[:, t, H:], cache)  # (B, H), (B, S, H)
+            ds, dE_t, dK_t = self.attention.step_backward(dcat[:, t, H:], cache)  # (B, H), (B, S, H), (B, S, A)
             dh[:, t] += ds
             dE += dE_t
+            if dK_t is not None and dK is None:
+                dK = dK_t  # a fresh array of the step's backward: summed into in place
+            elif dK_t is not None:
+                dK += dK_t
+        if dK is not None:
+            dE += self.attention.keys_backward(dK, E)  # (B, S, H): the keys' share, once
         for layer in reversed(self.decoder):
             dh = layer.backward(dh)  # (B, T, H or D)
         self.tgt_embed.backward(dh)

@@ -33,7 +33,8 @@ from minitransformer.backend import xp
 from minitransformer.nn.module import Module, Parameter
 from minitransformer.nn.softmax import SoftmaxCache, softmax_backward, softmax_forward
 
-__all__ = ["additive_attention_forward", "additive_attention_backward",
+__all__ = ["additive_keys_forward", "additive_keys_backward", "additive_attention_forward",
+           "additive_attention_backward",
            "multiplicative_attention_forward", "multiplicative_attention_backward", "EncoderAttention"]
 
 
@@ -53,64 +54,84 @@ def _context_backward(dctx, alpha, E):
 # ---------------------------------------------------------------------------
 # Additive (Bahdanau)
 # ---------------------------------------------------------------------------
+class AdditiveKeysCache(NamedTuple):
+    """What :func:`additive_keys_backward` needs."""
+
+    E: object  # (B, S, He) the encoder states: dW_k = E^T dK
+    Wk: object  # (He, A): dE = dK W_k^T
+
+
+def additive_keys_forward(E, Wk):
+    r"""The encoder's side of every additive score, :math:`K = E W_k`: the same at every
+    decoder step, so it is computed once per source, not once per step (as Bahdanau et
+    al. precompute it). E: (B, S, He); Wk: (He, A). Returns ``(K (B, S, A), cache)``."""
+    return E @ Wk, AdditiveKeysCache(E, Wk)  # (B, S, A)
+
+
+def additive_keys_backward(dK, cache: AdditiveKeysCache):
+    r"""Gradients of :func:`additive_keys_forward` for :math:`dK` (B, S, A), the keys'
+    gradient summed over every decoder step that read them: :math:`dE = dK\,W_k^\top`
+    (B, S, He) and :math:`dW_k = \sum_{b,j} e_{bj}^\top dK_{bj}` (He, A)."""
+    E, Wk = cache
+    return dK @ Wk.T, xp.einsum("bsh,bsa->ha", E, dK)  # (B, S, He), (He, A)
+
+
 class AdditiveAttentionCache(NamedTuple):
     """What :func:`additive_attention_backward` needs."""
 
     s: object  # (B, Hd) the decoder state: dW_q = s^T du
-    E: object  # (B, S, He) the encoder states: dW_k and the context's gradient
-    u: object  # (B, S, A) tanh(s W_q + e_j W_k): its derivative is 1 - u^2
+    E: object  # (B, S, He) the encoder states: the context's gradient
+    u: object  # (B, S, A) tanh(s W_q + k_j): its derivative is 1 - u^2
     alpha: SoftmaxCache  # the weights (B, S), for the softmax's backward
     Wq: object  # (Hd, A)
-    Wk: object  # (He, A)
     v: object  # (A,)
 
 
-def additive_attention_forward(s, E, Wq, Wk, v, mask=None):
-    r"""Bahdanau's attention for one decoder step (module docstring).
+def additive_attention_forward(s, E, K, Wq, v, mask=None):
+    r"""Bahdanau's attention for one decoder step (module docstring), with the keys
+    :math:`k_j = e_j W_k` given (:func:`additive_keys_forward`, once per source).
 
     Args:
-        s: (B, Hd) the decoder state. E: (B, S, He) the encoder states.
-        Wq: (Hd, A), Wk: (He, A), v: (A,) the scorer's weights. mask: (B, S) bool or None.
+        s: (B, Hd) the decoder state. E: (B, S, He) the encoder states. K: (B, S, A) their keys.
+        Wq: (Hd, A), v: (A,) the scorer's other weights. mask: (B, S) bool or None.
 
     Returns:
         ``((ctx (B, He), alpha (B, S)), cache)``.
     """
-    u = xp.tanh((s @ Wq)[:, None, :] + E @ Wk)  # (B, S, A)
+    u = xp.tanh((s @ Wq)[:, None, :] + K)  # (B, S, A)
     scores = _masked_scores(u @ v, mask)  # (B, S)
     alpha, alpha_cache = softmax_forward(scores, axis=-1)  # (B, S)
     ctx = xp.einsum("bs,bsh->bh", alpha, E)  # (B, He)
-    return (ctx, alpha), AdditiveAttentionCache(s, E, u, alpha_cache, Wq, Wk, v)
+    return (ctx, alpha), AdditiveAttentionCache(s, E, u, alpha_cache, Wq, v)
 
 
 def additive_attention_backward(dctx, dalpha_out, cache: AdditiveAttentionCache):
     r"""Gradients of :func:`additive_attention_forward`.
 
-    With :math:`a_j = s W_q + e_j W_k` and :math:`u_j = \tanh a_j`: :math:`d\,\mathrm{score}`
+    With :math:`a_j = s W_q + k_j` and :math:`u_j = \tanh a_j`: :math:`d\,\mathrm{score}`
     from the softmax's backward, :math:`du_j = d\,\mathrm{score}_j\, v`,
     :math:`da_j = du_j (1 - u_j^2)`, then :math:`ds = (\sum_j da_j) W_q^\top`,
-    :math:`de_j \mathrel{+}= da_j W_k^\top` (besides :math:`\alpha_j\, d\mathrm{ctx}`),
-    :math:`dW_q = s^\top \sum_j da_j`, :math:`dW_k = \sum_{b,j} e_{bj}^\top da_{bj}`,
-    :math:`dv = \sum_{b,j} d\,\mathrm{score}_{bj}\, u_{bj}`.
+    :math:`dk_j = da_j`, :math:`de_j = \alpha_j\, d\mathrm{ctx}` (the keys' share of
+    :math:`de_j` comes later, from :func:`additive_keys_backward`),
+    :math:`dW_q = s^\top \sum_j da_j`, :math:`dv = \sum_{b,j} d\,\mathrm{score}_{bj}\, u_{bj}`.
 
     Args:
         dctx: (B, He); dalpha_out: (B, S) or None (the weights' own gradient, if used).
 
     Returns:
-        ``(ds, dE, dWq, dWk, dv)`` with the shapes of the inputs.
+        ``(ds, dE, dK, dWq, dv)`` with the shapes of the inputs.
     """
-    s, E, u, alpha_cache, Wq, Wk, v = cache
+    s, E, u, alpha_cache, Wq, v = cache
     dalpha, dE = _context_backward(dctx, alpha_cache.p, E)  # (B, S), (B, S, He)
     if dalpha_out is not None:
         dalpha = dalpha + dalpha_out
     dscore = softmax_backward(dalpha, alpha_cache)  # (B, S): exactly 0 where masked (alpha = 0)
-    da = dscore[:, :, None] * v * (1.0 - u * u)  # (B, S, A)
-    da_sum = da.sum(axis=1)  # (B, A): s W_q is added to every j
+    dK = dscore[:, :, None] * v * (1.0 - u * u)  # (B, S, A) = da, the gradient of each a_j
+    da_sum = dK.sum(axis=1)  # (B, A): s W_q is added to every j
     ds = da_sum @ Wq.T  # (B, Hd)
-    dE += da @ Wk.T  # (B, S, He)
     dWq = s.T @ da_sum  # (Hd, A)
-    dWk = xp.einsum("bsh,bsa->ha", E, da)  # (He, A)
     dv = xp.einsum("bs,bsa->a", dscore, u)  # (A,)
-    return ds, dE, dWq, dWk, dv
+    return ds, dE, dK, dWq, dv
 
 
 # ---------------------------------------------------------------------------
@@ -169,6 +190,9 @@ class EncoderAttention(Module):
     A recurrent decoder attends once per target step, so the model keeps one cache per
     step: :meth:`step_forward` returns it and :meth:`step_backward` takes it back
     (``forward``/``backward`` are the same for a single step, with the cache kept here).
+    The additive form's keys :math:`E W_k` are the same at every step: the model computes
+    them once (:meth:`keys`), passes them to every step, adds up the keys' gradients that
+    :meth:`step_backward` returns, and hands the sum to :meth:`keys_backward` once.
     """
 
     def __init__(self, kind: str, d_query: int, d_state: int, d_attn: int | None = None,
@@ -188,27 +212,47 @@ class EncoderAttention(Module):
     def extra_repr(self):
         return self.kind
 
-    def step_forward(self, s, E, mask=None):
-        """((ctx (B, He), alpha (B, S)), cache) of one decoder step."""
+    def keys(self, E):
+        """The additive form's keys E W_k (B, S, A), once per source; None for the multiplicative form."""
+        return additive_keys_forward(E, self.Wk.data)[0] if self.kind == "additive" else None
+
+    def step_forward(self, s, E, mask=None, keys=None):
+        """((ctx (B, He), alpha (B, S)), cache) of one decoder step; ``keys``: :meth:`keys` of E
+        (computed here when not given)."""
         if self.kind == "additive":
-            return additive_attention_forward(s, E, self.Wq.data, self.Wk.data, self.v.data, mask)
+            K = self.keys(E) if keys is None else keys  # (B, S, A)
+            return additive_attention_forward(s, E, K, self.Wq.data, self.v.data, mask)
         return multiplicative_attention_forward(s, E, self.W.data, mask)
 
     def step_backward(self, dctx, cache, dalpha=None):
-        """Accumulates the weights' gradients; returns (ds (B, Hd), dE (B, S, He))."""
+        """Accumulates the weights' gradients; returns (ds (B, Hd), dE (B, S, He), dK): dK
+        (B, S, A) the keys' gradient of this step (additive; sum them for :meth:`keys_backward`),
+        None for the multiplicative form."""
         if self.kind == "additive":
-            ds, dE, dWq, dWk, dv = additive_attention_backward(dctx, dalpha, cache)
+            ds, dE, dK, dWq, dv = additive_attention_backward(dctx, dalpha, cache)
             self.Wq.grad += dWq
-            self.Wk.grad += dWk
             self.v.grad += dv
-        else:
-            ds, dE, dW = multiplicative_attention_backward(dctx, dalpha, cache)
-            self.W.grad += dW
-        return ds, dE
+            return ds, dE, dK
+        ds, dE, dW = multiplicative_attention_backward(dctx, dalpha, cache)
+        self.W.grad += dW
+        return ds, dE, None
+
+    def keys_backward(self, dK, E):
+        """For dK (B, S, A), the keys' gradient summed over the steps: accumulates dW_k and
+        returns the encoder states' share dE (B, S, He)."""
+        dE, dWk = additive_keys_backward(dK, AdditiveKeysCache(E, self.Wk.data))  # (B, S, He), (He, A)
+        self.Wk.grad += dWk
+        return dE
 
     def forward(self, s, E, mask=None):
-        (ctx, alpha), self.cache = self.step_forward(s, E, mask)
+        (ctx, alpha), cache = self.step_forward(s, E, mask)
+        self.cache = (cache, E)
         return ctx
 
     def backward(self, dctx):
-        return self.step_backward(dctx, self._require_cache())
+        """One step's gradients: (ds (B, Hd), dE (B, S, He)), the keys' share included."""
+        cache, E = self._require_cache()
+        ds, dE, dK = self.step_backward(dctx, cache)
+        if dK is not None:
+            dE = dE + self.keys_backward(dK, E)  # (B, S, He)
+        return ds, dE

@@ -6,8 +6,10 @@ import pytest
 
 from minitransformer import backend
 from minitransformer.gradcheck import check_kernel
-from minitransformer.nn.rnn_attention import (additive_attention_backward, additive_attention_forward,
-                                              multiplicative_attention_backward, multiplicative_attention_forward)
+from minitransformer.nn.rnn_attention import (EncoderAttention, additive_attention_backward,
+                                              additive_attention_forward, additive_keys_backward,
+                                              additive_keys_forward, multiplicative_attention_backward,
+                                              multiplicative_attention_forward)
 
 B, S, Hd, He, A = 3, 5, 4, 6, 7
 MASK = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=bool)  # lengths 5, 2, none
@@ -20,7 +22,8 @@ def _arrays(seed):
 
 
 def _additive(a, mask=None):
-    return additive_attention_forward(a["s"], a["E"], a["Wq"], a["Wk"], a["v"], mask)
+    K, _ = additive_keys_forward(a["E"], a["Wk"])  # (B, S, A)
+    return additive_attention_forward(a["s"], a["E"], K, a["Wq"], a["v"], mask)
 
 
 def _multiplicative(a, mask=None):
@@ -44,10 +47,61 @@ def test_both_scores_by_hand(float64):
 @pytest.mark.parametrize("masked", [False, True])
 def test_additive_gradients(float64, masked):
     a = _arrays(1)
+    a["K"] = backend.asarray(np.random.default_rng(11).standard_normal((B, S, A)) * 0.7)
     mask = backend.asarray(MASK) if masked else None
-    check_kernel(lambda s, E, Wq, Wk, v: additive_attention_forward(s, E, Wq, Wk, v, mask),
+    check_kernel(lambda s, E, K, Wq, v: additive_attention_forward(s, E, K, Wq, v, mask),
                  lambda d, c: additive_attention_backward(d[0], d[1], c),
-                 {k: a[k] for k in ("s", "E", "Wq", "Wk", "v")})
+                 {k: a[k] for k in ("s", "E", "K", "Wq", "v")})
+
+
+def test_additive_keys_gradients(float64):
+    a = _arrays(4)
+    check_kernel(additive_keys_forward, additive_keys_backward, {k: a[k] for k in ("E", "Wk")})
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_layer_over_several_steps_sums_the_keys_gradient_once(float64, masked):
+    """EncoderAttention as the model drives it: keys once, three steps, the keys' gradient
+    summed and handed back once; against finite differences of the whole loss."""
+    rng = np.random.default_rng(5)
+    layer = EncoderAttention("additive", Hd, He, d_attn=A, rng=0)
+    E = backend.asarray(rng.standard_normal((B, S, He)) * 0.7)
+    states = [backend.asarray(rng.standard_normal((B, Hd)) * 0.7) for _ in range(3)]
+    upstream = [backend.asarray(rng.standard_normal((B, He))) for _ in range(3)]
+    mask = backend.asarray(MASK) if masked else None
+
+    def loss(E):
+        K = layer.keys(E)
+        return sum(float((layer.step_forward(s, E, mask, keys=K)[0][0] * g).sum()) for s, g in zip(states, upstream))
+
+    K = layer.keys(E)
+    caches = [layer.step_forward(s, E, mask, keys=K)[1] for s in states]
+    layer.zero_grad()
+    dE, dK = 0.0, 0.0
+    for cache, g in zip(caches, upstream):
+        _, dE_t, dK_t = layer.step_backward(g, cache)
+        dE, dK = dE + dE_t, dK + dK_t
+    dE = dE + layer.keys_backward(dK, E)
+    eps = 1e-6
+    E_host = backend.to_numpy(E)
+    for idx in [(0, 0, 0), (1, 1, 2), (2, 4, 5), (1, 3, 1)]:
+        plus, minus = E_host.copy(), E_host.copy()
+        plus[idx] += eps
+        minus[idx] -= eps
+        numeric = (loss(backend.asarray(plus)) - loss(backend.asarray(minus))) / (2 * eps)
+        assert abs(backend.to_numpy(dE)[idx] - numeric) < 1e-7 * max(1.0, abs(numeric)), f"dE{idx}"
+    Wk = layer.Wk.data.copy()
+    for idx in [(0, 0), (5, 6), (3, 2)]:
+        base = backend.to_numpy(Wk)
+        numeric = []
+        for sign in (1, -1):
+            changed = base.copy()
+            changed[idx] += sign * eps
+            layer.Wk.data = backend.asarray(changed)
+            numeric.append(loss(E))
+        layer.Wk.data = Wk
+        numeric = (numeric[0] - numeric[1]) / (2 * eps)
+        assert abs(backend.to_numpy(layer.Wk.grad)[idx] - numeric) < 1e-7 * max(1.0, abs(numeric)), f"dWk{idx}"
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -73,6 +127,8 @@ def test_masked_states_get_nothing_and_an_empty_source_gives_zeros(float64, form
     dE = backend.to_numpy(grads[1])
     assert np.all(np.isfinite(dE)) and np.all(dE[~MASK] == 0.0), "a masked state gets exactly zero gradient"
     assert np.all(backend.to_numpy(grads[0])[2] == 0.0), "the decoder state gets nothing from an empty source"
+    if form == "additive":  # the keys' gradient (their share of dE comes through W_k later)
+        assert np.all(backend.to_numpy(grads[2])[~MASK] == 0.0), "a masked key gets exactly zero gradient"
 
 
 def test_multiplicative_with_the_identity_is_the_transformers_dot_product(float64):
