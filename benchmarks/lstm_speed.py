@@ -9,6 +9,9 @@ The models are the ``train lm`` defaults: ``LSTMLM`` with 64-wide embeddings and
 of 256 states (0.87M weights) and the default ``DecoderLM`` (D = 128, 4 pre-LN layers,
 0.81M), a vocabulary of 45 tokens, batch 32 x 64 tokens (the default recipe's), one step
 = forward, cross-entropy, backward, clipping, Adam (``common.train_step``), timed in turns.
+Beside them the attentional LSTM encoder-decoder of ``train seq2seq --model rnn`` (64-wide
+embeddings, 2 layers of 208 states, Bahdanau's and Luong's attention), 32 sources of 64
+tokens to 32 targets of 64 (its tokens/s count the targets').
 """
 from __future__ import annotations
 
@@ -27,7 +30,9 @@ import common  # noqa: E402
 from minitransformer import kernels  # noqa: E402
 from minitransformer.models import DecoderLM, DecoderLMConfig  # noqa: E402
 from minitransformer.models.lstm_lm import LSTMLM, LSTMLMConfig  # noqa: E402
-from minitransformer.optim import Adam  # noqa: E402
+from minitransformer.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig  # noqa: E402
+from minitransformer.nn import CrossEntropyLoss  # noqa: E402
+from minitransformer.optim import Adam, clip_grad_norm  # noqa: E402
 
 V, B, T = 45, 32, 64
 
@@ -38,6 +43,19 @@ def _step(model, ids, kernel_set):
     def run():
         with kernels.scope(kernel_set):
             common.train_step(model, optimizer, ids)
+    return run
+
+
+def _seq2seq_step(model, src, tgt):
+    """The step of ``common.train_step`` for an encoder-decoder: src (B, S), tgt (B, T + 1)."""
+    optimizer, loss = Adam(model, lr=1e-3), CrossEntropyLoss(ignore_index=model.config.pad_id)
+
+    def run():
+        loss(model(src, tgt[:, :-1]), tgt[:, 1:])  # (B, T, V) logits
+        model.zero_grad()
+        model.backward(loss.backward())
+        clip_grad_norm(model, 1.0)
+        optimizer.step()
     return run
 
 
@@ -54,6 +72,10 @@ def main(argv=None) -> None:
     tasks = {"LSTMLM, reference kernels": _step(LSTMLM(lstm), ids, "reference"),
              "LSTMLM, fast kernels": _step(LSTMLM(lstm), ids, "fast"),
              "DecoderLM, fast kernels": _step(DecoderLM(transformer), ids, "fast")}
+    src = common.backend.asarray(np.random.default_rng(1).integers(3, V, size=(B, T)))  # (B, S = T)
+    for kind in ("additive", "multiplicative"):
+        rnn = RNNSeq2SeqConfig(V, V, max_len=T + 1, d_model=64, hidden=208, n_layers=2, attention=kind)
+        tasks[f"RNNSeq2Seq ({kind}), fast kernels"] = _seq2seq_step(RNNSeq2Seq(rnn), src, ids)
     times = common.interleaved_times(tasks, args.repeats, args.warmup)
     rows = []
     for name, ts in times.items():

@@ -77,19 +77,20 @@ class RNNSeq2Seq(Module):
         return h, mask, finals
 
     # -- decoder -----------------------------------------------------------------
-    def _decode(self, tgt, E, src_mask, states):
+    def _decode(self, tgt, E, src_mask, states, keys=None):
         """Logits (B, T, V) of the target ``tgt`` (B, T) from ``states`` (one (h, c) per
-        decoder layer), and what the backward needs: each step's attention cache and the
-        attentional states a (B, T, H)."""
+        decoder layer), and what the backward needs: each step's attention cache, the
+        additive keys' cache (or None) and the attentional states a (B, T, H). ``keys``: the
+        attention's ``(K, keys_cache)`` of E, if already computed (incremental decoding)."""
         h = self.tgt_embed(tgt)  # (B, T, D)
         tgt_mask = tgt != self.config.pad_id  # (B, T)
         for layer, state in zip(self.decoder, states):
             h = layer(h, tgt_mask, state)  # (B, T, H)
-        K = self.attention.keys(E)  # (B, S, A) additive keys, once for every step (None: multiplicative)
+        K, keys_cache = self.attention.keys(E) if keys is None else keys  # (B, S, A) once for every step, or None
         steps = [self.attention.step_forward(h[:, t], E, src_mask, keys=K) for t in range(h.shape[1])]
         ctx = xp.stack([ctx_t for (ctx_t, _), _ in steps], axis=1)  # (B, T, H)
         a = xp.tanh(self.combine(xp.concatenate([h, ctx], axis=-1)))  # (B, T, H)
-        return self.head(a), ([cache for _, cache in steps], a)
+        return self.head(a), ([cache for _, cache in steps], keys_cache, a)
 
     # -- training-time forward / backward ---------------------------------------
     def forward(self, src, tgt_in):
@@ -100,17 +101,17 @@ class RNNSeq2Seq(Module):
                              f"{tgt_in.shape[0]}; give one target per source")
         E, src_mask, finals = self.encode(src)
         logits, decoded = self._decode(tgt_in, E, src_mask, finals)
-        self.cache = (E, decoded)
+        self.cache = (E.shape, decoded)
         return logits  # (B, T, V)
 
     def backward(self, dlogits):
         """dlogits (B, T, V). Accumulates every parameter's gradient; returns None."""
-        E, (attn_caches, a) = self._require_cache()
+        E_shape, (attn_caches, keys_cache, a) = self._require_cache()
         H = self.config.hidden
         da = self.head.backward(dlogits) * (1.0 - a * a)  # (B, T, H), through the tanh
         dcat = self.combine.backward(da)  # (B, T, 2H)
         dh = dcat[..., :H].copy()  # (B, T, H) the decoder's top states
-        dE = xp.zeros(E.shape, dtype=dlogits.dtype)  # (B, S, H)
+        dE = xp.zeros(E_shape, dtype=dlogits.dtype)  # (B, S, H)
         dK = None  # (B, S, A): the additive keys' gradient, summed over the steps
         for t, cache in enumerate(attn_caches):
             ds, dE_t, dK_t = self.attention.step_backward(dcat[:, t, H:], cache)  # (B, H), (B, S, H), (B, S, A)
@@ -121,7 +122,7 @@ class RNNSeq2Seq(Module):
             elif dK_t is not None:
                 dK += dK_t
         if dK is not None:
-            dE += self.attention.keys_backward(dK, E)  # (B, S, H): the keys' share, once
+            dE += self.attention.keys_backward(dK, keys_cache)  # (B, S, H): the keys' share, once
         for layer in reversed(self.decoder):
             dh = layer.backward(dh)  # (B, T, H or D)
         self.tgt_embed.backward(dh)
@@ -133,21 +134,23 @@ class RNNSeq2Seq(Module):
     def attention_weights(self):
         """The attention weights of the last forward pass, (B, T, S): at each target step, how
         much each source position weighed (the pictures of ``minitransformer attention``)."""
-        _, (attn_caches, _) = self._require_cache()
+        _, (attn_caches, _, _) = self._require_cache()
         return xp.stack([cache.alpha.p for cache in attn_caches], axis=1)  # (B, T, S)
 
     # -- incremental decoding ------------------------------------------------------
     def init_state(self, src):
-        """Encode ``src`` once; the decoding state: E, the source mask, the decoder's (h, c)."""
+        """Encode ``src`` once; the decoding state: E, its attention keys, the source mask, the
+        decoder's (h, c)."""
         E, mask, finals = self.encode(src)
-        return {"E": E, "src_mask": mask, "states": finals, "pos": 0}
+        return {"E": E, "keys": self.attention.keys(E), "src_mask": mask, "states": finals, "pos": 0}
 
     def step(self, ids_new, state):
         """Feed new target tokens (B, Tn); return the logits of the last one (B, V)."""
         Tn, start = ids_new.shape[1], state["pos"]
         if start + Tn > self.config.max_len:
             raise ValueError(f"RNNSeq2Seq: decoding past max_len={self.config.max_len}")
-        logits, _ = self._decode(ids_new, state["E"], state["src_mask"], state["states"])  # (B, Tn, V)
+        logits, _ = self._decode(ids_new, state["E"], state["src_mask"], state["states"],
+                                 state["keys"])  # (B, Tn, V)
         state["states"] = [layer.final_state for layer in self.decoder]
         state["pos"] = start + Tn
         return logits[:, -1]  # (B, V)
@@ -155,4 +158,7 @@ class RNNSeq2Seq(Module):
     def reorder_state(self, state, index):
         """Keep batch rows ``index`` (beam search)."""
         state["E"], state["src_mask"] = state["E"][index], state["src_mask"][index]
+        K, keys_cache = state["keys"]
+        if K is not None:  # the kept rows' keys, as they are (no product again)
+            state["keys"] = (K[index], keys_cache._replace(E=state["E"]))  # (B', S, A)
         state["states"] = [(h[index], c[index]) for h, c in state["states"]]

@@ -213,14 +213,15 @@ class EncoderAttention(Module):
         return self.kind
 
     def keys(self, E):
-        """The additive form's keys E W_k (B, S, A), once per source; None for the multiplicative form."""
-        return additive_keys_forward(E, self.Wk.data)[0] if self.kind == "additive" else None
+        """``(K, keys_cache)``: the additive form's keys E W_k (B, S, A), once per source, and
+        what :meth:`keys_backward` needs; ``(None, None)`` for the multiplicative form."""
+        return additive_keys_forward(E, self.Wk.data) if self.kind == "additive" else (None, None)
 
     def step_forward(self, s, E, mask=None, keys=None):
-        """((ctx (B, He), alpha (B, S)), cache) of one decoder step; ``keys``: :meth:`keys` of E
-        (computed here when not given)."""
+        """((ctx (B, He), alpha (B, S)), cache) of one decoder step; ``keys``: the K of
+        :meth:`keys` (computed here when not given)."""
         if self.kind == "additive":
-            K = self.keys(E) if keys is None else keys  # (B, S, A)
+            K = self.keys(E)[0] if keys is None else keys  # (B, S, A)
             return additive_attention_forward(s, E, K, self.Wq.data, self.v.data, mask)
         return multiplicative_attention_forward(s, E, self.W.data, mask)
 
@@ -237,22 +238,23 @@ class EncoderAttention(Module):
         self.W.grad += dW
         return ds, dE, None
 
-    def keys_backward(self, dK, E):
-        """For dK (B, S, A), the keys' gradient summed over the steps: accumulates dW_k and
-        returns the encoder states' share dE (B, S, He)."""
-        dE, dWk = additive_keys_backward(dK, AdditiveKeysCache(E, self.Wk.data))  # (B, S, He), (He, A)
+    def keys_backward(self, dK, keys_cache: AdditiveKeysCache):
+        """For dK (B, S, A), the keys' gradient summed over the steps, and the keys' cache of
+        :meth:`keys`: accumulates dW_k and returns the encoder states' share dE (B, S, He)."""
+        dE, dWk = additive_keys_backward(dK, keys_cache)  # (B, S, He), (He, A)
         self.Wk.grad += dWk
         return dE
 
     def forward(self, s, E, mask=None):
-        (ctx, alpha), cache = self.step_forward(s, E, mask)
-        self.cache = (cache, E)
+        K, keys_cache = self.keys(E)  # (B, S, A) or None
+        (ctx, alpha), cache = self.step_forward(s, E, mask, keys=K)
+        self.cache = (cache, keys_cache)
         return ctx
 
     def backward(self, dctx):
         """One step's gradients: (ds (B, Hd), dE (B, S, He)), the keys' share included."""
-        cache, E = self._require_cache()
+        cache, keys_cache = self._require_cache()
         ds, dE, dK = self.step_backward(dctx, cache)
         if dK is not None:
-            dE = dE + self.keys_backward(dK, E)  # (B, S, He)
+            dE = dE + self.keys_backward(dK, keys_cache)  # (B, S, He)
         return ds, dE
