@@ -360,6 +360,13 @@ def check_attention_inputs(q, k, v, mask, bias) -> None:
             )
 
 
+def check_attention_dout(dout, out_shape) -> None:
+    """Raise ValueError unless the upstream gradient ``dout`` has the attention output's shape
+    ``out_shape`` (B, H, Tq, Dv): another shape would broadcast silently in the products."""
+    if tuple(dout.shape) != tuple(out_shape):
+        raise ValueError(f"attention_backward: dout has shape {tuple(dout.shape)}, the output {tuple(out_shape)}")
+
+
 def check_cross_entropy_args(logits, targets, label_smoothing, reduction) -> float:
     """Raise ValueError for arguments ``cross_entropy_forward`` cannot use: logits (..., V),
     targets (...), label smoothing in [0, 1), reduction "mean", "sum" or "none". Returns epsilon."""

@@ -15,8 +15,9 @@ dry run says how long each part takes. The parts (``--parts``, in this order):
               run on the backend (``MINITRANSFORMER_BACKEND``): gradient checks, KV cache = full
               forward, one seed = the same weights, checkpoints across backends;
 ``speed``     training tokens/s of the small, tomczak and medium models (float32, fast kernels),
-              with the fused CUDA kernels of ``fast/cuda.py`` off and on, with the peak memory, and PyTorch eager on the same device in the same run
-              (``--torch-python``, default: this Python, if it has torch);
+              with the fused CUDA kernels of ``fast/cuda.py`` off and on, the peak memory,
+              and PyTorch eager on the same device in the same run (``--torch-python``,
+              default: this Python, if it has torch);
 ``graph``     the same step replayed as one CUDA graph (an experiment: what launches cost);
 ``sampling``  KV-cached sampling, 64 sequences x 64 new tokens, ours and PyTorch's;
 ``profile``   where a training step's device time goes, kernel by kernel (small and medium);

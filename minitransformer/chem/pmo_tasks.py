@@ -107,6 +107,7 @@ def min_gaussian(x: float, mu: float, sigma: float) -> float:
 def max_gaussian(x: float, mu: float, sigma: float) -> float:
     return 1.0 if x >= mu else gaussian(x, mu, sigma)
 
+
 def geometric_mean(values: Sequence[float]) -> float:
     r""":math:`(\prod_i v_i)^{1/n}`: 0 as soon as one value is 0 (every requirement must hold)."""
     return float(np.prod(values) ** (1.0 / len(values)))
@@ -141,7 +142,6 @@ def isomer_score(mol, formula: dict[str, int]) -> float:
     terms = [gaussian(have.get(e, 0), n, 1.0) for e, n in formula.items()]
     terms.append(gaussian(sum(have.values()), sum(formula.values()), 2.0))
     return geometric_mean(terms)
-
 
 
 # --------------------------------------------------------------------------- descriptors

@@ -34,7 +34,7 @@ import math
 from typing import NamedTuple
 
 from minitransformer import backend
-from minitransformer.backend import check_attention_inputs, sum_to_shape, xp
+from minitransformer.backend import check_attention_dout, check_attention_inputs, sum_to_shape, xp
 from minitransformer.fast import cuda
 from minitransformer.fast.parallel import batch_slices, parallel_for
 
@@ -167,8 +167,7 @@ def attention_backward(dout, cache: FastAttentionCache):
     """As :func:`minitransformer.nn.attention.attention_backward`."""
     qs, k, v, p, pd, o, dropout_mask, scale, bias, blocks = cache
     B, H, Tq, Tk = p.shape
-    if tuple(dout.shape) != tuple(o.shape):
-        raise ValueError(f"attention_backward: dout has shape {tuple(dout.shape)}, the output {tuple(o.shape)}")
+    check_attention_dout(dout, o.shape)
     blocks = blocks or [(0, Tq, Tk)]
     # token-major memory, as for the output: putting the heads side by side is then free;
     # self-attention's three share one (B, T, 3, H, d) buffer, the fused projection's dqkv

@@ -334,8 +334,9 @@ def layernorm_backward(dy2, xhat2, rstd1, w):
     N, D = dy2.shape
     dx = cupy.empty_like(dy2)  # (N, D)
     P = max(1, (N + ROWS_PER_PART - 1) // ROWS_PER_PART)
-    dw_parts = cupy.zeros((P, D), dtype=cupy.float64)  # (P, D), zero: an empty input sums to 0
-    db_parts = cupy.zeros((P, D), dtype=cupy.float64)  # (P, D)
+    alloc = cupy.empty if N else cupy.zeros  # every part is written when there are rows; none: sums of 0
+    dw_parts = alloc((P, D), dtype=cupy.float64)  # (P, D)
+    db_parts = alloc((P, D), dtype=cupy.float64)  # (P, D)
     dw, db = cupy.empty(D, dtype=w.dtype), cupy.empty(D, dtype=w.dtype)  # (D,) each
     if N and D:
         _kernel("layernorm_backward_dx", dy2.dtype)(*_row_grid(N), (dy2, xhat2, rstd1, w, dx, np.int32(N),

@@ -8,8 +8,9 @@ the *agent* starts as its copy. Each :meth:`Steering.step`:
    invalid sample, or one already seen in this run (the same canonical SMILES),
    scores 0 (with ``score_repeats``, a repeat gets its score again, as in PMO's
    REINVENT, so the agent is not pushed away from what it does well); with the
-   **diversity filter**, a molecule whose Bemis-Murcko scaffold has already been rewarded ``scaffold_limit`` times scores 0 too, so the agent
-   cannot settle on one scaffold;
+   **diversity filter**, a molecule whose Bemis-Murcko scaffold has already been
+   rewarded ``scaffold_limit`` times scores 0 too, so the agent cannot settle on one
+   scaffold;
 3. with **experience replay**, adds ``replay_k`` molecules drawn from a memory of
    the ``replay`` best molecules so far to the batch;
 4. takes one Adam step on REINVENT's augmented-likelihood loss

@@ -45,7 +45,7 @@ import math
 from typing import NamedTuple
 
 from minitransformer import backend, kernels
-from minitransformer.backend import check_attention_inputs, sum_to_shape, xp
+from minitransformer.backend import check_attention_dout, check_attention_inputs, sum_to_shape, xp
 from minitransformer.fast import attention as fast_attention
 from minitransformer.fast import linear as fast_linear
 from minitransformer.nn.elementwise import make_dropout_mask
@@ -137,9 +137,7 @@ def attention_backward(dout, cache: AttentionCache):
         shape, or None when there was no bias.
     """
     q, k, v, p, pd, dropout_mask, scale, bias_shape = cache
-    out_shape = (*p.shape[:-1], v.shape[-1])  # (B, H, Tq, Dv): a dout of another shape would broadcast
-    if tuple(dout.shape) != out_shape:
-        raise ValueError(f"attention_backward: dout has shape {tuple(dout.shape)}, the output {out_shape}")
+    check_attention_dout(dout, (*p.shape[:-1], v.shape[-1]))  # (B, H, Tq, Dv), the output's shape
     dv = pd.swapaxes(-1, -2) @ dout  # (B, H, Tk, Dv), in the forward pass out = pd @ v
     dp = dout @ v.swapaxes(-1, -2)  # (B, H, Tq, Tk)
     if dropout_mask is not None:

@@ -90,15 +90,20 @@ def clip_grad_norm(params, max_norm: float | None):
     if max_norm is not None and not max_norm > 0:
         raise ValueError(f"max_norm must be > 0 (or None to measure only), got {max_norm}")
     plist = parameter_list(params)
-    if kernels.fast and fast_clip.usable(plist):  # a GPU: two fused launches a gradient (fast/clip.py)
-        return fast_clip.clip_grad_norm(plist, max_norm)
-    norm = xp.asarray(xp.sqrt(_grad_norm_squared(plist)))  # () 0-d array, even where NumPy gives a scalar
+    fused = kernels.fast and fast_clip.usable(plist)  # a GPU: two fused launches a gradient (fast/clip.py)
+    if fused:
+        norm = fast_clip.grad_norm(plist)                  # ()
+    else:
+        norm = xp.asarray(xp.sqrt(_grad_norm_squared(plist)))  # () 0-d array, even where NumPy gives a scalar
     if max_norm is None:
         return norm
     scale = xp.minimum(1.0, max_norm / (norm + 1e-6))      # ()
     scale = xp.where(xp.isfinite(norm), scale, 1.0)       # () NaN/inf norm: gradients untouched
-    for p in plist:
-        p.grad *= scale.astype(p.grad.dtype)
+    if fused:
+        fast_clip.scale_grads(plist, scale)
+    else:
+        for p in plist:
+            p.grad *= scale.astype(p.grad.dtype)
     return norm
 
 

@@ -223,8 +223,8 @@ def test_merge_heads(any_backend, B, H, T, d, order, n, seed):
 
 
 # ---------------------------------------------------------------------------
-
-
+# Bad input
+# ---------------------------------------------------------------------------
 @pytest.mark.parametrize("kernel_set", ["reference", "fast"])
 def test_a_wrong_upstream_gradient_is_refused(kernel_set):
     """Both sets refuse a dout that is not the output's shape, with the same message
