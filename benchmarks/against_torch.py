@@ -120,14 +120,14 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def thread_env(threads: int) -> dict:
-    """The workers' environment: ``threads`` BLAS threads, the BLAS pins dropped unless ``--pinned``."""
-    from blas_threads import pinned_from_argv, unpin
+def thread_env(threads: int, task: str = "train") -> dict:
+    """The workers' environment: ``threads`` BLAS threads, OpenBLAS's idle-thread timeout of
+    the task (training's, or decoding's for ``sample``), the BLAS pins dropped unless ``--pinned``."""
+    from blas_threads import pinned_from_argv, unpin, work_env
     env = unpin(dict(os.environ), pinned_from_argv(sys.argv))
     for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         env[name] = str(threads)
-    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
-    return env
+    return work_env(env, "decode" if task == "sample" else "train")
 
 
 MKL_STUB_C = "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
@@ -158,7 +158,7 @@ def run_process(side: str, args, task: str, config: str) -> dict:
     B, T = SHAPES[config] if task == "train" else (64, 64)
     common = ["--task", task, "--config", config, "--B", str(B), "--T", str(T),
               "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
-    env = thread_env(args.threads)
+    env = thread_env(args.threads, task)
     if side.startswith("torch"):
         cmd = [args.torch_python, str(HERE / "torch_eager.py"), *common]
         env.update(args.torch_env[side])

@@ -16,6 +16,10 @@ import argparse
 import os
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+# OPENBLAS_THREAD_TIMEOUT for training and for decoding: the values of
+# minitransformer.fast.parallel (TRAINING_/DECODING_THREAD_TIMEOUT; a test checks they agree),
+# repeated here because this module must not import NumPy
+TIMEOUTS = {"train": "8", "decode": "22"}
 PIN_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 DEFAULT_THREADS = 2
 
@@ -33,13 +37,20 @@ def unpin(env: dict, pinned: bool = False) -> dict:
     return env
 
 
-def set_blas_threads(n: int) -> None:
-    """Set the BLAS/OpenMP thread-count variables to ``n``, and let OpenBLAS's idle
-    threads sleep after about 1.5 ms instead of 0.1 s (``OPENBLAS_THREAD_TIMEOUT=22``
-    unless set; see minitransformer/fast/parallel.py). Must run before ``import numpy``."""
+def set_blas_threads(n: int, work: str = "train") -> None:
+    """Set the BLAS/OpenMP thread-count variables to ``n``, and OpenBLAS's idle-thread
+    timeout for ``work`` (``"train"``: sleep at once; ``"decode"``: after about 1.5 ms;
+    :data:`TIMEOUTS`, unless set; see minitransformer/fast/parallel.py). Must run before
+    ``import numpy``."""
     for var in THREAD_VARIABLES:
         os.environ[var] = str(n)
-    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", TIMEOUTS[work])
+
+
+def work_env(env: dict, work: str) -> dict:
+    """``env`` (in place) with OpenBLAS's idle-thread timeout for ``work`` unless set; returned."""
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", TIMEOUTS[work])
+    return env
 
 
 def threads_from_argv(argv) -> int:
@@ -49,8 +60,9 @@ def threads_from_argv(argv) -> int:
     return early.parse_known_args(argv)[0].threads
 
 
-def configure_from_argv(argv) -> None:
-    """:func:`set_blas_threads` with the ``--threads`` of ``argv`` (default 2), and the BLAS pins
-    dropped from this process's environment unless ``argv`` has ``--pinned``."""
-    set_blas_threads(threads_from_argv(argv))
+def configure_from_argv(argv, work: str = "train") -> None:
+    """:func:`set_blas_threads` with the ``--threads`` of ``argv`` (default 2) and ``work``'s
+    timeout, and the BLAS pins dropped from this process's environment unless ``argv`` has
+    ``--pinned``."""
+    set_blas_threads(threads_from_argv(argv), work)
     unpin(os.environ, pinned_from_argv(argv))

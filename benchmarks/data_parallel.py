@@ -99,7 +99,7 @@ def run_layout(ranks: int, threads: int, config: str, args) -> dict:
     env = unpin(dict(os.environ), getattr(args, "pinned", False))  # a user's machine has no BLAS pin
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "MINITRANSFORMER_THREADS"):
         env[var] = str(threads)
-    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "8")  # training's (minitransformer/fast/parallel.py)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", config, str(args.steps), str(args.warmup)]
     if ranks > 1:
         cmd = [args.mpiexec, "-n", str(ranks), *cmd]

@@ -21,7 +21,7 @@ import sys
 from blas_threads import configure_from_argv
 
 if __name__ == "__main__":
-    configure_from_argv(sys.argv[1:])  # before NumPy is imported (by common)
+    configure_from_argv(sys.argv[1:], "decode")  # before NumPy is imported (by common)
 
 from common import (  # noqa: E402
     SAMPLE_BATCH, SAMPLE_MAX_LEN, SAMPLE_NEW, add_config_options, finish_args,

@@ -95,8 +95,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return args.run(args)
 
 
+def blas_thread_timeout(argv: Sequence[str]) -> int:
+    """The ``OPENBLAS_THREAD_TIMEOUT`` a command runs best with: the training commands
+    that of training, every other one (sampling, beam search, scoring) that of decoding
+    (:mod:`minitransformer.fast.parallel` has the measurements)."""
+    from minitransformer.fast.parallel import DECODING_THREAD_TIMEOUT, TRAINING_THREAD_TIMEOUT
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return TRAINING_THREAD_TIMEOUT if command == "train" else DECODING_THREAD_TIMEOUT
+
+
 def _relaunch_with_prompt_blas_threads(argv: Sequence[str]) -> None:
-    """Start this command again with ``OPENBLAS_THREAD_TIMEOUT=22`` if it is not set.
+    """Start this command again with ``OPENBLAS_THREAD_TIMEOUT`` set if it is not
+    (:func:`blas_thread_timeout`; a value you set is kept).
 
     OpenBLAS reads the variable once, when NumPy loads it, and by the time an
     installed script runs, ``import minitransformer`` has loaded NumPy. Without
@@ -106,7 +116,7 @@ def _relaunch_with_prompt_blas_threads(argv: Sequence[str]) -> None:
     """
     if os.environ.get("OPENBLAS_THREAD_TIMEOUT") is not None or os.name != "posix":
         return
-    env = dict(os.environ, OPENBLAS_THREAD_TIMEOUT="22")
+    env = dict(os.environ, OPENBLAS_THREAD_TIMEOUT=str(blas_thread_timeout(argv)))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-m", "minitransformer", *argv], env)

@@ -31,16 +31,25 @@ its own part of the output, and no sum runs across pieces.
 **Idle BLAS threads.** After each product, OpenBLAS's threads by default keep
 spinning for 2^28 cycles (about 0.1 s) before they sleep, and meanwhile they
 hold a core that the pool needs: a pool of 2 on 2 cores then runs *slower* than
-one thread. ``OPENBLAS_THREAD_TIMEOUT=22`` (2^22 cycles, about 1.5 ms) lets
-them sleep soon after the products end, yet still catch the next one of a quick
-series: decoding runs small products with a little attention work between them,
-and there 2^18 (about 0.1 ms) was 1.3-1.8x slower than 2^22 and 2^4 (sleeping
-at once) up to 2x; the training steps did not get slower from 2^18 to 2^22.
+one thread. ``OPENBLAS_THREAD_TIMEOUT=N`` makes them spin 2^N cycles. Which N is
+best depends on the work (``benchmarks/RESULTS.md``, session 15):
+
+* **Training**: :data:`TRAINING_THREAD_TIMEOUT` (8: sleep at once). Every large
+  product is followed by compiled loops (GELU, LayerNorm, attention) on all the
+  cores; a BLAS thread still spinning takes one of them. A small model's
+  attention forward ran 2.5 ms instead of 1.3 right after a 2-thread product at
+  22 (about 1.5 ms of spinning), and whole training steps were 1.09-1.18x faster
+  at 8 than at 22.
+* **Decoding**: :data:`DECODING_THREAD_TIMEOUT` (22). Small products follow each
+  other quickly with little work between them, and a sleeping thread is slow to
+  wake: KV-cached sampling was 1.1-1.3x faster at 22 than at 8 (and 2^18 was
+  1.3-1.8x slower than 2^22 in session 3).
+
 OpenBLAS reads it only when it loads, so it must be in the environment before
-NumPy is imported. The library never changes your environment; the demos and
-the benchmarks set it first thing in their own process (unless you set it), and
-a program of yours can do the same:
-``os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")`` before any import.
+NumPy is imported. The library never changes your environment; the
+``minitransformer`` command, the demos and the benchmarks set it first thing in
+their own process (unless you set it), and a program of yours can do the same:
+``os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "8")`` before any import.
 
 **How many threads.** ``MINITRANSFORMER_THREADS`` if set; else the BLAS thread
 count (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, else
@@ -50,6 +59,7 @@ which still runs the pieces in cache-sized blocks. :func:`set_threads` overrides
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import math
@@ -60,6 +70,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from minitransformer import backend
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+TRAINING_THREAD_TIMEOUT = 8  # OPENBLAS_THREAD_TIMEOUT for training (module notes)
+DECODING_THREAD_TIMEOUT = 22  # and for decoding
 
 BLOCK_BYTES = 1 << 19  # aim for pieces of about this many bytes of their largest array (512 KiB)
 
@@ -117,8 +129,8 @@ def set_threads(n: int) -> None:
     _state["threads"], _state["pool"] = n, None
 
 
-def _openblas_local_setter():
-    """OpenBLAS's ``openblas_set_num_threads_local`` from the library NumPy loaded, or None."""
+def openblas_libraries() -> list[str]:
+    """Paths of the OpenBLAS libraries this process has loaded (Linux), then those beside NumPy."""
     import numpy
 
     here = os.path.dirname(numpy.__file__)
@@ -129,13 +141,28 @@ def _openblas_local_setter():
                                  and line.split()[-1].startswith("/")})
     for folder in (os.path.join(here, "..", "numpy.libs"), os.path.join(here, ".dylibs")):
         candidates += sorted(glob.glob(os.path.join(folder, "*openblas*")))
-    for path in candidates:
+    return candidates
+
+
+def openblas_thread_setter(library):
+    """``openblas_set_num_threads_local`` of a loaded library (ctypes.CDLL), or None."""
+    try:
+        setter = library.openblas_set_num_threads_local
+    except AttributeError:
+        return None
+    setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+    return setter
+
+
+def _openblas_local_setter():
+    """OpenBLAS's ``openblas_set_num_threads_local`` from the library NumPy loaded, or None."""
+    for path in openblas_libraries():
         try:
-            setter = ctypes.CDLL(path).openblas_set_num_threads_local
-        except (OSError, AttributeError):
+            setter = openblas_thread_setter(ctypes.CDLL(path))
+        except OSError:
             continue
-        setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
-        return setter
+        if setter is not None:
+            return setter
     return None
 
 
@@ -189,13 +216,23 @@ def parallel_for(fn, pieces: list, uses_blas: bool = False) -> None:
         for piece in pieces:
             fn(piece)
         return
+    with one_blas_thread(blas):  # one BLAS thread per piece while the pool runs
+        futures = [_pool().submit(fn, piece) for piece in pieces]
+        wait(futures)  # every piece has finished (or failed) before anything is restored
+    for future in futures:
+        future.result()  # the first piece's error, if any, is raised here
+
+
+@contextlib.contextmanager
+def one_blas_thread(blas):
+    """While the block runs, no other parallel section starts and BLAS uses one thread
+    (``blas``: OpenBLAS's ``openblas_set_num_threads_local``, or None to leave it): for
+    work that runs its own products on several threads (:func:`parallel_for`'s pool, or
+    a compiled loop that calls BLAS itself, :mod:`minitransformer.fast.blas`)."""
     with _section:  # one parallel section at a time: the BLAS setting is the process's
-        previous = blas(1) if blas else None  # one BLAS thread per piece while the pool runs
+        previous = blas(1) if blas else None
         try:
-            futures = [_pool().submit(fn, piece) for piece in pieces]
-            wait(futures)  # every piece has finished (or failed) before anything is restored
+            yield
         finally:
             if blas:
                 blas(previous)
-    for future in futures:
-        future.result()  # the first piece's error, if any, is raised here

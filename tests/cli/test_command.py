@@ -72,6 +72,36 @@ def test_python_dash_m_runs_the_command(tmp_path):
 
 
 # --------------------------------------------------------------------------- sample
+@pytest.mark.parametrize("argv, timeout", [(["train", "lm", "--quick"], 8), (["train", "--help"], 8),
+                                            (["sample", "run/"], 22), (["translate", "x"], 22), ([], 22)])
+def test_the_command_starts_itself_with_the_blas_timeout_of_its_work(argv, timeout):
+    """Training runs with idle BLAS threads asleep at once, decoding with them spinning
+    about 1.5 ms (the measured choice of minitransformer/fast/parallel.py)."""
+    from minitransformer.cli.main import blas_thread_timeout
+    from minitransformer.fast import parallel
+    assert blas_thread_timeout(argv) == timeout
+    assert {parallel.TRAINING_THREAD_TIMEOUT, parallel.DECODING_THREAD_TIMEOUT} == {8, 22}
+
+
+def test_the_relaunched_command_sees_the_timeout_and_a_users_value_is_kept(tmp_path):
+    """The command starts itself again with the variable set (the new process's environment
+    is printed instead of starting it); a value set by the user is kept, with no restart."""
+    import os
+    probe = ("import os, sys; os.execve = lambda exe, args, env: (print('restart', env['OPENBLAS_THREAD_TIMEOUT']), "
+             "sys.exit(0)); from minitransformer.cli.main import _relaunch_with_prompt_blas_threads as r; "
+             "r(sys.argv[1:]); print('kept', os.environ['OPENBLAS_THREAD_TIMEOUT'])")
+    for user, argv, expected in ((None, ["train", "lm"], "restart 8"), (None, ["sample"], "restart 22"),
+                                 ("5", ["train"], "kept 5")):
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+        if user is not None:
+            env["OPENBLAS_THREAD_TIMEOUT"] = user
+        env["PYTHONPATH"] = str(ROOT)
+        out = subprocess.run([sys.executable, "-c", probe, *argv], env=env, capture_output=True, text=True,
+                             cwd=tmp_path, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == expected
+
+
 def test_sample_writes_smi_and_csv_and_a_seed_repeats(tiny_checkpoints, tmp_path, capsys):
     smi, table = tmp_path / "a.smi", tmp_path / "a.csv"
     base = ["sample", tiny_checkpoints["lm"], "-n", "6", "--top-k", "3", "--top-p", "0.9", "--temperature", "0.8"]

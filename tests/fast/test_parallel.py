@@ -174,3 +174,16 @@ def test_a_failing_piece_lets_the_others_finish(two_threads):
     with pytest.raises(RuntimeError, match="piece 0 failed"):
         parallel.parallel_for(piece, range(6))
     assert done[1:].all(), "parallel_for returned while pieces were still running"
+
+
+def test_the_benchmarks_use_the_librarys_blas_timeouts():
+    """benchmarks/blas_threads.py repeats the two timeouts (it must not import NumPy): same values."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "blas_threads.py"
+    spec = importlib.util.spec_from_file_location("blas_threads_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.TIMEOUTS == {"train": str(parallel.TRAINING_THREAD_TIMEOUT),
+                               "decode": str(parallel.DECODING_THREAD_TIMEOUT)}
+    assert parallel.TRAINING_THREAD_TIMEOUT <= 22 and parallel.DECODING_THREAD_TIMEOUT <= 22  # the pool's rule
