@@ -39,7 +39,12 @@ def _compiled() -> tuple[bool, str]:
     if not compiled.enabled():
         return False, "the compiled kernels are switched off (fast.compiled.set_enabled(False))"
     import numba
-    return True, f"Numba {numba.__version__}"
+    from minitransformer.fast import blas, fused_attention
+    note = f"Numba {numba.__version__}"
+    if fused_attention._enabled["on"]:
+        note += ", attention loop calling BLAS" if blas.available() else \
+            ", attention loop asked for but no ILP64 OpenBLAS to call: NumPy's products run"
+    return True, note
 
 
 def _blas() -> list[dict]:

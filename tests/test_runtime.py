@@ -1,6 +1,8 @@
 """Every run says what ran: the kernel set, whether its compiled kernels are active, the BLAS kernel."""
 import json
 
+import pytest
+
 from minitransformer import kernels, runtime
 from minitransformer.fast import compiled
 
@@ -53,3 +55,17 @@ def test_provenance_records_the_runtime(tmp_path, capsys):
     record = json.loads(path.read_text())
     assert record["versions"]["runtime"]["kernels"] == kernels.name()
     assert "kernels:" in capsys.readouterr().out, "the start of a training run prints what runs"
+
+
+def test_the_opt_in_attention_loop_is_reported_when_on():
+    from minitransformer.fast import compiled, fused_attention
+    if not compiled.AVAILABLE or kernels.name() != "fast":
+        pytest.skip("needs Numba and the fast kernels")
+    saved = fused_attention._enabled["on"]
+    try:
+        fused_attention.set_enabled(False)
+        assert "attention loop" not in runtime.summary_line()
+        fused_attention.set_enabled(True)
+        assert "attention loop" in runtime.summary_line()
+    finally:
+        fused_attention.set_enabled(saved)

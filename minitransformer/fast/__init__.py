@@ -6,8 +6,10 @@ as a table, is :data:`minitransformer.functional.FAST`.
 
 This package sits below :mod:`minitransformer.nn`: it imports nothing from it (the
 argument checks both sets share live in :mod:`minitransformer.backend`), so the
-layers can name their twins directly. ``parallel`` (the CPU thread pool) and
-``compiled`` (the optional Numba kernels) are its machinery.
+layers can name their twins directly. ``parallel`` (the CPU thread pool),
+``compiled`` (the optional Numba kernels), ``blas`` (BLAS called from compiled
+loops) and ``cuda`` (the GPU's fused kernels) are its machinery;
+``fused_attention`` is an opt-in variant of the attention twin.
 """
 
 

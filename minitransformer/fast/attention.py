@@ -27,6 +27,8 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
   probabilities are written as exact zeros, which is what the softmax gives them.
   This is done on the CPU, for masks only (with an additive bias every logit is
   computed, as the bias's gradient needs them all).
+* **Opt-in: one compiled loop that calls BLAS itself** (:mod:`minitransformer.fast.fused_attention`,
+  ``MINITRANSFORMER_BLAS_ATTENTION=1``): faster alone, not yet in whole training steps.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from typing import NamedTuple
 
 from minitransformer import backend
 from minitransformer.backend import check_attention_dout, check_attention_inputs, sum_to_shape, xp
-from minitransformer.fast import cuda
+from minitransformer.fast import cuda, fused_attention
 from minitransformer.fast.parallel import batch_slices, parallel_for
 
 
@@ -52,6 +54,7 @@ class FastAttentionCache(NamedTuple):
     scale: float
     bias: object  # the additive bias (its shape is dA's), or None
     blocks: list = None  # [(q0, q1, k_end)] of query_blocks: the keys each block of rows needs
+    q: object = None  # (B, H, Tq, Dh) the queries, unscaled, when the compiled loop made the cache (qs is None)
 
 
 def _batch_part(a, b):
@@ -111,12 +114,15 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
     B, H, Tq, Dh = q.shape
     Tk, Dv = k.shape[2], v.shape[3]
     scale = 1.0 / math.sqrt(Dh) if scale is None else float(scale)
+    blocks = query_blocks(mask, bias, Tq, Tk)
+    if fused_attention.usable(q, k, v, mask, bias):  # one compiled loop that calls BLAS itself
+        q, k, v, out, p, pd = fused_attention.attention_forward(q, k, v, mask, scale, dropout_mask, blocks)
+        return out, FastAttentionCache(None, k, v, p, pd, out, dropout_mask, scale, None, blocks, q)
     blocked = None if mask is None else ~mask  # True = may not attend; built once for every block
     qs = xp.empty(q.shape, dtype=q.dtype)  # (B, H, Tq, Dh)
     p = xp.empty((B, H, Tq, Tk), dtype=q.dtype)  # (B, H, Tq, Tk)
     pd = p if dropout_mask is None else xp.empty_like(p)  # (B, H, Tq, Tk)
     out = xp.empty((B, Tq, H, Dv), dtype=q.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dv), heads side by side
-    blocks = query_blocks(mask, bias, Tq, Tk)
 
     def rows(b):  # one block of sequences: b is a slice of the batch axis
         xp.multiply(q[b], scale, out=qs[b])  # (b, H, Tq, Dh)
@@ -165,19 +171,23 @@ def _forward_block(qs, k, v, blocked, bias, dropout_mask, p, pd, out):
 
 def attention_backward(dout, cache: FastAttentionCache):
     """As :func:`minitransformer.nn.attention.attention_backward`."""
-    qs, k, v, p, pd, o, dropout_mask, scale, bias, blocks = cache
+    qs, k, v, p, pd, o, dropout_mask, scale, bias, blocks, q = cache
     B, H, Tq, Tk = p.shape
     check_attention_dout(dout, o.shape)
     blocks = blocks or [(0, Tq, Tk)]
+    Dh = k.shape[3]
     # token-major memory, as for the output: putting the heads side by side is then free;
     # self-attention's three share one (B, T, 3, H, d) buffer, the fused projection's dqkv
-    if qs.shape == k.shape == v.shape:
-        buf = xp.empty((B, Tq, 3, H, qs.shape[3]), dtype=p.dtype)  # (B, T, 3, H, d)
+    if Tq == Tk and Dh == v.shape[3]:  # the shapes of self-attention
+        buf = xp.empty((B, Tq, 3, H, Dh), dtype=p.dtype)  # (B, T, 3, H, d)
         dq, dk, dv = (buf[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # (B, H, T, d) each
     else:
-        dq = xp.empty((B, Tq, H, qs.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dh)
-        dk = xp.empty((B, Tk, H, k.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dh)
+        dq = xp.empty((B, Tq, H, Dh), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dh)
+        dk = xp.empty((B, Tk, H, Dh), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dh)
         dv = xp.empty((B, Tk, H, v.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dv)
+    if qs is None:  # the compiled loop made the cache: it does the backward too
+        fused_attention.attention_backward(dout, q, k, v, p, pd, o, dropout_mask, scale, blocks, dq, dk, dv)
+        return dq, dk, dv, None
     pieces = batch_slices(B, H * Tq * Tk * p.itemsize)
     dbias_parts = {}  # piece start -> that block's dA summed to the bias's shape
 
