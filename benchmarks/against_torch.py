@@ -5,6 +5,7 @@ torch (torch is never a dependency of the package or its tests)::
 
     python benchmarks/against_torch.py --torch-python /path/to/torch-venv/bin/python
     python benchmarks/against_torch.py --torch-python ... --quick      # small only, 2 rounds
+    python benchmarks/against_torch.py --torch-python ... --tasks train --threads 1 --processes 2
 
 Three measurements per config (``small`` 64x64, ``tomczak`` 64x64, ``medium`` 32x128):
 
@@ -155,8 +156,14 @@ def torch_sides(args, folder: Path) -> dict:
 
 
 def run_process(side: str, args, task: str, config: str) -> dict:
+    """One measurement of one side: a fresh worker process, or for ``train`` with
+    ``--processes N`` N workers at once, each with B / N sequences and ``--threads``
+    threads (data-parallel training without its gradient all-reduce, on both sides
+    alike: an upper bound of that mode, whose all-reduce ``data_parallel.py``
+    measures). The step of N workers is their slowest median step, for all B x T tokens."""
+    n = args.processes if task == "train" else 1
     B, T = SHAPES[config] if task == "train" else (64, 64)
-    common = ["--task", task, "--config", config, "--B", str(B), "--T", str(T),
+    common = ["--task", task, "--config", config, "--B", str(B // n), "--T", str(T),
               "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
     env = thread_env(args.threads, task)
     if side.startswith("torch"):
@@ -164,13 +171,22 @@ def run_process(side: str, args, task: str, config: str) -> dict:
         env.update(args.torch_env[side])
     else:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *common]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise SystemExit(f"error: the {side} worker failed ({' '.join(cmd)}):\n{done.stderr.strip()[-2000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    workers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+               for _ in range(n)]
+    results = []
+    for worker in workers:
+        out, err = worker.communicate()
+        if worker.returncode != 0:
+            raise SystemExit(f"error: the {side} worker failed ({' '.join(cmd)}):\n{err.strip()[-2000:]}")
+        result = json.loads(out.strip().splitlines()[-1])
+        if "times" in result:
+            result["median_s"] = statistics.median(result["times"])
+        results.append(result)
+    result = results[0]
+    if n > 1:
+        result["median_s"] = max(r["median_s"] for r in results)
+        result["processes"] = [{"median_s": r["median_s"], "times": r["times"]} for r in results]
     result["side"] = side
-    if "times" in result:
-        result["median_s"] = statistics.median(result["times"])
     return result
 
 
@@ -207,7 +223,9 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=5, help="fresh processes per (config, side) (default 5)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per process (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="threads of each process (default 2)")
+    p.add_argument("--processes", type=int, default=1,
+                   help="train in N processes at once, B / N sequences each (default 1; see run_process)")
     p.add_argument("--pinned", action="store_true",
                    help="keep the machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the workers (default: dropped)")
     p.add_argument("--torch-sides", choices=("both", "installed"), default="both",
@@ -227,6 +245,9 @@ def parse_args(argv=None):
     args.tasks = args.tasks.split(",")
     if set(args.tasks) - set(TASKS):
         p.error(f"--tasks takes train, sample or both, got {args.tasks}")
+    if args.processes < 1 or any(SHAPES[c][0] % args.processes for c in args.configs):
+        p.error(f"--processes {args.processes}: need a positive number that divides every config's batch "
+                f"({', '.join(f'{c} {SHAPES[c][0]}' for c in args.configs)})")
     if args.quick:
         args.rounds, args.steps, args.warmup = 2, 3, 1
     return args
@@ -278,6 +299,7 @@ def main(argv=None):
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "started_utc": started,
         "load_average_start": load0, "load_average_end": os.getloadavg(), "cpu": cpu_model(),
         "cpus": os.cpu_count(), "cpu_vendor": cpuinfo("vendor_id"), "blas": blas_info(), "threads": args.threads,
+        "processes": args.processes,
         "torch": torch_version, "torch_sides": args.torch_env,
         "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "rows": rows})
     print(f"wrote {path}")
