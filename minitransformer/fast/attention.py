@@ -115,7 +115,7 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
     Tk, Dv = k.shape[2], v.shape[3]
     scale = 1.0 / math.sqrt(Dh) if scale is None else float(scale)
     blocks = query_blocks(mask, bias, Tq, Tk)
-    if fused_attention.usable(q, k, v, mask, bias):  # one compiled loop that calls BLAS itself
+    if fused_attention.usable(q, k, v, mask, bias, scale):  # one compiled loop that calls BLAS itself
         q, k, v, out, p, pd = fused_attention.attention_forward(q, k, v, mask, scale, dropout_mask, blocks)
         return out, FastAttentionCache(None, k, v, p, pd, out, dropout_mask, scale, None, blocks, q)
     blocked = None if mask is None else ~mask  # True = may not attend; built once for every block
@@ -185,9 +185,11 @@ def attention_backward(dout, cache: FastAttentionCache):
         dq = xp.empty((B, Tq, H, Dh), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dh)
         dk = xp.empty((B, Tk, H, Dh), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dh)
         dv = xp.empty((B, Tk, H, v.shape[3]), dtype=p.dtype).transpose(0, 2, 1, 3)  # (B, H, Tk, Dv)
-    if qs is None:  # the compiled loop made the cache: it does the backward too
-        fused_attention.attention_backward(dout, q, k, v, p, pd, o, dropout_mask, scale, blocks, dq, dk, dv)
-        return dq, dk, dv, None
+    if qs is None:  # the compiled loop made the cache: it does the backward too, where it can run
+        if fused_attention.backward_usable(p):
+            fused_attention.attention_backward(dout, q, k, v, p, pd, o, dropout_mask, scale, blocks, dq, dk, dv)
+            return dq, dk, dv, None
+        qs = q * scale  # (B, H, Tq, Dh) another thread, or Numba since switched off: the products below
     pieces = batch_slices(B, H * Tq * Tk * p.itemsize)
     dbias_parts = {}  # piece start -> that block's dA summed to the bias's shape
 

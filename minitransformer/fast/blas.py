@@ -24,9 +24,8 @@ cache works: a new process loads the compiled kernels (about 0.2 s) and links
 them to this process's BLAS. (A ctypes function pointer, session 12's prototype,
 is baked into the code as an address, and Numba refuses to cache it.)
 
-The CBLAS call, row-major, :math:`C \leftarrow \alpha\,\mathrm{op}(A)\,\mathrm{op}(B)
-+ \beta C` with :math:`\mathrm{op}(A)` (m, k), :math:`\mathrm{op}(B)` (k, n), C (m, n);
-``lda`` is the distance in elements between two rows of A as stored.
+The call itself (CBLAS, row-major) is declared beside the kernels that make it,
+in :mod:`minitransformer.fast.fused_attention`.
 """
 from __future__ import annotations
 
@@ -34,8 +33,10 @@ import ctypes
 
 from minitransformer.fast import compiled, parallel
 
-ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's enumerations
-# the names the kernels call; the 64 says the integers are 64 bits wide
+# The names the kernels call (the 64: the integers are 64 bits wide). The kernels that name
+# them, and the call's signature, live in fused_attention.py, so that Numba's disk cache,
+# which is refreshed when a kernel's own file changes, never keeps code older than them:
+# change a name here and there together.
 SYMBOLS = {"s": "minitransformer_cblas_sgemm_ilp64", "d": "minitransformer_cblas_dgemm_ilp64"}
 # where an ILP64 OpenBLAS keeps them
 LIBRARY_NAMES = {"s": ("scipy_cblas_sgemm64_", "cblas_sgemm64_"), "d": ("scipy_cblas_dgemm64_", "cblas_dgemm64_")}
@@ -94,43 +95,3 @@ def one_thread():
     """A context in which BLAS runs on one thread: the compiled loop's own threads call it
     (:func:`minitransformer.fast.parallel.one_blas_thread` with this library's setter)."""
     return parallel.one_blas_thread(_state["thread_setter"] if available() else None)
-
-
-if compiled.AVAILABLE:
-    import numba
-    from llvmlite import ir
-    from numba import types
-    from numba.extending import intrinsic
-
-    _i32, _i64 = types.int32, types.int64
-    # void cblas_?gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
-    _sgemm = types.ExternalFunction(SYMBOLS["s"], types.void(
-        _i32, _i32, _i32, _i64, _i64, _i64, types.float32, types.voidptr, _i64, types.voidptr, _i64,
-        types.float32, types.voidptr, _i64))
-    _dgemm = types.ExternalFunction(SYMBOLS["d"], types.void(
-        _i32, _i32, _i32, _i64, _i64, _i64, types.float64, types.voidptr, _i64, types.voidptr, _i64,
-        types.float64, types.voidptr, _i64))
-
-    @intrinsic
-    def pointer(typingctx, address):
-        """An address (an integer: ``array.ctypes.data``) as ``void *``."""
-        if not isinstance(address, types.Integer):
-            return None
-
-        def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
-        return types.voidptr(address), codegen
-
-    @numba.njit(cache=True, inline="always")
-    def gemm(single, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
-        r"""C (m, n) = alpha op(A) op(B) + beta C, row-major, in float32 (``single``) or
-        float64. a, b, c: the int64 addresses of each matrix's first element;
-        ``trans_*``: True for op(X) = X^T; ld*: row distances in elements."""
-        ta = TRANS if trans_a else NO_TRANS
-        tb = TRANS if trans_b else NO_TRANS
-        if single:
-            _sgemm(ROW_MAJOR, ta, tb, m, n, k, numba.float32(alpha), pointer(a), lda, pointer(b), ldb,
-                   numba.float32(beta), pointer(c), ldc)
-        else:
-            _dgemm(ROW_MAJOR, ta, tb, m, n, k, numba.float64(alpha), pointer(a), lda, pointer(b), ldb,
-                   numba.float64(beta), pointer(c), ldc)

@@ -16,7 +16,7 @@ backward
     :math:`dQ = s\,dS\,K`, :math:`dK = s\,dS^\top Q`.
 
 Every matrix is read and written in place through its leading dimension
-(:mod:`minitransformer.fast.blas`): Q, K and V are the strided (B, H, T, d) views
+(:func:`gemm`; :mod:`minitransformer.fast.blas` finds the library): Q, K and V are the strided (B, H, T, d) views
 of the fused projection, the output and dQ, dK, dV are token-major views. While a
 pair's (T, T) block is worked on it stays in the core's cache: the products, the
 softmax and the dropout each touch it there, instead of one pass over all
@@ -74,14 +74,23 @@ def set_enabled(on: bool) -> None:
     _enabled["on"] = bool(on)
 
 
-def usable(q, k, v, mask, bias) -> bool:
-    """True when the compiled loop can take this call: Numba and an ILP64 OpenBLAS are
-    there (:func:`minitransformer.fast.blas.available`), the arrays are host float32 or
-    float64 arrays of one dtype with every axis non-empty, and there is no additive bias
-    (its gradient is summed over the batch: the twin does that)."""
-    if not _enabled["on"] or bias is not None or not compiled.usable(q, k, v) or not blas.available():
+def usable(q, k, v, mask, bias, scale: float) -> bool:
+    """True when the compiled loop can take this call: it is switched on, Numba and an
+    ILP64 OpenBLAS are there (:func:`minitransformer.fast.blas.available`), this is the
+    main thread (:func:`minitransformer.fast.compiled.usable`), the arrays are host float32
+    or float64 arrays of one dtype with every axis non-empty, there is no additive bias
+    (its gradient is summed over the batch: the twin does that), and the scale is not 0
+    (BLAS skips a product whose alpha is 0, so a NaN in q or k would not reach the output)."""
+    if not _enabled["on"] or bias is not None or scale == 0 or not compiled.usable(q, k, v) \
+            or not blas.available():
         return False
     return q.dtype == k.dtype == v.dtype and min(q.shape + k.shape[2:] + v.shape[3:]) > 0
+
+
+def backward_usable(p) -> bool:
+    """True when the loop can run the backward of a cache it made: the forward's
+    conditions that can change since (the main thread, Numba on); else the twin runs it."""
+    return compiled.usable(p) and blas.available()
 
 
 def _gemm_ready(a):
@@ -91,7 +100,8 @@ def _gemm_ready(a):
     its = a.itemsize
     rows, cols = a.shape[-2:]
     row, col = a.strides[-2:]
-    if (col == its or cols == 1) and (rows == 1 or (row > 0 and row % its == 0 and row // its >= cols)):
+    whole = a.dtype.isnative and a.flags.aligned and all(s % its == 0 for s in a.strides)  # every axis
+    if whole and (col == its or cols == 1) and (rows == 1 or (row > 0 and row // its >= cols)):
         return a
     return np.ascontiguousarray(a)
 
@@ -106,11 +116,12 @@ def _allowed(mask, Tk: int):
     return np.ascontiguousarray(np.broadcast_to(m, m.shape[:3] + (Tk,)))  # (Mb, Mh, Mq, Tk)
 
 
-def _drop(dropout_mask, q):
-    """(dropout mask as a contiguous array, whether there is one): the loop reads it per row."""
+def _drop(dropout_mask, q, shape):
+    """(dropout mask as a contiguous ``shape`` (B, H, Tq, Tk) array, whether there is one):
+    the loop reads it per pair and row."""
     if dropout_mask is None:
         return np.ones((1, 1, 1, 1), dtype=q.dtype), False
-    return np.ascontiguousarray(dropout_mask, dtype=q.dtype), True
+    return np.ascontiguousarray(np.broadcast_to(dropout_mask, shape), dtype=q.dtype), True
 
 
 def _matrices(*arrays):
@@ -144,7 +155,7 @@ def attention_forward(q, k, v, mask, scale: float, dropout_mask, blocks):
     q, k, v = _gemm_ready(q), _gemm_ready(k), _gemm_ready(v)
     B, H, Tq, Dh = q.shape
     Tk, Dv = k.shape[2], v.shape[3]
-    drop, has_drop = _drop(dropout_mask, q)
+    drop, has_drop = _drop(dropout_mask, q, (B, H, Tq, Tk))
     p = np.empty((B, H, Tq, Tk), dtype=q.dtype)  # (B, H, Tq, Tk)
     pd = np.empty_like(p) if has_drop else p  # (B, H, Tq, Tk)
     out = np.empty((B, Tq, H, Dv), dtype=q.dtype).transpose(0, 2, 1, 3)  # (B, H, Tq, Dv), heads side by side
@@ -161,10 +172,10 @@ def attention_backward(dout, q, k, v, p, pd, out, dropout_mask, scale: float, bl
     """The backward pass for :func:`minitransformer.fast.attention.attention_backward`:
     writes dq (B, H, Tq, Dh), dk, dv (B, H, Tk, d) (views BLAS can write in place).
     The other arguments are the forward's, as :func:`attention_forward` returned them."""
-    dout = _gemm_ready(dout)
-    drop, has_drop = _drop(dropout_mask, q)
+    dout = _gemm_ready(np.asarray(dout, dtype=q.dtype))  # the cache's dtype: the loop reads both as one
     B, H, Tq, Dh = q.shape
     Tk, Dv = k.shape[2], v.shape[3]
+    drop, has_drop = _drop(dropout_mask, q, (B, H, Tq, Tk))
     delta = np.einsum("bhqd,bhqd->bhq", dout, out)  # (B, H, Tq) = rowsum(dP * P_d), as the twin forms it
     at, st = _matrices(q, k, v, dout, dq, dk, dv)
     sizes = np.array([B, H, Tq, Tk, Dh, Dv], dtype=np.int64)
@@ -177,8 +188,46 @@ def attention_backward(dout, q, k, v, p, pd, out, dropout_mask, scale: float, bl
     _zero_unseen(blocks, dq)
 
 
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's enumerations
+
 if compiled.AVAILABLE:
-    gemm = blas.gemm
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    _i32, _i64 = types.int32, types.int64
+    # void cblas_?gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), 64-bit
+    # integers; the routines are registered under these names by minitransformer.fast.blas
+    _sgemm = types.ExternalFunction(blas.SYMBOLS["s"], types.void(
+        _i32, _i32, _i32, _i64, _i64, _i64, types.float32, types.voidptr, _i64, types.voidptr, _i64,
+        types.float32, types.voidptr, _i64))
+    _dgemm = types.ExternalFunction(blas.SYMBOLS["d"], types.void(
+        _i32, _i32, _i32, _i64, _i64, _i64, types.float64, types.voidptr, _i64, types.voidptr, _i64,
+        types.float64, types.voidptr, _i64))
+
+    @intrinsic
+    def _pointer(typingctx, address):
+        """An address (an integer: ``array.ctypes.data``) as ``void *``."""
+        if not isinstance(address, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+        return types.voidptr(address), codegen
+
+    @numba.njit(cache=True, inline="always")
+    def gemm(single, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        r"""C (m, n) = alpha op(A) op(B) + beta C, row-major, in float32 (``single``) or float64,
+        op(A) (m, k), op(B) (k, n). a, b, c: the addresses of each matrix's first element;
+        ``trans_*``: True for op(X) = X^T; ld*: the distance in elements between two rows as stored."""
+        ta = TRANS if trans_a else NO_TRANS
+        tb = TRANS if trans_b else NO_TRANS
+        if single:
+            _sgemm(ROW_MAJOR, ta, tb, m, n, k, numba.float32(alpha), _pointer(a), lda, _pointer(b), ldb,
+                   numba.float32(beta), _pointer(c), ldc)
+        else:
+            _dgemm(ROW_MAJOR, ta, tb, m, n, k, numba.float64(alpha), _pointer(a), lda, _pointer(b), ldb,
+                   numba.float64(beta), _pointer(c), ldc)
 
     @numba.njit(cache=True)
     def exp_nonpositive(x):

@@ -196,3 +196,78 @@ def test_blas_reads_views_in_place_and_copies_the_rest():
     one_row = a[:, :, :1, :3]
     assert fused_attention._gemm_ready(one_row) is one_row  # a single row: any row stride
     assert blas.library_path() is not None
+
+
+# ---------------------------------------------------------------------------
+# Found in review: inputs the loop must convert, or leave to the twin
+# ---------------------------------------------------------------------------
+def _self_attention(g, B=2, H=2, T=5, d=3, dtype=np.float64):
+    return tuple(g.standard_normal((B, H, T, d)).astype(dtype) for _ in range(4))
+
+
+def test_an_upstream_gradient_of_another_dtype_is_converted(fused):
+    """A float64 dout for a float32 cache (strides in other units) and a big-endian one."""
+    g = np.random.default_rng(21)
+    q, k, v, dout = _self_attention(g, dtype=np.float32)
+    _, cache = FAST["attention_forward"](q, k, v, mask=causal_mask(5))
+    assert cache.qs is None
+    expected = FAST["attention_backward"](dout, cache)[:3]
+    for other in (dout.astype(np.float64), dout.astype(">f4")):
+        for name, got, want in zip(("dq", "dk", "dv"), FAST["attention_backward"](other, cache)[:3], expected):
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 5, 5), (2, 1, 5, 5), (1, 2, 5, 5), (5, 5)])
+def test_a_dropout_mask_that_broadcasts(fused, shape):
+    """A dropout mask of a broadcastable shape (the twin and the reference take it)."""
+    g = np.random.default_rng(22)
+    q, k, v, dout = _self_attention(g)
+    drop = (g.random(shape) >= 0.3) / 0.7
+    fast, ref = _run(q, k, v, dout, causal_mask(5), drop)
+    for name, f, r in zip(NAMES, fast, ref):
+        assert_close(name, f, r, scale=1 / 0.7)
+
+
+def test_strides_that_are_not_whole_elements_are_copied(fused):
+    """Fields of a record array: strides that are not a whole number of elements (the
+    loop counts in elements) are copied first, not rounded."""
+    g = np.random.default_rng(23)
+    B, H, T, d = 3, 2, 4, 3
+    records = np.zeros((B,), dtype=[("a", "<f8", (H, T, d)), ("pad", "u1")])
+    records["a"] = g.standard_normal((B, H, T, d))
+    q = records["a"]  # batch stride 193 bytes
+    assert q.strides[0] % q.itemsize != 0
+    k, v, dout = (g.standard_normal((B, H, T, d)) for _ in range(3))
+    fast, ref = _run(q, k, v, dout, causal_mask(T))
+    for name, f, r in zip(NAMES, fast, ref):
+        assert_close(name, f, r)
+
+
+def test_a_backward_on_another_thread_runs_the_twins_products(fused):
+    """Numba's thread pool serves the main thread only: a backward called from another
+    thread (of a cache the loop made) runs the NumPy products, with the same result."""
+    import threading
+    g = np.random.default_rng(24)
+    q, k, v, dout = _self_attention(g, B=4, H=3, T=9)
+    _, cache = FAST["attention_forward"](q, k, v, mask=causal_mask(9))
+    assert cache.qs is None
+    expected = FAST["attention_backward"](dout, cache)[:3]
+    got = {}
+    worker = threading.Thread(target=lambda: got.update(grads=FAST["attention_backward"](dout, cache)[:3]))
+    worker.start()
+    worker.join()
+    for name, a, b in zip(("dq", "dk", "dv"), got["grads"], expected):
+        assert_close(name, a, b)
+
+
+def test_a_scale_of_zero_is_left_to_the_twin(fused):
+    """BLAS skips a product whose alpha is 0, so NaN * 0 would vanish: the twin runs it,
+    and a NaN query still makes its row NaN, as in the reference."""
+    g = np.random.default_rng(25)
+    q, k, v, _ = _self_attention(g)
+    q[0, 0, 1, 0] = np.nan
+    (out_f, cache_f), (out_r, _) = (FAST["attention_forward"](q, k, v, scale=0.0),
+                                    REFERENCE["attention_forward"](q, k, v, scale=0.0))
+    assert cache_f.qs is not None
+    np.testing.assert_array_equal(np.isnan(out_f), np.isnan(out_r))
