@@ -65,12 +65,15 @@ def _blas() -> list[dict]:
 
 
 def describe() -> dict:
-    """``{"backend", "kernels", "compiled", "compiled_note", "blas": [...], "blas_pins": {...}}``:
-    what runs in this process (JSON-ready). ``blas_pins``: the pinning variables that are set."""
+    """``{"backend", "kernels", "compiled", "compiled_note", "blas": [...], "blas_pins": {...},
+    "blas_thread_timeout"}``: what runs in this process (JSON-ready). ``blas_pins``: the
+    pinning variables that are set; ``blas_thread_timeout``: ``OPENBLAS_THREAD_TIMEOUT``
+    or None (how long idle BLAS threads spin: :mod:`minitransformer.fast.parallel`)."""
     from minitransformer import backend, kernels
     compiled, note = _compiled()
     return {"backend": backend.name(), "kernels": kernels.name(), "compiled": compiled, "compiled_note": note,
-            "blas": _blas(), "blas_pins": {v: os.environ[v] for v in BLAS_PINS if v in os.environ}}
+            "blas": _blas(), "blas_pins": {v: os.environ[v] for v in BLAS_PINS if v in os.environ},
+            "blas_thread_timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT")}
 
 
 def summary_line(d: dict | None = None) -> str:
@@ -84,6 +87,11 @@ def summary_line(d: dict | None = None) -> str:
                      + (f", {b['threads']} thread{'s' * (b['threads'] != 1)}" if b.get("threads") else "")
                      + (f" ({b['note']})" if b.get("note") else "") for b in d["blas"]) or "none found"
     line = f"backend {d['backend']}; kernels: {kernels}; BLAS: {blas}"
+    timeout = d.get("blas_thread_timeout")
+    if d["backend"] != "cupy" and any(b.get("library") == "openblas" for b in d["blas"]):
+        line += (f", idle threads sleep after 2^{timeout} cycles" if timeout is not None else
+                 ", idle threads spin 0.1 s (OPENBLAS_THREAD_TIMEOUT unset: the CPU thread pool stays at one "
+                 "thread; set it before NumPy loads, as the minitransformer command does)")
     if d["blas_pins"]:
         line += ("; BLAS pinned by " + ", ".join(f"{k}={v}" for k, v in d["blas_pins"].items())
                  + " (on a newer CPU a pin can halve the speed of matrix products: unset them)")

@@ -69,3 +69,16 @@ def test_the_opt_in_attention_loop_is_reported_when_on():
         assert "attention loop" in runtime.summary_line()
     finally:
         fused_attention.set_enabled(saved)
+
+
+def test_the_blas_thread_timeout_is_reported(monkeypatch):
+    """How long idle OpenBLAS threads spin changes a step's speed by 1.1-1.2x: it is said."""
+    d = runtime.describe()
+    if not any(b.get("library") == "openblas" for b in d["blas"]) or d["backend"] == "cupy":
+        pytest.skip("needs OpenBLAS on the CPU")
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "8")
+    assert runtime.describe()["blas_thread_timeout"] == "8"
+    assert "sleep after 2^8 cycles" in runtime.summary_line()
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT")
+    line = runtime.summary_line()
+    assert "OPENBLAS_THREAD_TIMEOUT unset" in line and "minitransformer command" in line
