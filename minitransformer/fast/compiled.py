@@ -26,6 +26,7 @@ gradients), and every sum is split the same way whatever the number of threads
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import types
@@ -103,12 +104,15 @@ class Kernel:
     by thread: both builds give identical results (``tests/fast/test_compiled.py``)."""
 
     def __init__(self, fn, fastmath):
-        self.parallel = numba.njit(parallel=True, cache=True, fastmath=fastmath)(fn)
+        # error_model "numpy": a division by zero gives inf or NaN, as in NumPy, instead of
+        # raising; Python's model puts a test before every division, which keeps a serial
+        # loop from being vectorised (a parallel one is compiled this way in any case)
+        self.parallel = numba.njit(parallel=True, cache=True, fastmath=fastmath, error_model="numpy")(fn)
         # a function object of its own, so that the on-disk caches of the two builds never mix
         alone = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__,
                                    fn.__closure__)
         alone.__qualname__, alone.__doc__ = fn.__qualname__ + "_serial", fn.__doc__
-        self.serial = numba.njit(parallel=False, cache=True, fastmath=fastmath)(alone)
+        self.serial = numba.njit(parallel=False, cache=True, fastmath=fastmath, error_model="numpy")(alone)
         self.__doc__, self.__name__ = fn.__doc__, fn.__name__
 
     def __call__(self, *args):
@@ -193,3 +197,85 @@ def parts(N: int) -> int:
     """How many partial sums a gradient over N rows is split into (fixed, whatever the threads)."""
     return max(1, -(-N // ROWS_PER_PART))
 
+
+
+# ---------------------------------------------------------------------------
+# Exact GELU of float32 arrays, in float32 arithmetic and without the table
+# ---------------------------------------------------------------------------
+# Phi(x) = (1 + erf(x / sqrt 2)) / 2 through W. J. Cody's rational approximations of erf on
+# |z| <= 0.46875 and of erfc on 0.46875 < |z| <= 4 and on |z| > 4 (Math. Comp. 23, 1969),
+# all three evaluated and one selected, so that the loop has neither a branch nor a table
+# lookup (a gather) and is vectorised: one float32 element in about 1 ns (the table's loop:
+# 4 ns). e^{-z^2} = 2^-m e^r, e^r by its degree-7 Taylor polynomial, 2^-m as a product of the
+# halvings m's bits select. Measured bound (a dense grid of [-20, 20] against SciPy in
+# float64): 1.3e-7 |x| in y and 1.4e-7 in dy/dx, about float32's own rounding of the
+# reference (1.1e-7 |x|); documented and tested as GELU32_Y_BOUND, GELU32_DYDX_BOUND.
+GELU32_Y_BOUND = 2e-7  # |y~ - y| <= GELU32_Y_BOUND |x|
+GELU32_DYDX_BOUND = 2e-7  # |dy~/dx - dy/dx| <= GELU32_DYDX_BOUND
+_F = np.float32
+_ERF_P = tuple(_F(c) for c in (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
+                               3.20937758913846947e03, 1.85777706184603153e-1))
+_ERF_Q = tuple(_F(c) for c in (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
+                               2.84423683343917062e03))
+_ERFC_P = tuple(_F(c) for c in (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
+                                2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03,
+                                2.05107837782607147e03, 1.23033935479799725e03, 2.15311535474403846e-8))
+_ERFC_Q = tuple(_F(c) for c in (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
+                                1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
+                                3.43936767414372164e03, 1.23033935480374942e03))
+_TAIL_P = tuple(_F(c) for c in (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
+                                1.60837851487422766e-2, 6.58749161529837803e-4, 1.63153871373020978e-2))
+_TAIL_Q = tuple(_F(c) for c in (2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1,
+                                6.05183413124413191e-2, 2.33520497626869185e-3))
+_ONE_OVER_SQRT_PI, _SQRT_HALF, _ONE_OVER_SQRT_2PI = _F(5.6418958354775628695e-1), _F(0.7071067811865476), \
+    _F(0.3989422804014327)
+_LOG2_E, _LN2_HIGH, _LN2_LOW = _F(1.4426950408889634), _F(0.693145751953125), _F(1.428606765330187045e-06)
+_EXP_TERMS = tuple(_F(1.0 / math.factorial(i)) for i in range(1, 8))  # 1/1! .. 1/7!
+_HALVINGS = tuple(_F(2.0 ** -(1 << i)) for i in range(7))  # 2^-1, 2^-2, 2^-4, .. 2^-64
+_ZERO, _HALF, _ONE, _FOUR = _F(0.0), _F(0.5), _F(1.0), _F(4.0)
+_SMALL, _SMALL_SQUARED, _UNDERFLOW = _F(0.46875), _F(0.2197265625), _F(87.0)
+
+
+@_jit
+def gelu_exact_float32(x, y, dydx):
+    r"""y = x\Phi(x), dy/dx = \Phi(x) + x\varphi(x) in float32 arithmetic; x, y, dydx: (n,) float32."""
+    for i in prange(x.shape[0]):
+        xi = x[i]
+        z = xi * _SQRT_HALF
+        a = abs(z)
+        a2 = a * a
+        # e = exp(-z^2) = 2^-m e^r; 0 for z^2 >= 87 (below float32's smallest normal)
+        v = max(-a2, -_UNDERFLOW)
+        n = np.rint(v * _LOG2_E)
+        r = (v - n * _LN2_HIGH) - n * _LN2_LOW
+        m = np.int32(-n)  # 0 .. 126
+        h = _HALVINGS
+        halved = (h[0] if m & 1 else _ONE) * (h[1] if m & 2 else _ONE) * (h[2] if m & 4 else _ONE) \
+            * (h[3] if m & 8 else _ONE) * (h[4] if m & 16 else _ONE) * (h[5] if m & 32 else _ONE) \
+            * (h[6] if m & 64 else _ONE)
+        c = _EXP_TERMS
+        e = (_ONE + r * (c[0] + r * (c[1] + r * (c[2] + r * (c[3] + r * (c[4] + r * (c[5] + r * c[6]))))))) * halved
+        e = e if a2 < _UNDERFLOW else _ZERO
+        # erf(z) for |z| <= 0.46875
+        s = min(a2, _SMALL_SQUARED)
+        p, q = _ERF_P, _ERF_Q
+        erf_small = z * ((((p[4] * s + p[0]) * s + p[1]) * s + p[2]) * s + p[3]) \
+            / ((((s + q[0]) * s + q[1]) * s + q[2]) * s + q[3])
+        # erfc(|z|) = e R(|z|) for 0.46875 < |z| <= 4
+        t = min(a, _FOUR)
+        p, q = _ERFC_P, _ERFC_Q
+        num = (((((((p[8] * t + p[0]) * t + p[1]) * t + p[2]) * t + p[3]) * t + p[4]) * t + p[5]) * t + p[6]) * t
+        den = (((((((t + q[0]) * t + q[1]) * t + q[2]) * t + q[3]) * t + q[4]) * t + q[5]) * t + q[6]) * t
+        middle = (num + p[7]) / (den + q[7])
+        # erfc(|z|) = e (1/sqrt(pi) - w R(w)) / |z| with w = 1/z^2 for |z| > 4
+        u = max(a, _FOUR)
+        w = _ONE / (u * u)
+        p, q = _TAIL_P, _TAIL_Q
+        num = ((((p[5] * w + p[0]) * w + p[1]) * w + p[2]) * w + p[3]) * w
+        den = ((((w + q[0]) * w + q[1]) * w + q[2]) * w + q[3]) * w
+        far = (_ONE_OVER_SQRT_PI - w * (num + p[4]) / (den + q[4])) / u
+        half_erfc = _HALF * e * (middle if a <= _FOUR else far)  # erfc(|z|) / 2
+        tail = half_erfc if z < _ZERO else _ONE - half_erfc
+        cdf = _HALF + _HALF * erf_small if a <= _SMALL else tail
+        y[i] = xi * cdf
+        dydx[i] = cdf + xi * (_ONE_OVER_SQRT_2PI * e)
