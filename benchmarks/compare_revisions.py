@@ -46,7 +46,7 @@ import sys
 import time
 from pathlib import Path
 
-from blas_threads import unpin
+from blas_threads import TIMEOUTS, unpin, work_env
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 VOCAB = 112
@@ -68,7 +68,7 @@ def worker(args) -> None:
     """Time ``args.steps`` training steps after ``args.warmup``; print one JSON line."""
     for var in THREAD_VARIABLES:
         os.environ[var] = str(args.threads)
-    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "8")  # training's (minitransformer/fast/parallel.py)
+    work_env(os.environ, "train")  # OpenBLAS's idle-thread timeout for training, unless set
     import numpy as np  # after the thread variables
 
     import minitransformer
@@ -164,7 +164,7 @@ def run_worker(entry: dict, model: str, args) -> dict:
     env["PYTHONPATH"] = entry["path"]
     for var in THREAD_VARIABLES:
         env[var] = str(args.threads)
-    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "8")  # training's
+    work_env(env, "train")
     env.pop("MINITRANSFORMER_KERNELS", None)
     env.pop("MINITRANSFORMER_NUMBA", None)
     if entry["kernels"] == "fast-numpy":  # the fast kernels without their compiled (Numba) loops
@@ -333,7 +333,7 @@ def main(argv=None) -> None:
               "trees": args.tree, "baseline": args.baseline,
               "settings": {"rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
                            "threads": args.threads, "python": sys.executable,
-                           "OPENBLAS_THREAD_TIMEOUT": os.environ.get("OPENBLAS_THREAD_TIMEOUT", "8")},
+                           "OPENBLAS_THREAD_TIMEOUT": os.environ.get("OPENBLAS_THREAD_TIMEOUT", TIMEOUTS["train"])},
               "shapes": shapes, "load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(),
               "cpu_model": cpu_model(), "runs": runs}
     print(f"{len(labels)} entries x {len(args.models)} models x {args.rounds} rounds; "

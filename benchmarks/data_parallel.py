@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from blas_threads import unpin
+from blas_threads import unpin, work_env
 
 HERE = Path(__file__).resolve().parent
 LAYOUTS = ((1, 2), (2, 1), (2, 2))  # (ranks, threads per rank)
@@ -99,7 +99,7 @@ def run_layout(ranks: int, threads: int, config: str, args) -> dict:
     env = unpin(dict(os.environ), getattr(args, "pinned", False))  # a user's machine has no BLAS pin
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "MINITRANSFORMER_THREADS"):
         env[var] = str(threads)
-    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "8")  # training's (minitransformer/fast/parallel.py)
+    work_env(env, "train")  # OpenBLAS's idle-thread timeout for training, unless set
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", config, str(args.steps), str(args.warmup)]
     if ranks > 1:
         cmd = [args.mpiexec, "-n", str(ranks), *cmd]

@@ -41,7 +41,7 @@ def _compiled() -> tuple[bool, str]:
     import numba
     from minitransformer.fast import blas, fused_attention
     note = f"Numba {numba.__version__}"
-    if fused_attention._enabled["on"]:
+    if fused_attention.enabled():
         note += ", attention loop calling BLAS" if blas.available() else \
             ", attention loop asked for but no ILP64 OpenBLAS to call: NumPy's products run"
     return True, note

@@ -61,7 +61,7 @@ def test_the_opt_in_attention_loop_is_reported_when_on():
     from minitransformer.fast import compiled, fused_attention
     if not compiled.AVAILABLE or kernels.name() != "fast":
         pytest.skip("needs Numba and the fast kernels")
-    saved = fused_attention._enabled["on"]
+    saved = fused_attention.enabled()
     try:
         fused_attention.set_enabled(False)
         assert "attention loop" not in runtime.summary_line()

@@ -5,8 +5,9 @@
 set is selected and every gradient is a CuPy array of one dtype (:func:`usable`). What
 differs is the number of launches: per gradient, one for its sum of squares (written
 into a slot of one float64 array, not added up in Python) and one for the scaling by a
-factor that stays on the device, against four for the reference's chain. Sums in float64, in a fixed order. ``tests/fast/test_fast_cuda.py``
-proves it equal to the reference on a GPU.
+factor that stays on the device, against four for the reference's chain. Sums in
+float64, in a fixed order. ``tests/fast/test_fast_cuda.py`` proves it equal to the
+reference on a GPU.
 """
 from __future__ import annotations
 

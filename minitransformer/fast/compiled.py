@@ -198,7 +198,6 @@ def parts(N: int) -> int:
     return max(1, -(-N // ROWS_PER_PART))
 
 
-
 # ---------------------------------------------------------------------------
 # Exact GELU of float32 arrays, in float32 arithmetic and without the table
 # ---------------------------------------------------------------------------

@@ -74,6 +74,11 @@ def set_enabled(on: bool) -> None:
     _enabled["on"] = bool(on)
 
 
+def enabled() -> bool:
+    """Whether the loop is switched on (:func:`set_enabled`)."""
+    return _enabled["on"]
+
+
 def usable(q, k, v, mask, bias, scale: float) -> bool:
     """True when the compiled loop can take this call: it is switched on, Numba and an
     ILP64 OpenBLAS are there (:func:`minitransformer.fast.blas.available`), this is the

@@ -117,9 +117,11 @@ class RNNSeq2Seq(Module):
             ds, dE_t, dK_t = self.attention.step_backward(dcat[:, t, H:], cache)  # (B, H), (B, S, H), (B, S, A)
             dh[:, t] += ds
             dE += dE_t
-            if dK_t is not None and dK is None:
+            if dK_t is None:  # multiplicative attention: no keys
+                continue
+            if dK is None:
                 dK = dK_t  # a fresh array of the step's backward: summed into in place
-            elif dK_t is not None:
+            else:
                 dK += dK_t
         if dK is not None:
             dE += self.attention.keys_backward(dK, keys_cache)  # (B, S, H): the keys' share, once

@@ -4,6 +4,11 @@ and strides that BLAS reads through leading dimensions, bad values, float32, bot
 compiled builds; and its exponential keeps its documented bound."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -30,7 +35,7 @@ def fused(monkeypatch):
 
     monkeypatch.setattr(fused_attention, "attention_forward", counted)
     monkeypatch.setattr(compiled, "MIN_SIZE", 0)
-    saved = fused_attention._enabled["on"], compiled.enabled()
+    saved = fused_attention.enabled(), compiled.enabled()
     fused_attention.set_enabled(True)
     compiled.set_enabled(True)
     yield calls
@@ -152,13 +157,23 @@ def test_both_builds_give_identical_results(fused, monkeypatch):
 
 
 def test_off_by_default_and_the_switch(fused):
-    """Off (the NumPy products) unless asked for; set_enabled switches it."""
+    """Off (the NumPy products) unless asked for (MINITRANSFORMER_BLAS_ATTENTION=1 at start);
+    set_enabled switches it."""
     g = np.random.default_rng(2)
     q = g.standard_normal((2, 2, 3, 4))
     fused_attention.set_enabled(False)
     assert FAST["attention_forward"](q, q, q)[1].qs is not None
     fused_attention.set_enabled(True)
     assert FAST["attention_forward"](q, q, q)[1].qs is None
+    probe = "from minitransformer.fast import fused_attention as f; print(f.enabled())"
+    root = str(Path(__file__).resolve().parents[2])
+    env = {k: v for k, v in os.environ.items() if k != "MINITRANSFORMER_BLAS_ATTENTION"}
+    env["PYTHONPATH"] = root
+    for value, expected in ((None, "False"), ("1", "True"), ("0", "False")):
+        run_env = env if value is None else {**env, "MINITRANSFORMER_BLAS_ATTENTION": value}
+        done = subprocess.run([sys.executable, "-c", probe], env=run_env, capture_output=True, text=True,
+                              timeout=120, cwd=root)
+        assert done.stdout.strip() == expected, (value, done.stdout, done.stderr[-500:])
 
 
 def test_the_exponential_keeps_its_bound():
@@ -191,7 +206,9 @@ def test_blas_reads_views_in_place_and_copies_the_rest():
     a = np.zeros((2, 3, 5, 12))
     view = a[..., 4:8]  # rows 12 apart, 4 columns: read in place
     assert fused_attention._gemm_ready(view) is view
-    assert fused_attention._gemm_ready(a[:, :, ::-1]) is not a  # rows in decreasing order: copied
+    reversed_rows = a[:, :, ::-1]
+    copied = fused_attention._gemm_ready(reversed_rows)  # rows in decreasing order: copied
+    assert copied is not reversed_rows and copied.flags.c_contiguous and np.array_equal(copied, reversed_rows)
     assert fused_attention._gemm_ready(a[..., ::2]).flags.c_contiguous  # columns apart: copied
     one_row = a[:, :, :1, :3]
     assert fused_attention._gemm_ready(one_row) is one_row  # a single row: any row stride
