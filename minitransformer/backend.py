@@ -75,6 +75,7 @@ def use(backend_name: str) -> None:
     """
     module = _load(backend_name)
     _state["name"], _state["module"] = backend_name, module
+    vars(xp).clear()  # the names xp remembered belong to the previous module
 
 
 def name() -> str:
@@ -83,10 +84,18 @@ def name() -> str:
 
 
 class _XP:
-    """Forwards attribute access to the active array module (numpy/cupy/strict)."""
+    """Forwards attribute access to the active array module (numpy/cupy/strict).
+
+    Each name is looked up in the module once and then kept in this object's own
+    ``__dict__``, where Python finds it before it would call ``__getattr__``: a
+    decoding step reads ``xp.something`` thousands of times, and the forwarding
+    call cost about 0.8 us each (6 % of the small model's sampling). :func:`use`
+    forgets them all when the backend changes."""
 
     def __getattr__(self, attr):
-        return getattr(_state["module"], attr)
+        value = getattr(_state["module"], attr)
+        vars(self)[attr] = value
+        return value
 
     def __repr__(self):
         return f"<minitransformer xp -> {_state['name']}>"

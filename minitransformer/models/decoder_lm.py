@@ -103,8 +103,8 @@ class DecoderLM(Module):
 
     # -- incremental decoding with a KV cache -----------------------------------
     def init_state(self):
-        """Empty decoding state: one KV cache per block and the next position."""
-        return {"caches": [KVCache() for _ in self.blocks], "pos": 0}
+        """Empty decoding state: one KV cache per block (room for ``max_len`` positions) and the next position."""
+        return {"caches": [KVCache(self.config.max_len) for _ in self.blocks], "pos": 0}
 
     def step(self, ids_new, state):
         """Feed new tokens (B, Tn) after those already in ``state``; returns logits of the

@@ -108,7 +108,7 @@ class Seq2Seq(Module):
         The cross-attention keys/values are computed on the first step and reused."""
         memory, src_mask = self.encode(src)
         return {"memory": memory, "src_mask": src_mask, "pos": 0,
-                "caches": [KVCache() for _ in self.dec_blocks],
+                "caches": [KVCache(self.config.max_len) for _ in self.dec_blocks],
                 "cross": [KVCache() for _ in self.dec_blocks]}
 
     def step(self, ids_new, state):

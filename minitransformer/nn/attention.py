@@ -156,19 +156,25 @@ class KVCache:
     positions are filled. ``append`` writes new positions in place (growing the
     buffer by doubling), so each decoding step costs O(1) copies, not O(T).
     For cross-attention the encoder's keys/values are stored once (``static``).
+
+    ``capacity``: the positions the first buffer holds (the models pass their
+    ``max_len``, which decoding never passes), so that it is allocated once and
+    never copied. The pages of a large buffer are mapped by the OS on first write:
+    positions the decoding never reaches cost no memory.
     """
 
-    def __init__(self):
+    def __init__(self, capacity: int = 0):
         self.k = self.v = None
         self.length = 0
         self.static = False
+        self.capacity = capacity
 
     def append(self, k_new, v_new):
         """Add (B, H, Tn, d_h) keys/values; return views of all (B, H, length, d_h)."""
         B, H, Tn, Dh = k_new.shape
         need = self.length + Tn
         if self.k is None or need > self.k.shape[2]:
-            cap = max(need, 2 * (0 if self.k is None else self.k.shape[2]), 16)
+            cap = max(need, 2 * (0 if self.k is None else self.k.shape[2]), 16, self.capacity)
             k = xp.empty((B, H, cap, Dh), dtype=k_new.dtype)  # (B, H, cap, d_h)
             v = xp.empty((B, H, cap, v_new.shape[3]), dtype=v_new.dtype)  # (B, H, cap, d_v)
             if self.length:

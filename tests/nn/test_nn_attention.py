@@ -265,6 +265,29 @@ def test_kvcache_append_writes_in_place_until_full(any_backend, float64):
     assert cache.k is buf  # no copy while the capacity suffices
 
 
+def test_kvcache_with_a_capacity_allocates_once_then_grows_past_it(any_backend, float64):
+    g = np.random.default_rng(1)
+    cache = KVCache(capacity=40)
+    ks = [g.standard_normal((2, 3, 1, 4)) for _ in range(41)]  # one position a step, one past the capacity
+    cache.append(_dev(ks[0]), _dev(ks[0]))
+    buf = cache.k
+    assert buf.shape == (2, 3, 40, 4)
+    for k in ks[1:40]:
+        cache.append(_dev(k), _dev(k))
+    assert cache.k is buf  # never reallocated, never copied, up to the capacity
+    k_all, _ = cache.append(_dev(ks[40]), _dev(ks[40]))
+    assert cache.k.shape[2] == 80 and cache.length == 41
+    np.testing.assert_array_equal(_host(k_all), np.concatenate(ks, axis=2))
+
+
+def test_decoding_states_hold_max_len_positions():
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    model = DecoderLM(DecoderLMConfig(vocab_size=9, max_len=23, d_model=8, n_heads=2, n_layers=2, d_ff=16))
+    state = model.init_state()
+    model.step(np.array([[1], [1]]), state)
+    assert [kv.k.shape[2] for kv in state["caches"]] == [23, 23]
+
+
 def test_kvcache_reorder(any_backend, float64):
     cache = KVCache()
     k, v = _randn(3, 2, 4, 2), _randn(3, 2, 4, 2, seed=1)
