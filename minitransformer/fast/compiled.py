@@ -278,3 +278,106 @@ def gelu_exact_float32(x, y, dydx):
         cdf = _HALF + _HALF * erf_small if a <= _SMALL else tail
         y[i] = xi * cdf
         dydx[i] = cdf + xi * (_ONE_OVER_SQRT_2PI * e)
+
+
+# ---------------------------------------------------------------------------
+# The exponential of a non-positive float64, written out so that loops vectorise
+# ---------------------------------------------------------------------------
+# A loop that calls NumPy's exp per element calls the C library once each: not
+# vectorised. For x <= 0 in float64: n = rint(x log2 e), r = x - n ln 2 in two parts
+# (Cody and Waite; |r| <= 0.3466), e^r by its Taylor polynomial of degree 12
+# (remainder below |r|^13 e^|r| / 13! < 2.4e-16), and 2^n built from its exponent
+# bits. Relative error at most EXP_RELATIVE_ERROR, rounding included (tested against
+# numpy.exp on a dense grid); 0 below EXP_FLOOR (the true value is below 1e-304, and
+# a float32 probability rounds it to 0 anyway).
+EXP_FLOOR = -700.0  # below: exp gives 0
+EXP_RELATIVE_ERROR = 1e-15  # the bound exp_nonpositive is tested to
+LOG2_E = 1.4426950408889634
+LN2_HIGH = 6.93147180369123816490e-01  # ln 2 in two parts: n * LN2_HIGH is exact for |n| < 2^20
+LN2_LOW = 1.90821492927058770002e-10
+
+if numba is not None:
+    @numba.extending.intrinsic
+    def _power_of_two(typingctx, n):
+        """2^n for an int64 n in [-1022, 1023]: the float64 whose exponent field is n + 1023."""
+        from llvmlite import ir
+
+        def codegen(context, builder, signature, args):
+            bits = builder.shl(builder.add(args[0], ir.Constant(ir.IntType(64), 1023)),
+                               ir.Constant(ir.IntType(64), 52))
+            return builder.bitcast(bits, ir.DoubleType())
+        return numba.float64(numba.int64), codegen
+else:
+    def _power_of_two(n):
+        return math.ldexp(1.0, int(n))
+
+
+def exp_nonpositive(x):
+    """e^x for float64 x <= 0 (notes above): 0 below EXP_FLOOR (and for -inf); x must not be NaN."""
+    if x < EXP_FLOOR:
+        return 0.0
+    n = np.rint(x * LOG2_E)
+    r = (x - n * LN2_HIGH) - n * LN2_LOW  # |r| <= 0.3466
+    e = 1.0 + r * (1.0 + r * (1 / 2 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (1 / 720 + r * (
+        1 / 5040 + r * (1 / 40320 + r * (1 / 362880 + r * (1 / 3628800 + r * (1 / 39916800 + r * (
+            1 / 479001600))))))))))))
+    return e * _power_of_two(np.int64(n))
+
+
+if numba is not None:
+    exp_nonpositive = numba.njit(cache=True)(exp_nonpositive)
+
+
+# ---------------------------------------------------------------------------
+# Cross-entropy with label smoothing, one row per iteration
+# ---------------------------------------------------------------------------
+@_jit(vectorize_sums=True)
+def cross_entropy_forward(x, t, eps, p, loss):
+    r"""Per row r of the logits x (N, V), with z = x - \max x and lse = \log\sum_j e^{z_j}:
+    p = e^{z - lse} (N, V), and loss[r] = -(1-\epsilon)(z_t - lse)
+    - \frac{\epsilon}{V-1}\sum_{j \ne t}(z_j - lse), t = t[r] (N,). A row whose
+    largest logit is NaN or infinite is NaN throughout, as the reference's arithmetic makes it."""
+    N, V = x.shape
+    for r in prange(N):
+        m = x[r, 0]
+        for j in range(1, V):
+            v = x[r, j]
+            m = v if (v > m or v != v) else m  # a NaN, once met, stays
+        if not abs(m) < np.inf:  # NaN, +inf (inf - inf) or a row of -inf (-inf - -inf)
+            for j in range(V):
+                p[r, j] = np.nan
+            loss[r] = np.nan
+            continue
+        z_sum = 0.0
+        total = 0.0
+        for j in range(V):
+            z = np.float64(x[r, j]) - m  # <= 0, or -inf
+            z_sum += z
+            e = exp_nonpositive(z)
+            p[r, j] = e
+            total += e
+        inv = 1.0 / total
+        for j in range(V):
+            p[r, j] = p[r, j] * inv
+        lse = np.log(total)
+        logp_t = (np.float64(x[r, t[r]]) - m) - lse
+        out = -(1.0 - eps) * logp_t
+        if eps > 0:
+            out -= eps / (V - 1) * ((z_sum - V * lse) - logp_t)
+        loss[r] = out
+
+
+@_jit
+def cross_entropy_backward(p, t, w, off, hit, d):
+    r"""d = (p - q) w per row: q_j = off off the target, off + hit at it; a row with w = 0 is
+    exactly 0 (an ignored row: selected, so that a NaN p cannot leak). p, d: (N, V); t, w: (N,)."""
+    N, V = p.shape
+    for r in prange(N):
+        wr = w[r]
+        if wr == 0:
+            for j in range(V):
+                d[r, j] = 0.0
+            continue
+        for j in range(V):
+            d[r, j] = (p[r, j] - off) * wr
+        d[r, t[r]] = ((p[r, t[r]] - off) - hit) * wr

@@ -36,17 +36,10 @@ The query axis may be cut into blocks that see only a prefix of the keys (the
 twin's :func:`~minitransformer.fast.attention.query_blocks`); their other
 probabilities are exact zeros.
 
-**The exponential** is written out so that the row loop vectorises
-(:func:`exp_nonpositive`): NumPy's ``exp`` cannot be called per row from a
-compiled loop without losing that. For :math:`x \le 0` in float64:
-:math:`n = \mathrm{rint}(x \log_2 e)`, :math:`r = x - n \ln 2` in two parts
-(Cody and Waite; :math:`|r| \le 0.3466`), :math:`e^r` by its Taylor polynomial of
-degree 12 (remainder below :math:`|r|^{13} e^{|r|}/13! < 2.4\times10^{-16}`), and
-:math:`2^n` built from its exponent bits. Relative error at most
-:data:`EXP_RELATIVE_ERROR` (rounding included; tested against ``numpy.exp`` on
-a dense grid). Below :data:`EXP_FLOOR` it returns 0 (the true value is below
-1e-304, and a float32 probability rounds it to 0 anyway). Scores are summed
-and exponentiated in float64 whatever the dtype.
+**The exponential** is :func:`minitransformer.fast.compiled.exp_nonpositive`, written
+out so that the row loop vectorises (NumPy's ``exp`` cannot be called per row from a
+compiled loop without losing that); its error bound is documented there. Scores are
+summed and exponentiated in float64 whatever the dtype.
 
 Bad values: a row with a NaN or :math:`+\infty` score among the keys it may see
 is all NaN, and a row that may see no key is all zeros, as in the reference.
@@ -58,13 +51,8 @@ import os
 import numpy as np
 
 from minitransformer.fast import blas, compiled
-from minitransformer.fast.compiled import numba, prange
+from minitransformer.fast.compiled import exp_nonpositive, numba, prange
 
-EXP_FLOOR = -700.0  # below: exp gives 0
-EXP_RELATIVE_ERROR = 1e-15  # the bound exp_nonpositive is tested to (module notes)
-LOG2_E = 1.4426950408889634
-LN2_HIGH = 6.93147180369123816490e-01  # ln 2 in two parts: n * LN2_HIGH is exact for |n| < 2^20
-LN2_LOW = 1.90821492927058770002e-10
 _enabled = {"on": os.environ.get("MINITRANSFORMER_BLAS_ATTENTION", "0").strip() == "1"}
 
 
@@ -233,29 +221,6 @@ if compiled.AVAILABLE:
         else:
             _dgemm(ROW_MAJOR, ta, tb, m, n, k, numba.float64(alpha), _pointer(a), lda, _pointer(b), ldb,
                    numba.float64(beta), _pointer(c), ldc)
-
-    @numba.njit(cache=True)
-    def exp_nonpositive(x):
-        """e^x for float64 x <= 0 (module notes): 0 below EXP_FLOOR; x must not be NaN."""
-        if x < EXP_FLOOR:
-            return 0.0
-        n = np.rint(x * LOG2_E)
-        r = (x - n * LN2_HIGH) - n * LN2_LOW  # |r| <= 0.3466
-        e = 1.0 + r * (1.0 + r * (1 / 2 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (1 / 720 + r * (
-            1 / 5040 + r * (1 / 40320 + r * (1 / 362880 + r * (1 / 3628800 + r * (1 / 39916800 + r * (
-                1 / 479001600))))))))))))
-        return e * _power_of_two(np.int64(n))
-
-    @numba.extending.intrinsic
-    def _power_of_two(typingctx, n):
-        """2^n for an int64 n in [-1022, 1023]: the float64 whose exponent field is n + 1023."""
-        from llvmlite import ir
-
-        def codegen(context, builder, signature, args):
-            bits = builder.shl(builder.add(args[0], ir.Constant(ir.IntType(64), 1023)),
-                               ir.Constant(ir.IntType(64), 52))
-            return builder.bitcast(bits, ir.DoubleType())
-        return numba.float64(numba.int64), codegen
 
     @numba.njit(cache=True, fastmath={"reassoc", "contract"})
     def _softmax_row(row, allowed, n):

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from fast_helpers import (
-    assert_close, assert_fields_close, assert_unchanged, covers, dev, FAST, host, REFERENCE, run_forward,
+    assert_close, assert_fields_close, assert_unchanged, covers, dev, FAST, host, REFERENCE, RTOL, run_forward,
     SETTINGS,
 )
+
+F32_RTOL = 1e-5  # float32 rounding is ~6e-8 an operation; the sums differ in order (float64 in the loop)
 
 
 # ---------------------------------------------------------------------------
@@ -118,8 +121,48 @@ def _check_cross_entropy(c):
 @covers("cross_entropy_forward", "cross_entropy_backward")
 @SETTINGS
 @given(c=cross_entropy_cases())
-def test_cross_entropy(any_backend, c):
+def test_cross_entropy(any_backend, compiled_mode, c):
     _check_cross_entropy(c)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_cross_entropy_rows_of_nan_and_infinities(compiled_mode, dtype, eps):
+    """A NaN or +inf logit, or a row of -inf, makes the row's loss and p NaN in both sets
+    (the reference's arithmetic: inf - inf); a -inf logit elsewhere is probability 0."""
+    x = np.random.default_rng(3).standard_normal((6, 5)).astype(dtype)
+    x[0, 2] = np.nan
+    x[1, 4] = np.inf
+    x[2, :] = -np.inf
+    x[3, 1] = -np.inf  # the target's: an infinite loss
+    x[4, 0] = -np.inf  # another's: p 0
+    t = np.array([0, 1, 2, 1, 3, 4])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        (loss_f, cache_f), (loss_r, cache_r) = run_forward("cross_entropy_forward", dev(x), dev(t),
+                                                           label_smoothing=eps, reduction="none")
+        d_f = FAST["cross_entropy_backward"](dev(np.ones(6, dtype)), cache_f)
+        d_r = REFERENCE["cross_entropy_backward"](dev(np.ones(6, dtype)), cache_r)
+    rtol = RTOL if dtype == "float64" else F32_RTOL
+    assert_close("loss", loss_f, loss_r, rtol=rtol)
+    assert_close("p", cache_f.p, cache_r.p, rtol=rtol)
+    assert_close("dlogits", d_f, d_r, rtol=rtol)
+    assert np.isnan(host(loss_f)[:3]).all() and host(cache_f.p)[4, 0] == 0.0
+
+
+def test_cross_entropy_of_a_large_batch_takes_the_threaded_loop(compiled_mode):
+    """4,096 rows of 112 classes (the benchmarks' small model): over compiled.MIN_SIZE as
+    it ships, so the prange build runs, and it agrees with the reference in float32."""
+    g = np.random.default_rng(4)
+    x = (g.standard_normal((64, 64, 112)) * 3).astype(np.float32)
+    t = g.integers(0, 112, size=(64, 64))
+    t[:, -5:] = 0  # padding
+    (loss_f, cache_f), (loss_r, cache_r) = run_forward("cross_entropy_forward", x, t, ignore_index=0,
+                                                       label_smoothing=0.1)
+    assert_close("loss", loss_f, loss_r, rtol=F32_RTOL)
+    assert_close("p", cache_f.p, cache_r.p, rtol=F32_RTOL)
+    assert_close("weight", cache_f.weight, cache_r.weight, rtol=F32_RTOL)
+    assert_close("dlogits", FAST["cross_entropy_backward"](np.float32(1.0), cache_f),
+                 REFERENCE["cross_entropy_backward"](np.float32(1.0), cache_r), rtol=F32_RTOL)
 
 
 # ---------------------------------------------------------------------------
