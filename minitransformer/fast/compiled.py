@@ -1,11 +1,13 @@
-r"""Compiled CPU loops for the element-wise kernels (optional: Numba).
+r"""Compiled CPU loops for the element-wise and row-wise kernels (optional: Numba):
+the exact GELU, LayerNorm, and the cross-entropy with its softmax.
 
 NumPy evaluates ``y = x * cdf`` as one pass over memory per operator, so a
 kernel of twenty operators reads and writes its arrays twenty times. With
 `Numba <https://numba.pydata.org>`_ installed (``pip install minitransformer[fast]``)
 the fast kernels below run as one compiled loop each, spread over the CPU's
 cores by Numba (``prange``, as many threads as :mod:`minitransformer.fast.parallel`
-uses): one read of each input and one write of each output.
+uses): an element-wise loop reads each input once and writes each output once; a
+row-wise loop makes its few passes over a row while the row is in the core's cache.
 
 Two measured choices (``benchmarks/RESULTS.md``): Numba's ``workqueue`` threads,
 whose threads sleep as soon as a loop ends (the OpenMP layer's spin and take the
@@ -313,7 +315,8 @@ else:
 
 
 def exp_nonpositive(x):
-    """e^x for float64 x <= 0 (notes above): 0 below EXP_FLOOR (and for -inf); x must not be NaN."""
+    """e^x for float64 x <= 0, to a relative error of at most EXP_RELATIVE_ERROR (1e-15;
+    the notes above say how); 0 below EXP_FLOOR (and for -inf); x must not be NaN."""
     if x < EXP_FLOOR:
         return 0.0
     n = np.rint(x * LOG2_E)

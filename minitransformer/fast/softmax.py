@@ -5,7 +5,7 @@ sums in place. The cross-entropy never forms the smoothed target distribution
 q: its loss needs only the target's shifted logit, the row sum of the shifted
 logits and the log-sum-exp, and its backward subtracts q from p in two strokes
 (a constant, then the target column). With Numba, forward and backward are each one
-compiled pass per row instead (:mod:`minitransformer.fast.compiled`: 1.9x faster on a
+compiled loop over the rows instead (:mod:`minitransformer.fast.compiled`: 1.9x faster on a
 small model's (4096, 112) logits). Caches are the reference's.
 """
 from __future__ import annotations

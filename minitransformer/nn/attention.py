@@ -157,10 +157,11 @@ class KVCache:
     buffer by doubling), so each decoding step costs O(1) copies, not O(T).
     For cross-attention the encoder's keys/values are stored once (``static``).
 
-    ``capacity``: the positions the first buffer holds (the models pass their
-    ``max_len``, which decoding never passes), so that it is allocated once and
-    never copied. The pages of a large buffer are mapped by the OS on first write:
-    positions the decoding never reaches cost no memory.
+    ``capacity``: on the CPU, the positions the first buffer holds (the models pass
+    their ``max_len``, which decoding never passes), so that it is allocated once
+    and never copied; the OS maps a large buffer's pages on first write, so
+    positions the decoding never reaches cost no memory. On a GPU (another backend)
+    the whole buffer would be reserved at once: there the buffer grows by doubling.
     """
 
     def __init__(self, capacity: int = 0):
@@ -174,7 +175,8 @@ class KVCache:
         B, H, Tn, Dh = k_new.shape
         need = self.length + Tn
         if self.k is None or need > self.k.shape[2]:
-            cap = max(need, 2 * (0 if self.k is None else self.k.shape[2]), 16, self.capacity)
+            first = self.capacity if backend.name() == "numpy" else 0  # see the class notes
+            cap = max(need, 2 * (0 if self.k is None else self.k.shape[2]), 16, first)
             k = xp.empty((B, H, cap, Dh), dtype=k_new.dtype)  # (B, H, cap, d_h)
             v = xp.empty((B, H, cap, v_new.shape[3]), dtype=v_new.dtype)  # (B, H, cap, d_v)
             if self.length:
@@ -191,9 +193,19 @@ class KVCache:
         self.k, self.v, self.length, self.static = k, v, k.shape[2], True
 
     def reorder(self, index):
-        """Keep batch rows ``index`` (B',) in that order: beam search reshuffles hypotheses."""
-        if self.k is not None:
+        """Keep batch rows ``index`` (B',) in that order: beam search reshuffles hypotheses.
+        Only the filled positions are copied, into new buffers of the same capacity."""
+        if self.k is None:
+            return
+        if self.static:  # the encoder's keys/values: every position is filled
             self.k, self.v = self.k[index], self.v[index]
+            return
+        n = self.length
+        k = xp.empty((index.shape[0],) + self.k.shape[1:], dtype=self.k.dtype)  # (B', H, cap, d_h)
+        v = xp.empty((index.shape[0],) + self.v.shape[1:], dtype=self.v.dtype)  # (B', H, cap, d_v)
+        k[:, :, :n] = self.k[index, :, :n]
+        v[:, :, :n] = self.v[index, :, :n]
+        self.k, self.v = k, v
 
 
 def split_heads(x, H: int):

@@ -109,7 +109,8 @@ def test_the_switch_and_the_other_threads():
 
 
 def _kernel_inputs(n_rows, D, dtype):
-    """Arguments of the three compiled kernels for an (n_rows, D) input."""
+    """Arguments of the compiled kernels for an (n_rows, D) input (the logits of the
+    cross-entropy: n_rows rows of D classes)."""
     g = np.random.default_rng(n_rows + D)
     x = (g.standard_normal((n_rows, D)) * 3).astype(dtype)
     w, b, dy = g.standard_normal(D).astype(dtype), g.standard_normal(D).astype(dtype), g.standard_normal((n_rows, D)).astype(dtype)
@@ -121,7 +122,14 @@ def _kernel_inputs(n_rows, D, dtype):
     compiled.layernorm_forward.parallel(*ln_fwd)
     P = compiled.parts(n_rows)
     ln_bwd = (dy, xhat, rstd, w, np.empty_like(dy), np.zeros((P, D)), np.zeros((P, D)))
-    return {"gelu_exact": gelu, "layernorm_forward": ln_fwd, "layernorm_backward": ln_bwd}
+    t = g.integers(0, D, size=n_rows)
+    ce_fwd = (x, t, 0.1, np.empty_like(x), np.empty(n_rows, dtype=dtype))
+    compiled.cross_entropy_forward.parallel(*ce_fwd)
+    w = np.where(g.random(n_rows) < 0.2, 0.0, 1.0 / n_rows).astype(dtype)  # some rows ignored
+    off = 0.1 / (D - 1) if D > 1 else 0.0
+    ce_bwd = (ce_fwd[3], t, w, off, 0.9 - off, np.empty_like(x))
+    return {"gelu_exact": gelu, "layernorm_forward": ln_fwd, "layernorm_backward": ln_bwd,
+            "cross_entropy_forward": ce_fwd, "cross_entropy_backward": ce_bwd}
 
 
 @pytest.mark.parametrize("n_rows, D, dtype", [(1, 1, np.float64), (64, 256, np.float32), (300, 7, np.float64),

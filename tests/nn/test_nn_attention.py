@@ -266,18 +266,33 @@ def test_kvcache_append_writes_in_place_until_full(any_backend, float64):
 
 
 def test_kvcache_with_a_capacity_allocates_once_then_grows_past_it(any_backend, float64):
+    """On the CPU the first buffer holds the capacity; on a device (the stand-in here)
+    the capacity is not reserved up front and the buffer doubles from 16."""
     g = np.random.default_rng(1)
     cache = KVCache(capacity=40)
     ks = [g.standard_normal((2, 3, 1, 4)) for _ in range(41)]  # one position a step, one past the capacity
     cache.append(_dev(ks[0]), _dev(ks[0]))
+    first = 40 if backend.name() == "numpy" else 16
     buf = cache.k
-    assert buf.shape == (2, 3, 40, 4)
-    for k in ks[1:40]:
+    assert buf.shape == (2, 3, first, 4)
+    for k in ks[1:first]:
         cache.append(_dev(k), _dev(k))
     assert cache.k is buf  # never reallocated, never copied, up to the capacity
-    k_all, _ = cache.append(_dev(ks[40]), _dev(ks[40]))
-    assert cache.k.shape[2] == 80 and cache.length == 41
+    for k in ks[first:]:
+        k_all, _ = cache.append(_dev(k), _dev(k))
+    assert cache.k.shape[2] == (80 if first == 40 else 64) and cache.length == 41
     np.testing.assert_array_equal(_host(k_all), np.concatenate(ks, axis=2))
+
+
+def test_kvcache_reorder_keeps_the_capacity_and_the_filled_rows(any_backend, float64):
+    cache = KVCache(capacity=64)
+    k, v = _randn(3, 2, 5, 2), _randn(3, 2, 5, 2, seed=1)
+    cache.append(k, v)
+    cap = cache.k.shape[2]
+    cache.reorder(_dev(np.array([1, 1, 0, 2])))  # beam search may repeat rows and change their number
+    assert cache.k.shape == (4, 2, cap, 2) and cache.v.shape == (4, 2, cap, 2) and cache.length == 5
+    np.testing.assert_array_equal(_host(cache.k)[:, :, :5], _host(k)[[1, 1, 0, 2]])
+    np.testing.assert_array_equal(_host(cache.v)[:, :, :5], _host(v)[[1, 1, 0, 2]])
 
 
 def test_decoding_states_hold_max_len_positions():
