@@ -62,7 +62,7 @@ def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
         t_safe = xp.where(keep, t, 0)  # (N,), ignored rows point at class 0 harmlessly
     check_ids(t_safe, V, "cross_entropy targets")
 
-    if compiled.usable(x):  # one compiled pass per row: the steps below, in float64
+    if compiled.usable(x):  # one compiled loop over the rows: the steps below, in float64
         p = xp.empty(x.shape, dtype=x.dtype)  # (N, V)
         loss_rows = xp.empty(N, dtype=x.dtype)  # (N,)
         compiled.cross_entropy_forward(x, t_safe, float(eps), p, loss_rows)
@@ -115,7 +115,7 @@ def cross_entropy_backward(dloss, cache: FastCrossEntropyCache):
         w = weight * dloss.reshape(-1)  # (N,), "none": one upstream value per row
     else:
         w = weight * dloss  # (N,)
-    if compiled.usable(p, w):  # one compiled pass per row
+    if compiled.usable(p, w):  # one compiled loop over the rows
         d = xp.empty(p.shape, dtype=xp.result_type(p, w))  # (N, V), the dtype p - off then * w gives
         compiled.cross_entropy_backward(p, t, w, off, (1.0 - eps) - off, d)
         return d.reshape(shape)
