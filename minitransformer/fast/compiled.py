@@ -337,8 +337,8 @@ if numba is not None:
 @_jit(vectorize_sums=True)
 def cross_entropy_forward(x, t, eps, p, loss):
     r"""Per row r of the logits x (N, V), with z = x - \max x and lse = \log\sum_j e^{z_j}:
-    p = e^{z - lse} (N, V), and loss[r] = -(1-\epsilon)(z_t - lse)
-    - \frac{\epsilon}{V-1}\sum_{j \ne t}(z_j - lse), t = t[r] (N,). A row whose
+    p = e^{z - lse} (N, V), and loss (N,) with loss[r] = -(1-\epsilon)(z_t - lse)
+    - \frac{\epsilon}{V-1}\sum_{j \ne t}(z_j - lse), t = t[r] (N,) int. A row whose
     largest logit is NaN or infinite is NaN throughout, as the reference's arithmetic makes it."""
     N, V = x.shape
     for r in prange(N):
