@@ -27,6 +27,8 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
   probabilities are written as exact zeros, which is what the softmax gives them.
   This is done on the CPU, for masks only (with an additive bias every logit is
   computed, as the bias's gradient needs them all).
+* **A decoding step** (a few new queries over a time-major KV cache) is one compiled
+  pass through the cache (:mod:`minitransformer.fast.decode_attention`), with Numba.
 * **Opt-in: one compiled loop that calls BLAS itself** (:mod:`minitransformer.fast.fused_attention`,
   ``MINITRANSFORMER_BLAS_ATTENTION=1``): faster alone, not yet in whole training steps.
 """
@@ -37,7 +39,7 @@ from typing import NamedTuple
 
 from minitransformer import backend
 from minitransformer.backend import check_attention_dout, check_attention_inputs, sum_to_shape, xp
-from minitransformer.fast import cuda, fused_attention
+from minitransformer.fast import cuda, decode_attention, fused_attention
 from minitransformer.fast.parallel import batch_slices, parallel_for
 
 
@@ -114,6 +116,9 @@ def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_ma
     B, H, Tq, Dh = q.shape
     Tk, Dv = k.shape[2], v.shape[3]
     scale = 1.0 / math.sqrt(Dh) if scale is None else float(scale)
+    if decode_attention.usable(q, k, v, mask, bias, dropout_mask):  # a decoding step over a KV cache
+        out, p = decode_attention.attention_forward(q, k, v, mask, scale)
+        return out, FastAttentionCache(q * scale, k, v, p, p, out, None, scale, None)
     blocks = query_blocks(mask, bias, Tq, Tk)
     if fused_attention.usable(q, k, v, mask, bias, scale):  # one compiled loop that calls BLAS itself
         q, k, v, out, p, pd = fused_attention.attention_forward(q, k, v, mask, scale, dropout_mask, blocks)

@@ -152,10 +152,14 @@ def attention_backward(dout, cache: AttentionCache):
 class KVCache:
     """Keys and values of the tokens decoded so far, for one attention layer.
 
-    ``k`` and ``v`` are (B, H, capacity, d_h) buffers; the first ``length``
-    positions are filled. ``append`` writes new positions in place (growing the
-    buffer by doubling), so each decoding step costs O(1) copies, not O(T).
-    For cross-attention the encoder's keys/values are stored once (``static``).
+    ``k`` and ``v`` are **time-major** (capacity, B, H, d_h) buffers; the first
+    ``length`` positions are filled. ``append`` writes new positions in place (growing
+    the buffer by doubling), so each decoding step costs O(1) copies, not O(T), and
+    returns (B, H, length, d_h) views, the shape attention takes. Time comes first
+    so that the filled positions are one contiguous block, which a decoding step
+    reads whole: the fast set reads it in one pass through memory
+    (:mod:`minitransformer.fast.decode_attention`). For cross-attention the encoder's
+    keys/values are stored once (``static``), as the (B, H, Tk, d_h) arrays they are.
 
     ``capacity``: on the CPU, the positions the first buffer holds (the models pass
     their ``max_len``, which decoding never passes), so that it is allocated once
@@ -174,22 +178,30 @@ class KVCache:
         """Add (B, H, Tn, d_h) keys/values; return views of all (B, H, length, d_h)."""
         B, H, Tn, Dh = k_new.shape
         need = self.length + Tn
-        if self.k is None or need > self.k.shape[2]:
+        if self.k is None or need > self.k.shape[0]:
             first = self.capacity if backend.name() == "numpy" else 0  # see the class notes
-            cap = max(need, 2 * (0 if self.k is None else self.k.shape[2]), 16, first)
-            k = xp.empty((B, H, cap, Dh), dtype=k_new.dtype)  # (B, H, cap, d_h)
-            v = xp.empty((B, H, cap, v_new.shape[3]), dtype=v_new.dtype)  # (B, H, cap, d_v)
+            cap = max(need, 2 * (0 if self.k is None else self.k.shape[0]), 16, first)
+            k = xp.empty((cap, B, H, Dh), dtype=k_new.dtype)  # (cap, B, H, d_h)
+            v = xp.empty((cap, B, H, v_new.shape[3]), dtype=v_new.dtype)  # (cap, B, H, d_v)
             if self.length:
-                k[:, :, : self.length] = self.k[:, :, : self.length]
-                v[:, :, : self.length] = self.v[:, :, : self.length]
+                k[: self.length] = self.k[: self.length]
+                v[: self.length] = self.v[: self.length]
             self.k, self.v = k, v
-        self.k[:, :, self.length:need] = k_new
-        self.v[:, :, self.length:need] = v_new
+        self.k[self.length:need] = k_new.transpose(2, 0, 1, 3)  # (Tn, B, H, d_h)
+        self.v[self.length:need] = v_new.transpose(2, 0, 1, 3)  # (Tn, B, H, d_v)
         self.length = need
-        return self.k[:, :, :need], self.v[:, :, :need]
+        return self.keys(), self.values()
+
+    def keys(self):
+        """The cached keys as a (B, H, length, d_h) view."""
+        return self.k if self.static else self.k[: self.length].transpose(1, 2, 0, 3)
+
+    def values(self):
+        """The cached values as a (B, H, length, d_v) view."""
+        return self.v if self.static else self.v[: self.length].transpose(1, 2, 0, 3)
 
     def set_static(self, k, v):
-        """Store cross-attention keys/values computed once from the encoder output."""
+        """Store cross-attention keys/values (B, H, Tk, d_h) computed once from the encoder output."""
         self.k, self.v, self.length, self.static = k, v, k.shape[2], True
 
     def reorder(self, index):
@@ -197,14 +209,14 @@ class KVCache:
         Only the filled positions are copied, into new buffers of the same capacity."""
         if self.k is None:
             return
-        if self.static:  # the encoder's keys/values: every position is filled
+        if self.static:  # the encoder's keys/values, (B, H, Tk, d): every position is filled
             self.k, self.v = self.k[index], self.v[index]
             return
         n = self.length
-        k = xp.empty((index.shape[0],) + self.k.shape[1:], dtype=self.k.dtype)  # (B', H, cap, d_h)
-        v = xp.empty((index.shape[0],) + self.v.shape[1:], dtype=self.v.dtype)  # (B', H, cap, d_v)
-        k[:, :, :n] = self.k[index, :, :n]
-        v[:, :, :n] = self.v[index, :, :n]
+        k = xp.empty((self.k.shape[0], index.shape[0]) + self.k.shape[2:], dtype=self.k.dtype)  # (cap, B', H, d_h)
+        v = xp.empty((self.v.shape[0], index.shape[0]) + self.v.shape[2:], dtype=self.v.dtype)  # (cap, B', H, d_v)
+        k[:n] = self.k[:n, index]
+        v[:n] = self.v[:n, index]
         self.k, self.v = k, v
 
 
@@ -291,7 +303,7 @@ class MultiHeadAttention(Module):
         else:
             q, q_lin = linear_forward(x, W[:, :inner], bq)  # (B, Tq, H*dh)
         if kv_cache is not None and kv_cache.static:
-            return split_heads(q, H), kv_cache.k, kv_cache.v, (q_lin, None)
+            return split_heads(q, H), kv_cache.keys(), kv_cache.values(), (q_lin, None)
         if kernels.fast:
             kv, kv_lin = fast_linear.linear_forward(context, W[:, inner:], bkv)  # (B, Tk, 2*H*dh)
         else:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from minitransformer.fast import blas, compiled, fused_attention
+from minitransformer.fast import blas, compiled, decode_attention, fused_attention
 from minitransformer.nn.attention import causal_mask
 from fast_helpers import assert_close, FAST, REFERENCE, SETTINGS
 from test_fast_attention import _check_attention, attention_cases
@@ -35,6 +35,7 @@ def fused(monkeypatch):
 
     monkeypatch.setattr(fused_attention, "attention_forward", counted)
     monkeypatch.setattr(compiled, "MIN_SIZE", 0)
+    monkeypatch.setattr(decode_attention, "usable", lambda *args: False)  # its own tests: a few rows, a cache
     saved = fused_attention.enabled(), compiled.enabled()
     fused_attention.set_enabled(True)
     compiled.set_enabled(True)

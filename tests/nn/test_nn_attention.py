@@ -253,8 +253,21 @@ def test_kvcache_append_grow_and_views(any_backend, float64):
         np.testing.assert_array_equal(_host(k_all), np.concatenate(ks, axis=2))
         np.testing.assert_array_equal(_host(v_all), np.concatenate(vs, axis=2))
         assert cache.length == sum(a.shape[2] for a in ks)
-        assert cache.k.shape[2] >= cache.length
-    assert cache.length == 38 and cache.k.shape[2] == 64  # capacity 16 -> 32 -> 64 (doubling)
+        assert cache.k.shape[0] >= cache.length
+    assert cache.length == 38 and cache.k.shape[0] == 64  # capacity 16 -> 32 -> 64 (doubling)
+
+
+def test_kvcache_is_time_major_and_its_filled_positions_one_block(any_backend, float64):
+    """The buffers are (capacity, B, H, d): a step's keys of every sequence and head lie
+    together, and the filled positions are one contiguous block (what the fast set reads)."""
+    cache = KVCache(capacity=10)
+    k, v = _randn(3, 2, 4, 5), _randn(3, 2, 4, 6, seed=1)
+    k_all, v_all = cache.append(k, v)
+    assert cache.k.shape[1:] == (3, 2, 5) and cache.v.shape[1:] == (3, 2, 6)
+    np.testing.assert_array_equal(_host(cache.k)[:4], _host(k).transpose(2, 0, 1, 3))
+    np.testing.assert_array_equal(_host(cache.v)[:4], _host(v).transpose(2, 0, 1, 3))
+    assert k_all.transpose(2, 0, 1, 3).flags.c_contiguous and v_all.transpose(2, 0, 1, 3).flags.c_contiguous
+    assert k_all.shape == (3, 2, 4, 5) and v_all.shape == (3, 2, 4, 6)
 
 
 def test_kvcache_append_writes_in_place_until_full(any_backend, float64):
@@ -274,13 +287,13 @@ def test_kvcache_with_a_capacity_allocates_once_then_grows_past_it(any_backend, 
     cache.append(_dev(ks[0]), _dev(ks[0]))
     first = 40 if backend.name() == "numpy" else 16
     buf = cache.k
-    assert buf.shape == (2, 3, first, 4)
+    assert buf.shape == (first, 2, 3, 4)
     for k in ks[1:first]:
         cache.append(_dev(k), _dev(k))
     assert cache.k is buf  # never reallocated, never copied, up to the capacity
     for k in ks[first:]:
         k_all, _ = cache.append(_dev(k), _dev(k))
-    assert cache.k.shape[2] == (80 if first == 40 else 64) and cache.length == 41
+    assert cache.k.shape[0] == (80 if first == 40 else 64) and cache.length == 41
     np.testing.assert_array_equal(_host(k_all), np.concatenate(ks, axis=2))
 
 
@@ -288,11 +301,11 @@ def test_kvcache_reorder_keeps_the_capacity_and_the_filled_rows(any_backend, flo
     cache = KVCache(capacity=64)
     k, v = _randn(3, 2, 5, 2), _randn(3, 2, 5, 2, seed=1)
     cache.append(k, v)
-    cap = cache.k.shape[2]
+    cap = cache.k.shape[0]
     cache.reorder(_dev(np.array([1, 1, 0, 2])))  # beam search may repeat rows and change their number
-    assert cache.k.shape == (4, 2, cap, 2) and cache.v.shape == (4, 2, cap, 2) and cache.length == 5
-    np.testing.assert_array_equal(_host(cache.k)[:, :, :5], _host(k)[[1, 1, 0, 2]])
-    np.testing.assert_array_equal(_host(cache.v)[:, :, :5], _host(v)[[1, 1, 0, 2]])
+    assert cache.k.shape == (cap, 4, 2, 2) and cache.v.shape == (cap, 4, 2, 2) and cache.length == 5
+    np.testing.assert_array_equal(_host(cache.keys()), _host(k)[[1, 1, 0, 2]])
+    np.testing.assert_array_equal(_host(cache.values()), _host(v)[[1, 1, 0, 2]])
 
 
 def test_decoding_states_hold_max_len_positions():
@@ -300,7 +313,7 @@ def test_decoding_states_hold_max_len_positions():
     model = DecoderLM(DecoderLMConfig(vocab_size=9, max_len=23, d_model=8, n_heads=2, n_layers=2, d_ff=16))
     state = model.init_state()
     model.step(np.array([[1], [1]]), state)
-    assert [kv.k.shape[2] for kv in state["caches"]] == [23, 23]
+    assert [kv.k.shape[0] for kv in state["caches"]] == [23, 23]
 
 
 def test_kvcache_reorder(any_backend, float64):

@@ -1,0 +1,158 @@
+r"""Attention of a few new queries over a KV cache, as one compiled pass through memory.
+
+A decoding step attends from one new query per (sequence, head) pair to every
+key and value cached so far: :math:`S = s\,q K^\top`, :math:`P = \mathrm{softmax}(S)`,
+:math:`o = P V`, with :math:`q` a single row. The work is small (two
+matrix-vector products a pair) and the cache is large, so the cost is reading it:
+at the tomczak model's 64 sequences x 4 heads x 64 keys x 64 wide, 8.4 MB of keys
+and values a layer, every step, from memory rather than the CPU cache.
+
+The NumPy twin (:func:`minitransformer.fast.attention.attention_forward`) calls
+BLAS twice per pair, 512 small calls a layer, whose fixed cost dominates short
+caches. This loop makes one pass instead, reading the keys, then the values, in
+the order they lie in memory: the cache (:class:`minitransformer.nn.attention.KVCache`)
+is **time-major**, (T, B, H, d), so the keys of all pairs at one position are
+adjacent and the filled positions are one contiguous block. Measured on 2 cores
+(``benchmarks/RESULTS.md``, session 17), reading a (B, H, capacity, d) cache
+pair by pair ran at half the memory rate of one contiguous block: each pair's
+keys are a short stream of their own, which the CPU's prefetcher must find anew.
+
+Per pair the math is the reference's: the logits in the arrays' dtype, the masked
+softmax in float64 (:func:`minitransformer.fast.fused_attention._softmax_row`:
+a row that may see no key is zeros, a NaN or :math:`+\infty` logit makes it NaN),
+then the weighted sum of the values. Results agree with the reference to
+rounding (the sums are regrouped to vectorise: ``tests/fast/test_fast_decode_attention.py``).
+
+Used by the fast twin when Numba runs and the call looks like a decoding step:
+at most :data:`MAX_QUERIES` query rows, keys and values that are time-major
+views (what the cache returns), no additive bias and no dropout. Anything else
+goes the twin's way.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minitransformer.fast import compiled
+from minitransformer.fast.compiled import numba
+
+MAX_QUERIES = 4  # query rows per pair at most: a decoding step has 1; longer prompts go the twin's way
+
+
+def time_major(a):
+    """``a`` (B, H, T, d) as the (T, B*H, d) C-contiguous array it is a view of, or None."""
+    t = a.transpose(2, 0, 1, 3)  # (T, B, H, d)
+    if not t.flags.c_contiguous:
+        return None
+    return t.reshape(t.shape[0], t.shape[1] * t.shape[2], t.shape[3])  # (T, B*H, d), a view
+
+
+def usable(q, k, v, mask, bias, dropout_mask) -> bool:
+    """True when this loop can take the call (module notes): Numba runs on this thread
+    (:func:`minitransformer.fast.compiled.usable`), q, k, v are host float arrays of one
+    dtype, q has at most :data:`MAX_QUERIES` rows per pair and every axis non-empty, k and v
+    are time-major views with q's (B, H), and there is neither a bias nor a dropout
+    mask (the caller has checked the inputs: the mask is boolean)."""
+    if bias is not None or dropout_mask is not None or not compiled.usable(q, k, v):
+        return False
+    if not (q.dtype == k.dtype == v.dtype and q.shape[2] <= MAX_QUERIES and min(q.shape + k.shape[2:]
+                                                                              + v.shape[3:]) > 0):
+        return False
+    return k.shape[:2] == q.shape[:2] == v.shape[:2] and k.shape[2] == v.shape[2] \
+        and time_major(k) is not None and time_major(v) is not None
+
+
+def attention_forward(q, k, v, mask, scale: float):
+    """The forward pass of one decoding step (:func:`usable` said yes).
+
+    Args:
+        q: (B, H, Tq, Dh) queries, Tq <= MAX_QUERIES (any strides).
+        k: (B, H, T, Dh), v: (B, H, T, Dv): time-major views (the cache's).
+        mask: boolean, broadcastable to (B, H, Tq, T), or None.
+        scale: the logits' factor.
+
+    Returns:
+        out (B, H, Tq, Dv) and p (B, H, Tq, T), the probabilities.
+    """
+    B, H, Tq, Dh = q.shape
+    T, Dv = k.shape[2], v.shape[3]
+    masked = mask is not None and not bool(mask.all())  # a decoding step's causal row allows every key
+    qc = np.ascontiguousarray(q).reshape(B * H, Tq, Dh)  # (B*H, Tq, Dh)
+    allowed = np.broadcast_to(np.True_ if mask is None else mask, (B, H, Tq, T))  # (B, H, Tq, T), a view
+    p = np.empty((B * H, Tq, T), dtype=q.dtype)  # (B*H, Tq, T)
+    out = np.empty((B * H, Tq, Dv), dtype=q.dtype)  # (B*H, Tq, Dv)
+    _decode_pairs(qc, time_major(k), time_major(v), allowed, masked, q.dtype.type(scale), H, p, out)
+    return out.reshape(B, H, Tq, Dv), p.reshape(B, H, Tq, T)
+
+
+if compiled.AVAILABLE:
+    from minitransformer.fast.compiled import exp_nonpositive
+    from minitransformer.fast.fused_attention import _softmax_row
+
+    _VECTORIZE = {"reassoc", "contract"}  # as compiled._jit(vectorize_sums=True)
+
+    @numba.njit(cache=True, inline="always", fastmath=_VECTORIZE, error_model="numpy")
+    def _dot(x, y, zero):
+        """x . y for (d,) arrays, summed from ``zero`` (its dtype)."""
+        acc = zero
+        for i in range(x.shape[0]):
+            acc += x[i] * y[i]
+        return acc
+
+    @numba.njit(cache=True, inline="always", fastmath=_VECTORIZE, error_model="numpy")
+    def _add_scaled(a, x, y):
+        """y += a x for (d,) arrays."""
+        for i in range(x.shape[0]):
+            y[i] += a * x[i]
+
+    @numba.njit(cache=True, fastmath=_VECTORIZE, error_model="numpy")
+    def _softmax_row_unmasked(row, n):
+        """row[:n] -> its softmax in place, every key allowed: the case of a decoding step,
+        in branch-free loops that vectorise; a NaN or +inf logit makes the row NaN, as
+        :func:`~minitransformer.fast.fused_attention._softmax_row` does."""
+        top = -np.inf
+        bad = 0
+        for j in range(n):
+            x = np.float64(row[j])
+            bad += x != x
+            top = x if x > top else top
+        if bad > 0 or top == np.inf:  # NaN in, or inf - inf: the reference's row of NaN
+            for j in range(n):
+                row[j] = np.nan
+            return
+        if top == -np.inf:  # every logit -inf: zeros, as _softmax_row makes it
+            for j in range(n):
+                row[j] = 0.0
+            return
+        total = 0.0
+        for j in range(n):
+            e = exp_nonpositive(np.float64(row[j]) - top)
+            row[j] = e
+            total += e
+        inv = 1.0 / total
+        for j in range(n):
+            row[j] = row[j] * inv
+
+    @numba.njit(cache=True, fastmath=_VECTORIZE, error_model="numpy")
+    def _decode_pairs(q, k, v, allowed, masked, scale, H, p, out):
+        """q (BH, Tq, Dh); k (T, BH, Dh), v (T, BH, Dv) time-major; allowed (B, H, Tq, T),
+        read only if ``masked``; scale of the arrays' dtype. Writes p (BH, Tq, T), the
+        probabilities, and out (BH, Tq, Dv). On the calling thread: see the module notes."""
+        BH, Tq, Dh = q.shape
+        T = k.shape[0]
+        for j in range(T):  # S = s q K^T, one position of every pair at a time: memory order
+            kj = k[j]  # (BH, Dh)
+            for bh in range(BH):
+                for i in range(Tq):
+                    p[bh, i, j] = _dot(q[bh, i], kj[bh], scale - scale) * scale
+        for bh in range(BH):  # P = softmax(S) row by row, in place
+            for i in range(Tq):
+                if masked:
+                    _softmax_row(p[bh, i], allowed[bh // H, bh % H, i], T)
+                else:
+                    _softmax_row_unmasked(p[bh, i], T)
+                out[bh, i, :] = 0.0
+        for j in range(T):  # o = P V, again one position at a time
+            vj = v[j]  # (BH, Dv)
+            for bh in range(BH):
+                for i in range(Tq):
+                    _add_scaled(p[bh, i, j], vj[bh], out[bh, i])
