@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Training speed of two or more source trees, side by side, in one run.
+"""Training (or KV-cached sampling) speed of two or more source trees, side by side, in one run.
 
 Each tree is a checkout of the library (``git worktree add --detach /tmp/mt-OLD OLD``
 makes one of an old commit). Run from the repository root::
@@ -20,7 +20,10 @@ imported, builds the model, and times full training steps, float32::
 
 with ``LMTask`` and ``AdamW(lr=1e-3)``, on one fixed batch of random ids (never
 PAD). ``--warmup`` steps are not timed; the process reports the median of its
-``--steps`` timed steps. The worker uses only names that exist, with the same
+``--steps`` timed steps. ``--task sample``: a step is instead one call of
+``sample(model, batch_size=64, max_len=65, rng=0, use_cache=True)`` on the model in
+eval mode with EOS made impossible (its logit's bias -1e4, as ``common.sampling_model``),
+64 x 64 new tokens, under the decoding thread timeout. The worker uses only names that exist, with the same
 signatures, in every revision compared so far (``DecoderLM``, ``DecoderLMConfig``,
 ``LMTask.loss/backward``, ``AdamW``, ``Module.zero_grad``), so the same code
 measures every tree.
@@ -57,18 +60,24 @@ MODELS = {
     "tomczak": ("tomczak", 64, 64),
     "medium": (dict(d_model=256, n_heads=8, n_layers=4, d_ff=1024, norm="pre", activation="gelu"), 32, 128),
 }
+SAMPLE_BATCH = 64  # --task sample: sequences per call, each 64 new tokens (as common.py's sampling)
 HERE = Path(__file__).resolve().parent
 QUIET = 1.3  # a "quiet" round: each side's best step within 30 % of its own fastest step of the run
+
+
+def _timeout_kind(task: str) -> str:
+    """Which OpenBLAS idle-thread timeout of blas_threads.TIMEOUTS the task runs under."""
+    return "decode" if task == "sample" else "train"
 
 
 # ---------------------------------------------------------------------------
 # The worker: one tree, one model, one fresh process
 # ---------------------------------------------------------------------------
 def worker(args) -> None:
-    """Time ``args.steps`` training steps after ``args.warmup``; print one JSON line."""
+    """Time ``args.steps`` training (or sampling) steps after ``args.warmup``; print one JSON line."""
     for var in THREAD_VARIABLES:
         os.environ[var] = str(args.threads)
-    work_env(os.environ, "train")  # OpenBLAS's idle-thread timeout for training, unless set
+    work_env(os.environ, _timeout_kind(args.task))  # OpenBLAS's idle-thread timeout, unless set
     import numpy as np  # after the thread variables
 
     import minitransformer
@@ -80,7 +89,7 @@ def worker(args) -> None:
     if args.expect_root and root != Path(args.expect_root).resolve():
         raise SystemExit(f"worker imported minitransformer from {root}, not {args.expect_root}")
     spec, B, T = MODELS[args.model]
-    max_len = max(T, 65)
+    max_len = 65 if args.task == "sample" else max(T, 65)  # sampling: BOS + 64, as common.SAMPLE_MAX_LEN
     if spec == "tomczak":
         cfg = DecoderLMConfig.tomczak(vocab_size=VOCAB, max_len=max_len)
     else:
@@ -98,6 +107,16 @@ def worker(args) -> None:
         task.backward(model)
         opt.step()
         return loss
+
+    if args.task == "sample":  # 64 x 64 new tokens, KV-cached; EOS never drawn
+        from minitransformer.generate import sample
+        model.eval()
+        model.head.linear.bias.data[cfg.eos_id] = -1e4
+        B, T = SAMPLE_BATCH, max_len - 1
+
+        def step():
+            sample(model, batch_size=B, max_len=max_len, rng=0, use_cache=True)
+            return 0.0
 
     losses, wall, cpu = [], [], []
     for i in range(args.warmup + args.steps):
@@ -131,7 +150,7 @@ def worker(args) -> None:
     if strays:
         raise SystemExit(f"worker loaded modules from outside {root}: {strays}")
     print(json.dumps({
-        "model": args.model, "B": B, "T": T, "root": str(root), "kernels": kernels, "pool_threads": pool,
+        "model": args.model, "task": args.task, "B": B, "T": T, "root": str(root), "kernels": kernels, "pool_threads": pool,
         "parameters": model.num_parameters(), "step_s": wall, "cpu_s": cpu,
         "median_step_s": statistics.median(wall), "tokens_per_s": B * T / statistics.median(wall),
         "loss_first": losses[0], "loss_last": losses[-1], "blas": blas,
@@ -164,7 +183,7 @@ def run_worker(entry: dict, model: str, args) -> dict:
     env["PYTHONPATH"] = entry["path"]
     for var in THREAD_VARIABLES:
         env[var] = str(args.threads)
-    work_env(env, "train")
+    work_env(env, _timeout_kind(args.task))
     env.pop("MINITRANSFORMER_KERNELS", None)
     env.pop("MINITRANSFORMER_NUMBA", None)
     if entry["kernels"] == "fast-numpy":  # the fast kernels without their compiled (Numba) loops
@@ -172,7 +191,8 @@ def run_worker(entry: dict, model: str, args) -> dict:
     elif entry["kernels"]:
         env["MINITRANSFORMER_KERNELS"] = entry["kernels"]
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--model", model,
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
+           "--task", args.task, "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--threads", str(args.threads),
            "--expect-root", entry["path"]]
     load = os.getloadavg()[0]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd="/")
@@ -273,6 +293,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--baseline", help="label the ratios are taken against (default: the first --tree)")
     p.add_argument("--models", type=lambda s: s.split(","), default=list(MODELS),
                    help=f"comma-separated subset of {','.join(MODELS)} (default: all)")
+    p.add_argument("--task", choices=("train", "sample"), default="train",
+                   help="what a step is: a training step, or a KV-cached sampling call (default train)")
     p.add_argument("--rounds", type=int, default=8, help="processes per (model, tree) (default 8)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per process (default 5)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first, per process (default 3)")
@@ -326,14 +348,15 @@ def main(argv=None) -> None:
     labels = [e["label"] for e in args.tree]
     for e in args.tree:
         e["revision"] = git_describe(e["path"])
-    shapes = {m: MODELS[m][1:] for m in args.models}
+    shapes = {m: MODELS[m][1:] if args.task == "train" else (SAMPLE_BATCH, 64) for m in args.models}
     runs = {m: {label: [] for label in labels} for m in args.models}
     record = {"command": " ".join(["python", "benchmarks/compare_revisions.py"] + sys.argv[1:]),
               "date_utc": stamp.isoformat(timespec="seconds"),
               "trees": args.tree, "baseline": args.baseline,
               "settings": {"rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
                            "threads": args.threads, "python": sys.executable,
-                           "OPENBLAS_THREAD_TIMEOUT": os.environ.get("OPENBLAS_THREAD_TIMEOUT", TIMEOUTS["train"])},
+                           "task": args.task, "OPENBLAS_THREAD_TIMEOUT": os.environ.get(
+                               "OPENBLAS_THREAD_TIMEOUT", TIMEOUTS[_timeout_kind(args.task)])},
               "shapes": shapes, "load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(),
               "cpu_model": cpu_model(), "runs": runs}
     print(f"{len(labels)} entries x {len(args.models)} models x {args.rounds} rounds; "
