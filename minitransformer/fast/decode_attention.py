@@ -12,10 +12,12 @@ BLAS twice per pair, 512 small calls a layer, whose fixed cost dominates short
 caches. This loop makes one pass instead, reading the keys, then the values, in
 the order they lie in memory: the cache (:class:`minitransformer.nn.attention.KVCache`)
 is **time-major**, (T, B, H, d), so the keys of all pairs at one position are
-adjacent and the filled positions are one contiguous block. Measured on 2 cores
-(``benchmarks/RESULTS.md``, session 17), reading a (B, H, capacity, d) cache
-pair by pair ran at half the memory rate of one contiguous block: each pair's
-keys are a short stream of their own, which the CPU's prefetcher must find anew.
+adjacent and the filled positions are one contiguous block. Read pair by pair, a
+(B, H, capacity, d) cache gives each pair a short stream of its own, which the
+CPU's prefetcher must find anew: on 2 cores (``benchmarks/decode_attention.py``,
+``benchmarks/RESULTS.md``, session 17) the same 8.4 MB of keys and values took
+903 us that way with room for 101 positions and 570 us with room for 65, where
+one pair's keys run straight into the next's.
 
 Per pair the math is the reference's: the logits in the arrays' dtype, the masked
 softmax in float64 (:func:`minitransformer.fast.fused_attention._softmax_row`:
