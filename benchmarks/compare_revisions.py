@@ -23,10 +23,11 @@ PAD). ``--warmup`` steps are not timed; the process reports the median of its
 ``--steps`` timed steps. ``--task sample``: a step is instead one call of
 ``sample(model, batch_size=64, max_len=65, rng=0, use_cache=True)`` on the model in
 eval mode with EOS made impossible (its logit's bias -1e4, as ``common.sampling_model``),
-64 x 64 new tokens, under the decoding thread timeout. The worker uses only names that exist, with the same
-signatures, in every revision compared so far (``DecoderLM``, ``DecoderLMConfig``,
-``LMTask.loss/backward``, ``AdamW``, ``Module.zero_grad``), so the same code
-measures every tree.
+64 x 64 new tokens, under the decoding thread timeout. The worker uses only names that
+exist, with the same signatures, in every revision compared so far (``DecoderLM``,
+``DecoderLMConfig``, ``LMTask.loss/backward``, ``AdamW``, ``Module.zero_grad``; for
+sampling ``generate.sample(model, batch_size, max_len, rng, use_cache)``, ``Module.eval``
+and ``model.head.linear.bias``), so the same code measures every tree.
 
 Rounds: each round runs one process per (model, entry); the entries' order
 rotates from round to round (AB, BA, AB, ... for two), so a burst of load or a
@@ -116,7 +117,7 @@ def worker(args) -> None:
 
         def step():
             sample(model, batch_size=B, max_len=max_len, rng=0, use_cache=True)
-            return 0.0
+            return None  # no loss
 
     losses, wall, cpu = [], [], []
     for i in range(args.warmup + args.steps):
@@ -126,7 +127,7 @@ def worker(args) -> None:
         if i >= args.warmup:
             wall.append(t1 - t0)
             cpu.append(c1 - c0)
-        losses.append(float(loss))  # outside the timed span (a no-op sync on NumPy)
+        losses.append(None if loss is None else float(loss))  # outside the timed span (a no-op sync on NumPy)
     # Probe only files the tree has: the editable install's import hook would serve a
     # module an old tree lacks (minitransformer/kernels.py) from the installed checkout.
     package = root / "minitransformer"
@@ -150,7 +151,8 @@ def worker(args) -> None:
     if strays:
         raise SystemExit(f"worker loaded modules from outside {root}: {strays}")
     print(json.dumps({
-        "model": args.model, "task": args.task, "B": B, "T": T, "root": str(root), "kernels": kernels, "pool_threads": pool,
+        "model": args.model, "task": args.task, "B": B, "T": T, "root": str(root), "kernels": kernels,
+        "pool_threads": pool,
         "parameters": model.num_parameters(), "step_s": wall, "cpu_s": cpu,
         "median_step_s": statistics.median(wall), "tokens_per_s": B * T / statistics.median(wall),
         "loss_first": losses[0], "loss_last": losses[-1], "blas": blas,
@@ -348,7 +350,8 @@ def main(argv=None) -> None:
     labels = [e["label"] for e in args.tree]
     for e in args.tree:
         e["revision"] = git_describe(e["path"])
-    shapes = {m: MODELS[m][1:] if args.task == "train" else (SAMPLE_BATCH, 64) for m in args.models}
+    sample_shape = (SAMPLE_BATCH, 64)  # --task sample: sequences x new tokens
+    shapes = {m: MODELS[m][1:] if args.task == "train" else sample_shape for m in args.models}
     runs = {m: {label: [] for label in labels} for m in args.models}
     record = {"command": " ".join(["python", "benchmarks/compare_revisions.py"] + sys.argv[1:]),
               "date_utc": stamp.isoformat(timespec="seconds"),

@@ -27,8 +27,9 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
   probabilities are written as exact zeros, which is what the softmax gives them.
   This is done on the CPU, for masks only (with an additive bias every logit is
   computed, as the bias's gradient needs them all).
-* **A decoding step** (a few new queries over a time-major KV cache) is one compiled
-  pass through the cache (:mod:`minitransformer.fast.decode_attention`), with Numba.
+* **A decoding step** (one new query per sequence and head over a time-major KV cache)
+  is one compiled pass through the cache (:mod:`minitransformer.fast.decode_attention`),
+  with Numba.
 * **Opt-in: one compiled loop that calls BLAS itself** (:mod:`minitransformer.fast.fused_attention`,
   ``MINITRANSFORMER_BLAS_ATTENTION=1``): faster alone, not yet in whole training steps.
 """

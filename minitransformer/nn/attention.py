@@ -157,9 +157,10 @@ class KVCache:
     the buffer by doubling), so each decoding step costs O(1) copies, not O(T), and
     returns (B, H, length, d_h) views, the shape attention takes. Time comes first
     so that the filled positions are one contiguous block, which a decoding step
-    reads whole: the fast set reads it in one pass through memory
+    reads whole: the fast set, with Numba, reads it in one pass through memory
     (:mod:`minitransformer.fast.decode_attention`). For cross-attention the encoder's
-    keys/values are stored once (``static``), as the (B, H, Tk, d_h) arrays they are.
+    keys/values are stored once (``static``), as the (B, H, Tk, d_h) arrays they are:
+    read them, like the others, through :meth:`keys` and :meth:`values`.
 
     ``capacity``: on the CPU, the positions the first buffer holds (the models pass
     their ``max_len``, which decoding never passes), so that it is allocated once
@@ -194,11 +195,16 @@ class KVCache:
 
     def keys(self):
         """The cached keys as a (B, H, length, d_h) view."""
-        return self.k if self.static else self.k[: self.length].transpose(1, 2, 0, 3)
+        return self._view(self.k)
 
     def values(self):
         """The cached values as a (B, H, length, d_v) view."""
-        return self.v if self.static else self.v[: self.length].transpose(1, 2, 0, 3)
+        return self._view(self.v)
+
+    def _view(self, buffer):
+        if buffer is None:
+            raise ValueError("KVCache: nothing cached yet; append keys and values (or set_static) first")
+        return buffer if self.static else buffer[: self.length].transpose(1, 2, 0, 3)
 
     def set_static(self, k, v):
         """Store cross-attention keys/values (B, H, Tk, d_h) computed once from the encoder output."""

@@ -53,8 +53,8 @@ NAMES = ("out", "p", "dq", "dk", "dv")
 def _mask(kind, B, H, T, g):
     if kind == "none":
         return None
-    if kind == "causal":  # the bottom rows of the triangle: what DecoderLM.step passes
-        return causal_mask(1, T)
+    if kind == "causal":  # the bottom row of the triangle, what DecoderLM.step passes: all True,
+        return causal_mask(1, T)  # so the unmasked softmax runs, as for "none"
     if kind == "padding":  # (B, 1, 1, T), a key of some sequences hidden
         return g.random((B, 1, 1, T)) > 0.3
     m = g.random((B, H, 1, T)) > 0.5  # (B, H, 1, T), one row that sees nothing
@@ -101,28 +101,47 @@ def test_odd_shapes_in_float32(loop, B, H, T, d):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # the reference's inf - inf
-def test_bad_values_give_the_references_rows(loop):
+@pytest.mark.parametrize("mask_kind", ["partial", "none", "all true"])
+def test_bad_values_give_the_references_rows(loop, mask_kind):
     """A NaN or +inf logit among a row's keys makes that row NaN, a masked NaN is ignored,
-    a row that may see nothing is zeros, and masked keys get exactly zero probability."""
-    B, H, T, d = 4, 1, 5, 2
+    a row of -inf logits or that may see nothing is zeros, and masked keys get exactly zero
+    probability; with a mask that hides keys (the masked softmax) and without one, or one
+    that hides none (the unmasked softmax, which every decoding step runs)."""
+    B, H, T, d = 5, 1, 5, 2
     q = np.ones((B, H, 1, d))
     k, v = np.ones((B, H, T, d)), np.arange(B * H * T * d, dtype=float).reshape(B, H, T, d)
     q[0, 0, 0, 0] = np.nan  # sequence 0: every logit NaN
     k[1, 0, 3, 0] = np.inf  # sequence 1: a +inf logit
-    k[2, 0, 4, 0] = np.nan  # sequence 2: a NaN logit, masked below
-    mask = np.ones((B, 1, 1, T), dtype=bool)
-    mask[2, ..., 4] = False
-    mask[3] = False  # sequence 3 sees nothing
+    q[4, 0, 0, :] = -np.inf  # sequence 4: every logit -inf (k > 0)
+    mask = None if mask_kind == "none" else np.ones((B, 1, 1, T), dtype=bool)
+    if mask_kind == "partial":
+        k[2, 0, 4, 0] = np.nan  # sequence 2: a NaN logit, masked
+        mask[2, ..., 4] = False
+        mask[3] = False  # sequence 3 sees nothing
     kc, vc = _cached(k, v)
     (out_f, cache_f), (out_r, cache_r) = (FAST["attention_forward"](q, kc, vc, mask=mask),
                                           REFERENCE["attention_forward"](q, k, v, mask=mask))
     assert len(loop) == 1
-    np.testing.assert_array_equal(np.isnan(cache_f.p), np.isnan(cache_r.p))
+    for name, f, r in (("p", cache_f.p, cache_r.p), ("out", out_f, out_r)):
+        np.testing.assert_array_equal(np.isnan(f), np.isnan(r), err_msg=f"{name}: NaN in other places")
+        finite = ~np.isnan(r)
+        assert_close(name, np.where(finite, f, 0), np.where(finite, r, 0), scale=np.abs(v).max())
     assert np.isnan(cache_f.p[0]).all() and np.isnan(cache_f.p[1]).all()
-    assert not np.isnan(cache_f.p[2]).any() and cache_f.p[2, 0, 0, 4] == 0.0
-    assert (cache_f.p[3] == 0).all() and (out_f[3] == 0).all()
-    finite = ~np.isnan(cache_r.p)
-    assert_close("p", np.where(finite, cache_f.p, 0), np.where(finite, cache_r.p, 0))
+    assert (cache_f.p[4] == 0).all() and (out_f[4] == 0).all()
+    if mask_kind == "partial":
+        assert not np.isnan(cache_f.p[2]).any() and cache_f.p[2, 0, 0, 4] == 0.0
+        assert (cache_f.p[3] == 0).all() and (out_f[3] == 0).all()
+
+
+def test_an_infinite_scale_gives_the_references_row(loop):
+    """scale = inf: logits of +-inf, never an inf - inf of the loop's own making."""
+    q = np.array([[[[-1.0, -1.0]]]])  # (1, 1, 1, 2)
+    k, v = np.ones((1, 1, 3, 2)), np.arange(6.0).reshape(1, 1, 3, 2)
+    (out_f, cache_f), (out_r, cache_r) = (FAST["attention_forward"](q, *_cached(k, v), scale=np.inf),
+                                          REFERENCE["attention_forward"](q, k, v, scale=np.inf))
+    assert len(loop) == 1
+    np.testing.assert_array_equal(cache_f.p, cache_r.p)
+    np.testing.assert_array_equal(out_f, out_r)
 
 
 def test_taken_only_for_a_decoding_step(loop):
@@ -165,3 +184,33 @@ def test_a_decoder_steps_through_its_cache_as_the_full_forward(loop):
         steps = [model.step(ids[:, t:t + 1], state) for t in range(9)]  # (3, V) each
     assert len(loop) == 9 * 2
     assert_close("logits", np.stack(steps, axis=1), full, rtol=1e-5, scale=np.abs(full).max())  # float32
+
+
+@pytest.mark.parametrize("kind", ["lm", "s2s"])
+def test_beam_search_with_the_loop_equals_it_without_the_cache(loop, kind):
+    """Beam search reorders the caches between steps (``KVCache.reorder``); a Seq2Seq's
+    decoder keeps a time-major self-attention cache beside the encoder's static one. With
+    the loop in every cached step, the hypotheses and scores equal those of re-running
+    the whole prefix (no cache, no loop)."""
+    from minitransformer import backend, kernels
+    from minitransformer.generate import beam_search
+    from minitransformer.models import Seq2Seq, Seq2SeqConfig
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    with backend.dtype_scope("float64"):
+        if kind == "lm":
+            model = DecoderLM(DecoderLMConfig(vocab_size=13, max_len=16, d_model=16, n_heads=2, n_layers=2,
+                                              d_ff=32, norm="post", seed=7))
+            kw = dict(batch_size=3)
+        else:
+            model = Seq2Seq(Seq2SeqConfig(src_vocab_size=11, tgt_vocab_size=13, max_len=16, d_model=16,
+                                          n_heads=2, n_enc_layers=2, n_dec_layers=2, d_ff=32, norm="post",
+                                          seed=11))
+            kw = dict(src=np.array([[3, 4, 5, 6, 7], [8, 3, 9, 0, 0], [10, 4, 4, 6, 0]]))
+    model.head.linear.bias.data[2] += 0.5  # EOS likelier: hypotheses of different lengths
+    with kernels.scope("fast"):
+        a, scores_a = beam_search(model, beam_size=4, n_best=2, **kw)
+        ran = len(loop)
+        b, scores_b = beam_search(model, beam_size=4, n_best=2, use_cache=False, **kw)
+    assert ran > 0 and len(loop) == ran, "the loop ran in the cached search only"
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(scores_a, scores_b, atol=1e-9)

@@ -35,7 +35,7 @@ def fused(monkeypatch):
 
     monkeypatch.setattr(fused_attention, "attention_forward", counted)
     monkeypatch.setattr(compiled, "MIN_SIZE", 0)
-    monkeypatch.setattr(decode_attention, "usable", lambda *args: False)  # its own tests: a few rows, a cache
+    monkeypatch.setattr(decode_attention, "usable", lambda *args: False)  # one row a pair: its own tests
     saved = fused_attention.enabled(), compiled.enabled()
     fused_attention.set_enabled(True)
     compiled.set_enabled(True)
