@@ -33,6 +33,10 @@ and no dropout. Anything else (a prompt of several tokens, training) goes the
 twin's way, and so does every backward (through the cache this returns). One query
 row, not a few: the loops without a row axis ran 1.07-1.18x faster. The logits are
 scaled after the product, as in the reference (the twin scales the queries).
+
+It runs on the calling thread: on Numba's threads, or cut in two for the library's
+pool, it was slower on 2 cores (0.26-0.8x), where two threads read memory no faster
+than one and a launch costs 60-100 us (``benchmarks/RESULTS.md``, session 17).
 """
 from __future__ import annotations
 
@@ -143,8 +147,7 @@ if compiled.AVAILABLE:
     def _decode_pairs(q, k, v, allowed, masked, zero, scale, H, p, out):
         """q (BH, Dh), one query a pair; k (T, BH, Dh), v (T, BH, Dv) time-major; allowed
         (B, H, 1, T), read only if ``masked``; zero and scale in the arrays' dtype. Writes
-        p (BH, T), the probabilities, and out (BH, Dv). On the calling thread: see the
-        module notes."""
+        p (BH, T), the probabilities, and out (BH, Dv). On the calling thread (module notes)."""
         T = k.shape[0]
         for j in range(T):  # S = s q K^T, one position of every pair at a time: memory order
             kj = k[j]  # (BH, Dh)
