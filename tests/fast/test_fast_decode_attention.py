@@ -53,8 +53,8 @@ NAMES = ("out", "p", "dq", "dk", "dv")
 def _mask(kind, B, H, T, g):
     if kind == "none":
         return None
-    if kind == "causal":  # the bottom row of the triangle, what DecoderLM.step passes: all True,
-        return causal_mask(1, T)  # so the unmasked softmax runs, as for "none"
+    if kind == "causal":  # the bottom row of the triangle, what DecoderLM.step passes: all True
+        return causal_mask(1, T)
     if kind == "padding":  # (B, 1, 1, T), a key of some sequences hidden
         return g.random((B, 1, 1, T)) > 0.3
     m = g.random((B, H, 1, T)) > 0.5  # (B, H, 1, T), one row that sees nothing
@@ -105,8 +105,8 @@ def test_odd_shapes_in_float32(loop, B, H, T, d):
 def test_bad_values_give_the_references_rows(loop, mask_kind):
     """A NaN or +inf logit among a row's keys makes that row NaN, a masked NaN is ignored,
     a row of -inf logits or that may see nothing is zeros, and masked keys get exactly zero
-    probability; with a mask that hides keys (the masked softmax) and without one, or one
-    that hides none (the unmasked softmax, which every decoding step runs)."""
+    probability; with a mask that hides keys, without one (a row of Trues stands in), or one
+    that hides none (as every decoding step's)."""
     B, H, T, d = 5, 1, 5, 2
     q = np.ones((B, H, 1, d))
     k, v = np.ones((B, H, T, d)), np.arange(B * H * T * d, dtype=float).reshape(B, H, T, d)
