@@ -167,6 +167,20 @@ def small_blocks(on: bool):
         parallel.set_threads(saved[2])
 
 
+def count_calls(monkeypatch, module, name: str) -> list:
+    """Replace ``module.name`` (for the test) by a wrapper that records the shape of each
+    call's first argument; returns that list, so a test can prove the code it names ran."""
+    calls = []
+    original = getattr(module, name)
+
+    def counted(*args):
+        calls.append(args[0].shape)
+        return original(*args)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
 def run_forward(name, *args, **kwargs):
     """Run ``name`` of both sets on the same inputs (each on its own copy, so that a
     kernel that wrote into its input would be caught). Returns (fast, reference)."""

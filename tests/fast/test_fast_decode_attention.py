@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 from minitransformer.fast import compiled, decode_attention
 from minitransformer.nn.attention import KVCache, causal_mask
-from fast_helpers import assert_close, FAST, REFERENCE, SETTINGS
+from fast_helpers import assert_close, count_calls, FAST, REFERENCE, SETTINGS
 
 pytestmark = pytest.mark.skipif(not compiled.AVAILABLE, reason="needs Numba (pip install numba)")
 
@@ -18,14 +18,7 @@ pytestmark = pytest.mark.skipif(not compiled.AVAILABLE, reason="needs Numba (pip
 @pytest.fixture
 def loop(monkeypatch):
     """The loop on, with a call counter: each test proves it ran."""
-    calls = []
-    original = decode_attention.attention_forward
-
-    def counted(*args):
-        calls.append(args[0].shape)
-        return original(*args)
-
-    monkeypatch.setattr(decode_attention, "attention_forward", counted)
+    calls = count_calls(monkeypatch, decode_attention, "attention_forward")
     saved = compiled.enabled()
     compiled.set_enabled(True)
     yield calls

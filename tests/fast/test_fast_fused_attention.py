@@ -15,7 +15,7 @@ from hypothesis import given
 
 from minitransformer.fast import blas, compiled, decode_attention, fused_attention
 from minitransformer.nn.attention import causal_mask
-from fast_helpers import assert_close, FAST, REFERENCE, SETTINGS
+from fast_helpers import assert_close, count_calls, FAST, REFERENCE, SETTINGS
 from test_fast_attention import _check_attention, attention_cases
 
 pytestmark = pytest.mark.skipif(not (compiled.AVAILABLE and blas.available()),
@@ -26,14 +26,7 @@ pytestmark = pytest.mark.skipif(not (compiled.AVAILABLE and blas.available()),
 def fused(monkeypatch):
     """The loop on, for every size (its parallel build; ``serial`` switches), with a call
     counter: each test proves it ran."""
-    calls = []
-    original = fused_attention.attention_forward
-
-    def counted(*args):
-        calls.append(args[0].shape)
-        return original(*args)
-
-    monkeypatch.setattr(fused_attention, "attention_forward", counted)
+    calls = count_calls(monkeypatch, fused_attention, "attention_forward")
     monkeypatch.setattr(compiled, "MIN_SIZE", 0)
     monkeypatch.setattr(decode_attention, "usable", lambda *args: False)  # one row a pair: its own tests
     saved = fused_attention.enabled(), compiled.enabled()
