@@ -96,19 +96,6 @@ def worker(args) -> None:
     else:
         cfg = DecoderLMConfig(vocab_size=VOCAB, max_len=max_len, **spec)
     model = DecoderLM(cfg)  # training mode: tomczak's embedding dropout is on
-    task = LMTask(pad_id=cfg.pad_id)
-    opt = AdamW(model, lr=1e-3)
-    rng = np.random.default_rng(0)
-    batch = rng.integers(3, VOCAB, size=(B, T + 1), dtype=np.int64)  # host ids, 0-2: PAD, BOS, EOS
-    batch[:, 0] = cfg.bos_id
-
-    def step():
-        model.zero_grad()
-        loss, _ = task.loss(model, batch)
-        task.backward(model)
-        opt.step()
-        return loss
-
     if args.task == "sample":  # 64 x 64 new tokens, KV-cached; EOS never drawn
         from minitransformer.generate import sample
         model.eval()
@@ -118,6 +105,19 @@ def worker(args) -> None:
         def step():
             sample(model, batch_size=B, max_len=max_len, rng=0, use_cache=True)
             return None  # no loss
+    else:
+        task = LMTask(pad_id=cfg.pad_id)
+        opt = AdamW(model, lr=1e-3)
+        rng = np.random.default_rng(0)
+        batch = rng.integers(3, VOCAB, size=(B, T + 1), dtype=np.int64)  # host ids, 0-2: PAD, BOS, EOS
+        batch[:, 0] = cfg.bos_id
+
+        def step():
+            model.zero_grad()
+            loss, _ = task.loss(model, batch)
+            task.backward(model)
+            opt.step()
+            return loss
 
     losses, wall, cpu = [], [], []
     for i in range(args.warmup + args.steps):

@@ -202,6 +202,7 @@ class KVCache:
         return self._view(self.v)
 
     def _view(self, buffer):
+        """A (capacity, B, H, d) buffer's filled positions as (B, H, length, d); a static one as it is."""
         if buffer is None:
             raise ValueError("KVCache: nothing cached yet; append keys and values (or set_static) first")
         return buffer if self.static else buffer[: self.length].transpose(1, 2, 0, 3)
