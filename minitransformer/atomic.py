@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +31,14 @@ def _default_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _temporary_name(path: Path) -> str:
+    """``.NAME.XXXXXXXX.tmp`` beside ``path``, eight random hex digits."""
+    return str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
 
 
 def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = True,
@@ -57,15 +65,24 @@ def atomic_write(path, write: Callable, binary: bool = True, overwrite: bool = T
         raise FileExistsRefusal(f"{path} already exists; pass --force to overwrite it, or choose another name")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = None
-    try:  # the temporary file is made inside the try, so an interrupt right after leaves nothing
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:  # tmp is named before its file is made (not so with tempfile.mkstemp), so an
+        # interrupt at any point, a SIGTERM as the file appears included, lets the except remove it
+        for _ in range(100):
+            tmp = _temporary_name(path)
+            try:
+                fd = os.open(tmp, _CREATE, 0o600)  # a new file, private until it is complete
+                break
+            except FileExistsError:  # another writer's name: draw again
+                tmp = None
+        else:
+            raise FileExistsError(f"no free temporary name beside {path}; remove its .{path.name}.*.tmp files")
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         if check is not None:
             check(Path(tmp))
-        os.chmod(tmp, _default_mode())  # mkstemp makes the file private
+        os.chmod(tmp, _default_mode())  # the temporary file was made private
         os.replace(tmp, path)
     except BaseException as exc:
         if tmp is not None and os.path.exists(tmp):

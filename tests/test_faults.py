@@ -83,19 +83,17 @@ def assert_same_weights(a, b):
 
 
 class _DiskFull:
-    """Stands in for the ``os`` and ``tempfile`` modules inside minitransformer.atomic:
-    the temporary file of ``target`` fails with ENOSPC after ``after`` bytes written
-    (``where="write"``) or at its fsync (``where="fsync"``). Nothing else is touched."""
+    """Stands in for the ``os`` module inside minitransformer.atomic: the temporary file
+    of ``target`` fails with ENOSPC after ``after`` bytes written (``where="write"``) or at
+    its fsync (``where="fsync"``). Nothing else is touched."""
 
     def __init__(self, target, where="write", after=100):
         self.target, self.where, self.after = target, where, after
         self.current, self.fired = None, 0
 
-    # tempfile stand-in
-    def mkstemp(self, prefix="", suffix="", dir=None):
-        import tempfile
-        self.current = prefix
-        return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=dir)
+    def open(self, name, flags, *args):  # atomic_write makes its temporary file with os.open
+        self.current = os.path.basename(name)
+        return os.open(name, flags, *args)
 
     def _hit(self):
         return self.current is not None and self.current.startswith(f".{self.target}.")
@@ -148,7 +146,6 @@ def disk_full(monkeypatch):
     def install(target, where="write", after=100):
         disk = _DiskFull(target, where, after)
         monkeypatch.setattr(atomic, "os", disk)
-        monkeypatch.setattr(atomic, "tempfile", disk)
         return disk
     yield install
 

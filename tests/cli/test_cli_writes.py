@@ -12,7 +12,6 @@ import errno
 import os
 import pathlib
 import shutil
-import tempfile
 
 import pytest
 
@@ -68,10 +67,10 @@ def disk_fills_up_writing(monkeypatch, name: str) -> list:
     import minitransformer.atomic as atomic
     failed, temp_of = [], {}
 
-    def mkstemp(*args, **kwargs):
-        fd, path = tempfile.mkstemp(*args, **kwargs)
+    def open_(path, flags, *args):  # atomic_write makes its temporary file with os.open
+        fd = os.open(path, flags, *args)
         temp_of[fd] = path
-        return fd, path
+        return fd
 
     def fdopen(fd, *args, **kwargs):
         f = os.fdopen(fd, *args, **kwargs)
@@ -81,8 +80,7 @@ def disk_fills_up_writing(monkeypatch, name: str) -> list:
             return _FillsUp(f)
         return f
 
-    monkeypatch.setattr(atomic, "tempfile", _Proxy(tempfile, mkstemp=mkstemp))
-    monkeypatch.setattr(atomic, "os", _Proxy(os, fdopen=fdopen))
+    monkeypatch.setattr(atomic, "os", _Proxy(os, fdopen=fdopen, open=open_))
 
     real_text, real_bytes = pathlib.Path.write_text, pathlib.Path.write_bytes
 
