@@ -47,6 +47,10 @@ import numpy as np
 
 from minitransformer import backend
 
+#: Seconds a rank that stops every rank (:meth:`DataParallel.abort`) waits after flushing its
+#: error line, so that mpiexec has forwarded it before MPI_Abort ends the processes.
+ABORT_GRACE_S = 0.2
+
 
 def _mpi():
     try:
@@ -233,6 +237,9 @@ class DataParallel:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        # mpiexec forwards a rank's output from a pipe and tears every rank down when one
+        # aborts; its line could be lost in between (CI saw an empty stderr once): wait a little
+        time.sleep(ABORT_GRACE_S)
         with contextlib.suppress(OSError):
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)

@@ -90,8 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "train" and cli_parallel.start() is not None and args.kind == "property":
         if cli_parallel.is_follower():
             raise SystemExit(0)  # rank 0 says why
-        raise ValueError("train property cannot run data-parallel (its losses are not sums over tokens): "
-                         "start it without mpiexec; train lm and train seq2seq can")
+        refusal = ValueError("train property cannot run data-parallel (its losses are not sums over tokens): "
+                             "start it without mpiexec; train lm and train seq2seq can")
+        refusal.on_every_rank = True  # every rank refused here: rank 0 ends normally, no MPI_Abort
+        raise refusal
     return args.run(args)
 
 

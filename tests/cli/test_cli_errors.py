@@ -266,3 +266,28 @@ def test_predict_bounds_its_views_before_any_work(tiny_checkpoints, tmp_path, ca
     assert run_cli(main, ["predict", str(tiny_checkpoints["property"]), str(molecules), "--views", "1000000"]) == 2
     line = one_line_error(capsys)
     assert "--views" in line and "at most 256" in line
+
+
+class _RankZeroOfTwo:
+    """Stands in for rank 0 of a two-rank data-parallel command; records MPI_Abort."""
+    rank, size, is_writer, stopped_by = 0, 2, True, None
+
+    def __init__(self):
+        self.aborted = []
+
+    def abort(self, code):
+        self.aborted.append(code)
+
+
+def test_train_property_under_mpiexec_is_refused_by_rank_0_without_mpi_abort(tmp_path, capsys, monkeypatch):
+    """Every rank refuses ``train property`` at the same point, so rank 0 says why and ends
+    normally: MPI_Abort would tear mpiexec down and could lose that line (CI saw it lost)."""
+    from minitransformer.cli import parallel
+    from minitransformer.cli.main import main
+    dp = _RankZeroOfTwo()
+    monkeypatch.setitem(parallel._STATE, "dp", dp)
+    monkeypatch.chdir(tmp_path)
+    status = run_cli(main, ["train", "property", "--quick", "--out", "prop"])
+    message = one_line_error(capsys)
+    assert status == 2 and "cannot run data-parallel" in message, message
+    assert dp.aborted == [] and not (tmp_path / "prop").exists()
