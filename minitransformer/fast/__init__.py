@@ -9,7 +9,9 @@ argument checks both sets share live in :mod:`minitransformer.backend`), so the
 layers can name their twins directly. ``parallel`` (the CPU thread pool),
 ``compiled`` (the optional Numba kernels), ``blas`` (BLAS called from compiled
 loops) and ``cuda`` (the GPU's fused kernels) are its machinery;
-``fused_attention`` is an opt-in variant of the attention twin.
+``fused_attention`` is an opt-in variant of the attention twin, ``decode_attention``
+its loop for a decoding step, and ``decode`` the twin of the sampling draw of
+:mod:`minitransformer.generate.decode`.
 """
 
 

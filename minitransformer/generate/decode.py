@@ -9,8 +9,9 @@ import numbers
 
 import numpy as np
 
-from minitransformer import backend
+from minitransformer import backend, kernels
 from minitransformer.backend import xp
+from minitransformer.fast import decode as fast_decode
 from minitransformer.generate.constraint import advance_constraint, apply_constraint, start_constraint
 from minitransformer.models.decoder_lm import DecoderLM
 from minitransformer.models.lstm_lm import LSTMLM
@@ -333,6 +334,8 @@ def _inverse_cdf_draw(z, u):
     :math:`i` with :math:`F_i > u\,F_{V-1}`, computed as
     :math:`\#\{i : F_i \le u F_{V-1}\}` (tokens of probability 0 are never hit).
     z: (N, V) float64 with at least one finite entry per row; u: (N,) in [0, 1).
+    (With the fast set and Numba, :func:`minitransformer.fast.decode.inverse_cdf_draw`
+    draws the same tokens in one compiled loop.)
     """
     V = z.shape[1]
     p = xp.exp(z - z.max(axis=1, keepdims=True))  # (N, V), unnormalised probabilities
@@ -392,6 +395,8 @@ def sample(model, batch_size=None, src=None, max_len=None, prompt=None, temperat
     def choose(logits):
         z = filter_logits(logits, temperature, top_k, top_p)  # (B, V)
         u = rng.random((B,), dtype=xp.float64)  # (B,) uniforms in [0, 1)
+        if kernels.fast and fast_decode.usable(z, u):  # one compiled loop, the same tokens (fast/decode.py)
+            return fast_decode.inverse_cdf_draw(z, u)  # (B,)
         return _inverse_cdf_draw(z, u)  # (B,)
 
     return _autoregress(model, src, prefix, max_len, use_cache, choose, constraint)
