@@ -23,10 +23,10 @@ softmax and the dropout each touch it there, instead of one pass over all
 (B, H, T, T) scores per NumPy operation. What is kept for the backward is the
 same as the twin's (:math:`P`, :math:`P_d`, :math:`O`). Recomputing :math:`P` in
 the backward instead (flash-style) would repeat the logits' product, the mask and
-the softmax, about two thirds of this forward (1.58 / 2.50 / 5.68 ms at the small,
-tomczak and medium shapes), to save writing and reading :math:`P` once: 0.34 ms for
-the 4.2 MB of the small and tomczak scores, 2.1 ms for medium's 16.8 MB (written,
-then summed, from memory; ``benchmarks/RESULTS.md``, session 18). So it keeps them.
+the softmax, most of this forward (1.58 / 2.50 / 5.68 ms at the small, tomczak and
+medium shapes; 82-97 % of a plain NumPy forward there), to save writing and reading
+:math:`P` once: 0.34 ms for the 4.2 MB of the small and tomczak scores, 2.1 ms for
+medium's 16.8 MB (``benchmarks/RESULTS.md``, session 18). So it keeps them.
 
 **Off by default** (:func:`set_enabled`, or ``MINITRANSFORMER_BLAS_ATTENTION=1``
 at start). Alone, at the three benchmark models' shapes, forward and backward
