@@ -48,7 +48,8 @@ import numpy as np
 from minitransformer import backend
 
 #: Seconds a rank that stops every rank (:meth:`DataParallel.abort`) waits after flushing its
-#: error line, so that mpiexec has forwarded it before MPI_Abort ends the processes.
+#: error line, to give mpiexec time to forward it before MPI_Abort ends the processes (a
+#: heuristic: nothing tells a rank that its output has left the pipe).
 ABORT_GRACE_S = 0.2
 
 
@@ -238,8 +239,10 @@ class DataParallel:
             with contextlib.suppress(Exception):
                 stream.flush()
         # mpiexec forwards a rank's output from a pipe and tears every rank down when one
-        # aborts; its line could be lost in between (CI saw an empty stderr once): wait a little
-        time.sleep(ABORT_GRACE_S)
+        # aborts; its line could be lost in between (CI saw an empty stderr once): wait a
+        # little. A signal in the wait must not stop the abort (the other ranks would hang).
+        with contextlib.suppress(BaseException):
+            time.sleep(ABORT_GRACE_S)
         with contextlib.suppress(OSError):
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)

@@ -343,7 +343,8 @@ def _inverse_cdf_draw(z, u):
     target = u[:, None] * cdf[:, -1:]  # (N, 1)
     tok = (cdf <= target).sum(axis=1)  # (N,)
     last = (V - 1) - (p[:, ::-1] > 0).argmax(axis=1)  # (N,), last token of positive probability
-    return xp.minimum(tok, last).astype(xp.int64)  # (N,): guards u * F rounding up to F
+    # (N,) the cap binds only for a target at F (u = 1): for u < 1, u F < F, since F >= 1
+    return xp.minimum(tok, last).astype(xp.int64)
 
 
 def _as_rng(rng) -> backend.RNG:

@@ -56,6 +56,23 @@ def test_uniforms_on_the_steps_of_the_cdf(V):
     _assert_same(np.zeros((u.size, V)), u)
 
 
+@SETTINGS
+@given(V=st.sampled_from([3, 17, 40, 112]), seed=st.integers(0, 2 ** 32 - 1))
+def test_uniforms_on_the_steps_of_random_rows(V, seed):
+    """Targets within rounding of a CDF step of rows of random logits: u = F_k / F for a
+    random k (the reference's own cumsum), and one ulp either side. A loop that normalised
+    first, or summed in another order than cumsum, draws other tokens here."""
+    g = np.random.default_rng(seed)
+    z = g.standard_normal((12, V)) * 3.0  # (12, V)
+    z[g.random((12, V)) < 0.3] = -np.inf
+    z[np.arange(12), g.integers(0, V, 12)] = 0.0  # at least one finite entry a row
+    cdf = np.cumsum(np.exp(z - z.max(axis=1, keepdims=True)), axis=1)  # (12, V), as the reference forms it
+    u = cdf[np.arange(12), g.integers(0, V, 12)] / cdf[:, -1]  # (12,), on a step
+    below_one = np.nextafter(1.0, 0.0)
+    u = np.concatenate([u, np.nextafter(u, 2.0), np.nextafter(u, -1.0)]).clip(0.0, below_one)  # (36,)
+    _assert_same(np.concatenate([z, z, z]), u)
+
+
 def test_rows_with_nan_or_infinite_logits_give_the_reference_tokens():
     z = np.array([[0.0, np.nan, 1.0, 2.0],       # a NaN logit: the whole row's p is NaN
                   [0.0, np.inf, 1.0, 2.0],       # +inf: inf - inf is NaN there, the others 0
@@ -65,6 +82,8 @@ def test_rows_with_nan_or_infinite_logits_give_the_reference_tokens():
     with np.errstate(invalid="ignore"):  # inf - inf and NaN - NaN, on both sides
         for u in (np.zeros(5), np.full(5, 0.5), np.full(5, np.nextafter(1.0, 0.0))):
             _assert_same(z, u)
+        # u = 1, outside the contract, is where the cap at the last positive token binds: both keep it
+        _assert_same(z, np.ones(5))
 
 
 def test_only_host_float64_arrays_on_the_main_thread_take_the_loop():
@@ -72,6 +91,9 @@ def test_only_host_float64_arrays_on_the_main_thread_take_the_loop():
     assert fast_decode.usable(z, u)
     assert not fast_decode.usable(z.astype(np.float32), u)
     assert not fast_decode.usable(z[0], u)  # one row, not (N, V)
+    assert not fast_decode.usable(z, u.astype(np.float32))
+    assert not fast_decode.usable(z, u[:, None])  # (N, 1), not (N,)
+    assert not fast_decode.usable(z, u[:1]) and not fast_decode.usable(z, np.zeros(3))  # not one uniform a row
     said = []
     worker = threading.Thread(target=lambda: said.append(fast_decode.usable(z, u)))
     worker.start()
