@@ -38,7 +38,8 @@ import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
 
-__all__ = ["Component", "Objective", "COMPONENTS", "TRANSFORMS", "transform", "sa_score", "ScoreFunctionFailed"]
+__all__ = ["Component", "Objective", "COMPONENTS", "TRANSFORMS", "UNIT_RANGE", "transform", "sa_score",
+           "ScoreFunctionFailed"]
 
 
 class ScoreFunctionFailed(RuntimeError):
@@ -132,6 +133,20 @@ COMPONENTS = {
 }
 
 
+#: The components whose raw values already lie in [0, 1], the only ones the ``none`` transform may take.
+UNIT_RANGE = ("qed", "similarity", "smarts", "forbid", "user", "pmo", "tox21")
+
+
+def is_finite_number(value) -> bool:
+    """A real number (not a bool, not a string) that is finite as a float (10**400 is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 @dataclass
 class Component:
     """One term of an :class:`Objective`: ``name`` (a key of :data:`COMPONENTS`), its ``weight``,
@@ -152,7 +167,7 @@ class Component:
         require_rdkit()
         if self.name not in COMPONENTS:
             raise ValueError(f"unknown score component {self.name!r}; choose from {', '.join(COMPONENTS)}")
-        if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight > 0):
+        if not (is_finite_number(self.weight) and self.weight >= np.finfo(np.float64).tiny):
             raise ValueError(f"component {self.name}: weight must be a finite number > 0, got {self.weight!r}")
         if self.kind is None:  # the component's own transform, with its bounds unless given
             _, self.kind, low, high = COMPONENTS[self.name]
@@ -161,10 +176,36 @@ class Component:
         if self.kind not in TRANSFORMS:
             raise ValueError(f"component {self.name}: unknown transform {self.kind!r}; choose from "
                              f"{', '.join(TRANSFORMS)}")
-        if self.kind != "none" and (self.low is None or self.high is None or not self.low < self.high):
-            raise ValueError(f"component {self.name}: the {self.kind} transform needs low < high, got "
-                             f"low={self.low}, high={self.high}")
+        if self.kind == "none" and self.name not in UNIT_RANGE:
+            raise ValueError(f"component {self.name}: its values are not in [0, 1], so the none transform cannot "
+                             "make them a desirability; give a step or sigmoid transform with low and high")
+        if self.kind != "none":
+            self._check_bounds()
+        self._check_params()
         self._prepare()
+
+    def _check_bounds(self) -> None:
+        """low < high, finite, with a finite span; k and width finite and > 0 (a one-line ValueError)."""
+        where = f"component {self.name}: the {self.kind} transform"
+        if not (is_finite_number(self.low) and is_finite_number(self.high) and self.low < self.high
+                and math.isfinite(float(self.high) - float(self.low))):
+            raise ValueError(f"{where} needs low < high, both finite (and a finite high - low), got low={self.low!r}, "
+                             f"high={self.high!r}")
+        if not (is_finite_number(self.k) and self.k > 0):
+            raise ValueError(f"{where} needs a steepness k that is a finite number > 0, got k={self.k!r}")
+        if self.width is not None:
+            if not (is_finite_number(self.width) and self.width > 0 and math.isfinite(self.low - self.width)
+                    and math.isfinite(self.high + self.width)):
+                raise ValueError(f"{where} needs a width that is a finite number > 0, got width={self.width!r}")
+
+    def _check_params(self) -> None:
+        """radius and bits of a similarity: whole numbers in range (2.7 bits is no fingerprint)."""
+        for key, low, high in (("radius", 0, 10), ("bits", 64, 2**20)):
+            value = self.params.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not low <= value <= high):
+                raise ValueError(f"component {self.name}: {key} must be a whole number from {low:,} to {high:,}, "
+                                 f"got {value!r}")
 
     def _prepare(self) -> None:
         from rdkit import Chem
@@ -174,8 +215,8 @@ class Component:
             if mol is None:
                 raise ValueError(f"component similarity: query {query!r} is not a valid SMILES")
             from rdkit.Chem import rdFingerprintGenerator
-            self._gen = rdFingerprintGenerator.GetMorganGenerator(radius=int(self.params.get("radius", 2)),
-                                                                  fpSize=int(self.params.get("bits", 2048)))
+            self._gen = rdFingerprintGenerator.GetMorganGenerator(radius=self.params.get("radius", 2),
+                                                                  fpSize=self.params.get("bits", 2048))
             self._query = self._gen.GetFingerprint(mol)
         elif self.name in ("smarts", "forbid"):
             pattern = self.params.get("pattern")
@@ -243,6 +284,9 @@ class Objective:
             raise ValueError("a score needs at least one component")
         if self.mean not in ("arithmetic", "geometric"):
             raise ValueError(f"mean must be 'arithmetic' or 'geometric', got {self.mean!r}")
+        if not math.isfinite(sum(float(c.weight) for c in self.components)):
+            raise ValueError("score: the weights add up to more than a float holds; scale them down (only their "
+                             "ratios matter)")
 
     @property
     def names(self) -> list[str]:
@@ -254,12 +298,13 @@ class Objective:
         with quiet_rdkit():
             mols = [mol_from_smiles(s) if isinstance(s, str) and s else None for s in smiles]
         parts = {name: c.desirability(smiles, mols) for name, c in zip(self.names, self.components)}
-        w = np.array([c.weight for c in self.components], dtype=np.float64)
+        w = np.array([c.weight for c in self.components], dtype=np.float64)  # (C,)
+        w = w / w.sum()  # (C,), the shares (finite: the sum was checked when the objective was made)
         d = np.stack(list(parts.values()))  # (C, N)
         if self.mean == "arithmetic":
-            score = (w[:, None] * d).sum(0) / w.sum()  # (N,)
+            score = (w[:, None] * d).sum(0)  # (N,)
         else:
             with np.errstate(divide="ignore"):
-                score = np.exp((w[:, None] * np.log(d)).sum(0) / w.sum())  # (N,), 0 if any d is 0
+                score = np.exp((w[:, None] * np.log(d)).sum(0))  # (N,), 0 if any d is 0
         valid = np.array([m is not None for m in mols])
         return np.where(valid, np.nan_to_num(score, nan=0.0), 0.0), parts

@@ -36,9 +36,11 @@ are read as UTF-8, a byte-order mark dropped, ``.gz`` decompressed; cells may be
 of any length (the csv module's 131,072-character limit is lifted while
 reading: a SMILES too long for RDKit is an invalid molecule, judged by
 :func:`~minitransformer.chem._rdkit.smiles_problem`, not refused here). A missing
-file, a folder, an unknown suffix, a damaged ``.gz``, text that is not UTF-8 and
-a CSV without a SMILES column each raise an error with a one-line message
-naming the file (and the line).
+file, a folder, a FIFO or device, a file larger than :data:`MAX_TEXT_BYTES`, an
+unknown suffix, a damaged ``.gz``, a NUL byte, text that is not UTF-8, a CSV quote
+left open (a row spanning lines, :func:`table_rows`) and a CSV without a SMILES
+column each raise an error with a one-line message naming the file (and the line).
+The size and the first bytes are checked before a file is read whole.
 """
 from __future__ import annotations
 
@@ -53,7 +55,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["read_smiles_file", "SmilesFile", "ID_COLUMNS", "CSV_SUFFIXES", "LINE_SUFFIXES", "csv_rows"]
+__all__ = ["read_smiles_file", "SmilesFile", "ID_COLUMNS", "CSV_SUFFIXES", "LINE_SUFFIXES", "csv_rows",
+           "table_rows", "read_text", "check_file", "MAX_TEXT_BYTES"]
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 LINE_SUFFIXES = (".smi", ".smi.gz", ".txt", ".txt.gz")
@@ -84,34 +87,115 @@ class SmilesFile:
 
 @contextlib.contextmanager
 def csv_rows(f):
-    """``csv.reader(f)`` with the csv module's field limit (131,072 characters) lifted for the block."""
+    """``csv.reader(f, strict=True)`` with the csv module's field limit (131,072 characters) lifted for
+    the block. Strict: a quote left open at the end of the file, or text after a closing quote, is a
+    ``csv.Error`` rather than a cell that swallows the rest of the file (see :func:`table_rows`)."""
     old = csv.field_size_limit()
     csv.field_size_limit(2**31 - 1)
     try:
-        yield csv.reader(f)
+        yield csv.reader(f, strict=True)
     finally:
         csv.field_size_limit(old)
 
 
+def table_rows(text: str, where):
+    """The rows of a CSV ``text`` as ``(line, row)``, ``line`` the 1-based line the row starts on.
+
+    A table of molecules has no cell that spans lines: a row that does is a quote left open (one
+    stray ``"`` merges every later line into one cell), and so is a quote still open at the end.
+    Either is a ValueError naming ``where`` and the line, never a silently shorter table."""
+    with csv_rows(io.StringIO(text, newline="")) as reader:
+        end = 0
+        while True:
+            start = end + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                raise ValueError(f"{where}, line {start}: not a well-formed CSV row ({exc}); a quote (\") is left "
+                                 "open or misplaced. Close or remove it, or give a .smi file") from None
+            end = reader.line_num
+            if end > start:
+                raise ValueError(f"{where}, line {start}: a quoted cell runs on to line {end}, which merges lines "
+                                 "into one cell (a quote, \", left open); close or remove that quote, or give "
+                                 "a .smi file") from None
+            yield start, row
+
+
+#: The most text a file of molecules may hold, uncompressed (1 GiB: about 20 million SMILES); a larger
+#: file, or a ``.gz`` that inflates past it, is refused before it fills the memory. Raise it here for
+#: a genuine larger file, or split the file.
+MAX_TEXT_BYTES = 2**30
+_PROBE_BYTES = 1 << 16  # the first bytes looked at for NUL bytes before a file is read whole
+
+
 def check_file(path: Path, what: str = "SMILES file", hint: str = "use data='tox21' or data='druglike'") -> None:
-    """FileNotFoundError for a missing path, IsADirectoryError for a folder; each names the path."""
+    """FileNotFoundError for a missing path, IsADirectoryError for a folder, ValueError for
+    anything else that is not a regular file (a FIFO, a device: reading one could wait for
+    ever) or is larger than :data:`MAX_TEXT_BYTES`; each names the path."""
     if path.is_dir():
         raise IsADirectoryError(f"{what} {path} is a folder, not a file; give the path of the file inside it")
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{what} not found: {path} (resolved: {path.resolve()}). Check the path, or {hint}.")
+    if not path.is_file():
+        raise ValueError(f"{what} {path} is not a regular file (a FIFO, a socket or a device); give a file "
+                         "saved on disk, or - to read standard input")
+    size = path.stat().st_size
+    if size > MAX_TEXT_BYTES:
+        raise ValueError(f"{what} {path} holds {size:,} bytes, above the {MAX_TEXT_BYTES:,} one file may hold "
+                         "(minitransformer.chem.smiles_files.MAX_TEXT_BYTES); split it into smaller files")
+
+
+def _refuse_nul(raw: bytes, where) -> None:
+    """A ValueError naming the line of the first NUL byte in ``raw``: text has none (a binary file,
+    or one filled with zeros by a crash)."""
+    at = raw.find(b"\x00")
+    if at >= 0:
+        line = raw.count(b"\n", 0, at) + 1
+        raise ValueError(f"{where}, line {line}: a NUL byte (byte {at:,}); this is not UTF-8 text but a binary "
+                         "file, UTF-16 text, or zeros a crash left. Give the SMILES as UTF-8 text")
+
+
+def _gunzip(path: Path) -> bytes:
+    """The decompressed bytes of ``path``, refused past :data:`MAX_TEXT_BYTES` (a gzip bomb) or at a
+    NUL byte in its first bytes, before it is inflated whole."""
+    out = []
+    total = 0
+    with gzip.open(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            if total == 0:
+                _refuse_nul(chunk[:_PROBE_BYTES], path)
+            total += len(chunk)
+            if total > MAX_TEXT_BYTES:
+                raise ValueError(f"{path} inflates to more than {MAX_TEXT_BYTES:,} bytes "
+                                 "(minitransformer.chem.smiles_files.MAX_TEXT_BYTES); split it into smaller files")
+            out.append(chunk)
+    return b"".join(out)
 
 
 def read_text(path: Path) -> str:
     """The whole text of ``path`` (gunzipped when it ends in ``.gz``), decoded as UTF-8 (a byte-order
-    mark dropped); a damaged gzip file or text that is not UTF-8 is a ValueError naming the file."""
-    raw = path.read_bytes()
+    mark dropped); a damaged gzip file, a NUL byte or text that is not UTF-8 is a ValueError naming
+    the file (and the line). Checked by :func:`check_file` first; the first bytes are looked at for
+    NUL bytes before the file is read whole."""
+    check_file(path, "file")
     if path.name.lower().endswith(".gz"):
         try:
-            raw = gzip.decompress(raw)
+            raw = _gunzip(path)
         except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; EOFError: truncated
             raise ValueError(f"{path} is not a readable gzip file ({type(exc).__name__}: {exc}); it may be "
                              "truncated or not compressed at all. Download it again, or remove the .gz "
                              "suffix if it is plain text") from None
+    else:
+        with open(path, "rb") as f:
+            _refuse_nul(f.read(_PROBE_BYTES), path)
+            f.seek(0)
+            raw = f.read()
+    _refuse_nul(raw, path)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -130,11 +214,13 @@ def stdin_text() -> str:
         raise ValueError("standard input is gzip-compressed; decompress it first (zcat FILE | ...) or give the "
                          ".gz file's name instead of -")
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         raise ValueError(f"standard input is not UTF-8 text (byte {exc.start}, line {line}); give SMILES as "
                          "plain text, one per line") from None
+    _refuse_nul(raw, "standard input")
+    return text
 
 
 def first_field(cell: str) -> str:
@@ -171,26 +257,26 @@ def _column_index(head: list[str], column, where) -> int:
 
 
 def _from_csv(text: str, where, column=None, header: bool = True) -> SmilesFile:
-    with csv_rows(io.StringIO(text, newline="")) as reader:
-        if header:
-            head = next(reader, None)
-            if head is None:
-                return SmilesFile([], [])
-            col = _column_index(head, column, where)
-        else:
-            if isinstance(column, str):
-                raise ValueError("a file without a header needs column as an index")
-            head, col = [], 0 if column is None else column
-        names = [h.strip().lower() for h in head]
-        id_col = next((names.index(n) for n in ID_COLUMNS if n in names), None)
-        out = SmilesFile([], [], header=header, columns=head, smiles_column=col)
-        for row in reader:
-            if not row:
-                out.blank_rows += 1  # a blank line: no cell, no molecule
-                continue
-            out.rows.append(row)
-            out.smiles.append(first_field(row[col]) if col < len(row) else "")
-            out.ids.append(row[id_col].strip() if id_col is not None and id_col < len(row) else "")
+    rows = table_rows(text, where)
+    if header:
+        head = next(rows, (0, None))[1]
+        if head is None:
+            return SmilesFile([], [])
+        col = _column_index(head, column, where)
+    else:
+        if isinstance(column, str):
+            raise ValueError("a file without a header needs column as an index")
+        head, col = [], 0 if column is None else column
+    names = [h.strip().lower() for h in head]
+    id_col = next((names.index(n) for n in ID_COLUMNS if n in names), None)
+    out = SmilesFile([], [], header=header, columns=head, smiles_column=col)
+    for _, row in rows:
+        if not row:
+            out.blank_rows += 1  # a blank line: no cell, no molecule
+            continue
+        out.rows.append(row)
+        out.smiles.append(first_field(row[col]) if col < len(row) else "")
+        out.ids.append(row[id_col].strip() if id_col is not None and id_col < len(row) else "")
     return out
 
 

@@ -120,3 +120,58 @@ def test_a_guessed_smiles_column_is_announced_on_stderr(tmp_path, capsys):
     exact.write_text("id,SMILES\n1,CCO\n")
     read_smiles(exact)
     assert capsys.readouterr().err == "", "an exact 'smiles' column is not a guess"
+
+
+@pytest.mark.parametrize("text, line", [
+    ('smiles,id\nCCO,a\n"CCN,b\nCCC,c\nc1ccccc1,d\nCC,e\nCCCC,f\n', 3),  # a quote open to the end of the file
+    ('smiles,id\nCCO,a\n"CCN,b\nCCC,c"\nCC,e\n', 3),  # a quote closed lines later: the lines merge into one cell
+    ('smiles,id\nCCO,a\nCCN,"b\nCCC,c\nCC",e\nCCCC,f\n', 3),  # the same in the name column
+    ('smiles,id\nCCO,a\n"CCN"x,b\n', 3),  # text after a closing quote
+])
+def test_a_csv_quote_left_open_is_refused_at_its_line_not_merged(tmp_path, text, line):
+    """A stray quote once merged every later row into one cell: six molecules were read as three."""
+    from minitransformer.chem.user_files import read_user_file
+    path = tmp_path / "samples.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf"samples.csv, line {line}: .*quote"):
+        read_user_file(path)
+    with pytest.raises(ValueError, match=rf"samples.csv, line {line}: "):
+        read_smiles(path)
+    assert _read_fine(tmp_path, 'smiles,id\n"CCO",a\n"C,C",b\n') == ["CCO", "C,C"], "well-formed quotes read"
+
+
+def _read_fine(tmp_path, text):
+    from minitransformer.chem.user_files import read_user_file
+    path = tmp_path / "fine.csv"
+    path.write_text(text)
+    return read_user_file(path).smiles
+
+
+@pytest.mark.parametrize("name, payload", [
+    ("zeros.smi", b"\x00" * 200_000),
+    ("late.smi", b"CCO\n" * 50_000 + b"CC\x00N\n"),
+    ("zeros.csv", b"smiles\n" + b"\x00" * 1000),
+    ("zeros.smi.gz", gzip.compress(b"\x00" * 200_000)),
+])
+def test_a_file_with_nul_bytes_is_refused_not_read_as_one_sample(tmp_path, name, payload):
+    from minitransformer.chem.user_files import read_user_file
+    (tmp_path / name).write_bytes(payload)
+    with pytest.raises(ValueError, match=rf"{name}, line \d+: a NUL byte"):
+        read_user_file(tmp_path / name)
+
+
+def test_a_fifo_or_an_oversized_file_is_refused_before_reading(tmp_path, monkeypatch):
+    import os
+
+    from minitransformer.chem import smiles_files
+    from minitransformer.chem.user_files import read_user_file
+    os.mkfifo(tmp_path / "pipe.smi")  # reading it would wait for a writer for ever
+    with pytest.raises(ValueError, match="pipe.smi is not a regular file"):
+        read_user_file(tmp_path / "pipe.smi")
+    (tmp_path / "big.smi").write_text("CCO\n" * 100)
+    (tmp_path / "bomb.smi.gz").write_bytes(gzip.compress(b"C\n" * 1000))
+    monkeypatch.setattr(smiles_files, "MAX_TEXT_BYTES", 300)
+    with pytest.raises(ValueError, match="big.smi holds 400 bytes, above the 300"):
+        read_user_file(tmp_path / "big.smi")
+    with pytest.raises(ValueError, match="bomb.smi.gz inflates to more than 300 bytes"):
+        read_user_file(tmp_path / "bomb.smi.gz")
