@@ -89,70 +89,131 @@ def _draw_curves(history, target: Path) -> None:
 
 
 def _save(out: Path, steer, vocab, rows, header, history, run_info) -> None:
+    """One step's records, then its checkpoint: ``last.npz`` is written last, so a run stopped
+    anywhere in between (Ctrl-C, a kill, a full disk) has records that reach at least as far as
+    its checkpoint, and :func:`_resume` cuts them back to it."""
     from minitransformer import cli
-    from minitransformer.checkpoint import save_checkpoint
+    from minitransformer.checkpoint import NonFiniteCheckpoint, save_checkpoint
+    from minitransformer.train import TrainingDiverged
+    cli.write_text(out / "scored.csv", _csv(header, rows))
+    cli.write_json(out / "history.json", history)
+    best = [(s, c) for s, c, _ in steer.memory]
+    cli.write_text(out / "best.csv", _csv(["score", "canonical"], [(f"{s:.4f}", c) for s, c in best]))
     state = steer.state_dict()
     extra = {"run": run_info, "steering": {k: state[k] for k in ("rng", "memory", "scaffold_counts", "seen", "t")},
              # the position, in the trainer's format, where --resume and Ctrl-C's message look (a step is an epoch)
              "trainer": {"epoch": steer.t, "batch": 0, "step": steer.t, "best": None, "best_epoch": None,
                          "bad_epochs": 0, "history": []}}
-    save_checkpoint(out / "last.npz", steer.agent, steer.optimizer, vocab=vocab, extra=extra)
-    cli.write_text(out / "scored.csv", _csv(header, rows))
-    cli.write_json(out / "history.json", history)
-    best = [(s, c) for s, c, _ in steer.memory]
-    cli.write_text(out / "best.csv", _csv(["score", "canonical"], [(f"{s:.4f}", c) for s, c in best]))
+    try:
+        save_checkpoint(out / "last.npz", steer.agent, steer.optimizer, vocab=vocab, extra=extra)
+    except NonFiniteCheckpoint as err:
+        raise TrainingDiverged(f"the agent diverged at step {steer.t}: its {err.tensor} is not finite") from err
 
 
-def _resume(path, out: Path, steer, run_info) -> tuple[list, list]:
+def _records(out: Path, t: int, batch_size: int, header: list) -> tuple[list, list]:
+    """The rows of ``scored.csv`` and the entries of ``history.json`` of steps 1..``t``, the
+    checkpoint's step: a step recorded past it (stopped before its checkpoint was written) is
+    dropped, to be taken again exactly. Records that stop short of ``t`` or are not what the
+    command writes are a one-line ValueError: the run cannot continue without losing a step."""
     from minitransformer.atomic import parse_json
+    from minitransformer.chem.smiles_files import read_text, table_rows
+
+    def refuse(what):
+        raise ValueError(f"--resume: {what}, so the run in {out} cannot continue exactly (its last.npz is at step "
+                         f"{t}); pass --force to start afresh (its files move aside)")
+    missing = [name for name in ("history.json", "scored.csv") if not (out / name).is_file()]
+    if missing:
+        refuse(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing")
+    try:
+        history = parse_json(read_text(out / "history.json"))
+        rows = [row for _, row in table_rows(read_text(out / "scored.csv"), out / "scored.csv")]
+    except ValueError as err:
+        refuse(str(err))
+    if not isinstance(history, list) or not all(isinstance(h, dict) and isinstance(h.get("step"), int)
+                                                for h in history):
+        refuse("history.json is not a list of steps")
+    history = [h for h in history if h["step"] <= t]
+    if [h["step"] for h in history] != list(range(1, t + 1)):
+        refuse(f"history.json records {len(history)} of the {t} steps saved")
+    if not rows or rows[0] != header:
+        refuse(f"scored.csv does not start with the header {','.join(header)}")
+    steps = [row[0] for row in rows[1:]]
+    if not all(s.isdigit() for s in steps) or any(len(row) != len(header) for row in rows[1:]):
+        refuse("scored.csv has rows that are not a step's molecules")
+    kept = [row for row in rows[1:] if int(row[0]) <= t]
+    if [int(row[0]) for row in kept] != [k for k in range(1, t + 1) for _ in range(batch_size)]:
+        refuse(f"scored.csv holds {len(kept)} molecules of steps 1-{t}, not {t * batch_size}")
+    return kept, history
+
+
+def _resume(path, out: Path, steer, run_info, header) -> tuple[list, list]:
     from minitransformer.checkpoint import load_checkpoint
     from minitransformer.checkpoint.restoring import restore
     ckpt = load_checkpoint(path)
     saved, state = ckpt.meta.get("run"), ckpt.meta.get("steering")
-    if not saved or not state:
+    if not isinstance(saved, dict) or not isinstance(state, dict):
         raise ValueError(f"{path} is not a checkpoint of `minitransformer optimize`; resume from its run folder's "
                          "last.npz, or pass --force to start afresh")
     different = [k for k in run_info if k != "steps" and saved.get(k) != run_info[k]]
     if different:
         raise ValueError(f"--resume: this run's {', '.join(different)} differ from the saved run's; give the same "
-                         "prior, score and settings, or pass --force to start afresh")
+                         "prior, score and settings (a score's files included: a property checkpoint, a user "
+                         "function's module), or pass --force to start afresh")
+    try:
+        steer.load_state_dict({"agent": steer.agent.state_dict(), "optimizer": steer.optimizer.state_dict(),
+                               **state})  # checks every field of the steering state first
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
     restore(steer.agent, ckpt, steer.optimizer)
-    steer.load_state_dict({"agent": steer.agent.state_dict(), "optimizer": steer.optimizer.state_dict(), **state})
-    with open(out / "scored.csv", newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f))[1:]
-    return rows, parse_json((out / "history.json").read_text(encoding="utf-8"))
+    return _records(out, steer.t, steer.config.batch_size, header)
+
+
+def _saved_note(out: Path, t: int) -> str:
+    """What a stopped run has kept and how to go on, for the Ctrl-C and divergence messages."""
+    if t == 0:
+        return "no step was saved yet; run the command again with --force to start afresh"
+    return f"steps 1-{t} are saved in {out} (last.npz at step {t}); continue with --resume"
 
 
 def run(args) -> int:
     from minitransformer import cli
     from minitransformer.chem.draw import DrawingUnavailable, molecule_grid_png
+    from minitransformer.cli.progress import PROGRESS
     from minitransformer.cli.provenance import file_sha256
     from minitransformer.cli.sample import load_generator
-    from minitransformer.molecules.objective_spec import objective_from_spec, read_spec
+    from minitransformer.molecules.objective_spec import check_spec, objective_from_spec, score_fingerprint
     from minitransformer.molecules.steering import Steering, SteeringConfig
-    objective = objective_from_spec(args.score)  # every mistake in the score refused before any work
+    from minitransformer.train import TrainingDiverged
+    spec = check_spec(args.score)  # every mistake in the score refused before any work
+    objective = objective_from_spec(spec)
     prior, vocab = load_generator(args.prior)
     config = SteeringConfig(**{k: getattr(args, k) for k in SETTINGS if k != "steps"})
     out = Path(args.out)
     resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=("last.npz",))
-    run_info = {"prior_sha256": file_sha256(args.prior), "score": read_spec(args.score) if not
-                str(args.score).lower().endswith((".json", ".toml")) else {"file": str(args.score),
-                                                                         "sha256": file_sha256(args.score)},
+    run_info = {"prior_sha256": file_sha256(args.prior), "score": score_fingerprint(spec),
                 **{k: getattr(args, k) for k in SETTINGS}}
     steer = Steering(prior, vocab, objective, config)
     names = objective.names
     header = ["step", "smiles", "canonical", "score", *names]
-    rows, history = _resume(resume, out, steer, run_info) if resume is not None else ([], [])
+    rows, history = _resume(resume, out, steer, run_info, header) if resume is not None else ([], [])
     out.mkdir(parents=True, exist_ok=True)
     cli.write_provenance(out, args.argv, args.seed, None)
     cli.write_json(out / "config.json", run_info)
+    saved = steer.t
+    PROGRESS.saved_note = _saved_note(out, saved)  # what Ctrl-C says was kept
     for _ in range(steer.t, args.steps):
-        r = steer.step()
-        rows += [[r["step"], s, c or "", f"{score:.4f}", *(f"{r['parts'][n][i]:.4f}" for n in names)]
-                 for i, (s, c, score) in enumerate(zip(r["smiles"], r["canonical"], r["scores"]))]
-        history.append({k: r[k] for k in ("step", "loss", "mean_score", "mean_raw_score", "validity", "top10",
-                                          "rewarded_scaffolds")})
-        _save(out, steer, vocab, rows, header, history, run_info)
+        try:
+            r = steer.step()
+            rows += [[r["step"], s, c or "", f"{score:.4f}", *(f"{r['parts'][n][i]:.4f}" for n in names)]
+                     for i, (s, c, score) in enumerate(zip(r["smiles"], r["canonical"], r["scores"]))]
+            history.append({k: r[k] for k in ("step", "loss", "mean_score", "mean_raw_score", "validity", "top10",
+                                              "rewarded_scaffolds")})
+            _save(out, steer, vocab, rows, header, history, run_info)
+        except TrainingDiverged as err:  # (a resume would diverge again: it keeps the settings)
+            kept = f"steps 1-{saved} stay saved in {out}" if saved else "no step was saved"
+            raise TrainingDiverged(f"{err}; {kept}. Start again with a lower --sigma or --lr (and --force)") from err
+        saved = steer.t
+        PROGRESS.saved_note = _saved_note(out, saved)
         if not args.quiet:
             print(f"step {r['step']}/{args.steps}: mean score {r['mean_score']:.3f}, top-10 {r['top10']:.3f}, "
                   f"validity {r['validity']:.2f}, best {r['best'][0]:.3f} {r['best'][1]}" if r["best"] else

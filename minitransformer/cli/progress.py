@@ -36,6 +36,7 @@ class _Progress:
         self.resumable = False
         self.run_dir = None  # the run folder (--out) and where --resume looks in it
         self.resume_places = ()
+        self.saved_note = None  # a command other than train: what it has saved so far and how to go on
 
 
 PROGRESS = _Progress()
@@ -101,7 +102,7 @@ def interrupt_message() -> str:
     """One line for Ctrl-C: where it stopped and what was kept."""
     p = PROGRESS
     if p.command != "train":
-        return "interrupted; no file was written"
+        return f"interrupted; {p.saved_note}" if p.saved_note else "interrupted; no file was written"
     if p.phase is None:
         return "interrupted before training started; nothing was saved"
     checkpoint, saved_epoch = _last_good(p.out_dir)

@@ -35,8 +35,9 @@ from minitransformer.chem.properties import murcko_scaffold
 from minitransformer.train.augmented_likelihood import (augmented_likelihood_backward, augmented_likelihood_forward,
                                                          sequence_log_likelihood_backward,
                                                          sequence_log_likelihood_forward)
+from minitransformer.train.divergence import TrainingDiverged
 
-__all__ = ["SteeringConfig", "Steering"]
+__all__ = ["SteeringConfig", "Steering", "check_steering_state"]
 
 
 @dataclass
@@ -139,6 +140,9 @@ class Steering:
                 "scaffold_counts": dict(self.scaffold_counts), "seen": sorted(self.seen), "t": self.t}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict`'s output. Every field of the steering state is checked first
+        (:func:`check_steering_state`): a damaged or forged one is a one-line ValueError and changes nothing."""
+        check_steering_state(state, len(self.vocab), self.config)
         self.agent.load_state_dict(state["agent"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.load_state_dict(state["rng"])
@@ -169,9 +173,12 @@ class Steering:
         agent_logp, lcache = sequence_log_likelihood_forward(logits, targets, self.vocab.pad_id)  # (N,)
         all_scores = backend.asarray(np.concatenate([scores, replay_scores]).astype(logits.dtype))  # (N,)
         loss, acache = augmented_likelihood_forward(agent_logp, prior_logp, all_scores, cfg.sigma)
+        self._refuse_divergence("loss", float(loss))
         self.agent.zero_grad()
         self.agent.backward(sequence_log_likelihood_backward(augmented_likelihood_backward(1.0, acache), lcache))
+        self._refuse_divergence("gradient", _first_non_finite(self.agent, "grad"))
         self.optimizer.step()
+        self._refuse_divergence("weights", _first_non_finite(self.agent, "data"))
         self.t += 1
         valid = sum(c is not None for c in canon)
         return {"step": self.t, "loss": float(loss), "mean_score": float(scores.mean()),
@@ -180,6 +187,65 @@ class Steering:
                 "smiles": smiles, "scores": scores.tolist(), "canonical": canon,
                 "parts": {k: np.asarray(v, dtype=np.float64).tolist() for k, v in parts.items() if k != "raw"},
                 "rewarded_scaffolds": len(self.scaffold_counts)}
+
+
+    def _refuse_divergence(self, what: str, value) -> None:
+        """TrainingDiverged, naming the step, when ``value`` (a loss, or the name of the first parameter
+        whose gradient or weight is not finite) says the agent diverged."""
+        bad = not math.isfinite(value) if isinstance(value, float) else value is not None
+        if bad:
+            where = f"its loss is {value}" if what == "loss" else f"the {what} of {value} are not finite"
+            raise TrainingDiverged(f"the agent diverged at step {self.t + 1}: {where} (sigma={self.config.sigma:g}, "
+                                   f"lr={self.config.lr:g}); nothing of this step was kept. A lower --sigma or "
+                                   "--lr keeps it finite")
+
+
+def _first_non_finite(model, field: str) -> str | None:
+    """The name of the first parameter whose ``field`` (``"grad"`` or ``"data"``) holds NaN or infinity."""
+    for name, p in model.named_parameters():
+        if not bool(xp.isfinite(getattr(p, field)).all()):
+            return name
+    return None
+
+
+def check_steering_state(state: dict, vocab_size: int, config: SteeringConfig) -> None:
+    """A one-line ValueError unless every field of a steering state is what :meth:`Steering.state_dict`
+    writes: ``t`` a whole number >= 0; ``rng`` a seed and a counter (whole numbers >= 0); ``memory`` at
+    most ``config.replay`` entries of (a score in [0, 1], a canonical SMILES, token ids below
+    ``vocab_size``); ``scaffold_counts`` scaffold -> whole number >= 0; ``seen`` a list of SMILES."""
+    def whole(value, low=0):
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low
+
+    def refuse(what):
+        raise ValueError(f"steering state: {what}; the checkpoint is damaged or was not written by "
+                         "`minitransformer optimize`")
+    if not isinstance(state, dict):
+        refuse(f"a {type(state).__name__}, not a table")
+    missing = [k for k in ("t", "rng", "memory", "scaffold_counts", "seen") if k not in state]
+    if missing:
+        refuse(f"no {', '.join(missing)}")
+    if not whole(state["t"]):
+        refuse(f"step t={state['t']!r} is not a whole number >= 0")
+    rng = state["rng"]
+    if not (isinstance(rng, dict) and whole(rng.get("seed")) and whole(rng.get("counter"))
+            and rng["seed"] < 2**64 and rng["counter"] < 2**64):
+        refuse(f"rng={rng!r} is not a seed and a counter (whole numbers from 0 to 2**64)")
+    memory = state["memory"]
+    if not isinstance(memory, list) or len(memory) > max(config.replay, 0):
+        refuse(f"memory is not a list of at most replay={config.replay} molecules")
+    for entry in memory:
+        ok = isinstance(entry, (list, tuple)) and len(entry) == 3
+        score, smiles, ids = entry if ok else (None, None, None)
+        if not (ok and isinstance(score, (int, float)) and not isinstance(score, bool) and 0 <= score <= 1
+                and isinstance(smiles, str) and smiles and isinstance(ids, list) and ids
+                and all(whole(i) and i < vocab_size for i in ids)):
+            refuse(f"memory entry {str(entry)[:80]!r} is not (a score in [0, 1], a SMILES, token ids below "
+                   f"{vocab_size})")
+    counts = state["scaffold_counts"]
+    if not (isinstance(counts, dict) and all(isinstance(k, str) and whole(v) for k, v in counts.items())):
+        refuse("scaffold_counts is not a table of scaffold -> whole number >= 0")
+    if not (isinstance(state["seen"], list) and all(isinstance(c, str) for c in state["seen"])):
+        refuse("seen is not a list of SMILES")
 
 
 def _after_eos(targets, eos_id: int):

@@ -43,9 +43,9 @@ def test_a_resume_with_another_score_is_refused(tiny_checkpoints, tmp_path, caps
 
 @pytest.mark.parametrize("argv, message", [
     (["--score", "qed,toxicity"], "unknown score component 'toxicity'"),
-    (["--score", "forbid"], "is not a valid SMARTS"),
+    (["--score", "forbid"], "component forbid: give the pattern (pattern = a SMARTS)"),
     (["--score", "missing.toml"], "score file not found"),
-    (["--score", "user"], "must be written module:function"),
+    (["--score", "user"], 'component user: give the function (function = "module:function")'),
     (["--score", "pmo:drd2"], "unknown PMO task 'drd2'"),
 ])
 def test_bad_scores_are_refused_before_any_work(tiny_checkpoints, tmp_path, capsys, argv, message):
@@ -88,3 +88,133 @@ def test_a_user_function_failing_mid_run_stops_in_one_line_and_resumes(tiny_chec
     rows = list(csv.DictReader(open(tmp_path / "run" / "scored.csv")))
     assert [r["step"] for r in rows][::4] == ["1", "2", "3", "4"]
     monkeypatch.delitem(sys.modules, "flaky_score", raising=False)
+
+
+# --------------------------------------------------------------------------- the run folder is one transaction
+def _stop_at_checkpoint_of_step(monkeypatch, step, exc=KeyboardInterrupt):
+    """Make writing last.npz at ``step`` fail with ``exc``: the records of that step are on disk, its checkpoint is not."""
+    from minitransformer import checkpoint
+    real = checkpoint.save_checkpoint
+
+    def failing(path, *a, extra=None, **k):
+        if extra and extra.get("steering", {}).get("t") == step:
+            raise exc()
+        return real(path, *a, extra=extra, **k)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", failing)
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, lambda: OSError(28, "No space left on device")])
+def test_a_stop_between_a_steps_records_and_its_checkpoint_loses_no_step(tiny_checkpoints, tmp_path, capsys,
+                                                                        monkeypatch, exc):
+    """The records are written first and last.npz last; --resume cuts the records back to the checkpoint and
+    takes the step again, so the folder ends as a straight run's (the step was once lost, exit 0)."""
+    lm = tiny_checkpoints["lm"]
+    assert _go(lm, tmp_path / "straight", capsys, "--steps", "4")[0] == 0
+    with monkeypatch.context() as m:
+        _stop_at_checkpoint_of_step(m, 3, exc)
+        code, said = _go(lm, tmp_path / "cut", capsys, "--steps", "4")
+    assert code in (1, 130), said.err
+    rows = list(csv.DictReader(open(tmp_path / "cut" / "scored.csv")))
+    assert {r["step"] for r in rows} == {"1", "2", "3"}, "the records of step 3 were written before its checkpoint"
+    code, said = _go(lm, tmp_path / "cut", capsys, "--steps", "4", "--resume")
+    assert code == 0, said.err
+    for name in ("scored.csv", "history.json", "best.csv"):
+        assert (tmp_path / "cut" / name).read_text() == (tmp_path / "straight" / name).read_text(), name
+
+
+def test_ctrl_c_says_which_steps_were_saved_and_how_to_resume(tiny_checkpoints, tmp_path, capsys, monkeypatch):
+    lm = tiny_checkpoints["lm"]
+    with monkeypatch.context() as m:
+        _stop_at_checkpoint_of_step(m, 3)
+        code, said = _go(lm, tmp_path / "run", capsys, "--steps", "4")
+    line = said.err.strip().splitlines()[-1]
+    assert code == 130 and "steps 1-2 are saved" in line and "--resume" in line and "no file was written" not in line
+    with monkeypatch.context() as m:
+        _stop_at_checkpoint_of_step(m, 1)
+        code, said = _go(lm, tmp_path / "early", capsys, "--steps", "4")
+    assert code == 130 and "no step was saved yet" in said.err and "--force" in said.err
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda out: (out / "history.json").write_text('{"step": 1}'), "history.json is not a list of steps"),
+    (lambda out: (out / "history.json").write_text("[]"), "history.json records 0 of the 2 steps"),
+    (lambda out: (out / "history.json").unlink(), "history.json is missing"),
+    (lambda out: (out / "scored.csv").write_text("step,smiles\n"), "scored.csv does not start with the header"),
+    (lambda out: (out / "scored.csv").write_text(
+        "\n".join((out / "scored.csv").read_text().splitlines()[:-8]) + "\n"), "scored.csv holds 8 molecules"),
+    (lambda out: (out / "scored.csv").write_text('step,smiles,canonical,score,qed\n"1,C\n'), "a quote"),
+])
+def test_records_that_fall_short_of_the_checkpoint_are_refused_on_resume(tiny_checkpoints, tmp_path, capsys,
+                                                                         damage, message):
+    lm = tiny_checkpoints["lm"]
+    assert _go(lm, tmp_path / "run", capsys, "--steps", "2")[0] == 0
+    damage(tmp_path / "run")
+    code, said = _go(lm, tmp_path / "run", capsys, "--steps", "4", "--resume")
+    line = error_line(said)
+    assert code == 2 and message in line and "--force" in line and "this is a bug" not in line
+
+
+def _forge(path, **steering):
+    """last.npz with its steering state changed (keys given replace the saved ones)."""
+    import numpy as np
+
+    from minitransformer.atomic import write_bytes
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["__meta__"].tobytes().decode())
+    meta["steering"].update(steering)
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    import io
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_bytes(path, buf.getvalue())
+
+
+@pytest.mark.parametrize("steering, message", [
+    ({"t": -3}, "step t=-3"),
+    ({"t": "2"}, "step t='2'"),
+    ({"t": 1.5}, "step t=1.5"),
+    ({"rng": {"seed": -1, "counter": 0}}, "rng="),
+    ({"rng": "x"}, "rng="),
+    ({"memory": [[2.0, "CCO", [1, 2]]]}, "memory entry"),
+    ({"memory": [[0.5, "CCO", [10**6]]]}, "memory entry"),
+    ({"memory": {"a": 1}}, "memory is not a list"),
+    ({"scaffold_counts": {"c1ccccc1": -1}}, "scaffold_counts"),
+    ({"scaffold_counts": [1]}, "scaffold_counts"),
+    ({"seen": "CCO"}, "seen is not a list"),
+])
+def test_a_forged_steering_state_is_refused_in_one_line(tiny_checkpoints, tmp_path, capsys, steering, message):
+    lm = tiny_checkpoints["lm"]
+    assert _go(lm, tmp_path / "run", capsys, "--steps", "2")[0] == 0
+    _forge(tmp_path / "run" / "last.npz", **steering)
+    code, said = _go(lm, tmp_path / "run", capsys, "--steps", "4", "--resume")
+    line = error_line(said)
+    assert code == 2 and "steering state" in line and message in line and "this is a bug" not in line
+
+
+def test_divergence_says_the_step_what_is_saved_and_what_to_change(tiny_checkpoints, tmp_path, capsys):
+    code, said = _go(tiny_checkpoints["lm"], tmp_path / "run", capsys, "--steps", "3", "--sigma", "1e200")
+    line = error_line(said)
+    assert code == 1 and "diverged at step 1" in line and "--sigma" in line and "refusing to write" not in line
+    assert not (tmp_path / "run" / "last.npz").exists(), "no non-finite agent was saved"
+
+
+def test_resume_follows_the_score_files_contents_not_their_path(tiny_checkpoints, tmp_path, capsys, monkeypatch):
+    """The same score file by another path resumes; a changed property checkpoint behind it is refused."""
+    import shutil
+    lm = tiny_checkpoints["lm"]
+    shutil.copy(tiny_checkpoints["property"], tmp_path / "p.npz")
+    (tmp_path / "q.toml").write_text('[[components]]\nname = "tox21"\ncheckpoint = "p.npz"\n'
+                                     '[[components]]\nname = "qed"\n')
+    monkeypatch.chdir(tmp_path)
+    argv = ["optimize", lm, "--batch-size", "4", "--out", "run", "--quiet"]
+    assert run([*argv, "--score", "q.toml", "--steps", "1"], capsys)[0] == 0
+    code, said = run([*argv, "--score", "./q.toml", "--steps", "2", "--resume"], capsys)
+    assert code == 0, said.err
+    from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
+    ckpt = load_checkpoint(tmp_path / "p.npz")
+    model, _ = model_from_checkpoint(ckpt)
+    next(iter(model.parameters())).data[...] += 0.5  # another model behind the same file name
+    save_checkpoint(tmp_path / "p.npz", model, vocab=ckpt.vocab, extra={"run": ckpt.meta["run"]})
+    code, said = run([*argv, "--score", str(tmp_path / "q.toml"), "--steps", "3", "--resume"], capsys)
+    assert code == 2 and "score differ" in error_line(said)
