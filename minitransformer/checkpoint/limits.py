@@ -8,7 +8,9 @@ config, how much memory reading it would take. These limits bound that claim:
   bomb inflates a small file into a huge one), checked only above
   :data:`MAX_UNCOMPRESSED_FLOOR`, since a small genuine file may compress well;
 * :data:`MAX_PARAMETERS`: the parameters that the model config implies, computed by
-  :func:`declared_parameters` from the config's fields without building anything.
+  :func:`declared_parameters` from the config's fields without building anything;
+* :data:`MAX_SEQUENCE_LENGTH`: the ``max_len`` of every model kind, the steps a sampler or
+  decoder may take (an LSTM's ``max_len`` costs no parameter, yet a huge one decodes for hours).
 
 This module is their one home, and the checks below read them here: for a genuine
 checkpoint that exceeds one, raise it on this module, e.g.
@@ -25,6 +27,7 @@ MAX_PARAMETERS = 2_000_000_000          # parameters implied by the model config
 MAX_CHECKPOINT_BYTES = 64 * 2**30       # total uncompressed size of all entries
 MAX_COMPRESSION_RATIO = 100             # uncompressed size / file size ...
 MAX_UNCOMPRESSED_FLOOR = 256 * 2**20    # ... checked only above this total (small files may compress well)
+MAX_SEQUENCE_LENGTH = 16_384            # a model's max_len: decoding runs up to that many steps, every kind
 _MAX_SIZE_FIELD = 2**40                 # no config size (d_model, max_len ...) is ever this large
 
 
@@ -54,6 +57,12 @@ def check_declared_parameters(where, model_type: str, config) -> int:
         raise CheckpointError(
             f"{where}: its {model_type} config declares about {n:,} parameters, above MAX_PARAMETERS="
             f"{MAX_PARAMETERS:,} of minitransformer.checkpoint.limits; if the file is genuine, raise that limit")
+    length = config.get("max_len")  # (a whole number: declared_parameters checked it)
+    if length is not None and length > MAX_SEQUENCE_LENGTH:
+        raise CheckpointError(
+            f"{where}: its {model_type} config has max_len={length:,}, above MAX_SEQUENCE_LENGTH="
+            f"{MAX_SEQUENCE_LENGTH:,} of minitransformer.checkpoint.limits (decoding would take that many steps); "
+            "if the file is genuine, raise that limit")
     return n
 
 

@@ -46,6 +46,10 @@ def heads_option(text: str):
         raise argparse.ArgumentTypeError(f"expected 'mean' or head numbers such as '0 2', got {text!r}") from None
 
 
+#: The checkpoints whose models attend: the transformers, and the attentional LSTM encoder-decoder.
+ATTENDING = ("DecoderLM", "Encoder", "Seq2Seq", "RNNSeq2Seq")
+
+
 def load_model(path):
     """(model, vocabulary) of any checkpoint written by a training command."""
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
@@ -54,6 +58,10 @@ def load_model(path):
     if ckpt.vocab is None:
         raise ValueError(f"{path} holds a {ckpt.model_type} without a vocabulary, so its tokens cannot be named; "
                          "give a checkpoint written by `minitransformer train`")
+    if ckpt.model_type not in ATTENDING:
+        raise ValueError(f"{path} holds an {ckpt.model_type}, which has no attention to draw (an LSTM carries what "
+                         "it read in its state, with no weights over the input); give the checkpoint of a "
+                         "transformer (train lm, train property, train seq2seq) or of an RNNSeq2Seq")
     model, _ = model_from_checkpoint(ckpt)
     return model.eval(), Vocab.from_json(ckpt.vocab)
 

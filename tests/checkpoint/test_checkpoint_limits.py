@@ -172,3 +172,24 @@ def test_crafted_metadata_and_integer_arrays_are_refused_on_load(tmp_path, chang
     msg = str(info.value)
     assert str(path) in msg and "\n" not in msg and len(msg) < 400
     load_checkpoint(_crafted(tmp_path, lambda m, a: None, "ok.npz"))  # the untouched file loads
+
+
+@pytest.mark.parametrize("kind", ["LSTMLM", "RNNSeq2Seq", "DecoderLM"])
+def test_a_max_len_no_sampler_could_finish_is_refused_for_every_model_kind(tmp_path, kind):
+    """An LSTM's max_len costs no parameter, so the parameter limit let a forged 10**9 through and
+    `sample` decoded for hours; every kind's max_len now has its own limit."""
+    from minitransformer.checkpoint import limits
+    from minitransformer.models.lstm_lm import LSTMLM, LSTMLMConfig
+    from minitransformer.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig
+    small = dict(d_model=8, hidden=8, n_layers=1, max_len=16)
+    model = {"LSTMLM": lambda: LSTMLM(LSTMLMConfig(vocab_size=V, **small)),
+             "RNNSeq2Seq": lambda: RNNSeq2Seq(RNNSeq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, **small)),
+             "DecoderLM": lambda: make_model("DecoderLM", n_layers=1)}[kind]()
+    meta = meta_of(model)
+    meta["config"]["max_len"] = 10**9 if kind != "DecoderLM" else limits.MAX_SEQUENCE_LENGTH + 1
+    path = write_npz(tmp_path / "long.npz", meta, **archive_arrays(model))
+    with pytest.raises(CheckpointError, match=r"max_len=.*above MAX_SEQUENCE_LENGTH") as info:
+        model_from_checkpoint(path)
+    assert "\n" not in str(info.value)
+    meta["config"]["max_len"] = limits.MAX_SEQUENCE_LENGTH if kind != "DecoderLM" else 16
+    model_from_checkpoint(write_npz(tmp_path / "fine.npz", meta, **archive_arrays(model)))

@@ -57,3 +57,12 @@ def test_transformer_only_options_are_refused(extra, words, tmp_path, capsys):
     assert run_cli(main, BASE + ["--out", str(out)] + extra) == 2
     assert words in one_line_error(capsys)
     assert not out.exists(), "refused before any work"
+
+
+def test_attention_on_an_lstm_checkpoint_says_it_has_none(lstm_run, tmp_path, capsys):
+    """An LSTM has no attention weights: one line naming the model kind and what to give (once "a bug")."""
+    capsys.readouterr()
+    code = run_cli(main, ["attention", str(lstm_run / "best.npz"), "CCO", "--out", str(tmp_path / "maps")])
+    line = one_line_error(capsys)
+    assert code == 2 and "holds an LSTMLM, which has no attention" in line and "this is a bug" not in line
+    assert not (tmp_path / "maps").exists()
