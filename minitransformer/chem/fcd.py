@@ -163,18 +163,21 @@ class FCDJudge:
     ``real`` are real molecules that are in no reference, from which
     ``n_real`` are drawn at random (``seed``) once for the floor. Calling the judge on
     samples gives ``{name: FCD or None}``; :attr:`floor` is ``{name: FCD}`` of the
-    drawn real molecules and :attr:`floor_n` how many were drawn.
+    drawn real molecules and :attr:`floor_n` how many were drawn (``real=None``: no
+    floor, ``{}`` and 0). A reference may be given as its :class:`FCDStatistics`.
     """
 
-    def __init__(self, references: dict, real: Sequence[str], n_real: int, seed: int = 0, net=None,
+    def __init__(self, references: dict, real: Sequence[str] | None, n_real: int, seed: int = 0, net=None,
                  progress: bool = True):
         self.net = net if net is not None else default_chemnet()
-        self.references = {name: reference_statistics(mols, name, self.net, progress)
-                           for name, mols in references.items()}
-        pick = np.sort(np.random.default_rng(seed).permutation(len(real))[:n_real])
-        real_stats = fcd_statistics([real[i] for i in pick], self.net)
-        self.floor_n = len(pick)
-        self.floor = {name: frechet_distance(real_stats, ref) for name, ref in self.references.items()}
+        self.references = {name: mols if isinstance(mols, FCDStatistics) else
+                           reference_statistics(mols, name, self.net, progress) for name, mols in references.items()}
+        self.floor, self.floor_n = {}, 0
+        if real is not None:
+            pick = np.sort(np.random.default_rng(seed).permutation(len(real))[:n_real])
+            real_stats = fcd_statistics([real[i] for i in pick], self.net)
+            self.floor_n = len(pick)
+            self.floor = {name: frechet_distance(real_stats, ref) for name, ref in self.references.items()}
 
     def __call__(self, samples: Sequence[str]) -> dict:
         try:
@@ -184,7 +187,7 @@ class FCDJudge:
         return {name: frechet_distance(stats, ref) for name, ref in self.references.items()}
 
 
-def fcd_judge_or_note(references: dict, real: Sequence[str], n_real: int, seed: int = 0,
+def fcd_judge_or_note(references: dict, real: Sequence[str] | None, n_real: int, seed: int = 0,
                       download: bool = True) -> tuple[FCDJudge | None, str]:
     """An :class:`FCDJudge`, or ``(None, why not)`` in one line when ChemNet's weights cannot be
     had (offline, damaged) or a set is too small: the caller reports FCD as n/a with that reason."""

@@ -11,10 +11,14 @@ reference, SNN, Frag and Scaf (:mod:`minitransformer.chem.fragments`). The
 reference plays both MOSES roles: the training set for novelty and the KL
 score, and the test set for SNN, Frag and Scaf.
 
-FCD (:mod:`minitransformer.chem.fcd`) is measured against a fixed half of the
-reference, drawn with the seed; its floor is the FCD of as many real molecules,
-drawn from the other half, against the same half, so the two numbers are
-measured the same way and differ only in where the molecules came from.
+FCD (:mod:`minitransformer.chem.fcd`) is FCD(samples, the whole reference), the number
+MOSES and ``fcd_torch`` report for the same two files. Beside it, the **floor**: the FCD
+that samples drawn from the reference's own distribution get. It needs real molecules
+that are not in the reference, so it is measured on a split: the reference is cut in
+two at random (the seed), and as many molecules as there are samples (at most half)
+are drawn from one half and compared with the other half. Its reference is half as
+large as the headline's, which raises an FCD a little, so the floor errs high; the
+report says how it was measured.
 A metric whose denominator is empty (no sample, no valid sample, no scaffold in
 one set, no reference, no alert files for Filters) is ``None`` rather than a
 made-up number.
@@ -42,8 +46,8 @@ def _definitions() -> dict:
         if metric.needs in SCORED:
             rows[metric.key] = (metric.label, metric.definition)
         if metric.key == "fcd":
-            rows["fcd_floor"] = ("FCD floor", "the same for as many real molecules from the other half "
-                                              "(the best to expect)")
+            rows["fcd_floor"] = ("FCD floor", "the FCD of as many real molecules, from one half of the reference "
+                                              "against the other (the best to expect; see below)")
     return rows
 
 
@@ -71,7 +75,7 @@ def read_samples(path_or_dash: str | os.PathLike) -> list[str]:
 # --------------------------------------------------------------------------- the report
 def reference_halves(reference: Sequence[str], seed: int = KL_SEED) -> tuple[list, list]:
     """The reference split in two at random (``seed``), each half in reference order: the first
-    half is FCD's reference, the second gives the floor's real molecules."""
+    half is the FCD floor's reference, the second gives the floor's real molecules."""
     import numpy as np
     order = np.random.default_rng([seed, 24]).permutation(len(reference))
     half = len(reference) - len(reference) // 2
@@ -82,12 +86,12 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
                  filters="moses", fcd: bool = True) -> dict:
     """All generation metrics of ``samples`` (:func:`~minitransformer.chem.evaluation.evaluate_samples`),
     against ``reference`` when one is given, which plays the training set (novelty, the KL
-    score) and the comparison set (SNN, Frag, Scaf, and FCD against half of it).
+    score) and the comparison set (SNN, Frag, Scaf, and FCD against all of it).
 
     The dict is ``evaluate_samples``'s with each per-set metric's one value in place of its
     ``{name: value}`` (and ``notes`` keyed alike), plus ``n_reference`` (all reference
     strings), ``n_reference_valid``, ``seed`` and, with ``fcd``, ``fcd_floor`` (see the module
-    docstring), ``fcd_reference_n``, ``fcd_floor_n`` and ``notes["fcd"]``. ``filters``:
+    docstring), ``fcd_reference_n``, ``fcd_floor_n``, ``fcd_floor_reference_n`` and ``notes["fcd"]``. ``filters``:
     ``"moses"`` (MOSES's alert files, downloaded if needed), a list of compiled alerts, or
     None to skip.
     """
@@ -97,11 +101,13 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
     why_no_filters = ""
     if isinstance(filters, str) and filters == "moses":
         filters, why_no_filters = default_filters(download=True)
-    judge, fcd_note, half, other = None, "not computed", [], []
+    judge, fcd_note, floor, half, other = None, "not computed", None, [], []
     if has_ref and fcd:
         from minitransformer.chem.fcd import fcd_judge_or_note
+        judge, fcd_note = fcd_judge_or_note({"reference": reference}, None, 0, seed=seed)
         half, other = reference_halves(reference, seed)
-        judge, fcd_note = fcd_judge_or_note({"reference": half}, other, len(samples), seed=seed)
+        floor, why = fcd_judge_or_note({"half": half}, other, len(samples), seed=seed) if judge else (None, "")
+        fcd_note = fcd_note or why
     elif not has_ref:
         fcd_note = ""
     result = evaluate_samples(samples, reference if has_ref else None,
@@ -120,11 +126,15 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
         result.update(n_reference=len(reference), n_reference_valid=reference_features(tuple(reference)).n_valid)
     else:
         result.update(n_reference=None, n_reference_valid=None)
-    result.update(seed=seed, fcd_floor=None, fcd_reference_n=None, fcd_floor_n=None)
+    result.update(seed=seed, fcd_floor=None, fcd_reference_n=None, fcd_floor_n=None, fcd_floor_reference_n=None)
     if judge is not None:
-        result.update(fcd_floor=judge.floor["reference"], fcd_reference_n=len(half), fcd_floor_n=judge.floor_n)
-        fcd_note = (f"FCD against {len(half)} reference molecules drawn with seed {seed}; the floor: "
-                    f"{judge.floor_n} real molecules from the other {len(other)}")
+        result.update(fcd_reference_n=len(reference))
+        fcd_note = f"FCD against all {len(reference)} reference molecules (as MOSES and fcd_torch compute it)"
+    if floor is not None:
+        result.update(fcd_floor=floor.floor["half"], fcd_floor_n=floor.floor_n, fcd_floor_reference_n=len(half))
+        fcd_note += (f"; the floor: FCD of {floor.floor_n} reference molecules from one half of the reference "
+                     f"against the other {len(half)} (split with seed {seed}), the FCD of a generator that draws "
+                     "from the reference's distribution (against a reference half as large: it errs high)")
     if fcd_note:
         notes["fcd"] = fcd_note
     return result
@@ -165,10 +175,10 @@ def _note(result: dict, key: str) -> str:
         return f"{r['n_kl_generated']} vs {r['n_kl_reference']}"
     if key == "novelty" and r.get("n_novel") is not None:
         return f"{r['n_novel']} of {r['n_unique']}"
-    if key == "fcd" and r.get("fcd_floor"):
-        return f"{r['fcd'] / r['fcd_floor']:.2f} x floor"
+    if key == "fcd":
+        return f"against all {r['fcd_reference_n']} reference molecules"
     if key == "fcd_floor":
-        return f"{r['fcd_floor_n']} real molecules"
+        return f"{r['fcd_floor_n']} real molecules against {r['fcd_floor_reference_n']} (split halves)"
     return ""
 
 

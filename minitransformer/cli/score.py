@@ -5,7 +5,8 @@ The metrics (each defined in the table it prints, and in
 reference set, internal diversity (IntDiv1, IntDiv2), the KL score of
 physico-chemical descriptor distributions, the nearest-neighbour (SNN),
 fragment (Frag) and scaffold (Scaf) similarities to the reference, and the
-Fréchet ChemNet Distance (FCD) to half the reference beside its floor. The reference
+Fréchet ChemNet Distance (FCD) to the whole reference, as MOSES and ``fcd_torch``
+compute it, beside its floor (measured on split halves of the reference, and said so). The reference
 is the molecules the generator was trained on: ``tox21``, ``druglike`` or a
 file. The result is printed as a table, and written as JSON with ``--json``.
 
@@ -40,7 +41,7 @@ def add_parser(commands):
     p.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
     p.add_argument("--seed", type=cli.seed, default=42,
                    help="seed of the KL score's draw of reference molecules (default: 42, GuacaMol's own draw) "
-                        "and of FCD's split of the reference (IntDiv uses all pairs: no seed)")
+                        "and of the FCD floor's split of the reference (IntDiv uses all pairs: no seed)")
     p.set_defaults(run=run)
     return p
 

@@ -197,7 +197,8 @@ def test_score_a_smiles_file_as_text_and_json(tmp_path, capsys, chemnet):
     for word in ("validity", "uniqueness", "novelty", "IntDiv", "KL", "SNN", "FCD floor"):
         assert word in out.out, word
     d = json.loads(scores.read_text())
-    assert d["fcd_reference_n"] == d["fcd_floor_n"] == 2 and d["fcd"] > 0 and d["fcd_floor"] > 0
+    assert d["fcd_reference_n"] == 4 and d["fcd_floor_n"] == d["fcd_floor_reference_n"] == 2
+    assert d["fcd"] > 0 and d["fcd_floor"] > 0
     assert d["validity"] == pytest.approx(4 / 5) and d["uniqueness"] == pytest.approx(3 / 4)
     assert d["novelty"] == pytest.approx(2 / 3)  # CCO is in the reference
     code, out = run(["score", samples, "--json", "-"], capsys)
