@@ -37,13 +37,14 @@ molecules, not in the reference, against the same reference (:class:`FCDJudge`).
 
 Reference statistics (MOSES's 176,074 test molecules take a few minutes) are
 computed once and kept in the user cache, keyed by the SHA-256 of the
-molecules and of ChemNet's weights (:func:`reference_statistics`).
+molecules and of ChemNet's weights (:func:`reference_statistics`); for MOSES's
+two test sets they are the statistics MOSES ships
+(:mod:`minitransformer.chem.moses_stats`), checksum-verified, not computed.
 """
 from __future__ import annotations
 
 import hashlib
 import io
-import sys
 import zipfile
 from dataclasses import dataclass
 from typing import Sequence
@@ -77,15 +78,16 @@ class FCDStatistics:
 
 def chemnet_activations(smiles: Sequence[str], net=None, progress: str | None = None) -> np.ndarray:
     """ChemNet's activations of the valid molecules among ``smiles``, in order: (n_valid, 512)
-    float32. Invalid and empty strings are skipped. ``progress``: a label for a progress bar
-    on standard error, shown when that is a terminal (None: no bar)."""
+    float32. Invalid and empty strings are skipped. ``progress``: a label for the progress
+    shown on standard error (:func:`minitransformer.chem.progress.progress`: a bar on a
+    terminal, else lines with the time left; None: nothing)."""
     canonical = parse_valid(smiles)[1]
     net = net if net is not None else default_chemnet()
-    if progress is None or not sys.stderr.isatty():
+    if progress is None:
         return net.activations(canonical)
-    from tqdm.auto import tqdm
-    with tqdm(total=len(canonical), desc=progress, unit="mol", leave=False) as bar:
-        return net.activations(canonical, progress=bar.update)
+    from minitransformer.chem.progress import progress as reporter
+    with reporter(progress, len(canonical)) as update:
+        return net.activations(canonical, progress=update)
 
 
 def fcd_statistics(smiles: Sequence[str], net=None, progress: str | None = None) -> FCDStatistics:
@@ -145,7 +147,10 @@ def reference_statistics(smiles: Sequence[str], name: str = "reference", net=Non
             return FCDStatistics(mu=f["mu"], sigma=f["sigma"], n=int(f["n"]))
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # not cached yet, or a damaged file: compute it again
         pass
-    stats = fcd_statistics(smiles, net, progress=f"ChemNet on {name} (once)" if progress else None)
+    from minitransformer.chem.moses_stats import shipped_statistics
+    stats = shipped_statistics(path.stem)  # MOSES's test sets: the statistics MOSES ships (None: another set)
+    if stats is None:
+        stats = fcd_statistics(smiles, net, progress=f"ChemNet on {name} (once)" if progress else None)
     buffer = io.BytesIO()
     np.savez(buffer, mu=stats.mu, sigma=stats.sigma, n=np.array(stats.n))
     try:

@@ -26,8 +26,9 @@ When all three miss, the files are read out of the PyPI wheel
 three folders is used as it is, otherwise (``download=True``) the wheel is
 downloaded into the cache. Every member is extracted into the cache, together
 with the two structural-alert tables of MOSES's "Filters" metric (``mcf.csv``
-and ``wehi_pains.csv``, see :func:`moses_filter_files`), and a downloaded
-wheel is deleted afterwards.
+and ``wehi_pains.csv``, see :func:`moses_filter_files`) and the FCD statistics of
+the two test sets (``test_stats.npz``, ``test_scaffolds_stats.npz``, see
+:mod:`minitransformer.chem.moses_stats`), and a downloaded wheel is deleted afterwards.
 
 Verification
 ------------
@@ -62,8 +63,8 @@ from minitransformer.chem.download import ChecksumError, DownloadError, cache_di
 from minitransformer.chem.download import hashing_copy as _hashing_copy
 from minitransformer.chem.download import sha256_of_file as _sha256_of
 
-__all__ = ["SPLITS", "SHA256", "WHEEL_NAME", "WHEEL_URLS", "WHEEL_SHA256", "find_moses", "load_moses",
-           "moses_filter_files", "moses_places", "verify_file", "is_moses"]
+__all__ = ["SPLITS", "SHA256", "WHEEL_NAME", "WHEEL_URLS", "WHEEL_SHA256", "find_moses", "find_moses_file",
+           "load_moses", "moses_filter_files", "moses_places", "verify_file", "is_moses"]
 
 SPLITS = ("train", "test", "test_scaffolds")
 WHEEL_NAME = "molsets-0.3.1-py3-none-any.whl"
@@ -84,6 +85,8 @@ SHA256 = {
     "test_scaffolds.csv.gz": "adffb2192c1bfe31ab0e13154d4af19a37dc18bdbf3cd7b4491e04405128adde",
     "mcf.csv": "f4a2bfacb4cb8877295eb2a4b4e61ec9770a26388f1331e5dc9c193d22dd5f89",
     "wehi_pains.csv": "d762e5420ec70f06d7e41d336cae6f67e2feb0eddf05c6171192a332726d296f",
+    "test_stats.npz": "ded25073225a895d4ed17bf1d4223d27560e87ff4cb85786346ca1cc8efa03d3",
+    "test_scaffolds_stats.npz": "7b7aba6c1474634a019bebf16f389d554cb9dd1021dfc8c1d1e54430a9f0e7f8",
 }
 MEMBERS = {
     "train.csv.gz": "moses/dataset/data/train.csv.gz",
@@ -91,6 +94,8 @@ MEMBERS = {
     "test_scaffolds.csv.gz": "moses/dataset/data/test_scaffolds.csv.gz",
     "mcf.csv": "moses/metrics/mcf.csv",
     "wehi_pains.csv": "moses/metrics/wehi_pains.csv",
+    "test_stats.npz": "moses/dataset/data/test_stats.npz",
+    "test_scaffolds_stats.npz": "moses/dataset/data/test_scaffolds_stats.npz",
 }
 _MARKER = "verified.json"
 
@@ -225,6 +230,15 @@ def find_moses(split: str = "train", data_dir: str | os.PathLike | None = None, 
     if split not in SPLITS:
         raise ValueError(f"unknown MOSES split {split!r}; choose one of {', '.join(SPLITS)}")
     return _find(f"{split}.csv.gz", data_dir, download, timeout)
+
+
+def find_moses_file(name: str, data_dir: str | os.PathLike | None = None, download: bool = True,
+                    timeout: float = 30.0) -> Path:
+    """The verified path of any file of :data:`SHA256` (a split, an alert table, the FCD statistics of a
+    test set), found and fetched like :func:`find_moses`'s."""
+    if name not in SHA256:
+        raise ValueError(f"unknown MOSES file {name!r}; choose one of {', '.join(SHA256)}")
+    return _find(name, data_dir, download, timeout)
 
 
 def moses_filter_files(download: bool = True, data_dir: str | os.PathLike | None = None,

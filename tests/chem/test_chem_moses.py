@@ -30,7 +30,16 @@ def _gz(lines):
     return gzip.compress(("SMILES\n" + "\n".join(lines) + "\n").encode(), mtime=0)
 
 
-FILES = {f"{split}.csv.gz": _gz(lines) for split, lines in SMILES.items()} | FILTERS
+def stats_npz(mu, sigma, **extra) -> bytes:
+    """A stand-in for MOSES's ``*_stats.npz``: one pickled object array holding ``{"FCD": {"mu", "sigma"}, ...}``."""
+    buffer = io.BytesIO()
+    np.savez(buffer, stats=np.array({"FCD": {"mu": mu, "sigma": sigma}, **extra}, dtype=object))
+    return buffer.getvalue()
+
+
+STATS = {name: stats_npz(np.full(512, k + 1.0), np.eye(512) * (k + 1))
+         for k, name in enumerate(("test_stats.npz", "test_scaffolds_stats.npz"))}
+FILES = {f"{split}.csv.gz": _gz(lines) for split, lines in SMILES.items()} | FILTERS | STATS
 
 
 def _wheel_bytes(files=FILES):
