@@ -239,9 +239,7 @@ def weight(s: SampleSet, name: str) -> float:
     samples (repeats kept) and those of the reference set's molecules, in daltons."""
     from scipy.stats import wasserstein_distance
     s.need_valid()
-    reference = _molecular_weights(tuple(s.references[name]))
-    if not reference:
-        raise Undefined("no valid reference molecule")
+    reference = s.reference_features(name).weights  # (n_valid,), cached with the other reference features
     return float(wasserstein_distance(_molecular_weights(tuple(s.canon)), reference))
 
 

@@ -133,6 +133,21 @@ def _cache_key(smiles: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
+def cache_path(smiles: Sequence[str]):
+    """Where :func:`reference_statistics` keeps the statistics of ``smiles``: ``cache_dir()/fcd/<key>.npz``."""
+    from minitransformer.chem.download import cache_dir
+    return cache_dir() / "fcd" / f"{_cache_key(smiles)}.npz"
+
+
+def _read_cached(path) -> FCDStatistics | None:
+    """The statistics cached at ``path``; None when there are none, or the file is damaged."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return FCDStatistics(mu=f["mu"], sigma=f["sigma"], n=int(f["n"]))
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        return None
+
+
 def reference_statistics(smiles: Sequence[str], name: str = "reference", net=None,
                          progress: bool = True) -> FCDStatistics:
     """:func:`fcd_statistics` of a reference set, computed once and then read from the user
@@ -140,17 +155,14 @@ def reference_statistics(smiles: Sequence[str], name: str = "reference", net=Non
     ChemNet's weights, so changed data is never served stale). ``name`` labels the
     progress bar."""
     from minitransformer.atomic import write_bytes
-    from minitransformer.chem.download import cache_dir
-    path = cache_dir() / "fcd" / f"{_cache_key(smiles)}.npz"
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            return FCDStatistics(mu=f["mu"], sigma=f["sigma"], n=int(f["n"]))
-    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # not cached yet, or a damaged file: compute it again
-        pass
-    from minitransformer.chem.moses_stats import shipped_statistics
-    stats = shipped_statistics(path.stem)  # MOSES's test sets: the statistics MOSES ships (None: another set)
-    if stats is None:
-        stats = fcd_statistics(smiles, net, progress=f"ChemNet on {name} (once)" if progress else None)
+    from minitransformer.chem.moses_stats import seed_caches
+    path = cache_path(smiles)
+    cached = _read_cached(path)
+    if cached is None and seed_caches(smiles):  # MOSES's test sets: the statistics MOSES ships
+        cached = _read_cached(path)
+    if cached is not None:
+        return cached
+    stats = fcd_statistics(smiles, net, progress=f"ChemNet on {name} (once)" if progress else None)
     buffer = io.BytesIO()
     np.savez(buffer, mu=stats.mu, sigma=stats.sigma, n=np.array(stats.n))
     try:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import math
 from collections import Counter
@@ -54,7 +55,7 @@ __all__ = ["fragments_of", "scaffold_of", "fragment_counts", "scaffold_counts", 
            "snn", "ReferenceFeatures", "reference_features", "DISK_CACHE_MIN"]
 
 DISK_CACHE_MIN = 50_000
-_FORMAT = "moses-reference-v1"
+_FORMAT = "moses-reference-v2"  # v2: the molecular weights too
 
 
 def fragments_of(mol) -> list[str]:
@@ -134,24 +135,30 @@ def distinct_fingerprints(mols: Sequence, smiles: Sequence[str]) -> np.ndarray:
 
 
 class ReferenceFeatures:
-    """What the three comparisons need of a reference: its fingerprints and its counts."""
+    """What the comparisons with a reference need of it: the fingerprints (n_valid, 1024) of its
+    valid molecules (SNN), its fragment and scaffold counts (Frag, Scaf) and their molecular
+    weights (n_valid,) (MOSES's ``weight``)."""
 
-    def __init__(self, n_valid: int, fps: np.ndarray, fragments: Counter, scaffolds: Counter):
+    def __init__(self, n_valid: int, fps: np.ndarray, fragments: Counter, scaffolds: Counter, weights: np.ndarray):
         self.n_valid, self.fps, self.fragments, self.scaffolds = n_valid, fps, fragments, scaffolds
+        self.weights = weights
 
     @classmethod
     def compute(cls, reference: Sequence[str]) -> "ReferenceFeatures":
+        from rdkit.Chem import Descriptors
         mols, canon = parse_valid(reference)
         fps = distinct_fingerprints(mols, canon) if mols else np.zeros((0, 1024), np.float32)
-        return cls(len(mols), fps, fragment_counts(mols, canon), scaffold_counts(mols, canon))
+        weights = np.array([Descriptors.MolWt(m) for m in mols], dtype=np.float64)  # (n_valid,)
+        return cls(len(mols), fps, fragment_counts(mols, canon), scaffold_counts(mols, canon), weights)
 
     def save(self, path) -> None:
+        from minitransformer.atomic import write_bytes
         meta = json.dumps({"format": _FORMAT, "n_valid": self.n_valid,
                            "fragments": self.fragments, "scaffolds": self.scaffolds})
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez_compressed(tmp, fps=np.packbits(self.fps.astype(np.uint8), axis=1),
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, fps=np.packbits(self.fps.astype(np.uint8), axis=1), weights=self.weights,
                             meta=np.frombuffer(meta.encode(), dtype=np.uint8))
-        tmp.replace(path)
+        write_bytes(path, buffer.getvalue())
 
     @classmethod
     def load(cls, path) -> "ReferenceFeatures":
@@ -160,7 +167,8 @@ class ReferenceFeatures:
             if meta.get("format") != _FORMAT:
                 raise ValueError(f"{path}: not a {_FORMAT} file")
             fps = np.unpackbits(z["fps"], axis=1, count=1024).astype(np.float32)
-        return cls(meta["n_valid"], fps, Counter(meta["fragments"]), Counter(meta["scaffolds"]))
+            weights = z["weights"]
+        return cls(meta["n_valid"], fps, Counter(meta["fragments"]), Counter(meta["scaffolds"]), weights)
 
 
 def _digest(reference: tuple[str, ...]) -> str:
@@ -171,18 +179,27 @@ def _digest(reference: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
+def cache_path(reference: tuple[str, ...]):
+    """Where :func:`reference_features` keeps the features of a large ``reference`` on disk."""
+    from minitransformer.chem.download import cache_dir
+    return cache_dir() / "reference_features" / f"{_digest(reference)}.npz"
+
+
 @functools.lru_cache(maxsize=3)
 def reference_features(reference: tuple[str, ...]) -> ReferenceFeatures:
     """:class:`ReferenceFeatures` of ``reference``, cached in memory, and on disk for large ones."""
     if len(reference) < DISK_CACHE_MIN:
         return ReferenceFeatures.compute(reference)
-    from minitransformer.chem.download import cache_dir
-    path = cache_dir() / "reference_features" / f"{_digest(reference)}.npz"
-    if path.exists():
-        try:
-            return ReferenceFeatures.load(path)
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged or old cache file: recompute and overwrite it
+    from minitransformer.chem.moses_stats import seed_caches
+    path = cache_path(reference)
+    for attempt in range(2):
+        if path.exists():
+            try:
+                return ReferenceFeatures.load(path)
+            except (OSError, ValueError, KeyError):
+                pass  # a damaged or old cache file: recompute and overwrite it
+        if attempt or not seed_caches(reference):  # MOSES's test sets: the features MOSES ships
+            break
     features = ReferenceFeatures.compute(reference)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

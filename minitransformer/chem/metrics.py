@@ -73,7 +73,12 @@ KL_SEED = 42  # GuacaMol's draw of the KL reference (numpy.random.RandomState(42
 
 def _canonical_set(smiles: Sequence[str]) -> set:
     """The distinct canonical SMILES of the valid ``smiles``, one molecule in memory at a time
-    (MOSES's 1.58M training molecules would take over 20 GB as RDKit molecules at once)."""
+    (MOSES's 1.58M training molecules would take over 20 GB as RDKit molecules at once).
+    MOSES's own training set is taken as written, as MOSES's novelty takes it: its file holds
+    canonical RDKit SMILES (:func:`~minitransformer.chem.moses.is_moses_train`)."""
+    from minitransformer.chem.moses import is_moses_train
+    if is_moses_train(smiles):
+        return set(smiles)
     return {c for c in map(canonical, smiles) if c is not None}
 
 
@@ -151,7 +156,8 @@ def unique_at_k(valid_canonical: Sequence[str], k: int) -> tuple[float, int]:
 
 
 def novelty(samples: Sequence[str], train_smiles: Sequence[str]) -> float:
-    """Distinct valid samples absent from the (canonicalized) training set / distinct valid samples."""
+    """Distinct valid samples absent from the (canonicalized) training set / distinct valid samples
+    (MOSES's training set as written, as MOSES counts: see :func:`_canonical_set`)."""
     distinct = set(parse_valid(samples)[1])
     known = _training_set(tuple(train_smiles)).index
     return _fraction(sum(s not in known for s in distinct), len(distinct))

@@ -64,7 +64,7 @@ from minitransformer.chem.download import hashing_copy as _hashing_copy
 from minitransformer.chem.download import sha256_of_file as _sha256_of
 
 __all__ = ["SPLITS", "SHA256", "WHEEL_NAME", "WHEEL_URLS", "WHEEL_SHA256", "find_moses", "find_moses_file",
-           "load_moses", "moses_filter_files", "moses_places", "verify_file", "is_moses"]
+           "load_moses", "moses_filter_files", "is_moses_train", "molecules_sha256", "moses_places", "verify_file", "is_moses"]
 
 SPLITS = ("train", "test", "test_scaffolds")
 WHEEL_NAME = "molsets-0.3.1-py3-none-any.whl"
@@ -98,6 +98,25 @@ MEMBERS = {
     "test_scaffolds_stats.npz": "moses/dataset/data/test_scaffolds_stats.npz",
 }
 _MARKER = "verified.json"
+#: :func:`molecules_sha256` of MOSES's training molecules as read from ``train.csv.gz``. MOSES wrote them as
+#: canonical RDKit SMILES and its novelty compares samples with these strings as they are (5 in 20,000
+#: are written otherwise by today's RDKit), so :func:`is_moses_train` lets novelty skip canonicalizing
+#: them again, minutes for 1.58 million molecules, and count as MOSES counts.
+TRAIN_MOLECULES_SHA256 = "4301e7f6118839465012eb93510328681ef4b7b24642e8748c4ad40971f4a304"
+
+
+def molecules_sha256(smiles) -> str:
+    """SHA-256 of a list of SMILES, each followed by a newline, in order (0.15 s for 1.58 million)."""
+    import hashlib
+    digest = hashlib.sha256()
+    for s in smiles:
+        digest.update(s.encode() + b"\n")
+    return digest.hexdigest()
+
+
+def is_moses_train(smiles) -> bool:
+    """Whether ``smiles`` are exactly MOSES's training molecules, in file order (see :data:`TRAIN_MOLECULES_SHA256`)."""
+    return len(smiles) == 1_584_663 and molecules_sha256(smiles) == TRAIN_MOLECULES_SHA256
 
 
 def is_moses(data) -> bool:

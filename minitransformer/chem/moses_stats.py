@@ -1,24 +1,28 @@
-"""The FCD statistics MOSES ships for its two test sets, read without running its code.
+"""The reference statistics MOSES ships for its two test sets, read without running its code.
 
-FCD/Test and FCD/TestSF compare samples with ChemNet's mean and covariance over
-MOSES's ``test`` (176,074 molecules) and ``test_scaffolds`` (176,225) sets.
-Computing them takes ChemNet about four minutes a set on two cores; MOSES ships
-them in its wheel (``moses/dataset/data/test_stats.npz`` and
-``test_scaffolds_stats.npz``), computed with the same weights, and ours agree
-with them to 6e-7 in FCD (``docs/fcd.md``). So
-:func:`~minitransformer.chem.fcd.reference_statistics` takes them from here when
-the molecules it is given are exactly one of those sets, with ChemNet's published
-weights: :data:`SHIPPED` maps that cache key (the SHA-256 of the molecules, in
-order, and of the weights) to the file.
+FCD/Test, SNN/Test, Frag/Test and Scaf/Test (and the same for TestSF) compare
+samples with MOSES's ``test`` (176,074 molecules) and ``test_scaffolds``
+(176,225) sets: ChemNet's mean and covariance over them, and their Morgan
+fingerprints, BRICS-fragment and scaffold counts and molecular weights. Computing these takes about
+four minutes of ChemNet and two of RDKit a set on two cores. MOSES ships them in
+its wheel (``moses/dataset/data/test_stats.npz`` and
+``test_scaffolds_stats.npz``), and MOSES's own ``get_all_metrics`` uses them. Ours
+agree: the FCD between the shipped and our computed ChemNet statistics is 6e-7,
+our fingerprints, fragment and scaffold counts differ from the shipped ones for
+6 of the 176,074 test molecules (written otherwise by today's RDKit: a cosine of
+1 - 2e-10 for Frag), and our molecular weights equal theirs. So :func:`seed_caches` writes the shipped statistics into
+the caches of :func:`~minitransformer.chem.fcd.reference_statistics` and
+:func:`~minitransformer.chem.fragments.reference_features` when the molecules
+they are asked for are exactly one of those sets (:data:`SHIPPED`, keyed by
+:func:`~minitransformer.chem.moses.molecules_sha256`), and those numbers are then
+MOSES's.
 
 Each file is pinned by its SHA-256 (:data:`minitransformer.chem.moses.SHA256`)
-and found or fetched with the MOSES data (:func:`~minitransformer.chem.moses.find_moses`'s
+and found or fetched with the MOSES data (:func:`~minitransformer.chem.moses.find_moses_file`'s
 folders, else the wheel). It is an ``.npz`` holding one NumPy object array, a
-pickled dict (``{"FCD": {"mu", "sigma"}, "SNN": ..., "Frag": ..., "Scaf": ...}``).
-Unpickling runs whatever a pickle names, so :class:`_StatsUnpickler` rebuilds only
-arrays, dtypes, latin-1 byte strings and ``Counter`` tables, and refuses any other
-name before the checksum would even let the file through. Only ``mu`` and
-``sigma`` are kept, in the FCD cache, so the 190 MB pickle is read once.
+pickled dict. Unpickling runs whatever a pickle names, so :class:`_StatsUnpickler`
+rebuilds only arrays, dtypes, latin-1 byte strings and ``Counter`` tables, and
+refuses any other name; the checksum is checked before the unpickler sees a byte.
 """
 from __future__ import annotations
 
@@ -30,13 +34,13 @@ import zipfile
 
 import numpy as np
 
-__all__ = ["SHIPPED", "shipped_statistics", "read_shipped_fcd"]
+__all__ = ["SHIPPED", "seed_caches", "read_shipped"]
 
-#: The FCD cache key (:func:`~minitransformer.chem.fcd._cache_key`) of MOSES's two test sets -> the file
-#: that holds their statistics. A key covers the molecules in order and ChemNet's weights.
+#: :func:`~minitransformer.chem.moses.molecules_sha256` of MOSES's two test sets, as read from their
+#: files -> (the file of their statistics, the number of molecules).
 SHIPPED = {
-    "dab8eefdcfc90b88f8f0b3739fe53d27599f2d24222e4a467c702348cedef129": ("test_stats.npz", 176_074),
-    "fc8398cb897310d82a6c66cb5a627f69e01719919ee553ea4ef556e8fad3f03a": ("test_scaffolds_stats.npz", 176_225),
+    "d6290e7bc2f0881a8f50ffd53937d2207657de32fcc43786125eb6f73997c1e2": ("test_stats.npz", 176_074),
+    "c7287a76a5c72e52234633bd96e1eebbd39a936f3fa98dd6236472c1fa7f9573": ("test_scaffolds_stats.npz", 176_225),
 }
 
 
@@ -69,9 +73,10 @@ class _StatsUnpickler(pickle.Unpickler):
         return self.ALLOWED[(module, name)]
 
 
-def read_shipped_fcd(path) -> tuple[np.ndarray, np.ndarray]:
-    """``(mu (512,), sigma (512, 512))`` float64 of a MOSES ``*_stats.npz`` (already checksum-verified),
-    through :class:`_StatsUnpickler`; ValueError for anything else."""
+def read_shipped(path, n: int) -> tuple:
+    """``(mu (512,), sigma (512, 512), fps (n, 1024) uint8, fragments, scaffolds, weights (n,))`` of a MOSES
+    ``*_stats.npz`` of ``n`` molecules (already checksum-verified), read through
+    :class:`_StatsUnpickler`; ValueError naming the file for anything else."""
     from numpy.lib import format as npy
     try:
         with zipfile.ZipFile(path) as archive, archive.open("stats.npy") as f:
@@ -81,32 +86,62 @@ def read_shipped_fcd(path) -> tuple[np.ndarray, np.ndarray]:
             if dtype != np.dtype(object):
                 raise ValueError(f"its array is {dtype}, not the pickled statistics")
             stats = _StatsUnpickler(io.BufferedReader(f)).load()
-        fcd = stats.item()["FCD"] if isinstance(stats, np.ndarray) else stats["FCD"]
-        mu, sigma = np.asarray(fcd["mu"], dtype=np.float64), np.asarray(fcd["sigma"], dtype=np.float64)
-    except (OSError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError,
-            ValueError) as exc:
-        raise ValueError(f"{path} is not MOSES's FCD statistics ({type(exc).__name__}: {exc})") from None
+        stats = stats.item() if isinstance(stats, np.ndarray) else stats
+        mu = np.asarray(stats["FCD"]["mu"], dtype=np.float64)
+        sigma = np.asarray(stats["FCD"]["sigma"], dtype=np.float64)
+        fps = np.asarray(stats["SNN"]["fps"])
+        fragments, scaffolds = stats["Frag"]["frag"], stats["Scaf"]["scaf"]
+        weights = np.asarray(stats["weight"]["values"], dtype=np.float64)
+    except (OSError, KeyError, TypeError, AttributeError, IndexError, EOFError, zipfile.BadZipFile,
+            pickle.UnpicklingError, ValueError) as exc:
+        raise ValueError(f"{path} is not MOSES's statistics of a test set ({type(exc).__name__}: {exc})") from None
     if mu.shape != (512,) or sigma.shape != (512, 512) or not (np.isfinite(mu).all() and np.isfinite(sigma).all()):
         raise ValueError(f"{path}: its FCD statistics have shapes {mu.shape}, {sigma.shape}, not (512,), (512, 512)")
-    return mu, sigma
+    if fps.shape != (n, 1024) or fps.dtype != np.uint8 or fps.max(initial=0) > 1:
+        raise ValueError(f"{path}: its fingerprints are {fps.dtype} {fps.shape}, not 0/1 bytes ({n}, 1024)")
+    if weights.shape != (n,) or not (np.isfinite(weights).all() and (weights > 0).all()):
+        raise ValueError(f"{path}: its molecular weights are not {n} positive numbers")
+    for counts in (fragments, scaffolds):
+        if not isinstance(counts, dict) or not all(isinstance(k, str) and isinstance(v, int) and v > 0
+                                                   for k, v in counts.items()):
+            raise ValueError(f"{path}: its fragment or scaffold counts are not SMILES -> counts")
+    return mu, sigma, fps, collections.Counter(fragments), collections.Counter(scaffolds), weights
 
 
-def shipped_statistics(key: str, download: bool = True):
-    """The :class:`~minitransformer.chem.fcd.FCDStatistics` MOSES ships for the set whose cache key is
-    ``key``; None when the key is not one of :data:`SHIPPED`, or (with the reason on standard error)
-    when the file cannot be had: then the caller computes them."""
+def seed_caches(smiles, download: bool = True) -> bool:
+    """When ``smiles`` are exactly one of MOSES's test sets (:data:`SHIPPED`), write the statistics
+    MOSES ships for them into the FCD cache and the reference-features cache and return True; else
+    (another set, or the file cannot be had: the reason on standard error) False, and the caller
+    computes them."""
     import sys
 
+    from minitransformer.atomic import write_bytes
     from minitransformer.chem.download import ChecksumError, DownloadError
-    from minitransformer.chem.fcd import FCDStatistics
-    from minitransformer.chem.moses import find_moses_file
-    if key not in SHIPPED:
-        return None
-    name, n = SHIPPED[key]
+    from minitransformer.chem.fcd import cache_path as fcd_cache_path
+    from minitransformer.chem.fragments import ReferenceFeatures
+    from minitransformer.chem.fragments import cache_path as features_cache_path
+    from minitransformer.chem.moses import find_moses_file, molecules_sha256
+    sizes = {n for _, n in SHIPPED.values()}
+    if len(smiles) not in sizes:  # (no hash for every other set)
+        return False
+    found = SHIPPED.get(molecules_sha256(smiles))
+    if found is None:
+        return False
+    name, n = found
     try:
-        mu, sigma = read_shipped_fcd(find_moses_file(name, download=download))
+        mu, sigma, fps, fragments, scaffolds, weights = read_shipped(find_moses_file(name, download=download), n)
     except (DownloadError, ChecksumError, FileNotFoundError, ValueError) as exc:
         print(f"MOSES's shipped statistics {name} cannot be had ({' '.join(str(exc).split())}); computing "
-              "them with ChemNet instead (once, then cached)", file=sys.stderr)
-        return None
-    return FCDStatistics(mu=mu, sigma=sigma, n=n)
+              "them instead (once, then cached)", file=sys.stderr)
+        return False
+    buffer = io.BytesIO()
+    np.savez(buffer, mu=mu, sigma=sigma, n=np.array(n))
+    try:
+        write_bytes(fcd_cache_path(smiles), buffer.getvalue())
+        features = ReferenceFeatures(n, fps.astype(np.float32), fragments, scaffolds, weights)
+        features.save(features_cache_path(tuple(smiles)))
+    except OSError as exc:
+        print(f"MOSES's shipped statistics {name} could not be cached ({exc}); computing them instead",
+              file=sys.stderr)
+        return False
+    return True

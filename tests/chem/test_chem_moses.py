@@ -30,15 +30,21 @@ def _gz(lines):
     return gzip.compress(("SMILES\n" + "\n".join(lines) + "\n").encode(), mtime=0)
 
 
-def stats_npz(mu, sigma, **extra) -> bytes:
-    """A stand-in for MOSES's ``*_stats.npz``: one pickled object array holding ``{"FCD": {"mu", "sigma"}, ...}``."""
+def stats_npz(mu, sigma, n=1, fragments=None, scaffolds=None, **extra) -> bytes:
+    """A stand-in for MOSES's ``*_stats.npz`` of ``n`` molecules: one pickled object array holding
+    ``{"FCD": {"mu", "sigma"}, "SNN": {"fps"}, "Frag": {"frag"}, "Scaf": {"scaf"}, "weight": {"values"}}``."""
+    from collections import Counter
     buffer = io.BytesIO()
-    np.savez(buffer, stats=np.array({"FCD": {"mu": mu, "sigma": sigma}, **extra}, dtype=object))
+    fps = (np.arange(n * 1024).reshape(n, 1024) % 3 == 0).astype(np.uint8)
+    stats = {"FCD": {"mu": mu, "sigma": sigma}, "SNN": {"fps": fps},
+             "Frag": {"frag": Counter(fragments or {"[1*]C": 2})}, "Scaf": {"scaf": Counter(scaffolds or {})},
+             "weight": {"values": [100.0 + k for k in range(n)]}}
+    np.savez(buffer, stats=np.array({**stats, **extra}, dtype=object))
     return buffer.getvalue()
 
 
-STATS = {name: stats_npz(np.full(512, k + 1.0), np.eye(512) * (k + 1))
-         for k, name in enumerate(("test_stats.npz", "test_scaffolds_stats.npz"))}
+STATS = {name: stats_npz(np.full(512, k + 1.0), np.eye(512) * (k + 1), n=len(SMILES[split]))
+         for k, (name, split) in enumerate((("test_stats.npz", "test"), ("test_scaffolds_stats.npz", "test_scaffolds")))}
 FILES = {f"{split}.csv.gz": _gz(lines) for split, lines in SMILES.items()} | FILTERS | STATS
 
 
