@@ -55,6 +55,7 @@ __all__ = ["fragments_of", "scaffold_of", "fragment_counts", "scaffold_counts", 
            "snn", "ReferenceFeatures", "reference_features", "DISK_CACHE_MIN"]
 
 DISK_CACHE_MIN = 50_000
+CHUNK = 10_000  # molecules a step of ReferenceFeatures.compute
 _FORMAT = "moses-reference-v2"  # v2: the molecular weights too
 
 
@@ -145,11 +146,24 @@ class ReferenceFeatures:
 
     @classmethod
     def compute(cls, reference: Sequence[str]) -> "ReferenceFeatures":
+        """The features of ``reference``, :data:`CHUNK` molecules at a time (a large set shows its
+        progress and the time left: :func:`~minitransformer.chem.progress.progress`)."""
         from rdkit.Chem import Descriptors
-        mols, canon = parse_valid(reference)
-        fps = distinct_fingerprints(mols, canon) if mols else np.zeros((0, 1024), np.float32)
-        weights = np.array([Descriptors.MolWt(m) for m in mols], dtype=np.float64)  # (n_valid,)
-        return cls(len(mols), fps, fragment_counts(mols, canon), scaffold_counts(mols, canon), weights)
+
+        from minitransformer.chem.progress import progress
+        n_valid, fps, fragments, scaffolds, weights = 0, [], Counter(), Counter(), []
+        with progress(f"reference features of {len(reference):,} molecules", len(reference)) as update:
+            for start in range(0, len(reference), CHUNK):
+                chunk = reference[start:start + CHUNK]
+                mols, canon = parse_valid(chunk)
+                n_valid += len(mols)
+                fps.append(distinct_fingerprints(mols, canon) if mols else np.zeros((0, 1024), np.float32))
+                fragments.update(fragment_counts(mols, canon))
+                scaffolds.update(scaffold_counts(mols, canon))
+                weights += [Descriptors.MolWt(m) for m in mols]
+                update(len(chunk))
+        fps = np.concatenate(fps) if fps else np.zeros((0, 1024), np.float32)  # (n_valid, 1024)
+        return cls(n_valid, fps, fragments, scaffolds, np.array(weights, dtype=np.float64))
 
     def save(self, path) -> None:
         from minitransformer.atomic import write_bytes

@@ -77,9 +77,15 @@ def _canonical_set(smiles: Sequence[str]) -> set:
     MOSES's own training set is taken as written, as MOSES's novelty takes it: its file holds
     canonical RDKit SMILES (:func:`~minitransformer.chem.moses.is_moses_train`)."""
     from minitransformer.chem.moses import is_moses_train
+    from minitransformer.chem.progress import progress
     if is_moses_train(smiles):
         return set(smiles)
-    return {c for c in map(canonical, smiles) if c is not None}
+    out, chunk = set(), 20_000
+    with progress(f"canonicalizing {len(smiles):,} training molecules", len(smiles)) as update:
+        for start in range(0, len(smiles), chunk):
+            out.update(c for c in map(canonical, smiles[start:start + chunk]) if c is not None)
+            update(len(smiles[start:start + chunk]))
+    return out
 
 
 def _fraction(part: int, whole: int) -> float:
