@@ -212,6 +212,9 @@ def run(args) -> int:
         except TrainingDiverged as err:  # (a resume would diverge again: it keeps the settings)
             kept = f"steps 1-{saved} stay saved in {out}" if saved else "no step was saved"
             raise TrainingDiverged(f"{err}; {kept}. Start again with a lower --sigma or --lr (and --force)") from err
+        except (OSError, cli.WriteError) as err:  # a full disk: records past last.npz are cut back on --resume
+            reason = err if isinstance(err, cli.WriteError) else f"could not write {out / 'last.npz'}: {err}"
+            raise cli.WriteError(f"{reason}; {_saved_note(out, saved)} once there is room") from err
         saved = steer.t
         PROGRESS.saved_note = _saved_note(out, saved)
         if not args.quiet:

@@ -51,6 +51,7 @@ import hashlib
 import importlib
 import importlib.util
 import math
+import reprlib
 from pathlib import Path
 
 import numpy as np
@@ -121,28 +122,37 @@ def _read_file(path: Path) -> dict:
 
 
 # --------------------------------------------------------------------------- the schema
+_SHORT = reprlib.Repr()  # (Python 3.10 and 3.11 take no settings in the constructor)
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 60, 60, 4, 4
+
+
+def _shown(value) -> str:
+    """``repr(value)`` cut short (a forged file's megabyte string or deep nesting stays one short line)."""
+    return _SHORT.repr(value)
+
+
 def _number(where: str, value, positive: bool = False) -> float:
     want = "a finite number > 0" if positive else "a finite number"
     if not is_finite_number(value) or (positive and not value > 0):
-        raise ValueError(f"{where} must be {want}, got {value!r}")
+        raise ValueError(f"{where} must be {want}, got {_shown(value)}")
     return value
 
 
 def _whole(where: str, value, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{where} must be a whole number from {low:,} to {high:,}, got {value!r}")
+        raise ValueError(f"{where} must be a whole number from {low:,} to {high:,}, got {_shown(value)}")
     return value
 
 
 def _text(where: str, value) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{where} must be a non-empty string, got {value!r}")
+        raise ValueError(f"{where} must be a non-empty string, got {_shown(value)}")
     return value
 
 
 def _names(where: str, value) -> list:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"{where} must be a non-empty list of assay names, got {value!r}")
+        raise ValueError(f"{where} must be a non-empty list of assay names, got {_shown(value)}")
     return value
 
 
@@ -160,21 +170,21 @@ CHECKS = {
 def _check_transform(name: str, transform) -> dict:
     where = f"component {name}: transform"
     if not isinstance(transform, dict):
-        raise ValueError(f"{where} must be a table of {', '.join(TRANSFORM_KEYS)}, got {transform!r}")
+        raise ValueError(f"{where} must be a table of {', '.join(TRANSFORM_KEYS)}, got {_shown(transform)}")
     unknown = sorted(set(transform) - set(TRANSFORM_KEYS), key=str)
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(TRANSFORM_KEYS)}")
     _, default_kind, _, _ = COMPONENTS[name]
     kind = transform.get("kind", default_kind)
     if not isinstance(kind, str) or kind not in TRANSFORMS:
-        raise ValueError(f"{where}: unknown kind {kind!r}; choose from {', '.join(TRANSFORMS)}")
+        raise ValueError(f"{where}: unknown kind {_shown(kind)}; choose from {', '.join(TRANSFORMS)}")
     if kind == "none" and name not in UNIT_RANGE:
         raise ValueError(f"component {name}: its values are not in [0, 1] ({COMPONENTS[name][0]}), so kind "
                          "'none' cannot make them a desirability; give a step, sigmoid, reverse_sigmoid or "
                          "double_sigmoid transform with low and high")
     unused = [k for k in ("low", "high", "k", "width") if k in transform and k not in USES[kind]]
     if unused:
-        raise ValueError(f"{where}: {', '.join(unused)} has no effect with kind {kind!r} (it uses "
+        raise ValueError(f"{where}: {', '.join(unused)} has no effect with kind {_shown(kind)} (it uses "
                          f"{', '.join(USES[kind]) or 'no parameter'}); leave it out or choose another kind")
     for key in ("low", "high"):
         if key in transform:
@@ -187,10 +197,10 @@ def _check_transform(name: str, transform) -> dict:
 
 def _check_component(entry, index: int) -> dict:
     if not isinstance(entry, dict):
-        raise ValueError(f"score: component {index + 1} must be a table with a name, got {entry!r}")
+        raise ValueError(f"score: component {index + 1} must be a table with a name, got {_shown(entry)}")
     name = entry.get("name")
     if not isinstance(name, str) or name not in COMPONENTS:
-        raise ValueError(f"unknown score component {name!r}; choose from {', '.join(COMPONENTS)}")
+        raise ValueError(f"unknown score component {_shown(name)}; choose from {', '.join(COMPONENTS)}")
     allowed = COMMON_KEYS + OWN_KEYS.get(name, ())
     unknown = sorted(set(entry) - set(allowed), key=str)
     if unknown:
@@ -221,7 +231,7 @@ def check_spec(spec) -> dict:
         raise ValueError(f"score: unknown key(s) {unknown}; a score has 'mean' and 'components'")
     mean = spec.get("mean", "geometric")
     if mean not in ("geometric", "arithmetic"):
-        raise ValueError(f"score: mean must be 'geometric' or 'arithmetic', got {mean!r}")
+        raise ValueError(f"score: mean must be 'geometric' or 'arithmetic', got {_shown(mean)}")
     entries = spec.get("components")
     if not isinstance(entries, list) or not entries:
         raise ValueError("score: give at least one component, e.g. qed,sa or a file with [[components]]")

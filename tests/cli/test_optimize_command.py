@@ -114,6 +114,7 @@ def test_a_stop_between_a_steps_records_and_its_checkpoint_loses_no_step(tiny_ch
         _stop_at_checkpoint_of_step(m, 3, exc)
         code, said = _go(lm, tmp_path / "cut", capsys, "--steps", "4")
     assert code in (1, 130), said.err
+    assert "steps 1-2 are saved" in said.err and "--resume" in said.err, "the message says how to go on"
     rows = list(csv.DictReader(open(tmp_path / "cut" / "scored.csv")))
     assert {r["step"] for r in rows} == {"1", "2", "3"}, "the records of step 3 were written before its checkpoint"
     code, said = _go(lm, tmp_path / "cut", capsys, "--steps", "4", "--resume")
