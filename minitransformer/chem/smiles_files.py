@@ -140,7 +140,7 @@ def check_file(path: Path, what: str = "SMILES file", hint: str = "use data='tox
         raise FileNotFoundError(f"{what} not found: {path} (resolved: {path.resolve()}). Check the path, or {hint}.")
     if not path.is_file():
         raise ValueError(f"{what} {path} is not a regular file (a FIFO, a socket or a device); give a file "
-                         "saved on disk, or - to read standard input")
+                         "saved on disk")
     size = path.stat().st_size
     if size > MAX_TEXT_BYTES:
         raise ValueError(f"{what} {path} holds {size:,} bytes, above the {MAX_TEXT_BYTES:,} one file may hold "
@@ -177,12 +177,12 @@ def _gunzip(path: Path) -> bytes:
     return b"".join(out)
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, what: str = "file") -> str:
     """The whole text of ``path`` (gunzipped when it ends in ``.gz``), decoded as UTF-8 (a byte-order
     mark dropped); a damaged gzip file, a NUL byte or text that is not UTF-8 is a ValueError naming
     the file (and the line). Checked by :func:`check_file` first; the first bytes are looked at for
-    NUL bytes before the file is read whole."""
-    check_file(path, "file")
+    NUL bytes before the file is read whole. ``what`` names the file in a message."""
+    check_file(path, what)
     if path.name.lower().endswith(".gz"):
         try:
             raw = _gunzip(path)

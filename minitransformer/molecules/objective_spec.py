@@ -102,9 +102,9 @@ def _read_file(path: Path) -> dict:
     if not path.exists() and not path.is_dir():
         raise ValueError(f"score file not found: {path}; check the path, or name the components inline (qed,sa)")
     try:
-        text = read_text(path)  # a folder, a FIFO, a NUL byte, not UTF-8: one line naming the file
+        text = read_text(path, "score file")  # a folder, a FIFO, a NUL byte, not UTF-8: one line naming the file
     except (IsADirectoryError, FileNotFoundError) as exc:
-        raise ValueError(f"score file: {exc}") from None
+        raise ValueError(str(exc)) from None
     kind = path.suffix[1:].upper()
     try:
         if kind == "JSON":
