@@ -38,7 +38,7 @@ molecules, not in the reference, against the same reference (:class:`FCDJudge`).
 Reference statistics (MOSES's 176,074 test molecules take a few minutes) are
 computed once and kept in the user cache, keyed by the SHA-256 of the
 molecules and of ChemNet's weights (:func:`reference_statistics`); for MOSES's
-two test sets they are the statistics MOSES ships
+two test sets the cache is filled with the statistics MOSES ships
 (:mod:`minitransformer.chem.moses_stats`), checksum-verified, not computed.
 """
 from __future__ import annotations
@@ -155,11 +155,8 @@ def reference_statistics(smiles: Sequence[str], name: str = "reference", net=Non
     ChemNet's weights, so changed data is never served stale). ``name`` labels the
     progress bar."""
     from minitransformer.atomic import write_bytes
-    from minitransformer.chem.moses_stats import seed_caches
     path = cache_path(smiles)
     cached = _read_cached(path)
-    if cached is None and seed_caches(smiles):  # MOSES's test sets: the statistics MOSES ships
-        cached = _read_cached(path)
     if cached is not None:
         return cached
     stats = fcd_statistics(smiles, net, progress=f"ChemNet on {name} (once)" if progress else None)

@@ -204,16 +204,12 @@ def reference_features(reference: tuple[str, ...]) -> ReferenceFeatures:
     """:class:`ReferenceFeatures` of ``reference``, cached in memory, and on disk for large ones."""
     if len(reference) < DISK_CACHE_MIN:
         return ReferenceFeatures.compute(reference)
-    from minitransformer.chem.moses_stats import seed_caches
     path = cache_path(reference)
-    for attempt in range(2):
-        if path.exists():
-            try:
-                return ReferenceFeatures.load(path)
-            except (OSError, ValueError, KeyError):
-                pass  # a damaged or old cache file: recompute and overwrite it
-        if attempt or not seed_caches(reference):  # MOSES's test sets: the features MOSES ships
-            break
+    if path.exists():
+        try:
+            return ReferenceFeatures.load(path)
+        except (OSError, ValueError, KeyError):
+            pass  # a damaged or old cache file: recompute and overwrite it
     features = ReferenceFeatures.compute(reference)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,10 +12,11 @@ our fingerprints, fragment and scaffold counts differ from the shipped ones for
 6 of the 176,074 test molecules (written otherwise by today's RDKit: a cosine of
 1 - 2e-10 for Frag), and our molecular weights equal theirs. So :func:`seed_caches` writes the shipped statistics into
 the caches of :func:`~minitransformer.chem.fcd.reference_statistics` and
-:func:`~minitransformer.chem.fragments.reference_features` when the molecules
-they are asked for are exactly one of those sets (:data:`SHIPPED`, keyed by
+:func:`~minitransformer.chem.fragments.reference_features` when the molecules are
+exactly one of those sets (:data:`SHIPPED`, keyed by
 :func:`~minitransformer.chem.moses.molecules_sha256`), and those numbers are then
-MOSES's.
+MOSES's. :func:`~minitransformer.chem.moses_report.moses_references`, which every
+MOSES judgement takes its test sets from, calls it.
 
 Each file is pinned by its SHA-256 (:data:`minitransformer.chem.moses.SHA256`)
 and found or fetched with the MOSES data (:func:`~minitransformer.chem.moses.find_moses_file`'s
@@ -128,6 +129,9 @@ def seed_caches(smiles, download: bool = True) -> bool:
     if found is None:
         return False
     name, n = found
+    caches = (fcd_cache_path(smiles), features_cache_path(tuple(smiles)))
+    if all(path.is_file() for path in caches):  # seeded before
+        return True
     try:
         mu, sigma, fps, fragments, scaffolds, weights = read_shipped(find_moses_file(name, download=download), n)
     except (DownloadError, ChecksumError, FileNotFoundError, ValueError) as exc:
@@ -137,9 +141,8 @@ def seed_caches(smiles, download: bool = True) -> bool:
     buffer = io.BytesIO()
     np.savez(buffer, mu=mu, sigma=sigma, n=np.array(n))
     try:
-        write_bytes(fcd_cache_path(smiles), buffer.getvalue())
-        features = ReferenceFeatures(n, fps.astype(np.float32), fragments, scaffolds, weights)
-        features.save(features_cache_path(tuple(smiles)))
+        write_bytes(caches[0], buffer.getvalue())
+        ReferenceFeatures(n, fps.astype(np.float32), fragments, scaffolds, weights).save(caches[1])
     except OSError as exc:
         print(f"MOSES's shipped statistics {name} could not be cached ({exc}); computing them instead",
               file=sys.stderr)

@@ -48,7 +48,8 @@ def test_a_forged_or_wrong_statistics_file_is_refused_and_runs_nothing(tmp_path,
 
 
 def test_moses_test_sets_take_the_shipped_statistics_not_chemnet_or_rdkit(pinned, monkeypatch, capsys):
-    """The molecules' hash names the shipped file; neither ChemNet nor the fragmenter runs on the set."""
+    """The molecules' hash names the shipped file, and the test sets every MOSES judgement reads come with it
+    in the caches: neither ChemNet nor the fragmenter runs on the set."""
     folder = pinned.parent.parent / "env" / "moses"
     folder.mkdir(parents=True)
     for name, data in FILES.items():
@@ -65,6 +66,8 @@ def test_moses_test_sets_take_the_shipped_statistics_not_chemnet_or_rdkit(pinned
     def no_compute(reference):
         raise AssertionError("the fragmenter ran on a set whose features MOSES ships")
     monkeypatch.setattr(fragments.ReferenceFeatures, "compute", staticmethod(no_compute))
+    from minitransformer.chem.moses_report import moses_references
+    assert moses_references(download=False)["test"] == test  # every MOSES judgement takes its test sets here
     stats = fcd.reference_statistics(test, "MOSES test", net=NoNet(), progress=False)
     assert stats.n == len(test) and (stats.mu == 1.0).all() and (stats.sigma == np.eye(512)).all()
     features = fragments.reference_features(tuple(test))
