@@ -6,7 +6,7 @@ and a handwritten ``backward``. Array math goes through
 calls its plain reference kernel or that kernel's fast twin, as
 :mod:`minitransformer.kernels` says (``MINITRANSFORMER_KERNELS``).
 """
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 # What ``import minitransformer`` has always made available: the layers, the optimizers,

@@ -85,13 +85,4 @@ def use_from_environment(at_import: bool = False) -> None:
     ENVIRONMENT_PROBLEM = problem
 
 
-def __getattr__(attr):  # the names this module held before the tables moved
-    if attr in ("NAMES", "table", "register") or attr.endswith(("_forward", "_backward", "_update")) \
-            or attr in ("merge_heads", "log_softmax"):
-        raise AttributeError(
-            f"minitransformer.kernels.{attr} is gone: the kernel tables are minitransformer.functional's "
-            f"REFERENCE and FAST, and minitransformer.functional.<name> is the selected set's kernel")
-    raise AttributeError(f"module 'minitransformer.kernels' has no attribute {attr!r}")
-
-
 use_from_environment(at_import=True)

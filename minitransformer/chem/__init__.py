@@ -15,7 +15,7 @@ layer above, :mod:`minitransformer.molecules`.
 The tokenizer and the vocabulary need nothing beyond NumPy. Everything that
 looks at molecules needs RDKit, which is imported only when first used; without
 it those functions raise ImportError with the hint
-``pip install 'minitransformer[chem]'``.
+``pip install rdkit`` (a dependency of the package).
 """
 from minitransformer.chem.data import (CleanReport, LoadedSmiles, canonical, clean_smiles,
                                        druglike_path, load_source, randomize_smiles,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 
-INSTALL_HINT = "pip install 'minitransformer[chem]'  (or: pip install rdkit)"
+INSTALL_HINT = "pip install rdkit"
 #: The longest string handed to RDKit (characters). The longest Tox21 SMILES has 342.
 MAX_SMILES_CHARS = 2_000
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
 from minitransformer.chem.download import ChecksumError, DownloadError, find_tox21
-from minitransformer.chem.smiles_files import csv_rows, read_smiles_file  # noqa: F401 (csv_rows: its old home)
+from minitransformer.chem.smiles_files import read_smiles_file
 
 __all__ = [
     "find_tox21", "druglike_path", "read_smiles", "load_source", "LoadedSmiles",

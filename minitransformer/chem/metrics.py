@@ -247,10 +247,3 @@ def _filters(mols, canon, filters) -> tuple[float | None, str]:
             if s not in verdict:
                 verdict[s] = passes_filters(m, filters)
     return sum(verdict[s] for s in canon) / len(canon), ""
-
-
-def __getattr__(name):
-    if name == "evaluate_samples":  # moved above this file, beside the registry of every metric
-        raise ImportError("minitransformer.chem.metrics.evaluate_samples moved: import it from "
-                             "minitransformer.chem.evaluation (or minitransformer.chem)")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

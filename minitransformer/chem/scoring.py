@@ -195,10 +195,3 @@ def format_score(result: dict) -> str:
                      f"KL score: {result['n_kl_generated']} distinct samples vs {result['n_kl_reference']} "
                      f"reference molecules drawn with seed {result['seed']}")
     return "\n".join(lines) + "\n"
-
-
-def __getattr__(name):
-    if name == "compare_with_reference":  # SNN, Frag and Scaf are entries of the metric registry now
-        raise ImportError("minitransformer.chem.scoring.compare_with_reference is gone: SNN, Frag and Scaf are "
-                          "minitransformer.chem.evaluation.evaluate_samples(samples, references={name: molecules})")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,9 +13,3 @@ loops) and ``cuda`` (the GPU's fused kernels) are its machinery;
 its loop for a decoding step, and ``decode`` the twin of the sampling draw of
 :mod:`minitransformer.generate.decode`.
 """
-
-
-def __getattr__(attr):
-    if attr == "FAST_KERNELS":
-        raise AttributeError("minitransformer.fast.FAST_KERNELS is now minitransformer.functional.FAST")
-    raise AttributeError(f"module 'minitransformer.fast' has no attribute {attr!r}")

@@ -28,10 +28,3 @@ __all__ = [
     "Parameter", "PositionalEmbedding", "ReLU", "SinusoidalPositionalEncoding", "TokenEmbedder",
     "RelativePositionBias", "Residual", "Stack", "TransformerOptions", "make_activation", "set_rng",
 ]
-
-
-
-def __getattr__(attr):
-    if attr == "REFERENCE_KERNELS":
-        raise AttributeError("minitransformer.nn.REFERENCE_KERNELS is now minitransformer.functional.REFERENCE")
-    raise AttributeError(f"module 'minitransformer.nn' has no attribute {attr!r}")

@@ -43,7 +43,7 @@ from __future__ import annotations
 from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.nn.attention import MultiHeadAttention
-from minitransformer.nn.config import ConfigBase, TransformerOptions  # noqa: F401 (their old import path)
+from minitransformer.nn.config import TransformerOptions
 from minitransformer.nn.elementwise import Dropout, make_activation
 from minitransformer.nn.layernorm import LayerNorm
 from minitransformer.nn.linear import Linear
@@ -51,36 +51,10 @@ from minitransformer.nn.module import Module
 from minitransformer.nn.relative_position import RelativePositionBias
 
 
-def block_options(config, sizes: tuple, options: dict) -> TransformerOptions:
-    """The options a block is built from: ``config`` itself, or, in the older spelling
-    ``EncoderBlock(d_model, n_heads, d_ff, d_head=None, norm=..., ...)``, options made of
-    the sizes and keywords given (validated like any config)."""
-    if isinstance(config, TransformerOptions):
-        if sizes or options:
-            raise TypeError(f"a block built from options takes nothing else, got {sizes or sorted(options)}")
-        return config
-    sizes = sizes if config is None else (config, *sizes)
-    _check_older_spelling(options)
-    return TransformerOptions(**dict(zip(("d_model", "n_heads", "d_ff", "d_head"), sizes)), **options)
-
-
-def _check_older_spelling(options: dict) -> None:
-    """The older spelling's own messages for a wrong placement or activation."""
-    if options.get("norm", "pre") not in ("post", "pre"):
-        raise ValueError(f"norm must be 'post' or 'pre', got {options['norm']!r}")
-    make_activation(options.get("activation", "gelu"))  # raises for an unknown one
-
-
 class FeedForward(Module):
     """``fc2(dropout(act(fc1(x))))``; x: (..., d_model) -> (..., d_model)."""
 
-    def __init__(self, config: TransformerOptions | None = None, *sizes, rng: backend.RNG | None = None,
-                 **options):
-        if not isinstance(config, TransformerOptions):  # the older FeedForward(d_model, d_ff, activation, ...)
-            sizes = sizes if config is None else (config, *sizes)
-            keys = ("d_model", "d_ff", "activation", "ff_dropout", "bias")
-            _check_older_spelling(dict(zip(keys, sizes)) | options)
-            config = TransformerOptions(**{"n_heads": 1, **dict(zip(keys, sizes)), **options})  # heads: unused
+    def __init__(self, config: TransformerOptions, rng: backend.RNG | None = None):
         rng = backend.as_rng(rng)
         self.fc1 = Linear(config.d_model, config.d_ff, bias=config.bias, rng=rng)
         self.act = make_activation(config.activation)
@@ -165,9 +139,7 @@ class EncoderBlock(Module):
 
     causal = False  # causal self-attention? Then a relative bias covers earlier keys only
 
-    def __init__(self, config: TransformerOptions | None = None, *sizes, rng: backend.RNG | None = None,
-                 **options):
-        config = block_options(config, sizes, options)
+    def __init__(self, config: TransformerOptions, rng: backend.RNG | None = None):
         rng = backend.as_rng(rng)
         self.norm = config.norm
         self.attn = _self_attention(config, self.causal, rng)
@@ -185,8 +157,8 @@ class EncoderBlock(Module):
     def forward(self, x, mask=None, kv_cache=None, context=None):
         """x: (B, T, D); mask broadcastable to (B, H, T, Tk); ``kv_cache`` for decoding. Returns (B, T, D)."""
         if context is not None:
-            raise ValueError(f"{type(self).__name__} has no cross-attention (the older DecoderBlock(..., "
-                             "cross_attention=False)); a block that reads a context is DecoderBlock")
+            raise ValueError(f"{type(self).__name__} has no cross-attention; a block that reads a context is "
+                             "DecoderBlock")
         x = self.attn_sublayer(x, mask=mask, kv_cache=kv_cache)  # (B, T, D)
         self.cache = True
         return self.ff_sublayer(x)  # (B, T, D)
@@ -217,16 +189,7 @@ class DecoderBlock(Module):
 
     causal = True  # its self-attention looks back only
 
-    def __new__(cls, *args, cross_attention: bool = True, **kwargs):
-        """``DecoderBlock(..., cross_attention=False)``, the older spelling of a block without
-        cross-attention, builds a :class:`CausalBlock`."""
-        if cross_attention is False:
-            return CausalBlock(*args, **kwargs)
-        return super().__new__(cls)
-
-    def __init__(self, config: TransformerOptions | None = None, *sizes, rng: backend.RNG | None = None,
-                 cross_attention: bool = True, **options):
-        config = block_options(config, sizes, options)
+    def __init__(self, config: TransformerOptions, rng: backend.RNG | None = None):
         rng = backend.as_rng(rng)
         self.norm = config.norm
         self.attn = _self_attention(config, True, rng)

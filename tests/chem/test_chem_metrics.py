@@ -169,14 +169,6 @@ def test_evaluate_samples_with_nothing_valid():
     assert evaluate_samples(["CCO"])["notes"]["novelty"] == "no training set given"
 
 
-def test_the_old_path_of_evaluate_samples_names_the_new_one():
-    import minitransformer.chem.metrics as metrics
-    with pytest.raises(ImportError, match="minitransformer.chem.evaluation"):
-        metrics.evaluate_samples
-    with pytest.raises(ImportError, match="minitransformer.chem.evaluation"):
-        exec("from minitransformer.chem.metrics import evaluate_samples")
-
-
 def test_weight_is_the_wasserstein_distance_of_molecular_weights():
     """MOSES's weight metric, by hand: methane (16.043) and ethane (30.070) against propane (44.097)."""
     result = evaluate_samples(["C", "CC", "xx"], references={"ref": ["CCC"], "empty": ["xx"]}, filters=None)

@@ -60,7 +60,7 @@ def test_files_with_headers_names_blank_lines_and_gzip(tmp_path):
 
 
 def test_an_empty_line_is_an_empty_sample_and_stays_in_the_denominator(tmp_path):
-    """Issue 25.7: MOSES counts an empty sample as invalid; so does score. Only a header line is skipped."""
+    """MOSES counts an empty sample as invalid; so does score. Only a header line is skipped."""
     from minitransformer.chem.user_files import read_user_file
     path = tmp_path / "weak_model.smi"
     path.write_text("smiles\nCCO\n\n#CC\nc1ccccc1\n\n")
@@ -71,7 +71,7 @@ def test_an_empty_line_is_an_empty_sample_and_stays_in_the_denominator(tmp_path)
 
 
 def test_the_kl_reference_is_guacamols_draw_by_default():
-    """Issue 25.8: GuacaMol draws its KL reference with seed 42; so does every default here."""
+    """GuacaMol draws its KL reference with seed 42; so does every default here."""
     from minitransformer.chem.evaluation import evaluate_samples
     from minitransformer.chem.metrics import KL_SEED
     train = REF * 3
@@ -81,7 +81,7 @@ def test_the_kl_reference_is_guacamols_draw_by_default():
 
 
 def test_a_csv_cell_longer_than_the_csv_modules_limit_is_read(tmp_path):
-    """Issue 25.12: cells over 131,072 characters were an 'unexpected Error'; now the SMILES is read,
+    """Cells over 131,072 characters were an 'unexpected Error'; now the SMILES is read,
     and judged invalid by the guard, never parsed."""
     from minitransformer.chem.data import read_smiles
     huge = "C" * 200_000
@@ -95,7 +95,7 @@ def test_a_csv_cell_longer_than_the_csv_modules_limit_is_read(tmp_path):
 @pytest.mark.parametrize("payload, words", [(gzip.compress(b"CCO\n"), "gzip-compressed"),
                                             ("CCO\n".encode("utf-16"), "not UTF-8 text")])
 def test_binary_standard_input_is_one_line_naming_it(payload, words, monkeypatch):
-    """Issue 25.15: gzip or UTF-16 on stdin said "'utf-8' codec can't encode ... surrogates"."""
+    """Gzip or UTF-16 on stdin said "'utf-8' codec can't encode ... surrogates"."""
     import io
     import sys
 
@@ -105,9 +105,3 @@ def test_binary_standard_input_is_one_line_naming_it(payload, words, monkeypatch
     with pytest.raises(ValueError, match=f"standard input is {words}") as err:
         read_samples("-")
     assert "\n" not in str(err.value)
-
-
-def test_the_old_comparison_function_names_the_registry():
-    import minitransformer.chem.scoring as scoring
-    with pytest.raises(ImportError, match="evaluate_samples"):
-        scoring.compare_with_reference

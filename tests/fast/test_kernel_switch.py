@@ -41,22 +41,6 @@ def test_use_sets_the_flag_the_layers_read(kernel_set):
     assert kernels.fast is (kernel_set == "fast")
 
 
-def test_the_old_kernel_attributes_name_their_new_place():
-    for old in ("linear_forward", "NAMES", "table", "register", "adam_update", "merge_heads"):
-        with pytest.raises(AttributeError, match=r"minitransformer\.functional"):
-            getattr(kernels, old)
-    with pytest.raises(AttributeError, match="no attribute 'speed'"):
-        kernels.speed  # noqa: B018
-    from minitransformer import fast, nn
-    with pytest.raises(AttributeError, match=r"minitransformer\.functional\.FAST"):
-        fast.FAST_KERNELS  # noqa: B018
-    with pytest.raises(AttributeError, match=r"minitransformer\.functional\.REFERENCE"):
-        nn.REFERENCE_KERNELS  # noqa: B018
-    for moved, new in (("activations", "elementwise"), ("adam", "optimizer")):
-        with pytest.raises(ImportError, match=f"minitransformer.fast.{new}"):
-            __import__(f"minitransformer.fast.{moved}")
-
-
 def test_the_sets_differ_exactly_in_the_fast_twins():
     tables = _tables()
     differ = {n for n in functional.NAMES if tables["reference"][n] is not tables["fast"][n]}
@@ -145,7 +129,7 @@ def test_the_environment_is_read_at_import(value, expected):
 
 
 def test_a_bad_environment_value_is_kept_for_the_command_to_refuse():
-    """The import itself never fails on it (issue 25.11: the command could not say it in one line):
+    """The import itself never fails on it (the command could not say it in one line then):
     the fast set is selected, the problem is kept, and the command refuses with it before any work
     (tests/cli/test_cli_errors.py)."""
     done = _python("import minitransformer; from minitransformer import kernels; "
@@ -320,7 +304,7 @@ def _split_step(model, run, forward_set, backward_set):
 @pytest.mark.parametrize("forward_set, backward_set", [("fast", "reference"), ("reference", "fast")])
 @pytest.mark.parametrize("kind", ["DecoderLM", "Seq2Seq"])
 def test_a_backward_after_a_switch_runs_the_set_that_made_the_cache(kind, forward_set, backward_set):
-    """Issue 26.1: a forward under one set, then its backward after switching to the other,
+    """A forward under one set, then its backward after switching to the other,
     gives the gradients of a step run wholly under the forward's set (the fast caches carry
     their own types, and each layer sends a cache back through its own file; only the
     embedding's scatter-add, whose forward both sets share, may add in another order).

@@ -15,3 +15,10 @@ class Rewound(Module):
 
     def backward(self, dout):
         return self.inner.backward(dout)
+
+
+def opts(d_model: int, n_heads: int = 1, d_ff: int = 8, **options):
+    """The :class:`~minitransformer.nn.config.TransformerOptions` a block or feed-forward under test
+    is built from, sizes first: ``EncoderBlock(opts(4, 2, 6), rng=...)``."""
+    from minitransformer.nn.config import TransformerOptions
+    return TransformerOptions(d_model=d_model, n_heads=n_heads, d_ff=d_ff, **options)

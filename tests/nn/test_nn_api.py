@@ -11,6 +11,7 @@ from minitransformer.nn import (
     GELU, Dropout, Embedding, EncoderBlock, FeedForward, LayerNorm, Linear, ModuleList,
     MultiHeadAttention, PositionalEmbedding, RelativePositionBias, set_rng,
 )
+from nn_helpers import opts  # noqa: E402
 
 
 def _lm(**kw):
@@ -31,7 +32,7 @@ def test_leaf_reprs_show_their_sizes():
 
 
 def test_module_repr_is_an_indented_tree():
-    ff = FeedForward(4, 8, ff_dropout=0.1)
+    ff = FeedForward(opts(4, d_ff=8, ff_dropout=0.1))
     assert repr(ff) == (
         "FeedForward(\n"
         "  (fc1): Linear(in=4, out=8, bias=True)\n"
@@ -43,7 +44,7 @@ def test_module_repr_is_an_indented_tree():
     mha = MultiHeadAttention(8, 2)
     assert repr(mha).splitlines()[:3] == [
         "MultiHeadAttention(", "  d_model=8, n_heads=2, d_head=4", "  (qkv): Linear(in=8, out=24, bias=True)"]
-    stack = ModuleList([EncoderBlock(4, 2, 6), EncoderBlock(4, 2, 6)])
+    stack = ModuleList([EncoderBlock(opts(4, 2, 6)), EncoderBlock(opts(4, 2, 6))])
     lines = repr(stack).splitlines()
     assert lines[0] == "ModuleList(" and lines[1] == "  (0): EncoderBlock(" and lines[2] == "    norm='pre'"
     assert "  (1): EncoderBlock(" in lines and lines[-1] == ")"
@@ -77,7 +78,7 @@ def test_freeze_unfreeze_and_trainable_count():
 
 # -- load_state_dict(strict) ---------------------------------------------------------
 def test_load_state_dict_strict_false_loads_the_matching_names():
-    src, dst = EncoderBlock(4, 2, 6, rng=backend.RNG(1)), EncoderBlock(4, 2, 6, rng=backend.RNG(2))
+    src, dst = EncoderBlock(opts(4, 2, 6), rng=backend.RNG(1)), EncoderBlock(opts(4, 2, 6), rng=backend.RNG(2))
     kept = backend.to_numpy(dst.ln1.weight.data).copy()
     sd = src.state_dict()
     del sd["ln1.weight"]
@@ -90,7 +91,7 @@ def test_load_state_dict_strict_false_loads_the_matching_names():
 
 
 def test_load_state_dict_strict_error_is_one_line_and_shape_is_always_an_error():
-    blk = EncoderBlock(4, 2, 6)
+    blk = EncoderBlock(opts(4, 2, 6))
     sd = blk.state_dict()
     del sd["ln1.bias"]
     with pytest.raises(ValueError) as info:
@@ -115,7 +116,7 @@ def test_layers_accept_a_numpy_generator_and_it_is_reproducible():
     assert not np.array_equal(backend.to_numpy(a), backend.to_numpy(c))
     for make in (lambda g: Embedding(5, 3, rng=g), lambda g: PositionalEmbedding(5, 3, rng=g),
                  lambda g: RelativePositionBias(2, rng=g), lambda g: MultiHeadAttention(4, 2, rng=g),
-                 lambda g: FeedForward(4, 8, rng=g), lambda g: EncoderBlock(4, 2, 6, rng=g)):
+                 lambda g: FeedForward(opts(4, d_ff=8), rng=g), lambda g: EncoderBlock(opts(4, 2, 6), rng=g)):
         m1, m2 = make(np.random.default_rng(3)), make(np.random.default_rng(3))
         for (n, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters()):
             np.testing.assert_array_equal(backend.to_numpy(p1.data), backend.to_numpy(p2.data), err_msg=n)

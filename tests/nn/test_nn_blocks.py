@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from minitransformer import backend
 from minitransformer.functional import causal_mask, combine_masks, padding_mask
 from minitransformer.gradcheck import check_module
-from minitransformer.nn import DecoderBlock, EncoderBlock, Module
+from minitransformer.nn import CausalBlock, DecoderBlock, EncoderBlock, Module
+from nn_helpers import opts  # noqa: E402
 
 SETTINGS = settings(max_examples=20, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -50,7 +51,7 @@ BLOCK_KW = dict(d_model=4, n_heads=2, d_ff=6)
 @pytest.mark.parametrize("norm", ["post", "pre"])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_encoder_block_gradcheck(any_backend, float64, norm, activation):
-    blk = EncoderBlock(**BLOCK_KW, norm=norm, activation=activation, rng=backend.RNG(1))
+    blk = EncoderBlock(opts(**BLOCK_KW, norm=norm, activation=activation), rng=backend.RNG(1))
     _randomize(blk)
     ids = _dev(np.array([[4, 4, 4], [4, 4, 0]]))
     report = check_module(blk, _randn(2, 3, 4), kwargs={"mask": padding_mask(ids, 0)},
@@ -60,15 +61,14 @@ def test_encoder_block_gradcheck(any_backend, float64, norm, activation):
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_encoder_block_wide_heads(any_backend, float64, norm):
-    blk = EncoderBlock(**BLOCK_KW, d_head=4, norm=norm, activation="relu", rng=backend.RNG(2))
+    blk = EncoderBlock(opts(**BLOCK_KW, d_head=4, norm=norm, activation="relu"), rng=backend.RNG(2))
     _randomize(blk)
     check_module(blk, _randn(2, 3, 4), **_how())
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_decoder_block_without_cross_attention(any_backend, float64, norm):
-    blk = DecoderBlock(**BLOCK_KW, norm=norm, activation="gelu_tanh", cross_attention=False,
-                       rng=backend.RNG(3))
+    blk = CausalBlock(opts(**BLOCK_KW, norm=norm, activation="gelu_tanh"), rng=backend.RNG(3))
     assert not hasattr(blk, "cross")
     _randomize(blk)
     check_module(blk, _randn(2, 3, 4), kwargs={"mask": causal_mask(3)}, **_how())
@@ -76,7 +76,7 @@ def test_decoder_block_without_cross_attention(any_backend, float64, norm):
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_decoder_block_with_cross_attention(any_backend, float64, norm):
-    blk = DecoderBlock(**BLOCK_KW, norm=norm, activation="relu", rng=backend.RNG(4))
+    blk = DecoderBlock(opts(**BLOCK_KW, norm=norm, activation="relu"), rng=backend.RNG(4))
     _randomize(blk)
     names = [n for n, _ in blk.named_parameters()]
     assert "cross.qkv.weight" in names and "ln_cross.weight" in names
@@ -93,18 +93,18 @@ def test_decoder_block_with_cross_attention(any_backend, float64, norm):
 
 
 def test_decoder_block_wide_heads_cross(any_backend, float64):
-    blk = DecoderBlock(**BLOCK_KW, d_head=4, norm="pre", activation="relu", rng=backend.RNG(5))
+    blk = DecoderBlock(opts(**BLOCK_KW, d_head=4, norm="pre", activation="relu"), rng=backend.RNG(5))
     _randomize(blk)
     check_module(blk, {"x": _randn(1, 2, 4), "mask": causal_mask(2), "context": _randn(1, 3, 4, seed=1)},
                  **_how())
 
 
 def test_decoder_block_context_consistency():
-    blk = DecoderBlock(**BLOCK_KW)
+    blk = DecoderBlock(opts(**BLOCK_KW))
     with pytest.raises(ValueError, match="pass context"):
         blk(np.zeros((1, 2, 4)))
-    blk2 = DecoderBlock(**BLOCK_KW, cross_attention=False)
-    with pytest.raises(ValueError, match="cross_attention=False"):
+    blk2 = CausalBlock(opts(**BLOCK_KW))
+    with pytest.raises(ValueError, match="CausalBlock has no cross-attention"):
         blk2(np.zeros((1, 2, 4)), context=np.zeros((1, 2, 4)))
 
 
@@ -126,8 +126,7 @@ class _Rewound(Module):
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_decoder_block_gradcheck_with_all_dropouts_in_training_mode(any_backend, float64, norm):
     rng = backend.RNG(8)  # one stream for every dropout in the block, as the models do
-    blk = DecoderBlock(**BLOCK_KW, norm=norm, activation="relu", attn_dropout=0.3,
-                       resid_dropout=0.3, ff_dropout=0.3, rng=rng)
+    blk = DecoderBlock(opts(**BLOCK_KW, norm=norm, activation="relu", attn_dropout=0.3, resid_dropout=0.3, ff_dropout=0.3), rng=rng)
     _randomize(blk)
     check_module(_Rewound(blk), {"x": _randn(2, 3, 4), "mask": causal_mask(3),
                                  "context": _randn(2, 4, 4, seed=1)}, eval_mode=False, **_how())
@@ -139,7 +138,7 @@ def test_decoder_block_gradcheck_with_all_dropouts_in_training_mode(any_backend,
        norm=st.sampled_from(["post", "pre"]), seed=st.integers(0, 2**16))
 def test_encoder_block_is_permutation_equivariant(any_backend, float64, B, T, Dh, H, norm, seed):
     D = H * Dh
-    blk = EncoderBlock(D, H, 2 * D + 1, norm=norm, rng=backend.RNG(seed % 11))
+    blk = EncoderBlock(opts(D, H, 2 * D + 1, norm=norm), rng=backend.RNG(seed % 11))
     g = np.random.default_rng(seed)
     x = g.standard_normal((B, T, D))
     perm = g.permutation(T)
@@ -154,7 +153,7 @@ def test_encoder_block_is_permutation_equivariant(any_backend, float64, B, T, Dh
 def test_decoder_block_is_causal(any_backend, float64, B, T, Dh, H, seed, cut):
     D = H * Dh
     cut = cut % (T - 1)
-    blk = DecoderBlock(D, H, 3, cross_attention=False, rng=backend.RNG(seed % 5))
+    blk = CausalBlock(opts(D, H, 3), rng=backend.RNG(seed % 5))
     g = np.random.default_rng(seed)
     x = g.standard_normal((B, T, D))
     x2 = x.copy()
@@ -167,7 +166,7 @@ def test_decoder_block_is_causal(any_backend, float64, B, T, Dh, H, seed, cut):
 # -- repeatable backward, accumulation ------------------------------------------------
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_block_backward_twice_identical_and_accumulates(any_backend, float64, norm):
-    blk = DecoderBlock(**BLOCK_KW, norm=norm, rng=backend.RNG(6))
+    blk = DecoderBlock(opts(**BLOCK_KW, norm=norm), rng=backend.RNG(6))
     _randomize(blk)
     x, ctx = _randn(2, 3, 4), _randn(2, 4, 4, seed=1)
     dy = _randn(2, 3, 4, seed=2)
@@ -193,8 +192,8 @@ def test_block_backward_twice_identical_and_accumulates(any_backend, float64, no
 # -- errors ------------------------------------------------------------------------
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_blocks_reject_wrong_d_model(any_backend, float64, norm):
-    enc = EncoderBlock(**BLOCK_KW, norm=norm)
-    dec = DecoderBlock(**BLOCK_KW, norm=norm)
+    enc = EncoderBlock(opts(**BLOCK_KW, norm=norm))
+    dec = DecoderBlock(opts(**BLOCK_KW, norm=norm))
     with pytest.raises(ValueError, match=r"expected 4|d_model=4"):
         enc(_randn(2, 3, 5))
     with pytest.raises(ValueError, match=r"expected 4|d_model=4"):
@@ -204,21 +203,21 @@ def test_blocks_reject_wrong_d_model(any_backend, float64, norm):
 
 
 def test_blocks_reject_wrong_mask_shape(any_backend, float64):
-    enc = EncoderBlock(**BLOCK_KW)
+    enc = EncoderBlock(opts(**BLOCK_KW))
     with pytest.raises(ValueError, match="does not broadcast"):
         enc(_randn(2, 3, 4), mask=causal_mask(2))
-    dec = DecoderBlock(**BLOCK_KW)
+    dec = DecoderBlock(opts(**BLOCK_KW))
     with pytest.raises(ValueError, match="does not broadcast"):
         dec(_randn(2, 3, 4), mask=causal_mask(3), context=_randn(2, 5, 4),
             context_mask=_dev(np.ones((2, 1, 1, 4), dtype=bool)))
 
 
 def test_block_rejects_unknown_norm():
-    with pytest.raises(ValueError, match="'post' or 'pre'"):
-        EncoderBlock(**BLOCK_KW, norm="sandwich")
+    with pytest.raises(ValueError, match=r"norm must be one of \['post', 'pre'\], got 'sandwich'"):
+        EncoderBlock(opts(**BLOCK_KW, norm="sandwich"))
 
 
 @pytest.mark.parametrize("cls", [EncoderBlock, DecoderBlock])
 def test_block_backward_before_forward(cls):
     with pytest.raises(RuntimeError, match="before forward"):
-        cls(**BLOCK_KW).backward(np.zeros((1, 2, 4)))
+        cls(opts(**BLOCK_KW)).backward(np.zeros((1, 2, 4)))

@@ -12,6 +12,7 @@ from minitransformer.nn import (
     GELU, Dropout, Embedding, FeedForward, LayerNorm, Linear, Module, PositionalEmbedding, ReLU,
     SinusoidalPositionalEncoding,
 )
+from nn_helpers import opts  # noqa: E402
 
 
 def _randn(*shape, seed=0, scale=1.0):
@@ -220,7 +221,7 @@ def test_dropout_rejects_bad_p(p):
 # -- FeedForward -------------------------------------------------------------------
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
 def test_feedforward_gradcheck(any_backend, float64, activation):
-    ff = FeedForward(4, 6, activation=activation, rng=backend.RNG(2))
+    ff = FeedForward(opts(4, d_ff=6, activation=activation), rng=backend.RNG(2))
     _randomize(ff, scale=0.3)
     names = [n for n, _ in ff.named_parameters()]
     assert names == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
@@ -228,13 +229,13 @@ def test_feedforward_gradcheck(any_backend, float64, activation):
 
 
 def test_feedforward_without_bias(any_backend, float64):
-    ff = FeedForward(3, 5, bias=False)
+    ff = FeedForward(opts(3, d_ff=5, bias=False))
     assert [n for n, _ in ff.named_parameters()] == ["fc1.weight", "fc2.weight"]
     check_module(ff, _randn(2, 2, 3))
 
 
 def test_feedforward_dropout_in_train_only(any_backend, float64):
-    ff = FeedForward(4, 8, ff_dropout=0.5)
+    ff = FeedForward(opts(4, d_ff=8, ff_dropout=0.5))
     x = _randn(2, 3, 4)
     ff.eval()
     a, b = _host(ff(x)), _host(ff(x))

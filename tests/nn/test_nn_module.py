@@ -9,6 +9,7 @@ from minitransformer.nn import (
     ModuleList, MultiHeadAttention, Parameter, PositionalEmbedding, ReLU,
     SinusoidalPositionalEncoding,
 )
+from nn_helpers import opts  # noqa: E402
 
 
 def _host(a):
@@ -30,7 +31,7 @@ class _TiedPair(Module):
 
 # -- names -------------------------------------------------------------------------
 def test_named_parameters_are_stable_dotted_paths():
-    blk = DecoderBlock(4, 2, 6)
+    blk = DecoderBlock(opts(4, 2, 6))
     names = [n for n, _ in blk.named_parameters()]
     assert names == [
         "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
@@ -40,8 +41,8 @@ def test_named_parameters_are_stable_dotted_paths():
         "ff.fc1.weight", "ff.fc1.bias", "ff.fc2.weight", "ff.fc2.bias",
         "ln2.weight", "ln2.bias",
     ]
-    assert names == [n for n, _ in DecoderBlock(4, 2, 6).named_parameters()]  # rebuild: same
-    stack = ModuleList([EncoderBlock(4, 2, 6), EncoderBlock(4, 2, 6)])
+    assert names == [n for n, _ in DecoderBlock(opts(4, 2, 6)).named_parameters()]  # rebuild: same
+    stack = ModuleList([EncoderBlock(opts(4, 2, 6)), EncoderBlock(opts(4, 2, 6))])
     stack_names = [n for n, _ in stack.named_parameters()]
     assert stack_names[0] == "0.attn.qkv.weight" and stack_names[-1] == "1.ln2.bias"
     assert len(stack_names) == len(set(stack_names)) == 24
@@ -50,7 +51,7 @@ def test_named_parameters_are_stable_dotted_paths():
 
 
 def test_named_modules_and_children():
-    ff = FeedForward(4, 8)
+    ff = FeedForward(opts(4, d_ff=8))
     assert [n for n, _ in ff.named_children()] == ["fc1", "act", "drop", "fc2"]
     assert [n for n, _ in ff.named_modules()] == ["", "fc1", "act", "drop", "fc2"]
 
@@ -77,7 +78,7 @@ def test_tied_parameter_gradients_add(float64):
 
 # -- state dicts -------------------------------------------------------------------
 def test_state_dict_returns_host_numpy_copies(any_backend):
-    blk = EncoderBlock(4, 2, 6)
+    blk = EncoderBlock(opts(4, 2, 6))
     sd = blk.state_dict()
     assert list(sd) == [n for n, _ in blk.named_parameters()]
     for name, p in blk.named_parameters():
@@ -92,7 +93,7 @@ def test_state_dict_returns_host_numpy_copies(any_backend):
 
 
 def test_load_state_dict_round_trip(any_backend):
-    src, dst = EncoderBlock(4, 2, 6, rng=backend.RNG(1)), EncoderBlock(4, 2, 6, rng=backend.RNG(2))
+    src, dst = EncoderBlock(opts(4, 2, 6), rng=backend.RNG(1)), EncoderBlock(opts(4, 2, 6), rng=backend.RNG(2))
     for p in dst.parameters():
         p.grad += 1.0
     dst.load_state_dict(src.state_dict())
@@ -136,9 +137,9 @@ def test_load_state_dict_casts_to_parameter_dtype(any_backend):
 
 @pytest.mark.parametrize("problem", ["missing", "extra", "shape", "all"])
 def test_load_state_dict_mismatch_raises_and_leaves_module_unchanged(any_backend, problem):
-    blk = EncoderBlock(4, 2, 6, rng=backend.RNG(1))
+    blk = EncoderBlock(opts(4, 2, 6), rng=backend.RNG(1))
     before = blk.state_dict()
-    bad = EncoderBlock(4, 2, 6, rng=backend.RNG(9)).state_dict()  # different values
+    bad = EncoderBlock(opts(4, 2, 6), rng=backend.RNG(9)).state_dict()  # different values
     expect = []
     if problem in ("missing", "all"):
         del bad["ff.fc2.bias"]
@@ -162,7 +163,7 @@ def test_load_state_dict_mismatch_raises_and_leaves_module_unchanged(any_backend
 
 # -- modes -------------------------------------------------------------------------
 def test_train_eval_propagate_to_every_submodule():
-    blk = DecoderBlock(4, 2, 6, attn_dropout=0.1, resid_dropout=0.1, ff_dropout=0.1)
+    blk = DecoderBlock(opts(4, 2, 6, attn_dropout=0.1, resid_dropout=0.1, ff_dropout=0.1))
     mods = list(blk.modules())
     assert len(mods) > 10 and all(m.training for m in mods)
     assert blk.eval() is blk
@@ -175,7 +176,7 @@ def test_train_eval_propagate_to_every_submodule():
 
 
 def test_eval_block_is_deterministic_train_block_is_not(any_backend):
-    blk = EncoderBlock(4, 2, 6, attn_dropout=0.3, resid_dropout=0.3, ff_dropout=0.3)
+    blk = EncoderBlock(opts(4, 2, 6, attn_dropout=0.3, resid_dropout=0.3, ff_dropout=0.3))
     x = backend.asarray(np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32))
     blk.eval()
     a, b = _host(blk(x)), _host(blk(x))
@@ -186,7 +187,7 @@ def test_eval_block_is_deterministic_train_block_is_not(any_backend):
 
 
 def test_zero_grad_clears_every_gradient(float64):
-    blk = EncoderBlock(4, 2, 6)
+    blk = EncoderBlock(opts(4, 2, 6))
     for p in blk.parameters():
         p.grad += 3.0
     blk.zero_grad()
@@ -194,7 +195,7 @@ def test_zero_grad_clears_every_gradient(float64):
 
 
 def test_astype_casts_parameters_and_gradients():
-    blk = EncoderBlock(4, 2, 6)
+    blk = EncoderBlock(opts(4, 2, 6))
     blk.astype(np.float64)
     assert all(p.data.dtype == np.float64 and p.grad.dtype == np.float64 for p in blk.parameters())
     enc = SinusoidalPositionalEncoding(5, 4).astype(np.float64)
@@ -206,7 +207,7 @@ def test_astype_casts_parameters_and_gradients():
     lambda: Linear(2, 3), lambda: Embedding(5, 2), lambda: PositionalEmbedding(4, 2),
     lambda: SinusoidalPositionalEncoding(4, 2), lambda: LayerNorm(2), lambda: GELU(),
     lambda: GELU("tanh"), lambda: ReLU(), lambda: Dropout(0.5), lambda: MultiHeadAttention(4, 2),
-    lambda: FeedForward(4, 8), lambda: EncoderBlock(4, 2, 8), lambda: DecoderBlock(4, 2, 8),
+    lambda: FeedForward(opts(4, d_ff=8)), lambda: EncoderBlock(opts(4, 2, 8)), lambda: DecoderBlock(opts(4, 2, 8)),
 ], ids=["Linear", "Embedding", "PositionalEmbedding", "Sinusoidal", "LayerNorm", "GELU",
         "GELU_tanh", "ReLU", "Dropout", "MHA", "FeedForward", "EncoderBlock", "DecoderBlock"])
 def test_backward_before_forward_raises_runtime_error(make):
@@ -248,8 +249,8 @@ def test_linear_and_layernorm_reject_wrong_width(any_backend):
 
 
 def test_unknown_activation_raises():
-    with pytest.raises(ValueError, match="unknown activation 'swish'"):
-        FeedForward(4, 8, activation="swish")
+    with pytest.raises(ValueError, match=r"activation must be one of \['gelu', 'gelu_tanh', 'relu'\], got 'swish'"):
+        FeedForward(opts(4, d_ff=8, activation="swish"))
 
 
 def test_parameter_grad_starts_at_zero(any_backend):

@@ -13,7 +13,7 @@ from minitransformer.nn import (
     DecoderBlock, EncoderBlock, KVCache, MultiHeadAttention, RelativePositionBias, TokenEmbedder,
 )
 from minitransformer.nn.relative_position import alibi_slopes, n_buckets, relative_buckets
-from nn_helpers import Rewound  # noqa: E402
+from nn_helpers import Rewound, opts  # noqa: E402
 
 
 def _dev(a):
@@ -267,9 +267,9 @@ def test_token_embedder_with_relative_positions_adds_no_position_vector(any_back
 
 
 def test_blocks_build_one_bias_per_self_attention():
-    enc = EncoderBlock(4, 2, 8, relative_bias="learned", relative_max_distance=3)
-    dec = DecoderBlock(4, 2, 8, relative_bias="alibi")
-    plain = DecoderBlock(4, 2, 8)
+    enc = EncoderBlock(opts(4, 2, 8, relative_bias="learned", relative_max_distance=3))
+    dec = DecoderBlock(opts(4, 2, 8, relative_bias="alibi"))
+    plain = DecoderBlock(opts(4, 2, 8))
     assert enc.attn.position_bias.bidirectional and enc.attn.position_bias.table.shape == (2, 7)
     assert not dec.attn.position_bias.bidirectional and dec.attn.position_bias.kind == "alibi"
     assert dec.cross.position_bias is None and plain.attn.position_bias is None
