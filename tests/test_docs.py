@@ -292,3 +292,38 @@ def test_the_default_run_is_told_as_its_preset_runs_it(path, start):
     minutes = [float(m) for m in re.findall(r"about (\d+(?:\.\d+)?) minutes", paragraph)]
     assert minutes and all(cap - 4 <= m <= cap + 1 for m in minutes), (
         f"{path}: the default run's time cap is {cap:g} minutes; the page says {minutes} ({paragraph!r})")
+
+
+def _twin_statements():
+    """(page, reference modules, named twin module or None) of each docs/kernels page that says."""
+    out = []
+    for page in sorted((ROOT / "docs" / "kernels").glob("*.md")):
+        text = page.read_text()
+        ref = re.search(r"\*\*Reference (kernels?|file):\*\*(.*?)\*\*Fast twin:\*\*\s*(\S+)", text, re.S)
+        if ref is None:
+            continue
+        kernels = ref.group(1) != "file"  # a "Reference file" page (blocks, models) has no kernels of its own
+        refs = [m.replace("/", ".")[:-3] for m in re.findall(r"`(minitransformer/[\w/]+\.py)`", ref.group(2))]
+        refs = refs if kernels else []
+        twin = ref.group(3).strip("`.;,")
+        out.append((page.name, refs, None if twin == "none" else twin.replace("/", ".")[:-3]))
+    return out
+
+
+def test_every_kernel_page_names_the_twin_that_exists():
+    """Each docs/kernels page's "Fast twin" line (and the index table) agrees with the kernel tables: a
+    page says none exactly when the fast set runs the reference's own kernels (linear.md once said none
+    while fast/linear.py existed)."""
+    from minitransformer import functional
+    statements = _twin_statements()
+    assert len(statements) >= 11, statements
+    index = (ROOT / "docs" / "kernels" / "README.md").read_text()
+    for page, refs, twin in statements:
+        names = [n for n in functional.NAMES if functional.REFERENCE[n].__module__ in refs]
+        twins = {functional.FAST[n].__module__ for n in names if functional.FAST[n] is not functional.REFERENCE[n]}
+        assert twins == ({twin} if twin else set()), f"{page} names the twin {twin}; the kernel tables have {twins}"
+        row = next((line for line in index.splitlines() if f"]({page})" in line), None)
+        if row is not None:
+            cell = row.rstrip(" |").rsplit("|", 1)[-1].strip()
+            assert (cell.startswith("none") if twin is None else f"`{twin.replace('.', '/')}.py`" in cell), \
+                f"docs/kernels/README.md's row of {page} says {cell!r}"
