@@ -3,12 +3,12 @@ r"""The optimizer base class, the Adam update, and the Adam / AdamW optimizers.
 An optimizer turns the gradients that the backward passes left in
 ``Parameter.grad`` into an update of ``Parameter.data``. This module holds
 
+* :func:`adam_update`, the Adam step for one tensor written as a pure function
+  (the *reference* kernel: one formula per line, new arrays out), first;
 * :class:`Optimizer`, the bookkeeping every optimizer shares (parameters by
   name, the step counter, the learning rate or schedule, which parameters are
   decayed), and :func:`default_no_decay`; its checkpoint state (``state_dict``,
   ``load_state_dict``) is the mixin :class:`~minitransformer.optim.state.OptimizerState`;
-* :func:`adam_update`, the Adam step for one tensor written as a pure function
-  (the *reference* kernel: one formula per line, new arrays out);
 * :class:`Adam` and :class:`AdamW`, which apply it to every parameter.
 
 SGD and Adamax live in :mod:`minitransformer.optim.sgd_adamax`; the notation
@@ -53,6 +53,76 @@ from minitransformer.optim.state import OptimizerState
 __all__ = ["Optimizer", "Adam", "AdamW", "adam_update", "default_no_decay", "param_groups"]
 
 
+# ---------------------------------------------------------------------------
+# The Adam update of one tensor (reference kernel)
+# ---------------------------------------------------------------------------
+def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0, decoupled=False):
+    r"""One Adam step for one tensor, as a pure function: new arrays out, inputs untouched.
+
+    With :math:`\theta` = ``param``, :math:`g` = ``grad``, :math:`t` = ``step``,
+    :math:`\eta` = ``lr`` and :math:`\lambda` = ``weight_decay``:
+
+    .. math::
+
+        \tilde g &= \begin{cases} g + \lambda\,\theta & \text{L2 decay (decoupled=False)} \\
+                                  g & \text{decoupled decay} \end{cases} \\
+        m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, \tilde g \\
+        v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, \tilde g^2 \\
+        \hat m_t &= \frac{m_t}{1 - \beta_1^t}, \qquad
+        \hat v_t = \frac{v_t}{1 - \beta_2^t} \\
+        \theta' &= \begin{cases} \theta & \text{L2 decay} \\
+                                 \theta - \eta\lambda\,\theta & \text{decoupled decay} \end{cases} \\
+        \theta_t &= \theta' - \eta\, \frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon}
+
+    The factors :math:`1/(1-\beta^t)` undo the bias of the zero-initialised
+    averages (with :math:`\beta_2 = 0.999`, :math:`v_1` is only
+    :math:`0.001\, g^2`); :math:`\epsilon` is added *after* that correction.
+
+    This is the *reference* kernel: one formula per line, readable rather than
+    fast (each line allocates a new array). :mod:`minitransformer.fast.optimizer`
+    has the same function updating its inputs in place, and ``tests/fast``
+    proves the two equal.
+
+    Args:
+        param: :math:`\theta_{t-1}`, a float array of any shape ``S``.
+        grad: :math:`g_t`, shape ``S``.
+        m: :math:`m_{t-1}`, the first-moment average, shape ``S`` (zeros before step 1).
+        v: :math:`v_{t-1}`, the second-moment average, shape ``S`` (zeros before step 1).
+        step: :math:`t \ge 1`, the number of this update (an int).
+        lr: :math:`\eta \ge 0`, a Python float.
+        beta1, beta2: :math:`\beta_1, \beta_2 \in [0, 1)`, Python floats.
+        eps: :math:`\epsilon > 0`, a Python float.
+        weight_decay: :math:`\lambda \ge 0`, a Python float (0 for an exempt parameter).
+        decoupled: False for L2 decay inside the gradient (:class:`Adam`),
+            True for decay applied to the weights directly (:class:`AdamW`).
+
+    Returns:
+        ``(param, m, v)``: :math:`\theta_t, m_t, v_t`, new arrays of shape ``S``
+        and the dtype of ``param``. The scalars are Python floats so that a
+        float32 tensor stays float32.
+    """
+    dtype = param.dtype
+    if weight_decay and not decoupled:
+        g = grad + weight_decay * param                      # (S) L2 decay joins the gradient
+    else:
+        g = grad                                             # (S) read only
+    m = beta1 * m + (1.0 - beta1) * g                        # (S) m_t
+    v = beta2 * v + (1.0 - beta2) * (g * g)                  # (S) v_t
+    m_hat = m / (1.0 - beta1 ** step)                        # (S) bias-corrected m_t
+    v_hat = v / (1.0 - beta2 ** step)                        # (S) bias-corrected v_t
+    if weight_decay and decoupled:
+        param = param - lr * weight_decay * param            # (S) theta', decoupled decay
+    param = param - lr * m_hat / (xp.sqrt(v_hat) + eps)      # (S) theta_t
+    # NumPy turns 0-d results into scalars; make them arrays of param's dtype again
+    # (a no-op, no copy, for every other shape and backend).
+    return (xp.asarray(param, dtype=dtype),                  # (S)
+            xp.asarray(m, dtype=dtype),                      # (S)
+            xp.asarray(v, dtype=dtype))                      # (S)
+
+
+# ---------------------------------------------------------------------------
+# The bookkeeping every optimizer shares
+# ---------------------------------------------------------------------------
 def is_parameter(obj) -> bool:
     """True for a Parameter-like object (it has ``data`` and ``grad``)."""
     return hasattr(obj, "data") and hasattr(obj, "grad")
@@ -269,73 +339,6 @@ class Optimizer(OptimizerState):
 
     def _update(self, name: str, p, state: dict, lr: float) -> None:  # pragma: no cover
         raise NotImplementedError
-
-
-# ---------------------------------------------------------------------------
-# The Adam update of one tensor (reference kernel)
-# ---------------------------------------------------------------------------
-def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0, decoupled=False):
-    r"""One Adam step for one tensor, as a pure function: new arrays out, inputs untouched.
-
-    With :math:`\theta` = ``param``, :math:`g` = ``grad``, :math:`t` = ``step``,
-    :math:`\eta` = ``lr`` and :math:`\lambda` = ``weight_decay``:
-
-    .. math::
-
-        \tilde g &= \begin{cases} g + \lambda\,\theta & \text{L2 decay (decoupled=False)} \\
-                                  g & \text{decoupled decay} \end{cases} \\
-        m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, \tilde g \\
-        v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, \tilde g^2 \\
-        \hat m_t &= \frac{m_t}{1 - \beta_1^t}, \qquad
-        \hat v_t = \frac{v_t}{1 - \beta_2^t} \\
-        \theta' &= \begin{cases} \theta & \text{L2 decay} \\
-                                 \theta - \eta\lambda\,\theta & \text{decoupled decay} \end{cases} \\
-        \theta_t &= \theta' - \eta\, \frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon}
-
-    The factors :math:`1/(1-\beta^t)` undo the bias of the zero-initialised
-    averages (with :math:`\beta_2 = 0.999`, :math:`v_1` is only
-    :math:`0.001\, g^2`); :math:`\epsilon` is added *after* that correction.
-
-    This is the *reference* kernel: one formula per line, readable rather than
-    fast (each line allocates a new array). :mod:`minitransformer.fast.optimizer`
-    has the same function updating its inputs in place, and ``tests/fast``
-    proves the two equal.
-
-    Args:
-        param: :math:`\theta_{t-1}`, a float array of any shape ``S``.
-        grad: :math:`g_t`, shape ``S``.
-        m: :math:`m_{t-1}`, the first-moment average, shape ``S`` (zeros before step 1).
-        v: :math:`v_{t-1}`, the second-moment average, shape ``S`` (zeros before step 1).
-        step: :math:`t \ge 1`, the number of this update (an int).
-        lr: :math:`\eta \ge 0`, a Python float.
-        beta1, beta2: :math:`\beta_1, \beta_2 \in [0, 1)`, Python floats.
-        eps: :math:`\epsilon > 0`, a Python float.
-        weight_decay: :math:`\lambda \ge 0`, a Python float (0 for an exempt parameter).
-        decoupled: False for L2 decay inside the gradient (:class:`Adam`),
-            True for decay applied to the weights directly (:class:`AdamW`).
-
-    Returns:
-        ``(param, m, v)``: :math:`\theta_t, m_t, v_t`, new arrays of shape ``S``
-        and the dtype of ``param``. The scalars are Python floats so that a
-        float32 tensor stays float32.
-    """
-    dtype = param.dtype
-    if weight_decay and not decoupled:
-        g = grad + weight_decay * param                      # (S) L2 decay joins the gradient
-    else:
-        g = grad                                             # (S) read only
-    m = beta1 * m + (1.0 - beta1) * g                        # (S) m_t
-    v = beta2 * v + (1.0 - beta2) * (g * g)                  # (S) v_t
-    m_hat = m / (1.0 - beta1 ** step)                        # (S) bias-corrected m_t
-    v_hat = v / (1.0 - beta2 ** step)                        # (S) bias-corrected v_t
-    if weight_decay and decoupled:
-        param = param - lr * weight_decay * param            # (S) theta', decoupled decay
-    param = param - lr * m_hat / (xp.sqrt(v_hat) + eps)      # (S) theta_t
-    # NumPy turns 0-d results into scalars; make them arrays of param's dtype again
-    # (a no-op, no copy, for every other shape and backend).
-    return (xp.asarray(param, dtype=dtype),                  # (S)
-            xp.asarray(m, dtype=dtype),                      # (S)
-            xp.asarray(v, dtype=dtype))                      # (S)
 
 
 # ---------------------------------------------------------------------------
