@@ -354,7 +354,7 @@ def test_bit_flips_are_refused_with_one_line_or_load_the_exact_contents(good_che
 
 
 def test_json_nested_too_deep_is_one_line_not_a_recursion_error(good_checkpoint, tmp_path):
-    """Issue 25.13: a checkpoint's __meta__ or a run folder's config.json nested 100,000 deep raised
+    """A checkpoint's __meta__ or a run folder's config.json nested 100,000 deep raised
     an 'unexpected RecursionError'. Now each is the one-line error of a damaged file."""
     from minitransformer.atomic import parse_json
     from minitransformer.cli.run_folders import check_resume
@@ -377,7 +377,7 @@ def test_json_nested_too_deep_is_one_line_not_a_recursion_error(good_checkpoint,
 
 
 def test_a_full_disk_error_names_the_file_whoever_writes_it(tmp_path, monkeypatch):
-    """Issue 25.15: `attention` on a full disk named no file; the class-wide fix is in atomic_write."""
+    """`attention` on a full disk once named no file; the class-wide fix is in atomic_write."""
     real = os.fdopen
 
     class Full:

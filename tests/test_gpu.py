@@ -93,7 +93,7 @@ def xp_pad(d, shape):
 
 def test_lm_training_step_does_not_synchronise_on_the_gpu():
     """CuPy's own check (cupyx.allow_synchronize(False), through forbid_host_sync)
-    around a whole training step; tests/test_tasks.py proves the same on the strict
+    around a whole training step; tests/train/test_train_tasks.py proves the same on the strict
     stand-in for every task without a GPU."""
     from minitransformer.models import DecoderLM, DecoderLMConfig
     from minitransformer.optim import Adam, clip_grad_norm

@@ -75,7 +75,7 @@ ONE_HOP = [
 
 @pytest.mark.parametrize("rel, cls, method, kernel", ONE_HOP, ids=[f"{c}.{m}" for _, c, m, _ in ONE_HOP])
 def test_a_layer_names_its_kernel_and_its_twin(rel, cls, method, kernel):
-    """Issue 26.1: following ``x`` from ``Linear.forward`` by its calls reaches
+    """Following ``x`` from ``Linear.forward`` by its calls reaches
     ``linear_forward``'s body without a dispatch table in between."""
     tree = _tree(rel)
     names, attributes = _calls(_method(tree, cls, method))

@@ -148,7 +148,7 @@ def _dead_url():
 
 
 def test_offline_message_says_where_to_put_the_file(tmp_path, cache, monkeypatch):
-    """Issue 14, item 11: offline, the one-line message names the file and both places for it."""
+    """Offline, the one-line message names the file and both places for it."""
     mine = tmp_path / "my-data"
     monkeypatch.setenv("MINITRANSFORMER_DATA", str(mine))
     with pytest.raises(DownloadError) as err:

@@ -28,7 +28,7 @@ def test_drawing_keeps_rdkit_logs_off_stderr(capfd):
 
 
 def test_a_drawing_module_that_cannot_load_is_one_named_error(monkeypatch):
-    # Found on the GPU machine (issue 29): RDKit's drawing module links to libXrender, which
+    # Found on the GPU machine: RDKit's drawing module links to libXrender, which
     # minimal images lack; the ImportError came out as "unexpected ... this is a bug".
     import sys
 

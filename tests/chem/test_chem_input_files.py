@@ -1,6 +1,6 @@
 """Reading the user's SMILES files: encodings, separators, folders, empty and damaged files.
 
-Issue 14, items 6, 12 and 14: a UTF-8 byte-order mark or a tab must never reach a
+A UTF-8 byte-order mark or a tab must never reach a
 token; a decoding error names the file and the line; a folder is called a folder;
 an empty or unreadable file says so; a guessed SMILES column is announced.
 """

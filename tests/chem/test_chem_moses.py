@@ -8,7 +8,6 @@ network. The checks on the real 10 MB file run only where ``MINITRANSFORMER_DATA
 import gzip
 import hashlib
 import io
-import os
 import zipfile
 from pathlib import Path
 
@@ -231,22 +230,11 @@ def test_offline_command_is_one_line_exit_1(pinned, tmp_path, monkeypatch, capsy
 
 
 # --------------------------------------------------------------------------- the real files
-def _real_folder():
-    env = os.environ.get("MINITRANSFORMER_DATA")
-    for folder in ([Path(env) / "moses"] if env else []) + [Path(__file__).resolve().parents[3] / "shared/data/moses",
-                                                          Path("/work/shared/data/moses")]:
-        if (folder / "train.csv.gz").is_file():
-            return folder
-    return None
-
-
-@pytest.mark.skipif(_real_folder() is None, reason="the real MOSES files are not on this machine")
-def test_real_files_verify_and_load(tmp_path, monkeypatch):
+def test_real_files_verify_and_load(moses_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    folder = _real_folder()
-    smiles = moses.load_moses("test", data_dir=folder, download=False)
+    smiles = moses.load_moses("test", data_dir=moses_dir, download=False)
     assert len(smiles) == 176_074 and smiles[0] and "SMILES" not in smiles
-    assert moses.find_moses("train", data_dir=folder, download=False).stat().st_size == 10_238_967
+    assert moses.find_moses("train", data_dir=moses_dir, download=False).stat().st_size == 10_238_967
 
 
 def test_train_lm_on_moses_writes_the_benchmark_table_for_both_sample_sets(pinned, tmp_path, monkeypatch, chemnet):

@@ -6,8 +6,6 @@ GetScaffoldForMol), or states the hand arithmetic in a comment.
 """
 import gzip
 import math
-import os
-import zipfile
 from collections import Counter
 
 import numpy as np
@@ -26,8 +24,6 @@ from minitransformer.chem.evaluation import evaluate_samples  # noqa: E402
 from minitransformer.chem.metrics import internal_diversity, kl_sets, unique_at_k  # noqa: E402
 from minitransformer.chem.similarity import morgan_bits  # noqa: E402
 
-WHEEL = "/tmp/molsets-cache/molsets-0.3.1-py3-none-any.whl"
-MOSES_TEST = "/work/shared/data/moses/test.csv.gz"
 
 
 # Tolerances of 1e-6: our Tanimoto divides in float32, as MOSES does (torch float32).
@@ -138,18 +134,18 @@ def test_filters_by_hand(tmp_path):
     assert r["filters"] == pytest.approx(4 / 9)  # valid samples with repeats: 3 + 1 repeat of 9
 
 
-@pytest.mark.skipif(not os.path.exists(WHEEL), reason="the molsets wheel is not at /tmp/molsets-cache")
-def test_filters_from_the_real_moses_files(tmp_path):
-    with zipfile.ZipFile(WHEEL) as z:
-        for name in ("mcf.csv", "wehi_pains.csv"):
-            (tmp_path / name).write_bytes(z.read(f"moses/metrics/{name}"))
-    filters = load_filters(tmp_path / "mcf.csv", tmp_path / "wehi_pains.csv")
+def test_filters_from_the_real_moses_files(moses_dir):
+    from minitransformer.chem.moses import moses_filter_files
+    try:
+        mcf, pains = moses_filter_files(download=False, data_dir=moses_dir)
+    except FileNotFoundError:
+        pytest.skip("MOSES's alert tables (mcf.csv, wehi_pains.csv) are not in $MINITRANSFORMER_DATA/moses or the cache")
+    filters = load_filters(mcf, pains)
     assert len(filters) > 400
     assert not passes_filters(Chem.MolFromSmiles("C=CC#N"), filters)
-    if os.path.exists(MOSES_TEST):  # MOSES's own test molecules were selected to pass
-        with gzip.open(MOSES_TEST, "rt") as f:
-            smiles = [line.split(",")[0] for line in f.read().split()[1:201]]
-        assert fraction_passes_filters([Chem.MolFromSmiles(s) for s in smiles], filters) == 1.0
+    with gzip.open(moses_dir / "test.csv.gz", "rt") as f:  # MOSES's own test molecules were selected to pass
+        smiles = f.read().split()[1:201]
+    assert fraction_passes_filters([Chem.MolFromSmiles(s) for s in smiles], filters) == 1.0
 
 
 # ------------------------------------------------------------------ GuacaMol KL

@@ -88,7 +88,7 @@ def quick_run(tmp_path_factory, load_demo, atomic_spy):
 
 
 def test_every_output_is_written_atomically(quick_run):
-    """Issue 14, item 1: no file of the run is written in place (a full disk cannot truncate it)."""
+    """No file of the run is written in place (a full disk cannot truncate it)."""
     _, out = quick_run
     on_disk = {p.name for p in out.iterdir() if p.name != ".lock"}  # the lock: O_EXCL, not a result
     assert on_disk <= set(WRITTEN), f"written in place: {sorted(on_disk - set(WRITTEN))}"

@@ -1,4 +1,4 @@
-"""The demos' command line fails with one clear line, never a traceback (issue 14: 11, 12, 14).
+"""The demos' command line fails with one clear line, never a traceback.
 
 Exit status 2: a usage error (bad argument, missing or unreadable input, a file that would
 be overwritten); 1: a runtime error (offline, full disk) or an unexpected exception; every
@@ -26,7 +26,7 @@ BAD_TRAINING_ARGUMENTS = [  # (demo, arguments, words the message must contain)
     ("molecules", ["--batch-size", "0"], ["--batch-size", ">= 1"]),
     ("molecules", ["--epochs", "0"], ["--epochs", ">= 1"]),
     ("molecules", ["--samples", "0"], ["--samples", ">= 1"]),
-    ("molecules", ["--samples", "1000000000"], ["--samples", "at most 1,000,000"]),  # issue 25.2
+    ("molecules", ["--samples", "1000000000"], ["--samples", "at most 1,000,000"]),
     ("molecules", ["--temperature", "0"], ["--temperature", "> 0"]),
     ("molecules", ["--temperature", "nan"], ["--temperature", "nan"]),
     ("molecules", ["--temperature", "inf"], ["--temperature"]),
@@ -236,7 +236,7 @@ def test_help_is_not_an_error(demos, capsys):
     ("MINITRANSFORMER_BACKEND", "cupy", 1, ["MINITRANSFORMER_BACKEND='cupy'", "CuPy"]),
 ])
 def test_a_bad_environment_variable_is_one_line_and_help_still_works(variable, value, status, words, tmp_path):
-    """Issue 25.11: read at import, where they could only raise a traceback; now the command says them."""
+    """Read at import, where they could only raise a traceback; now the command says them."""
     import os
     import subprocess
     import sys
@@ -259,7 +259,7 @@ def test_a_bad_environment_variable_is_one_line_and_help_still_works(variable, v
 
 
 def test_predict_bounds_its_views_before_any_work(tiny_checkpoints, tmp_path, capsys):
-    """Issue 25.2: --views 1000000 ran on."""
+    """--views 1000000 once ran on for ever."""
     from minitransformer.cli.main import main
     molecules = tmp_path / "x.smi"
     molecules.write_text("CCO\n")

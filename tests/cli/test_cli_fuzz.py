@@ -1,4 +1,4 @@
-"""Property test of the demos' command lines (issue 14): whatever the arguments, the
+"""Property test of the demos' command lines: whatever the arguments, the
 answer is an exit status in {0, 1, 2}, never a traceback, and an error is one line.
 
 Argument lists are drawn from each command's known options with good and bad values

@@ -1,4 +1,4 @@
-"""Ctrl-C ends a demo with one line that names the right epoch and step (issue 14: 11, 14).
+"""Ctrl-C ends a demo with one line that names the right epoch and step.
 
 The trainer catches KeyboardInterrupt and returns; the demos used to carry on into
 the next phase, evaluation and sampling as if training had finished (and a second

@@ -1,4 +1,4 @@
-"""Fault injection: a full disk part way through writing a demo's output (issue 14: 1).
+"""Fault injection: a full disk part way through writing a demo's output.
 
 The demos wrote metrics.json, samples.smi and ``sample --out`` in place, so a full
 disk left a truncated file where the good one had been. Every file now goes through

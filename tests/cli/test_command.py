@@ -115,7 +115,7 @@ def test_sample_writes_smi_and_csv_and_a_seed_repeats(tiny_checkpoints, tmp_path
 
 
 def test_two_seeds_never_share_a_draw(tiny_checkpoints):
-    """Issue 25.6: with rng = seed * 1000 + start, seed 1's 500 samples were lines 1001-1500 of seed 0's."""
+    """With rng = seed * 1000 + start, seed 1's 500 samples were lines 1001-1500 of seed 0's."""
     from minitransformer.cli.sample import load_generator, sample_smiles
     model, vocab = load_generator(tiny_checkpoints["lm"])
     zero = sample_smiles(model, vocab, 1500, seed=0, batch_size=500)
@@ -276,7 +276,7 @@ def test_attention_draws_an_aromatic_smiles_for_a_kekule_model(tmp_path, capsys)
 
 @pytest.mark.parametrize("forge", ["model type", "negative width", "wrong shape"])
 def test_info_refuses_a_forged_checkpoint_that_sample_refuses(forge, tiny_checkpoints, tmp_path, capsys):
-    """Issue 25.15: info described forged checkpoints (and exited 0) that sample rejects."""
+    """Info described forged checkpoints (and exited 0) that sample rejects."""
     import numpy as np
     with np.load(tiny_checkpoints["lm"]) as z:
         arrays = {k: z[k] for k in z.files}

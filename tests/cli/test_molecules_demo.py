@@ -25,7 +25,7 @@ def quick_run(tmp_path_factory, load_demo, atomic_spy):
 
 
 def test_every_output_is_written_atomically(quick_run):
-    """Issue 14, item 1: no file of the run is written in place (a full disk cannot truncate it)."""
+    """No file of the run is written in place (a full disk cannot truncate it)."""
     _, out = quick_run
     on_disk = {p.relative_to(out).name for p in out.rglob("*") if p.is_file() and p.name != ".lock"}  # the run folder's lock: O_EXCL, not a file of results
     assert on_disk <= set(WRITTEN), f"written in place: {sorted(on_disk - set(WRITTEN))}"

@@ -1,4 +1,4 @@
-"""A run folder belongs to one run (issue 14, item 3).
+"""A run folder belongs to one run.
 
 Re-running a demo into an old ``--out`` folder used to mix two runs: the new run's
 vocabulary with the old ``best.npz`` (an IndexError when decoding), the old

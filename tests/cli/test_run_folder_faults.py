@@ -1,4 +1,4 @@
-"""Nothing lost, round two (issue 25: items 4, 5, 9, 10): one run per folder, no temporary file
+"""Nothing lost, round two: one run per folder, no temporary file
 left, history rebuilt on resume, and --resume, the Ctrl-C message and the refusals agreeing.
 
 Each case fails without its fix: two runs wrote one folder; a killed write left ``.X.tmp``
@@ -213,7 +213,7 @@ def test_ctrl_c_in_the_first_epoch_after_pretraining_offers_resume(molecules, tm
 
 
 def test_a_forged_phase_is_refused_not_a_silent_restart(molecules, old_run, capsys):
-    """Issue 25.15: phase "zzz" in a checkpoint made --resume start from scratch without a word."""
+    """Phase "zzz" in a checkpoint made --resume start from scratch without a word."""
     import numpy as np
     with np.load(old_run / "last.npz") as z:
         arrays = {k: z[k] for k in z.files}
@@ -228,7 +228,7 @@ def test_a_forged_phase_is_refused_not_a_silent_restart(molecules, old_run, caps
 
 
 def test_a_run_whose_pictures_cannot_be_drawn_keeps_its_results(molecules, tmp_path, capsys, monkeypatch):
-    # Found on the GPU machine (issue 29): train lm trained, sampled and judged, then lost it
+    # Found on the GPU machine: train lm trained, sampled and judged, then lost it
     # all to an ImportError from RDKit's drawing module (libXrender missing), exit 1.
     from minitransformer.chem import draw
 

@@ -39,7 +39,7 @@ def quick_run(tmp_path_factory, labelled_csv, load_demo, atomic_spy):
 
 
 def test_every_output_is_written_atomically(quick_run):
-    """Issue 14, item 1: no file of the run is written in place (a full disk cannot truncate it)."""
+    """No file of the run is written in place (a full disk cannot truncate it)."""
     _, out = quick_run
     on_disk = {p.name for p in out.iterdir() if p.is_file() and p.name != ".lock"}  # the run folder's lock: O_EXCL, not a file of results
     assert on_disk <= set(WRITTEN), f"written in place: {sorted(on_disk - set(WRITTEN))}"

@@ -362,7 +362,7 @@ def test_wide_beam_is_exhaustive(alpha):
 
 
 def test_no_source_decodes_to_nothing():
-    """Issue 25.3: zero sources are an empty answer, not an error from inside NumPy."""
+    """Zero sources are an empty answer, not an error from inside NumPy."""
     model, src = make_s2s(), np.zeros((0, 5), dtype=np.int64)
     ids, scores = beam_search(model, src=src, beam_size=3, n_best=2)
     assert ids.shape == (0, 2, 1) and scores.shape == (0, 2)

@@ -103,7 +103,7 @@ def test_read_smi_gz_and_stdin(tmp_path, monkeypatch):
     import io
     path = tmp_path / "x.smi.gz"
     path.write_bytes(gzip.compress(b"SMILES\nCCO ethanol\n\n#CC note\nc1ccccc1\n"))
-    # every line after the header is a sample: the blank one is empty, "#CC" a broken one (issue 25.7)
+    # every line after the header is a sample: the blank one is empty, "#CC" a broken one
     assert read_user_smiles(path) == (["ethanol", "", "note", ""], ["CCO", "", "#CC", "c1ccccc1"])
     monkeypatch.setattr("sys.stdin", io.StringIO("id,smiles\na,CCO\n"))
     assert read_user_smiles("-") == (["a"], ["CCO"])
