@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Training (or KV-cached sampling) speed of two or more source trees, side by side, in one run.
 
-Each tree is a checkout of the library (``git worktree add --detach /tmp/mt-OLD OLD``
+Each tree is a checkout of the library (``git worktree add --detach ../mt-OLD OLD``
 makes one of an old commit). Run from the repository root::
 
-    python benchmarks/compare_revisions.py --tree before=/tmp/mt-66d90af --tree after=. \\
+    python benchmarks/compare_revisions.py --tree before=../mt-66d90af --tree after=. \\
         --tree after-reference=.@reference --rounds 10
 
 ``LABEL=PATH[@KERNELS]``: PATH is put alone on ``PYTHONPATH``; ``@KERNELS`` sets

@@ -11,7 +11,7 @@ the attention of one new query per (sequence, head) over T cached keys and value
 through ``fast.attention.attention_forward``, three ways:
 
 ``pairs, NumPy``
-    the cache as it was until session 17, (B, H, capacity, d): the NumPy twin's two
+    the cache as it was before it became time-major, (B, H, capacity, d): the NumPy twin's two
     batched products, one BLAS call per (sequence, head) pair each;
 ``time-major, NumPy``
     today's time-major cache, (capacity, B, H, d), through the same NumPy twin (what

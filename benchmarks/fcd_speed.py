@@ -11,7 +11,7 @@ The molecules are drawn at random (seed 0) from MOSES's ``test`` file (or Tox21 
 MOSES is not on this machine). Timed: RDKit canonicalization, then ChemNet's forward
 pass over all of them (batches of 512), then the statistics and the distance against
 the set's first half; each side runs in a fresh process, in alternating order, and
-the median over ``--repeats`` rounds is reported. The goal of issue 24 is 10,000
+the median over ``--repeats`` rounds is reported. The goal is 10,000
 molecules in under 60 s on 2 cores.
 
 Like every measured run of this project, the processes run without the machine's

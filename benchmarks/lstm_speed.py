@@ -1,5 +1,5 @@
 """The recurrent models' training step, reference kernels against the fast LSTM twin, and
-against the default transformer, side by side in one run (issue 30: "a fast twin only
+against the default transformer, side by side in one run ("a fast twin only
 where it pays").
 
     python benchmarks/lstm_speed.py                # 2 threads, unpinned

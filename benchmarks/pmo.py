@@ -16,7 +16,7 @@ The method is ``molecules.steering.Steering`` with PMO's REINVENT settings (batc
 learning rate 5e-4, experience replay of 24 molecules from a memory of the best 100, no
 diversity filter); the scoring functions are ``chem.pmo_tasks``, written from GuacaMol's
 published definitions. The published rows (mean AUC top-10 of 5 runs, from the PMO authors'
-results file ``Mol_Opt.xlsx`` in their leaderboard repository, as issue 28 quotes them) are
+results file ``Mol_Opt.xlsx`` in their leaderboard repository) are
 printed beside ours. What differs from PMO: PMO's prior is trained on ZINC 250k; ours is
 whatever ``--prior`` is (the MOSES recipe's: ZINC-derived, drug-like, and without phosphorus,
 which ``isomers_c9h10n2o2pf2cl`` needs).

@@ -1,4 +1,4 @@
-"""Issue 29's device run, as one prepared script: prove the GPU path and measure it, in parts.
+"""The GPU device run, as one prepared script: prove the GPU path and measure it, in parts.
 
 Run from the repository root::
 

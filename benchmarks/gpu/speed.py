@@ -1,5 +1,5 @@
 """Training tokens/s of our models on the active backend (CuPy on a GPU), float32, with the
-GPU memory held: the speed part of issue 29's device run. Prints one JSON line.
+GPU memory held: the speed part of the GPU device run. Prints one JSON line.
 
 The models and the step are ``benchmarks/common.py``'s (forward, cross-entropy, backward,
 clipping, Adam), the same step ``torch_eager.py`` times, so the two sides do equal work.

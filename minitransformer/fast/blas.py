@@ -21,7 +21,7 @@ name in LLVM's symbol table (``llvmlite.binding.add_symbol``) before anything is
 compiled, and the kernels declare an external function of that name. Their
 machine code then names the symbol rather than an address, so Numba's on-disk
 cache works: a new process loads the compiled kernels (about 0.2 s) and links
-them to this process's BLAS. (A ctypes function pointer, session 12's prototype,
+them to this process's BLAS. (A ctypes function pointer, an earlier prototype,
 is baked into the code as an address, and Numba refuses to cache it.)
 
 The call itself (CBLAS, row-major) is declared beside the kernels that make it,

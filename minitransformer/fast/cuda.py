@@ -2,7 +2,7 @@ r"""Fused GPU kernels for the fast set (CuPy only): one launch where CuPy needs 
 
 On a GPU a small model's training step is *launch-bound*: every CuPy operator is one
 kernel launch and some microseconds of Python, whatever the size of its array, and
-the device run of issue 29 (``benchmarks/RESULTS.md``) found 60 % of a step in three
+a device run (``benchmarks/RESULTS.md``) found 60 % of a step in three
 chains of small element-wise operators: the Adam update (about a dozen launches per
 parameter), layer normalisation (about ten each way, row sums as ``einsum``) and the
 clipping of the gradients. This module writes each of them as one CUDA kernel

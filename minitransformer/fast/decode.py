@@ -6,7 +6,7 @@ The reference draws row :math:`n`'s token as the number of CDF entries at or bel
 in eight NumPy passes over (N, V) arrays. On the rows of a sampling step (64
 sequences, a vocabulary of about a hundred) each call costs more than its work:
 the cumulative sum along the rows alone took 26 us of the draw's 57, about 7 % of
-a small model's decoding step (``benchmarks/RESULTS.md``, session 18).
+a small model's decoding step (``benchmarks/RESULTS.md``).
 
 Here the unnormalised probabilities :math:`p = e^{z - \max z}` are still NumPy's
 (its ``exp``, so that both sets see the same numbers), and a loop over the rows

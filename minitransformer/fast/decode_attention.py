@@ -15,7 +15,7 @@ is **time-major**, (T, B, H, d), so the keys of all pairs at one position are
 adjacent and the filled positions are one contiguous block. Read pair by pair, a
 (B, H, capacity, d) cache gives each pair a short stream of its own, which the
 CPU's prefetcher must find anew: on 2 cores (``benchmarks/decode_attention.py``,
-``benchmarks/RESULTS.md``, session 17) the same 8.4 MB of keys and values took
+``benchmarks/RESULTS.md``) the same 8.4 MB of keys and values took
 903 us that way with room for 101 positions and 570 us with room for 65, where
 one pair's keys run straight into the next's.
 
@@ -36,7 +36,7 @@ scaled after the product, as in the reference (the twin scales the queries).
 
 It runs on the calling thread: on Numba's threads, or cut in two for the library's
 pool, it was slower on 2 cores (0.26-0.8x), where two threads read memory no faster
-than one and a launch costs 60-100 us (``benchmarks/RESULTS.md``, session 17).
+than one and a launch costs 60-100 us (``benchmarks/RESULTS.md``).
 """
 from __future__ import annotations
 

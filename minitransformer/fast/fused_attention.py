@@ -26,13 +26,13 @@ the backward instead (flash-style) would repeat the logits' product, the mask an
 the softmax, most of this forward (1.58 / 2.50 / 5.68 ms at the small, tomczak and
 medium shapes; 82-97 % of a plain NumPy forward there), to save writing and reading
 :math:`P` once: 0.34 ms for the 4.2 MB of the small and tomczak scores, 2.1 ms for
-medium's 16.8 MB (``benchmarks/RESULTS.md``, session 18). So it keeps them.
+medium's 16.8 MB (``benchmarks/RESULTS.md``). So it keeps them.
 
 **Off by default** (:func:`set_enabled`, or ``MINITRANSFORMER_BLAS_ATTENTION=1``
 at start). Alone, at the three benchmark models' shapes, forward and backward
 together ran 1.12-1.22x faster than the twin's NumPy products; inside whole
 training steps it measured 0.95-1.00x (medians of 8 rounds; best steps
-0.93-1.05x; ``benchmarks/RESULTS.md``, session 15): the products, one small
+0.93-1.05x; ``benchmarks/RESULTS.md``): the products, one small
 ``gemm`` per pair and block, take most of its time, as they do the twin's.
 
 The query axis may be cut into blocks that see only a prefix of the keys (the

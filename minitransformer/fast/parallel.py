@@ -32,7 +32,7 @@ its own part of the output, and no sum runs across pieces.
 spinning for 2^28 cycles (about 0.1 s) before they sleep, and meanwhile they
 hold a core that the pool needs: a pool of 2 on 2 cores then runs *slower* than
 one thread. ``OPENBLAS_THREAD_TIMEOUT=N`` makes them spin 2^N cycles. Which N is
-best depends on the work (``benchmarks/RESULTS.md``, session 15):
+best depends on the work (``benchmarks/RESULTS.md``):
 
 * **Training**: :data:`TRAINING_THREAD_TIMEOUT` (8: sleep at once). Every large
   product is followed by compiled loops (GELU, LayerNorm, attention) on all the
@@ -43,7 +43,7 @@ best depends on the work (``benchmarks/RESULTS.md``, session 15):
 * **Decoding**: :data:`DECODING_THREAD_TIMEOUT` (22). Small products follow each
   other quickly with little work between them, and a sleeping thread is slow to
   wake: KV-cached sampling was 1.1-1.3x faster at 22 than at 8 (and 2^18 was
-  1.3-1.8x slower than 2^22 in session 3).
+  1.3-1.8x slower than 2^22 when measured).
 
 OpenBLAS reads it only when it loads, so it must be in the environment before
 NumPy is imported. The library never changes your environment; the

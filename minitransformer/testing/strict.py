@@ -258,7 +258,7 @@ def _device_default_rng(seed=None):
     """The stand-in's ``xp.random.default_rng``: like CuPy's, *not* NumPy's PCG64 (here Philox),
     so the same seed gives other numbers than NumPy's. A draw that must match the CPU (initial
     weights) but is made with the device's generator then shows up on the CPU too: that is how
-    one seed built other weights on a real GPU (found on an H100, issue 29)."""
+    one seed built other weights on a real GPU (found on an H100)."""
     return _np.random.Generator(_np.random.Philox(seed))
 
 
