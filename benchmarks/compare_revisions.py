@@ -151,7 +151,7 @@ def worker(args) -> None:
     if strays:
         raise SystemExit(f"worker loaded modules from outside {root}: {strays}")
     print(json.dumps({
-        "model": args.model, "task": args.task, "B": B, "T": T, "root": str(root), "kernels": kernels,
+        "model": args.model, "task": args.task, "B": B, "T": T, "root": shown_path(root), "kernels": kernels,
         "pool_threads": pool,
         "parameters": model.num_parameters(), "step_s": wall, "cpu_s": cpu,
         "median_step_s": statistics.median(wall), "tokens_per_s": B * T / statistics.median(wall),
@@ -165,6 +165,18 @@ def worker(args) -> None:
 # ---------------------------------------------------------------------------
 # The driver: rounds of fresh processes, entries rotating
 # ---------------------------------------------------------------------------
+def shown_path(path) -> str:
+    """``path`` as a results file records it: relative to this checkout (``.``, ``../mt-66d90af``) when it
+    lies in it or beside it, else only its name; a results file holds no absolute path of a machine."""
+    here, path = Path(__file__).resolve().parents[1], Path(path).resolve()
+    for base, prefix in ((here, ""), (here.parent, "../")):
+        try:
+            return prefix + (path.relative_to(base).as_posix() or ".")
+        except ValueError:
+            continue
+    return path.name
+
+
 def parse_entry(text: str) -> dict:
     """"LABEL=PATH[@KERNELS]" -> {"label", "path", "kernels"}."""
     label, sep, rest = text.partition("=")
@@ -355,9 +367,9 @@ def main(argv=None) -> None:
     runs = {m: {label: [] for label in labels} for m in args.models}
     record = {"command": " ".join(["python", "benchmarks/compare_revisions.py"] + sys.argv[1:]),
               "date_utc": stamp.isoformat(timespec="seconds"),
-              "trees": args.tree, "baseline": args.baseline,
+              "trees": [dict(e, path=shown_path(e["path"])) for e in args.tree], "baseline": args.baseline,
               "settings": {"rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
-                           "threads": args.threads, "python": sys.executable,
+                           "threads": args.threads, "python": shown_path(sys.executable),
                            "task": args.task, "OPENBLAS_THREAD_TIMEOUT": os.environ.get(
                                "OPENBLAS_THREAD_TIMEOUT", TIMEOUTS[_timeout_kind(args.task)])},
               "shapes": shapes, "load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(),

@@ -156,7 +156,7 @@ def torch_runtime() -> dict:
     blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
     return {"blas": blas.group(1) if blas else None, "mkl": torch.backends.mkl.is_available(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "preload": os.environ.get("LD_PRELOAD") or None}
+            "preload": os.path.basename(os.environ["LD_PRELOAD"]) if os.environ.get("LD_PRELOAD") else None}
 
 
 def main():
