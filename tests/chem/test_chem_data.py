@@ -231,7 +231,7 @@ def test_missing_rdkit_gives_install_hint(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "rdkit", None)  # makes `import rdkit` fail
-    with pytest.raises(ImportError, match=r"minitransformer\[chem\]"):
+    with pytest.raises(ImportError, match=r"Install it with: pip install rdkit"):
         chem_data.canonical("CCO")
 
 
