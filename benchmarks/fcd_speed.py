@@ -39,10 +39,10 @@ def molecules(n: int) -> list:
     sys.path.insert(0, str(ROOT))
     import numpy as np
     try:
-        from minitransformer.chem.moses import load_moses
+        from minitransformer.chem.datasets.moses import load_moses
         pool = load_moses("test", download=False)
     except (OSError, ValueError):
-        from minitransformer.chem.data import load_source
+        from minitransformer.chem.datasets.data import load_source
         pool = load_source("tox21").smiles
     pick = np.sort(np.random.default_rng(0).permutation(len(pool))[:n])
     return [pool[i] for i in pick]
@@ -61,7 +61,7 @@ def ours(n: int) -> dict:
     """Our side, in this process."""
     sys.path.insert(0, str(ROOT))
     from minitransformer.chem._rdkit import parse_valid
-    from minitransformer.chem.fcd import FCDStatistics, default_chemnet, frechet_distance
+    from minitransformer.chem.frechet.fcd import FCDStatistics, default_chemnet, frechet_distance
     import numpy as np
     mols = molecules(n)
     net = default_chemnet()

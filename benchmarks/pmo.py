@@ -6,7 +6,7 @@
     python benchmarks/pmo.py --prior runs/moses/best.npz --quick      # 2 tasks, 300 calls: a smoke test
 
 The protocol is PMO's (Gao et al., "Sample Efficiency Matters", NeurIPS 2022), kept by
-``chem.oracle_budget.OracleBudget``: only distinct valid molecules (by canonical SMILES) count
+``chem.goals.oracle_budget.OracleBudget``: only distinct valid molecules (by canonical SMILES) count
 against the budget, a repeat gets its earlier score free, the top-10 mean is logged every 100
 calls, and the AUC is the trapezoid area under that curve from (0, 0), held at its last value
 up to the budget, over the budget. A run ends when the budget is spent, or, like PMO's, when the
@@ -14,7 +14,7 @@ agent has found nothing new for ``--patience`` steps (its curve is then held fla
 
 The method is ``molecules.steering.Steering`` with PMO's REINVENT settings (batch 64, sigma 500,
 learning rate 5e-4, experience replay of 24 molecules from a memory of the best 100, no
-diversity filter); the scoring functions are ``chem.pmo_tasks``, written from GuacaMol's
+diversity filter); the scoring functions are ``chem.goals.pmo_tasks``, written from GuacaMol's
 published definitions. The published rows (mean AUC top-10 of 5 runs, from the PMO authors'
 results file ``Mol_Opt.xlsx`` in their leaderboard repository) are
 printed beside ours. What differs from PMO: PMO's prior is trained on ZINC 250k; ours is
@@ -36,8 +36,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 import common  # noqa: E402
-from minitransformer.chem.oracle_budget import OracleBudget  # noqa: E402
-from minitransformer.chem.pmo_tasks import TASKS, get_task  # noqa: E402
+from minitransformer.chem.goals.oracle_budget import OracleBudget  # noqa: E402
+from minitransformer.chem.goals.pmo_tasks import TASKS, get_task  # noqa: E402
 
 #: task -> (REINVENT, Graph GA): mean AUC top-10 over 5 runs, PMO's published results (Mol_Opt.xlsx).
 PUBLISHED = {

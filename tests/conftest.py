@@ -55,9 +55,9 @@ def chemnet():
     """ChemNet with the published weights: found in $MINITRANSFORMER_DATA or the user cache,
     else fetched once (5.6 MB, checksum-verified) as the library does on first use; the
     tests that need it are skipped, saying why, on a machine that can do neither."""
-    from minitransformer.chem.chemnet import ChemNet
-    from minitransformer.chem.chemnet_weights import load_chemnet_weights
-    from minitransformer.chem.download import DownloadError
+    from minitransformer.chem.frechet.chemnet import ChemNet
+    from minitransformer.chem.frechet.chemnet_weights import load_chemnet_weights
+    from minitransformer.chem.datasets.download import DownloadError
     try:
         return ChemNet(load_chemnet_weights(download=True))
     except DownloadError as exc:

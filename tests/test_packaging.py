@@ -65,7 +65,7 @@ def test_the_wheel_holds_the_package_and_the_script_but_no_tests(installed):
     wheel, target = installed
     names = zipfile.ZipFile(wheel).namelist()
     for required in ("minitransformer/cli/main.py", "minitransformer/cli/train_lm.py", "minitransformer/viz/report.py",
-                     "minitransformer/chem/scoring.py", "minitransformer/fast/attention.py"):
+                     "minitransformer/chem/judge/scoring.py", "minitransformer/fast/attention.py"):
         assert required in names, required
     assert not any(n.startswith(("tests/", "benchmarks/", "demos/")) for n in names)
     entry = next(n for n in names if n.endswith("entry_points.txt"))

@@ -70,7 +70,7 @@ def plot_attention_example(model, vocab, smiles, out) -> None:
     """``--plot-attention`` of the training commands: the pictures of one readable test molecule."""
     from minitransformer.cli.outputs import attention_example
     from minitransformer.viz import render_attention
-    from minitransformer.chem.draw import DrawingUnavailable
+    from minitransformer.chem.judge.draw import DrawingUnavailable
     example = attention_example(smiles)
     try:
         paths = render_attention(model, vocab, example, Path(out), layers=[0, -1])
@@ -84,8 +84,8 @@ def in_the_models_words(smiles: str, vocab) -> str:
     """``smiles`` as given if the model knows all its tokens, else the same molecule in
     Kekulé or canonical aromatic form (a generator trained on Kekulé SMILES has no
     ``c`` token); a one-line ValueError when no form fits."""
-    from minitransformer.chem.data import canonical, kekule
-    from minitransformer.chem.tokenizer import tokenize
+    from minitransformer.chem.datasets.data import canonical, kekule
+    from minitransformer.chem.datasets.tokenizer import tokenize
     if canonical(smiles) is None:
         raise ValueError(f"RDKit cannot read the SMILES {smiles!r}; check it, e.g. with a molecule editor")
     for form in (smiles, kekule(smiles), canonical(smiles)):

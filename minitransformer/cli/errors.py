@@ -47,9 +47,9 @@ def one_line(message) -> str:
 
 def _describe(exc: BaseException) -> tuple[int, str]:
     """(exit status, one-line message) for an exception that reached :func:`run_cli`."""
-    from minitransformer.chem.download import DownloadError
-    from minitransformer.chem.draw import DrawingUnavailable
-    from minitransformer.chem.objectives import ScoreFunctionFailed
+    from minitransformer.chem.datasets.download import DownloadError
+    from minitransformer.chem.judge.draw import DrawingUnavailable
+    from minitransformer.chem.goals.objectives import ScoreFunctionFailed
     from minitransformer.train import TrainingDiverged
     text = one_line(exc) or type(exc).__name__
     if isinstance(exc, (FileExistsError, IsADirectoryError, NotADirectoryError, FileNotFoundError)):

@@ -2,7 +2,7 @@
 
 :func:`draw_sample_sets` draws the bare model's samples and, with a grammar, as many
 under it; :func:`judge_sample_sets` gives each set every metric
-(:func:`~minitransformer.chem.generator_report.judge_samples`), FCD against the held-out
+(:func:`~minitransformer.chem.judge.generator_report.judge_samples`), FCD against the held-out
 molecules (MOSES: its two test sets) beside the floor, and for MOSES the benchmark
 table. The summary prints them side by side (``train_lm.print_summary``).
 """
@@ -29,13 +29,13 @@ def draw_sample_sets(model, vocab, settings, args) -> dict:
 
 
 def judge_sample_sets(sets: dict, data, extra: list, args) -> dict:
-    """Every metric of each sample set (:func:`~minitransformer.chem.generator_report.judge_samples`),
+    """Every metric of each sample set (:func:`~minitransformer.chem.judge.generator_report.judge_samples`),
     FCD against the held-out molecules (MOSES: against its test and scaffold-test sets) beside the
     floor, and for MOSES the benchmark table of each set (``moses_table.md``)."""
-    from minitransformer.chem.fcd import fcd_judge_or_note
-    from minitransformer.chem.generator_report import judge_samples
-    from minitransformer.chem.moses import is_moses, load_moses
-    from minitransformer.chem.moses_report import moses_references
+    from minitransformer.chem.frechet.fcd import fcd_judge_or_note
+    from minitransformer.chem.judge.generator_report import judge_samples
+    from minitransformer.chem.datasets.moses import is_moses, load_moses
+    from minitransformer.chem.judge.moses_report import moses_references
     moses = is_moses(args.data)
     n = len(sets["bare"])
     if moses:  # novelty against all of MOSES's train and FCD against its two test sets, as MOSES counts them
@@ -59,7 +59,7 @@ def judge_sample_sets(sets: dict, data, extra: list, args) -> dict:
                   fcd_reference=described, fcd_note=note or None)
     if moses:  # the MOSES table: the bare model's every metric beside the published models, then the grammar's
         from minitransformer import cli
-        from minitransformer.chem.moses_report import markdown_table, moses_row
+        from minitransformer.chem.judge.moses_report import markdown_table, moses_row
         rows = {label: moses_row(report[label]) for label in sets}
         for label, row in rows.items():
             report[label]["moses"] = row

@@ -2,7 +2,7 @@
 
 The prior is a ``train lm`` checkpoint; the score is a few component names
 (``qed,sa``) or a JSON/TOML file (:mod:`minitransformer.molecules.objective_spec`,
-components and transforms defined in :mod:`minitransformer.chem.objectives`). Each
+components and transforms defined in :mod:`minitransformer.chem.goals.objectives`). Each
 step samples ``--batch-size`` molecules from the agent, scores them, and takes one
 step on REINVENT's augmented likelihood (:mod:`minitransformer.molecules.steering`).
 
@@ -116,7 +116,7 @@ def _records(out: Path, t: int, batch_size: int, header: list) -> tuple[list, li
     dropped, to be taken again exactly. Records that stop short of ``t`` or are not what the
     command writes are a one-line ValueError: the run cannot continue without losing a step."""
     from minitransformer.atomic import parse_json
-    from minitransformer.chem.smiles_files import read_text, table_rows
+    from minitransformer.chem.datasets.smiles_files import read_text, table_rows
 
     def refuse(what):
         raise ValueError(f"--resume: {what}, so the run in {out} cannot continue exactly (its last.npz is at step "
@@ -177,7 +177,7 @@ def _saved_note(out: Path, t: int) -> str:
 
 def run(args) -> int:
     from minitransformer import cli
-    from minitransformer.chem.draw import DrawingUnavailable, molecule_grid_png
+    from minitransformer.chem.judge.draw import DrawingUnavailable, molecule_grid_png
     from minitransformer.cli.progress import PROGRESS
     from minitransformer.cli.provenance import file_sha256
     from minitransformer.cli.sample import load_generator

@@ -33,15 +33,15 @@ def file_sha256(path: str | Path) -> str:
 def data_file(data: str | None) -> Path | None:
     """The file behind ``--data`` (a named set or a path), or None when it cannot be found
     without a download (the run that reads it finds or downloads it and says so)."""
-    from minitransformer.chem.data import druglike_path
-    from minitransformer.chem.download import find_tox21
+    from minitransformer.chem.datasets.data import druglike_path
+    from minitransformer.chem.datasets.download import find_tox21
     try:
         if data is None or str(data).lower() == "tox21":
             return Path(find_tox21(download=False))
         if str(data).lower() == "druglike":
             return Path(druglike_path())
         if str(data).lower() == "moses":
-            from minitransformer.chem.moses import find_moses
+            from minitransformer.chem.datasets.moses import find_moses
             return Path(find_moses("train", download=False))
     except (OSError, ValueError, ImportError):
         return None

@@ -49,7 +49,7 @@ def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | N
     (some may be invalid). The same seed gives the same molecules; each batch draws from
     its own stream of the seed (:class:`~minitransformer.backend.RNG` with stream = 1 + the
     batch's first index), so two seeds never share a draw. ``constraint``: None, or e.g.
-    :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar` (see ``sample``)."""
+    :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar` (see ``sample``)."""
     from minitransformer.backend import RNG
     from minitransformer.generate import sample
     out = []
@@ -79,10 +79,10 @@ def add_grammar_argument(p, what: str, default: str = "off by default") -> None:
 
 def grammar_constraint(vocab, level: str | None):
     """The ``--grammar`` constraint (None when off):
-    :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar`, with its valence rules for ``"valence"``."""
+    :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar`, with its valence rules for ``"valence"``."""
     if level in (None, "off"):
         return None
-    from minitransformer.chem.smiles_grammar import SmilesGrammar
+    from minitransformer.chem.grammar.smiles_grammar import SmilesGrammar
     return SmilesGrammar(vocab, valence=level == "valence")
 
 

@@ -1,7 +1,7 @@
 """``minitransformer score``: judge a file of generated SMILES, ours or another generator's.
 
 The metrics (each defined in the table it prints, and in
-:mod:`minitransformer.chem.scoring`): validity, uniqueness, novelty against a
+:mod:`minitransformer.chem.judge.scoring`): validity, uniqueness, novelty against a
 reference set, internal diversity (IntDiv1, IntDiv2), the KL score of
 physico-chemical descriptor distributions, the nearest-neighbour (SNN),
 fragment (Frag) and scaffold (Scaf) similarities to the reference, and the
@@ -11,7 +11,7 @@ is the molecules the generator was trained on: ``tox21``, ``druglike`` or a
 file. The result is printed as a table, and written as JSON with ``--json``.
 
 ``--reference moses`` judges the samples the MOSES way instead
-(:func:`~minitransformer.chem.moses_report.moses_benchmark`): novelty and the KL
+(:func:`~minitransformer.chem.judge.moses_report.moses_benchmark`): novelty and the KL
 score against MOSES's ``train``, SNN, Frag and Scaf against ``test`` and
 ``test_scaffolds``, FCD/Test and FCD/TestSF, printed under the published MOSES
 rows, with the FCD floor (as many MOSES training molecules) below.
@@ -48,8 +48,8 @@ def add_parser(commands):
 
 def run(args) -> int:
     from minitransformer import cli
-    from minitransformer.chem.scoring import format_score, load_reference, score_smiles
-    from minitransformer.chem.user_files import read_user_file
+    from minitransformer.chem.judge.scoring import format_score, load_reference, score_smiles
+    from minitransformer.chem.datasets.user_files import read_user_file
     to_stdout = args.json == "-"
     if not to_stdout:
         cli.refuse_overwrite(args.json, args.force, option="--json")  # before any work
@@ -79,9 +79,9 @@ def run_moses(args, samples, to_stdout: bool) -> int:
     """``--reference moses``: every MOSES column, printed under the published rows, with the
     FCD floor (as many random MOSES training molecules, against the same test sets) below."""
     from minitransformer import cli
-    from minitransformer.chem.fcd import fcd_judge_or_note
-    from minitransformer.chem.moses import load_moses
-    from minitransformer.chem.moses_report import markdown_table, moses_benchmark, moses_references
+    from minitransformer.chem.frechet.fcd import fcd_judge_or_note
+    from minitransformer.chem.datasets.moses import load_moses
+    from minitransformer.chem.judge.moses_report import markdown_table, moses_benchmark, moses_references
     print("scoring against MOSES: its 1.58M training molecules are canonicalized for novelty (minutes)",
           file=sys.stderr)
     judge, why = fcd_judge_or_note(moses_references(), load_moses("train"), len(samples), seed=args.seed)

@@ -6,7 +6,7 @@ train a DecoderLM (next-token prediction, the best epoch chosen by validation
 NLL) -> evaluate on the test split -> sample molecules with the KV cache ->
 judge them with RDKit -> write everything to the run folder and print a
 summary. The metrics (validity, uniqueness, novelty, IntDiv, KL score) are
-defined in :mod:`minitransformer.chem.metrics`.
+defined in :mod:`minitransformer.chem.judge.metrics`.
 """
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def phase1_molecules(settings, data, user_chose: bool) -> list:
     place, said in one line and written into ``settings``; a --pretrain-data the user
     named is never replaced (its error stops the run)."""
     from minitransformer.chem import canonical
-    from minitransformer.chem import lm_data
+    from minitransformer.chem.datasets import lm_data
     exclude = {canonical(x) for x in data.val + data.test}
     extra = lm_data.pretraining_or_fallback(settings, user_chose, "phase 1 uses RDKit's 10,000 drug-like "
                                             "molecules instead", exclude=exclude, form=settings["form"],
@@ -209,8 +209,8 @@ def run(args) -> int:
     from minitransformer import cli
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
     from minitransformer.chem import Vocab, canonical
-    from minitransformer.chem.draw import DrawingUnavailable, molecule_grid_png
-    from minitransformer.chem.lm_data import RandomizedEpochs, prepare_smiles
+    from minitransformer.chem.judge.draw import DrawingUnavailable, molecule_grid_png
+    from minitransformer.chem.datasets.lm_data import RandomizedEpochs, prepare_smiles
     from minitransformer.molecules.likelihood import batches_of, sequence_metrics
     from minitransformer.train.tasks import LMTask
     from minitransformer.train import TrainConfig
@@ -365,7 +365,7 @@ def phase2_epochs(settings, out, resume_phase, budget, pre_history, train_ids, t
 
 
 def print_summary(m, out) -> None:
-    from minitransformer.chem.generator_report import side_by_side
+    from minitransformer.chem.judge.generator_report import side_by_side
     from minitransformer.cli.outputs import format_duration, outputs_line, print_table
     number = lambda key, fmt: format(m[key], fmt) if m.get(key) is not None else "n/a"  # noqa: E731
     sets = {label: m[label] for label in ("bare", "valence", "syntax") if m.get(label)}

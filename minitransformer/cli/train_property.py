@@ -92,8 +92,8 @@ def resolve_settings(args) -> dict:
 # ----------------------------------------------------------------------------- data
 def split_indices(table, how: str, seed: int):
     """Row indices of train / validation / test (80/10/10)."""
-    from minitransformer.chem.data import split_random
-    from minitransformer.chem.properties import scaffold_split
+    from minitransformer.chem.datasets.data import split_random
+    from minitransformer.chem.datasets.properties import scaffold_split
     if how == "scaffold":
         return scaffold_split(table.smiles)
     return split_random(list(range(len(table.smiles))), (0.8, 0.1, 0.1), seed)
@@ -103,7 +103,7 @@ class LabelledEpochs:
     """Callable ``epoch -> [(ids, labels), ...]``: fresh random SMILES each epoch, same labels."""
 
     def __init__(self, smiles, labels, vocab, seed, p, max_tokens):
-        from minitransformer.chem.lm_data import RandomizedEpochs
+        from minitransformer.chem.datasets.lm_data import RandomizedEpochs
         self.ids = RandomizedEpochs(smiles, vocab, seed=seed, p=p, max_tokens=max_tokens, encode=dict(cls=True))
         self.labels = labels
 
@@ -118,7 +118,7 @@ def pretraining_molecules(s, held_out, user_chose: bool) -> list:
     take its place (``[]`` is returned and ``s`` updated), said in one line; a
     --pretrain-data the user named is never replaced."""
     from minitransformer.chem import canonical
-    from minitransformer.chem.lm_data import pretraining_or_fallback
+    from minitransformer.chem.datasets.lm_data import pretraining_or_fallback
     extra = pretraining_or_fallback(s, user_chose, "pretraining on the training split's molecules instead",
                                     exclude={canonical(x) for x in held_out}, limit=s.get("pretrain_limit"))
     if extra is not None:
@@ -133,7 +133,7 @@ def pretrain(model, vocab, train_smiles, s, args, out):
     """Masked-language-model pretraining on ``train_smiles`` (the training split's, or
     --pretrain-data's), written at random each epoch."""
     from minitransformer.cli import run_fit
-    from minitransformer.chem.lm_data import RandomizedEpochs
+    from minitransformer.chem.datasets.lm_data import RandomizedEpochs
     from minitransformer.train.tasks import MLMTask
     from minitransformer.train import TrainConfig
     data = RandomizedEpochs(train_smiles, vocab, seed=args.seed + 1, p=1.0, max_tokens=s["max_len"],
@@ -152,7 +152,7 @@ def run(args) -> int:
     from minitransformer.chem import Vocab
     from minitransformer import cli
     from minitransformer.molecules.predicting import view_probabilities
-    from minitransformer.chem.properties import load_labelled
+    from minitransformer.chem.datasets.properties import load_labelled
     from minitransformer.checkpoint import model_from_checkpoint
     from minitransformer.metrics import multilabel_roc_auc
     from minitransformer.models import Encoder, EncoderConfig

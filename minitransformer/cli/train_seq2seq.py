@@ -142,11 +142,11 @@ def print_examples(rows, k: int) -> None:
 
 def run(args) -> int:
     from minitransformer import cli
-    from minitransformer.chem.seq2seq_data import PairEpochs, prepare_pairs
+    from minitransformer.chem.datasets.seq2seq_data import PairEpochs, prepare_pairs
     from minitransformer.checkpoint import model_from_checkpoint
     from minitransformer.train.tasks import Seq2SeqTask
     from minitransformer.molecules.canonicalization import exact_match_callback, judge, score_translations, translate
-    from minitransformer.chem.moses import is_moses
+    from minitransformer.chem.datasets.moses import is_moses
     from minitransformer.train import TrainConfig
 
     t0 = time.perf_counter()
@@ -221,8 +221,8 @@ def tox21_exact_match(model, vocab, seed: int) -> dict:
     split ``train seq2seq --data tox21`` tests on); molecules with tokens MOSES never uses
     (metals, charges, ...) are counted and skipped."""
     from minitransformer.molecules.canonicalization import judge, score_translations, translate
-    from minitransformer.chem.seq2seq_data import prepare_pairs
-    from minitransformer.chem.tokenizer import tokenize
+    from minitransformer.chem.datasets.seq2seq_data import prepare_pairs
+    from minitransformer.chem.datasets.tokenizer import tokenize
     tox = prepare_pairs("tox21", seed=seed, max_tokens=MAX_TOKENS, log=lambda line: None)
     pairs = [(s, t) for s, t in zip(tox.test_src, tox.test)
              if all(tok in vocab for tok in tokenize(s) + tokenize(t))]

@@ -52,7 +52,7 @@ def run(args) -> int:
     from minitransformer import cli
     from minitransformer.chem import canonical
     from minitransformer.molecules.canonicalization import translate
-    from minitransformer.chem.user_files import read_user_smiles
+    from minitransformer.chem.datasets.user_files import read_user_smiles
     if not args.smiles and args.input is None:
         raise ValueError("no SMILES given; list them after the checkpoint, or pass --input FILE (- for stdin)")
     if args.smiles and args.input is not None:

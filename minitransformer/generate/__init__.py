@@ -58,7 +58,7 @@ Conventions
   or stores). All work before that stays on the active backend's device.
 * ``greedy`` and ``sample`` take an optional ``constraint``: a rule that bans
   some next tokens at every step (:mod:`.constraint`), such as the SMILES
-  grammar of :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar`. Off
+  grammar of :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar`. Off
   by default; with ``constraint=None`` nothing changes.
 * The model is put in eval mode (dropout off) while decoding; each module's
   previous mode is restored afterwards.

@@ -25,7 +25,7 @@ little next to the model on NumPy and a few microseconds per step on CuPy.
 
 A row whose every token is banned (after PAD and BOS are banned too) is given
 EOS back, so it ends instead of crashing the draw. A constraint that plans
-ahead, as :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar` does,
+ahead, as :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar` does,
 never reaches that case except when ``max_len`` leaves no room at all.
 """
 from __future__ import annotations

@@ -258,7 +258,7 @@ def greedy(model, batch_size=None, src=None, max_len=None, prompt=None, use_cach
             prefix each step (False); both give the same tokens.
         constraint: None, or an object that bans next tokens at each step
             (``start``, ``banned``, ``advance``; see :mod:`.constraint`), e.g.
-            :class:`~minitransformer.chem.smiles_grammar.SmilesGrammar`.
+            :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar`.
 
     Returns:
         Host ``numpy`` int64 array (B, T_out): the prefix, the generated tokens,

@@ -1,7 +1,7 @@
 """A score to steer toward, as a user writes it: a few names on the command line, or a JSON or TOML file.
 
 Inline, ``qed,sa`` is the geometric mean of the components named, each with its
-own transform and bounds (:data:`~minitransformer.chem.objectives.COMPONENTS`);
+own transform and bounds (:data:`~minitransformer.chem.goals.objectives.COMPONENTS`);
 ``pmo:median1`` names a task of the PMO benchmark.
 A file says more::
 
@@ -37,8 +37,8 @@ folder is written), each mistake a one-line ValueError naming the component and 
 * a transform: ``kind`` one of the transforms, ``low`` and ``high`` finite with
   ``low < high``, ``k`` and ``width`` finite and > 0, no parameter the kind does not use, and
   ``"none"`` only for a component whose raw values already lie in [0, 1]
-  (:data:`~minitransformer.chem.objectives.UNIT_RANGE`); the numbers are checked again by
-  :class:`~minitransformer.chem.objectives.Component` itself.
+  (:data:`~minitransformer.chem.goals.objectives.UNIT_RANGE`); the numbers are checked again by
+  :class:`~minitransformer.chem.goals.objectives.Component` itself.
 
 :func:`score_fingerprint` says what a score depends on, for ``optimize --resume``: the
 checked spec, with every file it names (a property checkpoint, a user function's module)
@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from minitransformer.atomic import parse_json
-from minitransformer.chem.objectives import (COMPONENTS, TRANSFORMS, UNIT_RANGE, Component, Objective,
+from minitransformer.chem.goals.objectives import (COMPONENTS, TRANSFORMS, UNIT_RANGE, Component, Objective,
                                              is_finite_number)
 
 __all__ = ["objective_from_spec", "read_spec", "check_spec", "score_fingerprint", "OWN_KEYS", "REQUIRED"]
@@ -98,7 +98,7 @@ def read_spec(text_or_path: str) -> dict:
 
 def _read_file(path: Path) -> dict:
     """A score file's contents: a regular UTF-8 file of JSON or TOML, each failure naming the file."""
-    from minitransformer.chem.smiles_files import read_text
+    from minitransformer.chem.datasets.smiles_files import read_text
     if not path.exists() and not path.is_dir():
         raise ValueError(f"score file not found: {path}; check the path, or name the components inline (qed,sa)")
     try:
@@ -284,7 +284,7 @@ def _existing(path: str) -> Path:
 
 
 def objective_from_spec(spec) -> Objective:
-    """An :class:`~minitransformer.chem.objectives.Objective` from a spec (see the module docstring):
+    """An :class:`~minitransformer.chem.goals.objectives.Objective` from a spec (see the module docstring):
     a dict, a file path or an inline list of names, checked by :func:`check_spec` first."""
     spec = check_spec(spec)
     components = []

@@ -13,7 +13,7 @@ the next. We average the probabilities of :math:`V` writings:
 .. math:: \hat p_k = \frac{1}{V} \sum_{v=0}^{V-1} \sigma\big(z_k(\mathrm{view}_v)\big)
 
 where view 0 is the string as given and views :math:`1 .. V-1` are random
-SMILES of the same molecule (:class:`~minitransformer.chem.lm_data.RandomizedEpochs`
+SMILES of the same molecule (:class:`~minitransformer.chem.datasets.lm_data.RandomizedEpochs`
 with seed ``seed + 104729``, writing :math:`v` for view :math:`v`; a random
 writing with an unknown token or too many tokens falls back to the given string).
 :func:`view_probabilities` is the one implementation; the training script's test
@@ -34,8 +34,8 @@ from typing import Sequence
 
 import numpy as np
 
-from minitransformer.chem.user_files import read_user_smiles
-from minitransformer.chem.vocab import Vocab
+from minitransformer.chem.datasets.user_files import read_user_smiles
+from minitransformer.chem.datasets.vocab import Vocab
 
 __all__ = ["PropertyPredictor", "view_ids", "view_probabilities", "read_user_smiles",
            "write_predictions_csv", "VIEW_SEED_OFFSET"]
@@ -51,7 +51,7 @@ def view_ids(smiles: Sequence[str], vocab: Vocab, n_views: int, seed: int, max_t
     ``seed``, the view and the molecules before it in ``smiles`` (one generator per
     view walks through the list).
     """
-    from minitransformer.chem.lm_data import RandomizedEpochs
+    from minitransformer.chem.datasets.lm_data import RandomizedEpochs
     if n_views < 1:
         raise ValueError(f"n_views must be at least 1 (the SMILES as given), got {n_views}")
     views = [[vocab.encode(s, cls=True) for s in smiles]]
@@ -104,7 +104,7 @@ class PropertyPredictor:
         model gets the Tox21 names in order and any other ``task_0``, ``task_1``, ...
         """
         from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
-        from minitransformer.chem.properties import TOX21_TASKS
+        from minitransformer.chem.datasets.properties import TOX21_TASKS
         ckpt = load_checkpoint(path)
         need = ("predict needs an Encoder property model (n_outputs > 0) saved with its vocabulary, "
                 "such as best.npz of demos/tox21_property.py")

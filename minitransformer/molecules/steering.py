@@ -4,7 +4,7 @@ The *prior* is a trained :class:`~minitransformer.models.DecoderLM` (``train lm`
 the *agent* starts as its copy. Each :meth:`Steering.step`:
 
 1. samples a batch of SMILES from the agent (the KV cache, as ``sample`` does);
-2. scores them with an :class:`~minitransformer.chem.objectives.Objective`; an
+2. scores them with an :class:`~minitransformer.chem.goals.objectives.Objective`; an
    invalid sample, or one already seen in this run (the same canonical SMILES),
    scores 0 (with ``score_repeats``, a repeat gets its score again, as in PMO's
    REINVENT, so the agent is not pushed away from what it does well); with the
@@ -30,8 +30,8 @@ import numpy as np
 
 from minitransformer import backend
 from minitransformer.backend import xp
-from minitransformer.chem.data import canonical
-from minitransformer.chem.properties import murcko_scaffold
+from minitransformer.chem.datasets.data import canonical
+from minitransformer.chem.datasets.properties import murcko_scaffold
 from minitransformer.train.augmented_likelihood import (augmented_likelihood_backward, augmented_likelihood_forward,
                                                          sequence_log_likelihood_backward,
                                                          sequence_log_likelihood_forward)
@@ -84,7 +84,7 @@ class Steering:
         self.optimizer = Adam(self.agent, lr=self.config.lr)
         self.constraint = None
         if self.config.grammar:  # the agent's own likelihood is still what is trained (the sampler only bans)
-            from minitransformer.chem.smiles_grammar import SmilesGrammar
+            from minitransformer.chem.grammar.smiles_grammar import SmilesGrammar
             self.constraint = SmilesGrammar(vocab, valence=self.config.grammar == "valence")
         self.rng = backend.RNG(self.config.seed, stream=7)
         self.memory: list[tuple[float, str, list]] = []  # (score, canonical SMILES, ids), best first

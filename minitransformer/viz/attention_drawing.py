@@ -32,7 +32,7 @@ import numpy as np
 
 from minitransformer.atomic import write_bytes
 from minitransformer.chem._rdkit import MAX_SMILES_CHARS, mol_from_smiles, quiet_rdkit, require_rdkit, smiles_problem
-from minitransformer.chem.tokenizer import tokenize
+from minitransformer.chem.datasets.tokenizer import tokenize
 
 __all__ = ["is_atom_token", "token_atom_indices", "molecule_of", "attention_received",
            "atom_weights", "draw_attention_on_molecule"]
@@ -164,7 +164,7 @@ def draw_attention_on_molecule(smiles: str, token_weights, tokens, path=None, si
     from matplotlib.colors import ListedColormap, Normalize
     from matplotlib.figure import Figure
     from matplotlib.image import imread
-    from minitransformer.chem.draw import drawing_module
+    from minitransformer.chem.judge.draw import drawing_module
     rdMolDraw2D = drawing_module()
 
     width, height = (int(v) for v in size)

@@ -63,7 +63,7 @@ def _layer_text(layers, heads, n_layers: int) -> str:
 
 def _views(model, vocab, smiles: str, target: str | None):
     """[(file stem, heading, maps, query tokens, key tokens, key SMILES or None)] for the model."""
-    from minitransformer.chem.tokenizer import tokenize
+    from minitransformer.chem.datasets.tokenizer import tokenize
     kind, toks = _kind(model), tokenize(smiles)
     if kind == "decoder":
         ids = vocab.encode(smiles)[:-1]  # (T,): <bos> + tokens, the input when the model predicts <eos>

@@ -23,7 +23,7 @@ def tox21_path() -> Path:
 
 @pytest.fixture(scope="session")
 def tox21_smiles(tox21_path) -> list:
-    from minitransformer.chem.data import read_smiles
+    from minitransformer.chem.datasets.data import read_smiles
 
     return read_smiles(tox21_path)
 

@@ -13,7 +13,7 @@ import pytest
 
 from minitransformer import backend
 from minitransformer.chem._rdkit import parse_valid
-from minitransformer.chem.chemnet import (PAD_LEN, SYMBOLS, conv1d_same_forward, lstm_forward, one_hot, selu,
+from minitransformer.chem.frechet.chemnet import (PAD_LEN, SYMBOLS, conv1d_same_forward, lstm_forward, one_hot, selu,
                                           symbol_ids)
 
 REFERENCE_SMILES = ["CCO", "CC(=O)Oc1ccccc1C(=O)O", "ClC(Cl)(Cl)Br", "C[Si](C)(C)Cl", "[Na+].[Cl-]",
@@ -100,7 +100,7 @@ def test_batching_does_not_change_the_activations(chemnet):
 
 
 def test_chemnet_runs_on_the_strict_device_stand_in(chemnet):
-    from minitransformer.chem.chemnet import ChemNet, ChemNetWeights
+    from minitransformer.chem.frechet.chemnet import ChemNet, ChemNetWeights
     weights = ChemNetWeights(**{k: backend.to_numpy(v) for k, v in chemnet.w.items()})
     canon = parse_valid(REFERENCE_SMILES[:3])[1]
     backend.use("strict")

@@ -12,9 +12,9 @@ import zipfile
 import pytest
 from chem_helpers import serve_urls
 
-from minitransformer.chem import chemnet_weights as cw
-from minitransformer.chem.download import ChecksumError, DownloadError
-from minitransformer.chem.torch_file import TorchFileError
+from minitransformer.chem.frechet import chemnet_weights as cw
+from minitransformer.chem.datasets.download import ChecksumError, DownloadError
+from minitransformer.chem.frechet.torch_file import TorchFileError
 
 WEIGHTS = b"stand-in weights"
 

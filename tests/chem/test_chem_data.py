@@ -4,8 +4,8 @@ import gzip
 import numpy as np
 import pytest
 
-from minitransformer.chem import data as chem_data
-from minitransformer.chem.data import (clean_smiles, read_smiles, split_in_order,
+from minitransformer.chem.datasets import data as chem_data
+from minitransformer.chem.datasets.data import (clean_smiles, read_smiles, split_in_order,
                                        split_random)
 
 
@@ -257,7 +257,7 @@ def test_tokenizer_and_vocab_import_without_rdkit():
 
 
 def test_kekule_writes_the_same_molecule_without_aromatic_atoms():
-    from minitransformer.chem.data import canonical, kekule
+    from minitransformer.chem.datasets.data import canonical, kekule
     for smiles in ["c1ccccc1O", "Cn1cnc2c1c(=O)n(C)c(=O)n2C", "c1ccc2[nH]ccc2c1", "CC(=O)Oc1ccccc1C(=O)O"]:
         k = kekule(smiles)
         assert k is not None and not any(ch in k for ch in "cnos"), f"{smiles} -> {k} still aromatic"

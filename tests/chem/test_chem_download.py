@@ -7,7 +7,7 @@ from functools import partial
 
 import pytest
 
-from minitransformer.chem.download import (TOX21_FILENAME, ChecksumError, DownloadError,
+from minitransformer.chem.datasets.download import (TOX21_FILENAME, ChecksumError, DownloadError,
                                            cache_dir, download_file, find_tox21,
                                            verify_gzip_csv)
 

@@ -3,7 +3,7 @@ import pytest
 
 pytest.importorskip("rdkit")
 
-from minitransformer.chem.draw import molecule_grid  # noqa: E402
+from minitransformer.chem.judge.draw import molecule_grid  # noqa: E402
 
 
 def test_grid_draws_only_parsable_molecules(tmp_path):
@@ -21,7 +21,7 @@ def test_grid_stops_at_n_and_writes_nothing_without_molecules(tmp_path):
 
 def test_drawing_keeps_rdkit_logs_off_stderr(capfd):
     # RDKit logs "unsupported number of radical electrons" while drawing such a molecule
-    from minitransformer.chem.draw import molecule_grid_png
+    from minitransformer.chem.judge.draw import molecule_grid_png
     png, drawn = molecule_grid_png(["[C]", "[CH]1CC1", "CCO"])
     assert drawn == 3 and png
     assert capfd.readouterr().err == ""
@@ -32,7 +32,7 @@ def test_a_drawing_module_that_cannot_load_is_one_named_error(monkeypatch):
     # minimal images lack; the ImportError came out as "unexpected ... this is a bug".
     import sys
 
-    from minitransformer.chem.draw import DrawingUnavailable, molecule_grid_png
+    from minitransformer.chem.judge.draw import DrawingUnavailable, molecule_grid_png
     monkeypatch.setitem(sys.modules, "rdkit.Chem.Draw", None)  # any import from it now fails
     with pytest.raises(DrawingUnavailable, match=r"RDKit cannot draw here .*install the missing system library"):
         molecule_grid_png(["CCO"])

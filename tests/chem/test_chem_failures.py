@@ -3,7 +3,7 @@ import pytest
 
 pytest.importorskip("rdkit")
 
-from minitransformer.chem.failures import KINDS, failure_counts, failure_kind  # noqa: E402
+from minitransformer.chem.judge.failures import KINDS, failure_counts, failure_kind  # noqa: E402
 
 
 @pytest.mark.parametrize("smiles,kind", [

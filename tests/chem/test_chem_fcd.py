@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from minitransformer.chem import fcd as fcd_module
+from minitransformer.chem.frechet import fcd as fcd_module
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit
-from minitransformer.chem.fcd import (FCDJudge, FCDStatistics, fcd, fcd_judge_or_note, fcd_statistics,
+from minitransformer.chem.frechet.fcd import (FCDJudge, FCDStatistics, fcd, fcd_judge_or_note, fcd_statistics,
                                       frechet_distance, reference_statistics)
-from minitransformer.chem.moses import read_moses_file
+from minitransformer.chem.datasets.moses import read_moses_file
 
 # (set a, set b) -> FCD by fcd_torch. tox21 sets: the molecules of tox21.csv.gz that RDKit parses, in
 # file order, rows [start, stop); moses sets: the first n molecules of a split.
@@ -103,7 +103,7 @@ def test_the_judge_scores_samples_and_real_molecules_against_each_reference(chem
 
 
 def test_without_weights_fcd_is_n_a_with_the_reason(monkeypatch):
-    from minitransformer.chem.download import DownloadError
+    from minitransformer.chem.datasets.download import DownloadError
 
     def offline(download=True):
         raise DownloadError("could not fetch ChemNet's weights (...); offline? download https://... and put it ...")
@@ -138,7 +138,7 @@ def test_the_score_command_reports_the_fcd_fcd_torch_gives_for_the_same_files(ch
     once gave the FCD against a random half of the reference: 1.80 where fcd_torch gives 1.25)."""
     import json
 
-    import minitransformer.chem.filters as filters
+    import minitransformer.chem.judge.filters as filters
     from minitransformer.cli import run_cli
     from minitransformer.cli.main import main
     monkeypatch.setattr(filters, "default_filters", lambda download=True: (None, "no alert files in this test"))

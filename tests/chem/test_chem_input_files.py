@@ -8,7 +8,7 @@ import gzip
 
 import pytest
 
-from minitransformer.chem.data import load_source, read_smiles
+from minitransformer.chem.datasets.data import load_source, read_smiles
 
 BOM = "\ufeff"
 
@@ -16,7 +16,7 @@ BOM = "\ufeff"
 def test_bom_and_tabs_do_not_leak_into_smiles_or_tokens(tmp_path):
     """``--form as-is`` keeps the file's strings: they must be the bare SMILES."""
     pytest.importorskip("rdkit")
-    from minitransformer.chem.lm_data import prepare_smiles
+    from minitransformer.chem.datasets.lm_data import prepare_smiles
     smi = tmp_path / "mols.smi"
     smi.write_bytes((BOM + "CCOc1ccccc1CC\tname one\nCCN(CC)C(=O)c1ccccc1 two\n").encode("utf-8"))
     assert read_smiles(smi) == ["CCOc1ccccc1CC", "CCN(CC)C(=O)c1ccccc1"]
@@ -38,7 +38,7 @@ def test_bom_and_tabs_do_not_leak_into_smiles_or_tokens(tmp_path):
 
 
 def test_labelled_csv_with_bom_and_tabbed_cells(tmp_path):
-    from minitransformer.chem.properties import read_labelled
+    from minitransformer.chem.datasets.properties import read_labelled
     path = tmp_path / "labels.csv"
     path.write_bytes((BOM + 'smiles,active\n"CCOc1ccccc1\tname",1\n').encode("utf-8"))
     table = read_labelled(path)
@@ -56,7 +56,7 @@ def test_decode_error_names_the_file_and_the_line(tmp_path):
     csv.write_bytes(b"smiles\nCCO\n\xff\xfe\n")
     with pytest.raises(ValueError, match=r"line 3"):
         read_smiles(csv)
-    from minitransformer.chem.properties import read_labelled
+    from minitransformer.chem.datasets.properties import read_labelled
     with pytest.raises(ValueError, match=r"latin1\.csv.*line 3"):
         read_labelled(csv)
 
@@ -66,7 +66,7 @@ def test_a_folder_is_called_a_folder(tmp_path):
     folder.mkdir()
     with pytest.raises(IsADirectoryError, match="is a folder"):
         read_smiles(folder)
-    from minitransformer.chem.properties import read_labelled
+    from minitransformer.chem.datasets.properties import read_labelled
     with pytest.raises(IsADirectoryError, match="is a folder"):
         read_labelled(folder)
 
@@ -101,7 +101,7 @@ def test_an_empty_csv_says_it_is_empty(tmp_path):
 
 def test_a_file_of_invalid_smiles_is_named(tmp_path):
     pytest.importorskip("rdkit")
-    from minitransformer.chem.lm_data import load_and_clean
+    from minitransformer.chem.datasets.lm_data import load_and_clean
     path = tmp_path / "junk.smi"
     path.write_text("C1CCCCCCCCCC\nnot_a_smiles_at_all\nXXXXXXXXXXXX\n")
     with pytest.raises(ValueError) as err:
@@ -130,7 +130,7 @@ def test_a_guessed_smiles_column_is_announced_on_stderr(tmp_path, capsys):
 ])
 def test_a_csv_quote_left_open_is_refused_at_its_line_not_merged(tmp_path, text, line):
     """A stray quote once merged every later row into one cell: six molecules were read as three."""
-    from minitransformer.chem.user_files import read_user_file
+    from minitransformer.chem.datasets.user_files import read_user_file
     path = tmp_path / "samples.csv"
     path.write_text(text)
     with pytest.raises(ValueError, match=rf"samples.csv, line {line}: .*quote"):
@@ -141,7 +141,7 @@ def test_a_csv_quote_left_open_is_refused_at_its_line_not_merged(tmp_path, text,
 
 
 def _read_fine(tmp_path, text):
-    from minitransformer.chem.user_files import read_user_file
+    from minitransformer.chem.datasets.user_files import read_user_file
     path = tmp_path / "fine.csv"
     path.write_text(text)
     return read_user_file(path).smiles
@@ -154,7 +154,7 @@ def _read_fine(tmp_path, text):
     ("zeros.smi.gz", gzip.compress(b"\x00" * 200_000)),
 ])
 def test_a_file_with_nul_bytes_is_refused_not_read_as_one_sample(tmp_path, name, payload):
-    from minitransformer.chem.user_files import read_user_file
+    from minitransformer.chem.datasets.user_files import read_user_file
     (tmp_path / name).write_bytes(payload)
     with pytest.raises(ValueError, match=rf"{name}, line \d+: a NUL byte"):
         read_user_file(tmp_path / name)
@@ -163,8 +163,8 @@ def test_a_file_with_nul_bytes_is_refused_not_read_as_one_sample(tmp_path, name,
 def test_a_fifo_or_an_oversized_file_is_refused_before_reading(tmp_path, monkeypatch):
     import os
 
-    from minitransformer.chem import smiles_files
-    from minitransformer.chem.user_files import read_user_file
+    from minitransformer.chem.datasets import smiles_files
+    from minitransformer.chem.datasets.user_files import read_user_file
     os.mkfifo(tmp_path / "pipe.smi")  # reading it would wait for a writer for ever
     with pytest.raises(ValueError, match="pipe.smi is not a regular file"):
         read_user_file(tmp_path / "pipe.smi")

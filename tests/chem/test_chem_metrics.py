@@ -7,10 +7,10 @@ pytest.importorskip("rdkit")
 from rdkit import Chem, DataStructs  # noqa: E402
 from rdkit.Chem import rdFingerprintGenerator  # noqa: E402
 
-from minitransformer.chem import distribution  # noqa: E402
-from minitransformer.chem.evaluation import evaluate_samples  # noqa: E402
-from minitransformer.chem.metrics import internal_diversity, novelty, uniqueness, validity  # noqa: E402
-from minitransformer.chem.similarity import (mean_tanimoto_powers, morgan_bits,  # noqa: E402
+from minitransformer.chem.judge import distribution  # noqa: E402
+from minitransformer.chem.judge.evaluation import evaluate_samples  # noqa: E402
+from minitransformer.chem.judge.metrics import internal_diversity, novelty, uniqueness, validity  # noqa: E402
+from minitransformer.chem.judge.similarity import (mean_tanimoto_powers, morgan_bits,  # noqa: E402
                                              nearest_neighbour_similarity, tanimoto_matrix)
 
 DRUGS = [
@@ -82,7 +82,7 @@ def test_intdiv_of_two_molecules_by_hand():
 
 
 def test_intdiv_blocks_agree_with_full_matrix(monkeypatch):
-    from minitransformer.chem import similarity
+    from minitransformer.chem.judge import similarity
 
     fps = morgan_bits(_mols(DRUGS))
     full = tanimoto_matrix(fps, fps)
@@ -147,7 +147,7 @@ def test_evaluate_samples_of_training_set_copy():
 
 
 def test_kl_against_any_reference_matches_evaluate_samples():
-    from minitransformer.chem.metrics import kl_against
+    from minitransformer.chem.judge.metrics import kl_against
     samples = DRUGS[:6] + ["CCCCO", "xx"]
     assert kl_against(samples, DRUGS) == evaluate_samples(samples, DRUGS)["kl_score"]
     assert kl_against(DRUGS, DRUGS) == pytest.approx(1.0, abs=1e-9)

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from chem_helpers import serve_urls
 
-from minitransformer.chem import moses
-from minitransformer.chem.download import ChecksumError, DownloadError
-from minitransformer.chem.moses_tokens import has_unknown, id_lists, moses_token_arrays, tokenize_many
-from minitransformer.chem.vocab import Vocab
+from minitransformer.chem.datasets import moses
+from minitransformer.chem.datasets.download import ChecksumError, DownloadError
+from minitransformer.chem.datasets.moses_tokens import has_unknown, id_lists, moses_token_arrays, tokenize_many
+from minitransformer.chem.datasets.vocab import Vocab
 
 SMILES = {"train": ["CCO", "c1ccccc1", "CC(=O)Nc1ccc(O)cc1", "C[nH]1cccc1", "ClCCBr"],
           "test": ["CCN", "c1ccncc1"], "test_scaffolds": ["C1CCCCC1"]}
@@ -176,7 +176,7 @@ def test_token_cache_miss_then_hit_and_a_new_vocabulary_gets_its_own_entry(pinne
     vocab = Vocab.build(SMILES["train"])
     ids, offsets = moses_token_arrays("train", vocab, data_dir=folder, log=lambda line: None)
     assert id_lists(ids, offsets, vocab) == [vocab.encode(s) for s in SMILES["train"]]
-    monkeypatch.setattr("minitransformer.chem.moses_tokens.tokenize_many", None)  # a hit must not tokenize
+    monkeypatch.setattr("minitransformer.chem.datasets.moses_tokens.tokenize_many", None)  # a hit must not tokenize
     again = moses_token_arrays("train", vocab, data_dir=folder)
     assert isinstance(again[0], np.memmap) and np.array_equal(again[0], ids) and np.array_equal(again[1], offsets)
     other = Vocab.build(SMILES["train"], extras=(Vocab.CLS, Vocab.MASK))
@@ -188,7 +188,7 @@ def test_token_cache_miss_then_hit_and_a_new_vocabulary_gets_its_own_entry(pinne
 
 # --------------------------------------------------------------------------- the pipeline and the command line
 def test_prepare_smiles_uses_the_moses_test_split(pinned, tmp_path, monkeypatch):
-    from minitransformer.chem.lm_data import prepare_smiles, pretraining_smiles
+    from minitransformer.chem.datasets.lm_data import prepare_smiles, pretraining_smiles
     monkeypatch.setenv("MINITRANSFORMER_DATA", str(tmp_path / "env"))
     _write_files(tmp_path / "env" / "moses")
     lines = []
@@ -240,8 +240,8 @@ def test_real_files_verify_and_load(moses_dir, tmp_path, monkeypatch):
 def test_train_lm_on_moses_writes_the_benchmark_table_for_both_sample_sets(pinned, tmp_path, monkeypatch, chemnet):
     import json
 
-    from minitransformer.chem import fcd
-    from minitransformer.chem.data import load_source
+    from minitransformer.chem.frechet import fcd
+    from minitransformer.chem.datasets.data import load_source
     from minitransformer.cli import run_cli
     from minitransformer.cli.main import main
     _serve(monkeypatch, fail=True)

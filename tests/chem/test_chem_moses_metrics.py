@@ -16,13 +16,13 @@ pytest.importorskip("rdkit")
 from rdkit import Chem, DataStructs  # noqa: E402
 from rdkit.Chem import rdFingerprintGenerator  # noqa: E402
 
-from minitransformer.chem import distribution  # noqa: E402
-from minitransformer.chem.filters import fraction_passes_filters, load_filters, passes_filters  # noqa: E402
-from minitransformer.chem.fragments import (cosine_of_counts, fragment_counts, fragments_of,  # noqa: E402
+from minitransformer.chem.judge import distribution  # noqa: E402
+from minitransformer.chem.judge.filters import fraction_passes_filters, load_filters, passes_filters  # noqa: E402
+from minitransformer.chem.judge.fragments import (cosine_of_counts, fragment_counts, fragments_of,  # noqa: E402
                                             scaffold_counts, snn)
-from minitransformer.chem.evaluation import evaluate_samples  # noqa: E402
-from minitransformer.chem.metrics import internal_diversity, kl_sets, unique_at_k  # noqa: E402
-from minitransformer.chem.similarity import morgan_bits  # noqa: E402
+from minitransformer.chem.judge.evaluation import evaluate_samples  # noqa: E402
+from minitransformer.chem.judge.metrics import internal_diversity, kl_sets, unique_at_k  # noqa: E402
+from minitransformer.chem.judge.similarity import morgan_bits  # noqa: E402
 
 
 
@@ -135,7 +135,7 @@ def test_filters_by_hand(tmp_path):
 
 
 def test_filters_from_the_real_moses_files(moses_dir):
-    from minitransformer.chem.moses import moses_filter_files
+    from minitransformer.chem.datasets.moses import moses_filter_files
     try:
         mcf, pains = moses_filter_files(download=False, data_dir=moses_dir)
     except FileNotFoundError:

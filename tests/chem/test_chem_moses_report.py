@@ -3,9 +3,9 @@ import pytest
 
 pytest.importorskip("rdkit")
 
-import minitransformer.chem.filters as filters  # noqa: E402
-import minitransformer.chem.moses as moses  # noqa: E402
-from minitransformer.chem.moses_report import COLUMNS, PUBLISHED, markdown_table, moses_benchmark  # noqa: E402
+import minitransformer.chem.judge.filters as filters  # noqa: E402
+import minitransformer.chem.datasets.moses as moses  # noqa: E402
+from minitransformer.chem.judge.moses_report import COLUMNS, PUBLISHED, markdown_table, moses_benchmark  # noqa: E402
 
 SPLITS = {"train": ["CCO", "c1ccccc1", "CC(=O)Nc1ccc(O)cc1", "c1ccc2ccccc2c1", "CCN(CC)CC"],
           "test": ["c1ccc2ccccc2c1", "CCCO"], "test_scaffolds": ["c1ccc2[nH]ccc2c1", "CCCN"]}

@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 from test_chem_moses import FILES, SMILES, STATS, pinned, stats_npz  # noqa: F401  (pinned: a fixture)
 
-from minitransformer.chem import fcd, fragments, moses, moses_stats
+from minitransformer.chem.datasets import moses
+
+from minitransformer.chem.frechet import fcd, moses_stats
+
+from minitransformer.chem.judge import fragments
 
 
 class _Boom:
@@ -66,7 +70,7 @@ def test_moses_test_sets_take_the_shipped_statistics_not_chemnet_or_rdkit(pinned
     def no_compute(reference):
         raise AssertionError("the fragmenter ran on a set whose features MOSES ships")
     monkeypatch.setattr(fragments.ReferenceFeatures, "compute", staticmethod(no_compute))
-    from minitransformer.chem.moses_report import moses_references
+    from minitransformer.chem.judge.moses_report import moses_references
     assert moses_references(download=False)["test"] == test  # every MOSES judgement takes its test sets here
     stats = fcd.reference_statistics(test, "MOSES test", net=NoNet(), progress=False)
     assert stats.n == len(test) and (stats.mu == 1.0).all() and (stats.sigma == np.eye(512)).all()

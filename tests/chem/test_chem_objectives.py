@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("rdkit")
 
-from minitransformer.chem.objectives import Component, Objective, transform  # noqa: E402
+from minitransformer.chem.goals.objectives import Component, Objective, transform  # noqa: E402
 
 ASPIRIN = "CC(=O)Oc1ccccc1C(=O)O"
 

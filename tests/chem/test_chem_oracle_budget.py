@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("rdkit")
 
-from minitransformer.chem.oracle_budget import BudgetExhausted, OracleBudget, auc_top10  # noqa: E402
+from minitransformer.chem.goals.oracle_budget import BudgetExhausted, OracleBudget, auc_top10  # noqa: E402
 
 
 def test_auc_by_hand():

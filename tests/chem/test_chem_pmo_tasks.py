@@ -9,7 +9,7 @@ pytest.importorskip("rdkit")
 from rdkit import Chem  # noqa: E402
 from rdkit.Chem import Crippen, rdMolDescriptors  # noqa: E402
 
-from minitransformer.chem import pmo_tasks as P  # noqa: E402
+from minitransformer.chem.goals import pmo_tasks as P  # noqa: E402
 
 
 def score(task, smiles):

@@ -38,7 +38,7 @@ def test_the_features_of_a_reference_are_the_same_in_chunks(monkeypatch):
     """ReferenceFeatures.compute works chunk by chunk (to report progress); the result is the one-pass one."""
     import numpy as np
 
-    from minitransformer.chem import fragments
+    from minitransformer.chem.judge import fragments
     smiles = ["CCO", "c1ccccc1CCN", "xx", "CC(=O)Nc1ccc(O)cc1", "c1ccc2ccccc2c1", "CCO", "C1CC1C(=O)O"] * 3
     whole = fragments.ReferenceFeatures.compute(smiles)
     monkeypatch.setattr(fragments, "CHUNK", 4)

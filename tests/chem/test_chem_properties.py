@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("rdkit")
 
-from minitransformer.chem.properties import (  # noqa: E402
+from minitransformer.chem.datasets.properties import (  # noqa: E402
     TOX21_TASKS, load_labelled, murcko_scaffold, read_labelled, scaffold_split,
 )
 

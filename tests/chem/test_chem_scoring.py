@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("rdkit")
 
-from minitransformer.chem.scoring import (cosine_of_counts, format_score, load_reference,  # noqa: E402
+from minitransformer.chem.judge.scoring import (cosine_of_counts, format_score, load_reference,  # noqa: E402
                                           read_samples, score_smiles)
 
 REF = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CCN(CC)CC", "OC(=O)c1ccccc1", "c1ccc2ccccc2c1",
@@ -61,7 +61,7 @@ def test_files_with_headers_names_blank_lines_and_gzip(tmp_path):
 
 def test_an_empty_line_is_an_empty_sample_and_stays_in_the_denominator(tmp_path):
     """MOSES counts an empty sample as invalid; so does score. Only a header line is skipped."""
-    from minitransformer.chem.user_files import read_user_file
+    from minitransformer.chem.datasets.user_files import read_user_file
     path = tmp_path / "weak_model.smi"
     path.write_text("smiles\nCCO\n\n#CC\nc1ccccc1\n\n")
     found = read_user_file(path)
@@ -72,8 +72,8 @@ def test_an_empty_line_is_an_empty_sample_and_stays_in_the_denominator(tmp_path)
 
 def test_the_kl_reference_is_guacamols_draw_by_default():
     """GuacaMol draws its KL reference with seed 42; so does every default here."""
-    from minitransformer.chem.evaluation import evaluate_samples
-    from minitransformer.chem.metrics import KL_SEED
+    from minitransformer.chem.judge.evaluation import evaluate_samples
+    from minitransformer.chem.judge.metrics import KL_SEED
     train = REF * 3
     assert KL_SEED == 42
     default = evaluate_samples(REF[:5], train, filters=None)
@@ -83,7 +83,7 @@ def test_the_kl_reference_is_guacamols_draw_by_default():
 def test_a_csv_cell_longer_than_the_csv_modules_limit_is_read(tmp_path):
     """Cells over 131,072 characters were an 'unexpected Error'; now the SMILES is read,
     and judged invalid by the guard, never parsed."""
-    from minitransformer.chem.data import read_smiles
+    from minitransformer.chem.datasets.data import read_smiles
     huge = "C" * 200_000
     path = tmp_path / "big.csv"
     path.write_text(f"id,smiles\n1,CCO\n2,{huge}\n3,c1ccccc1\n")

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minitransformer.chem import Vocab, tokenize
-from minitransformer.chem.smiles_grammar import RING0, SmilesGrammar, _Row
+from minitransformer.chem.grammar.smiles_grammar import RING0, SmilesGrammar, _Row
 from minitransformer.generate import greedy, sample
 from minitransformer.models import DecoderLM, DecoderLMConfig
 
@@ -153,7 +153,7 @@ def untrained_lm():
 
 def test_sampling_under_the_grammar_has_no_syntax_failures():
     pytest.importorskip("rdkit")
-    from minitransformer.chem.failures import failure_counts
+    from minitransformer.chem.judge.failures import failure_counts
     model = untrained_lm()
     free = failure_counts([VOCAB.decode(r) for r in sample(model, batch_size=200, rng=1)])
     ids = sample(model, batch_size=200, rng=1, constraint=SmilesGrammar(VOCAB))
@@ -177,7 +177,7 @@ def test_constraint_none_is_the_unconstrained_sampler():
     np.testing.assert_array_equal(a, b)
 
 
-# ------------------------------------------------------------------ valence (chem/smiles_valence.py)
+# ------------------------------------------------------------------ valence (chem/grammar/smiles_valence.py)
 KEKULE = Vocab(["C", "N", "O", "F", "Cl", "S", "[N+]", "[O-]", "[C@@H]", "[NH3+]", "c", "=", "#", "-", "/",
                 "(", ")", "1", "2", "3", "4", "%10", "."])
 
@@ -192,7 +192,7 @@ def valence_allows(prefix: str, vocab=KEKULE, max_len: int = 80) -> set:
 
 def test_atom_capacities_are_rdkits():
     pytest.importorskip("rdkit")
-    from minitransformer.chem.smiles_valence import atom_capacity
+    from minitransformer.chem.grammar.smiles_valence import atom_capacity
     want = {"C": 4, "N": 3, "O": 2, "F": 1, "Cl": 1, "S": 6, "[N+]": 4, "[O-]": 1, "[C@@H]": 3, "[NH3+]": 1}
     assert {t: atom_capacity(t) for t in want} == want
     assert atom_capacity("c") == atom_capacity("*") == np.inf  # aromatic and dummy atoms: not limited
@@ -220,7 +220,7 @@ def test_valence_rule(prefix, token, ok):
 def test_valence_never_bans_a_real_molecule():
     """The 1,500 first drug-like molecules, aromatic and Kekule: no token of theirs is banned."""
     Chem = pytest.importorskip("rdkit.Chem")
-    from minitransformer.chem.data import load_source
+    from minitransformer.chem.datasets.data import load_source
     smiles = load_source("druglike").smiles[:1500]
     kekule = []
     for s in smiles:

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from minitransformer.chem._rdkit import MAX_SMILES_CHARS, mol_from_smiles, parse_valid, smiles_problem
-from minitransformer.chem.failures import failure_counts, failure_kind
+from minitransformer.chem.judge.failures import failure_counts, failure_kind
 
 pytest.importorskip("rdkit")
 CRASHES_RDKIT = "C" * 30_000  # over 20,000 atoms in a chain: RDKit's writer recurses once per atom

@@ -3,7 +3,7 @@ import pytest
 
 pytest.importorskip("rdkit")
 
-from minitransformer.chem.standardize import standardize, standardize_all  # noqa: E402
+from minitransformer.chem.datasets.standardize import standardize, standardize_all  # noqa: E402
 
 
 def test_salts_are_desalted_and_neutralised():

@@ -2,7 +2,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minitransformer.chem.tokenizer import tokenize, uncovered_characters
+from minitransformer.chem.datasets.tokenizer import tokenize, uncovered_characters
 
 
 @pytest.mark.parametrize("smiles, expected", [

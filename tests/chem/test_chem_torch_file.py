@@ -16,7 +16,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from minitransformer.chem.torch_file import MAGIC_NUMBER, PROTOCOL_VERSION, TorchFileError, read_torch_tensors
+from minitransformer.chem.frechet.torch_file import MAGIC_NUMBER, PROTOCOL_VERSION, TorchFileError, read_torch_tensors
 
 
 class _Tensor:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minitransformer.chem.vocab import Vocab
+from minitransformer.chem.datasets.vocab import Vocab
 
 
 def test_special_tokens_have_fixed_ids():

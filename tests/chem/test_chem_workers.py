@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from minitransformer.chem import workers
-from minitransformer.chem.lm_data import RandomizedEpochs, rewrite_smiles
-from minitransformer.chem.vocab import Vocab
+from minitransformer.chem.datasets.lm_data import RandomizedEpochs, rewrite_smiles
+from minitransformer.chem.datasets.vocab import Vocab
 
 pytest.importorskip("rdkit")
 MOLECULES = ["CC(=O)Oc1ccccc1C(=O)O", "c1ccc2[nH]ccc2c1", "CCN(CC)CC", "OC(=O)c1ccccc1O", "CCOC(=O)C",
@@ -14,7 +14,7 @@ MOLECULES = ["CC(=O)Oc1ccccc1C(=O)O", "c1ccc2[nH]ccc2c1", "CCN(CC)CC", "OC(=O)c1
 @pytest.fixture
 def in_workers(monkeypatch):
     """Everything above 10 molecules goes to two worker processes, in chunks of 50."""
-    import minitransformer.chem.lm_data as lm_data
+    import minitransformer.chem.datasets.lm_data as lm_data
     monkeypatch.setattr(workers, "MIN_PARALLEL", 10)
     monkeypatch.setattr(lm_data, "RANDOM_CHUNK", 50)
     monkeypatch.setattr(lm_data, "REWRITE_CHUNK", 50)
@@ -24,7 +24,7 @@ def in_workers(monkeypatch):
 
 
 def _serial(monkeypatch):
-    import minitransformer.chem.lm_data as lm_data
+    import minitransformer.chem.datasets.lm_data as lm_data
     monkeypatch.setattr(lm_data, "RANDOM_CHUNK", 50)
     monkeypatch.setenv("MINITRANSFORMER_WORKERS", "1")
 

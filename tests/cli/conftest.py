@@ -51,9 +51,9 @@ def tiny_checkpoints(tmp_path_factory):
 def no_work(monkeypatch):
     """Make the first step of real work in every demo fail loudly, so a test can show that
     a bad argument was refused before any work started."""
-    import minitransformer.chem.lm_data as lm_data
-    import minitransformer.chem.properties as properties
-    import minitransformer.chem.seq2seq_data as seq2seq_data
+    import minitransformer.chem.datasets.lm_data as lm_data
+    import minitransformer.chem.datasets.properties as properties
+    import minitransformer.chem.datasets.seq2seq_data as seq2seq_data
 
     class WorkStarted(Exception):
         pass

@@ -10,8 +10,8 @@ pytest.importorskip("matplotlib")
 
 from minitransformer.chem import canonical, randomize_smiles, read_smiles  # noqa: E402
 from minitransformer.cli import run_cli  # noqa: E402
-from minitransformer.chem.data import druglike_path  # noqa: E402
-from minitransformer.chem.seq2seq_data import PairEpochs, prepare_pairs  # noqa: E402
+from minitransformer.chem.datasets.data import druglike_path  # noqa: E402
+from minitransformer.chem.datasets.seq2seq_data import PairEpochs, prepare_pairs  # noqa: E402
 from minitransformer.molecules.canonicalization import COLUMNS
 
 
@@ -155,7 +155,7 @@ def test_bad_translate_input_is_a_clear_error(quick_run, tmp_path, capsys):
 
 def test_quick_run_on_moses_pairs_also_reports_tox21(tmp_path, capsys):
     import os
-    from minitransformer.chem.moses import find_moses
+    from minitransformer.chem.datasets.moses import find_moses
     from minitransformer.cli.main import main
     try:
         find_moses("train", download=False), find_moses("test", download=False)

@@ -200,7 +200,7 @@ def test_offline_tox21_is_one_line_saying_where_to_put_the_file(demos, tmp_path,
 @pytest.mark.parametrize("error", [IndexError("list index out of range"), TypeError("unsupported operand"),
                                    KeyError("x"), ZeroDivisionError("division by zero")])
 def test_unexpected_errors_are_one_line_naming_the_type(error, demos, tmp_path, capsys, monkeypatch):
-    import minitransformer.chem.lm_data as lm_data
+    import minitransformer.chem.datasets.lm_data as lm_data
 
     def broken(*args, **kwargs):
         raise error
@@ -215,7 +215,7 @@ def test_unexpected_errors_are_one_line_naming_the_type(error, demos, tmp_path, 
 
 
 def test_multi_line_messages_become_one_line(demos, tmp_path, capsys, monkeypatch):
-    import minitransformer.chem.lm_data as lm_data
+    import minitransformer.chem.datasets.lm_data as lm_data
 
     def broken(*args, **kwargs):
         raise ValueError("first line\n  second line\nthird")

@@ -134,9 +134,9 @@ def translate_options(paths):
 def stop_before_work(monkeypatch):
     """The first step of real work exits 0: the arguments passed every check before it."""
     import minitransformer.backend as backend
-    import minitransformer.chem.lm_data as lm_data
-    import minitransformer.chem.properties as properties
-    import minitransformer.chem.seq2seq_data as seq2seq_data
+    import minitransformer.chem.datasets.lm_data as lm_data
+    import minitransformer.chem.datasets.properties as properties
+    import minitransformer.chem.datasets.seq2seq_data as seq2seq_data
 
     def passed(*args, **kwargs):
         raise SystemExit(0)

@@ -66,7 +66,7 @@ def test_ctrl_c_while_the_epoch_checkpoint_is_written_names_that_epoch(molecules
 
 
 def test_ctrl_c_while_pretraining_stops_the_run(molecules, tmp_path, capsys, monkeypatch):
-    from minitransformer.chem.data import druglike_path, read_smiles
+    from minitransformer.chem.datasets.data import druglike_path, read_smiles
     extra = tmp_path / "extra.smi"  # a small pretraining set: rewriting all 10,000 drug-like ones takes seconds
     extra.write_text("\n".join(read_smiles(druglike_path(), header=False)[-200:]) + "\n")
     out = tmp_path / "run"
@@ -96,7 +96,7 @@ def test_ctrl_c_after_training_names_the_last_checkpoint(molecules, finished_mol
 
 
 def test_ctrl_c_before_training_and_in_a_subcommand(molecules, tmp_path, capsys, monkeypatch, tiny_checkpoints):
-    import minitransformer.chem.lm_data as lm_data
+    import minitransformer.chem.datasets.lm_data as lm_data
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt

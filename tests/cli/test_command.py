@@ -128,7 +128,7 @@ def test_two_seeds_never_share_a_draw(tiny_checkpoints):
 def test_sample_under_the_grammar_levels(tiny_checkpoints, capsys):
     """--grammar (syntax) and --grammar valence: every sample parses; a third level is a usage error."""
     Chem = pytest.importorskip("rdkit.Chem")
-    from minitransformer.chem.failures import failure_kind
+    from minitransformer.chem.judge.failures import failure_kind
     for level in (["--grammar"], ["--grammar", "valence"]):
         code, out = run(["sample", tiny_checkpoints["lm"], "-n", "30", *level], capsys)
         kinds = {failure_kind(s) for s in out.out.splitlines() if Chem.MolFromSmiles(s) is None}
@@ -207,8 +207,8 @@ def test_score_a_smiles_file_as_text_and_json(tmp_path, capsys, chemnet):
 
 
 def test_score_against_moses_prints_the_benchmark_table(tmp_path, capsys, monkeypatch, chemnet):
-    import minitransformer.chem.filters as filters
-    import minitransformer.chem.moses as moses
+    import minitransformer.chem.judge.filters as filters
+    import minitransformer.chem.datasets.moses as moses
     splits = {"train": ["CCO", "c1ccccc1", "CC(=O)Nc1ccc(O)cc1"], "test": ["c1ccc2ccccc2c1", "CCCO"],
               "test_scaffolds": ["c1ccc2[nH]ccc2c1", "C1CCNCC1"]}
     monkeypatch.setattr(moses, "load_moses", lambda split, download=True, limit=None: list(splits[split]))

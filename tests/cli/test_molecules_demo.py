@@ -142,8 +142,8 @@ def test_model_size_options_change_the_default_model_and_are_refused_where_fixed
 
 def test_without_moses_phase1_falls_back_to_druglike_unless_the_user_named_it(monkeypatch, capsys):
     from types import SimpleNamespace
-    import minitransformer.chem.lm_data as lm_data
-    from minitransformer.chem.download import DownloadError
+    import minitransformer.chem.datasets.lm_data as lm_data
+    from minitransformer.chem.datasets.download import DownloadError
     from minitransformer.cli.train_lm import DRUGLIKE_PHASE1, phase1_molecules
     real = lm_data.pretraining_smiles
 

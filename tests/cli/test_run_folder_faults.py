@@ -190,7 +190,7 @@ def test_resume_without_a_checkpoint_points_to_force_not_back_to_itself(molecule
 
 def test_ctrl_c_in_the_first_epoch_after_pretraining_offers_resume(molecules, tmp_path, capsys, monkeypatch):
     from minitransformer.train import tasks
-    from minitransformer.chem.data import druglike_path, read_smiles
+    from minitransformer.chem.datasets.data import druglike_path, read_smiles
     extra = tmp_path / "extra.smi"
     extra.write_text("\n".join(read_smiles(druglike_path(), header=False)[-64:]) + "\n")
     real, calls = tasks.LMTask.loss, []
@@ -230,7 +230,7 @@ def test_a_forged_phase_is_refused_not_a_silent_restart(molecules, old_run, caps
 def test_a_run_whose_pictures_cannot_be_drawn_keeps_its_results(molecules, tmp_path, capsys, monkeypatch):
     # Found on the GPU machine: train lm trained, sampled and judged, then lost it
     # all to an ImportError from RDKit's drawing module (libXrender missing), exit 1.
-    from minitransformer.chem import draw
+    from minitransformer.chem.judge import draw
 
     def unavailable():
         raise draw.DrawingUnavailable("RDKit cannot draw here (libXrender.so.1: cannot open shared object file)")

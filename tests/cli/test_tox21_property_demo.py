@@ -12,7 +12,7 @@ pytest.importorskip("matplotlib")
 @pytest.fixture(scope="module")
 def labelled_csv(tmp_path_factory):
     """300 drug-like molecules (they ship with RDKit) with three labels read off the string, some missing."""
-    from minitransformer.chem.data import druglike_path, read_smiles
+    from minitransformer.chem.datasets.data import druglike_path, read_smiles
     smiles = read_smiles(druglike_path(), header=False)[:300]
     rows = ["mol_id,smiles,aromatic_n,chlorine,carbonyl"]
     for i, s in enumerate(smiles):
@@ -119,8 +119,8 @@ def test_pretrain_defaults_to_moses_with_its_own_minutes_on_top_of_the_fine_tuni
 
 
 def test_without_moses_pretraining_falls_back_to_the_training_split(monkeypatch, capsys):
-    import minitransformer.chem.lm_data as lm_data
-    from minitransformer.chem.download import DownloadError
+    import minitransformer.chem.datasets.lm_data as lm_data
+    from minitransformer.chem.datasets.download import DownloadError
     from minitransformer.cli.train_property import pretraining_molecules
 
     def offline(data, **kw):

@@ -56,7 +56,7 @@ def test_the_tox21_component_reads_a_property_checkpoint(tmp_path):
 
 
 def test_a_pmo_task_is_a_component_inline_and_in_a_file():
-    from minitransformer.chem.pmo_tasks import CELECOXIB, get_task
+    from minitransformer.chem.goals.pmo_tasks import CELECOXIB, get_task
     smiles = [CELECOXIB, ASPIRIN, "xx"]
     inline = objective_from_spec("pmo:celecoxib_rediscovery,qed")
     assert [c.params.get("task") for c in inline.components] == ["celecoxib_rediscovery", None]

@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("rdkit")
 
 from minitransformer.chem import Vocab  # noqa: E402
-from minitransformer.chem.objectives import Component, Objective  # noqa: E402
+from minitransformer.chem.goals.objectives import Component, Objective  # noqa: E402
 from minitransformer.models import DecoderLM, DecoderLMConfig  # noqa: E402
 from minitransformer.molecules.steering import Steering, SteeringConfig  # noqa: E402
 

@@ -11,7 +11,7 @@ This is a feature of the sampler, switched off by default: the model's
 distribution is renormalised over the allowed tokens at each step. Nothing is
 filtered, resampled or repaired afterwards. The rules below are syntax only;
 ``SmilesGrammar(vocab, valence=True)`` adds the valence rules of
-:mod:`minitransformer.chem.smiles_valence` (no atom gets more bonds than RDKit
+:mod:`minitransformer.chem.grammar.smiles_valence` (no atom gets more bonds than RDKit
 allows it). Aromaticity is always left to the model, so a constrained sample
 can still fail RDKit's sanitization (an aromatic ring that cannot be kekulized).
 
@@ -80,8 +80,8 @@ from collections import Counter
 
 import numpy as np
 
-from minitransformer.chem.smiles_valence import Valence, atom_capacity, bond_order
-from minitransformer.chem.vocab import Vocab
+from minitransformer.chem.grammar.smiles_valence import Valence, atom_capacity, bond_order
+from minitransformer.chem.datasets.vocab import Vocab
 
 __all__ = ["SmilesGrammar", "token_class"]
 
@@ -225,7 +225,7 @@ class SmilesGrammar:
             default 4 is the most RDKit's 10,000 drug-like molecules ever have
             open at once, in aromatic or Kekule form.
         valence: also apply the valence rules V1-V5 of
-            :mod:`minitransformer.chem.smiles_valence` (needs RDKit).
+            :mod:`minitransformer.chem.grammar.smiles_valence` (needs RDKit).
 
     Use: ``sample(model, batch_size=B, constraint=SmilesGrammar(vocab))``.
     """

@@ -126,7 +126,7 @@ COMPONENTS = {
     "forbid": ("1 if the molecule does NOT contain the SMARTS pattern (a forbidden substructure)", "none", None, None),
     "user": ("a user's function module:function, list of SMILES -> scores in [0, 1]", "none", None, None),
     "pmo": ("a task of the PMO benchmark, by name (rediscovery, similarity, isomer, median, MPO, hop tasks and "
-            "QED; GuacaMol's published definitions, minitransformer.chem.pmo_tasks), in [0, 1]", "none", None, None),
+            "QED; GuacaMol's published definitions, minitransformer.chem.goals.pmo_tasks), in [0, 1]", "none", None, None),
     "tox21": ("1 - the largest predicted probability of activity over the chosen Tox21 assays of a `train "
               "property` model (1: predicted inactive everywhere; a model's opinion, not a measurement)",
               "none", None, None),
@@ -224,7 +224,7 @@ class Component:
             if self._pattern is None:
                 raise ValueError(f"component {self.name}: pattern {pattern!r} is not a valid SMARTS")
         elif self.name == "pmo":
-            from minitransformer.chem.pmo_tasks import get_task
+            from minitransformer.chem.goals.pmo_tasks import get_task
             self._task = get_task(self.params.get("task"))  # an unknown name: a one-line ValueError
         elif self.name in ("user", "tox21"):
             self._fn = self.params.get("function")

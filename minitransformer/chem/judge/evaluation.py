@@ -4,10 +4,10 @@ A metric is one function of a :class:`SampleSet` (the samples, parsed once, and
 what they are compared with) and one entry of :data:`METRICS` (its key, label,
 one-line definition, what it needs, and its MOSES column if it has one).
 :func:`evaluate_samples` computes them all. The formulas are defined in
-:mod:`minitransformer.chem.metrics` (validity, uniqueness, unique@k, novelty,
-IntDiv, KL score), :mod:`minitransformer.chem.filters`,
-:mod:`minitransformer.chem.fragments` (SNN, Frag, Scaf) and
-:mod:`minitransformer.chem.fcd`.
+:mod:`minitransformer.chem.judge.metrics` (validity, uniqueness, unique@k, novelty,
+IntDiv, KL score), :mod:`minitransformer.chem.judge.filters`,
+:mod:`minitransformer.chem.judge.fragments` (SNN, Frag, Scaf) and
+:mod:`minitransformer.chem.frechet.fcd`.
 
 **One rule for a value that cannot be had:** it is ``None``, and
 ``notes[key]`` says why: no sample, no valid sample, no training set given, no
@@ -17,13 +17,13 @@ set is never reported as 0.0 (0.0 is a real, bad, score).
 **Comparison sets.** SNN, Frag, Scaf and the molecular-weight distance compare
 the samples with named ``references`` (MOSES: ``test`` and ``test_scaffolds``;
 ``score``: its one reference); FCD is measured by an
-:class:`~minitransformer.chem.fcd.FCDJudge` against its own named sets. Such a
+:class:`~minitransformer.chem.frechet.fcd.FCDJudge` against its own named sets. Such a
 metric's value is ``{name: value or None}``, and its notes are keyed
 ``"<key>/<name>"``.
 
-**Who formats it.** The ``score`` table (:mod:`minitransformer.chem.scoring`),
-the MOSES table (:mod:`minitransformer.chem.moses_report`) and the ``train lm``
-summary (:mod:`minitransformer.chem.generator_report`) each walk :data:`METRICS`
+**Who formats it.** The ``score`` table (:mod:`minitransformer.chem.judge.scoring`),
+the MOSES table (:mod:`minitransformer.chem.judge.moses_report`) and the ``train lm``
+summary (:mod:`minitransformer.chem.judge.generator_report`) each walk :data:`METRICS`
 and only format: a new metric is one function and one entry here, and shows up
 in all three.
 """
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from minitransformer.chem._rdkit import has_radicals, parse_valid
-from minitransformer.chem.metrics import (KL_SEED, UNIQUE_AT, _filters, _intdiv, _kl, _training_set, kl_against,
+from minitransformer.chem.judge.metrics import (KL_SEED, UNIQUE_AT, _filters, _intdiv, _kl, _training_set, kl_against,
                                           novelty as novelty_against, unique_at_k)
 
 __all__ = ["evaluate_samples", "SampleSet", "Metric", "METRICS", "Undefined", "INPUTS"]
@@ -95,7 +95,7 @@ class SampleSet:
     @functools.cached_property
     def fingerprints(self):
         """Morgan bits of the valid samples (repeats kept; each distinct molecule computed once)."""
-        from minitransformer.chem.fragments import distinct_fingerprints
+        from minitransformer.chem.judge.fragments import distinct_fingerprints
         return distinct_fingerprints(self.mols, self.canon)
 
     @functools.cached_property
@@ -114,7 +114,7 @@ class SampleSet:
         return self.fcd_judge(self.samples)
 
     def reference_features(self, name: str):
-        from minitransformer.chem.fragments import reference_features
+        from minitransformer.chem.judge.fragments import reference_features
         features = reference_features(tuple(self.references[name]))
         if not features.n_valid:
             raise Undefined("no valid reference molecule")
@@ -162,14 +162,14 @@ def fcd(s: SampleSet, name: str) -> float:
 
 
 def snn(s: SampleSet, name: str) -> float:
-    from minitransformer.chem.fragments import snn as nearest_neighbour_similarity
+    from minitransformer.chem.judge.fragments import snn as nearest_neighbour_similarity
     s.need_valid()
     return nearest_neighbour_similarity(s.fingerprints, s.reference_features(name).fps)
 
 
 def _cosine_with_reference(s: SampleSet, name: str, counts_of, feature: str, missing: str) -> float:
     """The cosine of the samples' counts (``counts_of(mols, canon)``) and the reference's ``feature``."""
-    from minitransformer.chem.fragments import cosine_of_counts
+    from minitransformer.chem.judge.fragments import cosine_of_counts
     s.need_valid()
     value = cosine_of_counts(counts_of(s.mols, s.canon), getattr(s.reference_features(name), feature))
     if value is None:
@@ -178,12 +178,12 @@ def _cosine_with_reference(s: SampleSet, name: str, counts_of, feature: str, mis
 
 
 def frag(s: SampleSet, name: str) -> float:
-    from minitransformer.chem.fragments import fragment_counts
+    from minitransformer.chem.judge.fragments import fragment_counts
     return _cosine_with_reference(s, name, fragment_counts, "fragments", "no BRICS fragment in one set")
 
 
 def scaf(s: SampleSet, name: str) -> float:
-    from minitransformer.chem.fragments import scaffold_counts
+    from minitransformer.chem.judge.fragments import scaffold_counts
     return _cosine_with_reference(s, name, scaffold_counts, "scaffolds", "no ring scaffold in one set")
 
 
@@ -244,7 +244,7 @@ def weight(s: SampleSet, name: str) -> float:
 
 
 def invalid_kinds(s: SampleSet) -> dict:
-    from minitransformer.chem.failures import failure_counts
+    from minitransformer.chem.judge.failures import failure_counts
     return failure_counts(s.samples)
 
 
@@ -313,12 +313,12 @@ def evaluate_samples(samples: Sequence[str], train: Sequence[str] | None = None,
 
     ``train``: the training molecules (novelty, the KL score); ``references``: name ->
     molecules to compare with (SNN, Frag, Scaf); ``fcd_judge``: an
-    :class:`~minitransformer.chem.fcd.FCDJudge` (FCD against each of its sets);
+    :class:`~minitransformer.chem.frechet.fcd.FCDJudge` (FCD against each of its sets);
     ``heldout``: molecules never trained on (``kl_score_heldout``); ``all_training``:
     every molecule seen (``novelty_vs_all_training``). ``seed`` fixes the KL score's
     draw of training molecules (GuacaMol's 42 by default). ``filters``: ``"moses"``
     (MOSES's alerts if they are on this machine; nothing is downloaded), a list from
-    :func:`~minitransformer.chem.filters.load_filters`, or None to skip.
+    :func:`~minitransformer.chem.judge.filters.load_filters`, or None to skip.
 
     Besides each metric's key: ``n_samples``, ``n_valid``, ``n_radicals``, ``n_unique``,
     ``n_novel``, ``unique@1000_n`` and ``unique@10000_n`` (how many valid samples

@@ -22,7 +22,7 @@ Speed
 and maps tokens to ids with one dictionary look-up each. The newline is its own
 token and marks where a molecule ends. The bracket-atom pattern is told not to
 cross a newline; inside a single line the expression is the tokenizer's, so the
-tokens are exactly those of :func:`~minitransformer.chem.tokenizer.tokenize`.
+tokens are exactly those of :func:`~minitransformer.chem.datasets.tokenizer.tokenize`.
 
 Cache
 -----
@@ -42,9 +42,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from minitransformer.atomic import atomic_write
-from minitransformer.chem import moses
-from minitransformer.chem.tokenizer import SMILES_TOKEN_PATTERN
-from minitransformer.chem.vocab import Vocab
+from minitransformer.chem.datasets import moses
+from minitransformer.chem.datasets.tokenizer import SMILES_TOKEN_PATTERN
+from minitransformer.chem.datasets.vocab import Vocab
 
 __all__ = ["tokenize_many", "moses_token_arrays", "token_cache_paths", "id_lists", "has_unknown"]
 
@@ -126,7 +126,7 @@ def moses_token_arrays(split: str, vocab: Vocab, data_dir=None, download: bool =
     """``(ids, offsets)`` of a MOSES split under ``vocab``, from the cache or built once and cached.
 
     A hit returns read-only memory-mapped arrays. A miss reads the verified file
-    (:func:`~minitransformer.chem.moses.find_moses`), tokenizes it with
+    (:func:`~minitransformer.chem.datasets.moses.find_moses`), tokenizes it with
     :func:`tokenize_many` (about 15 s for the training split) and writes both arrays
     atomically; when the cache cannot be written the arrays are returned all the same.
     """

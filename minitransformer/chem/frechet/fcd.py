@@ -3,7 +3,7 @@ r"""The Fréchet ChemNet Distance (FCD) between two sets of molecules.
 Preuer et al. (2018, "Fréchet ChemNet Distance: a metric for generative models
 for molecules in drug discovery", J. Chem. Inf. Model. 58, 1736) describe each
 molecule by the 512 activations of ChemNet's last hidden layer
-(:mod:`minitransformer.chem.chemnet`), fit a Gaussian to each set (its mean
+(:mod:`minitransformer.chem.frechet.chemnet`), fit a Gaussian to each set (its mean
 :math:`\mu` and covariance :math:`\Sigma`) and report the Fréchet distance of
 the two Gaussians, in its squared form, as MOSES and GuacaMol print it:
 
@@ -39,7 +39,7 @@ Reference statistics (MOSES's 176,074 test molecules take a few minutes) are
 computed once and kept in the user cache, keyed by the SHA-256 of the
 molecules and of ChemNet's weights (:func:`reference_statistics`); for MOSES's
 two test sets the cache is filled with the statistics MOSES ships
-(:mod:`minitransformer.chem.moses_stats`), checksum-verified, not computed.
+(:mod:`minitransformer.chem.frechet.moses_stats`), checksum-verified, not computed.
 """
 from __future__ import annotations
 
@@ -60,10 +60,10 @@ _NETS: dict = {}
 
 
 def default_chemnet(download: bool = True):
-    """The :class:`~minitransformer.chem.chemnet.ChemNet` with the published weights, built once."""
+    """The :class:`~minitransformer.chem.frechet.chemnet.ChemNet` with the published weights, built once."""
     if "net" not in _NETS:
-        from minitransformer.chem.chemnet import ChemNet
-        from minitransformer.chem.chemnet_weights import load_chemnet_weights
+        from minitransformer.chem.frechet.chemnet import ChemNet
+        from minitransformer.chem.frechet.chemnet_weights import load_chemnet_weights
         _NETS["net"] = ChemNet(load_chemnet_weights(download=download))
     return _NETS["net"]
 
@@ -125,8 +125,8 @@ def fcd(samples: Sequence[str], reference: Sequence[str] | FCDStatistics, net=No
 
 
 def _cache_key(smiles: Sequence[str]) -> str:
-    from minitransformer.chem.chemnet import PAD_LEN
-    from minitransformer.chem.chemnet_weights import WEIGHTS_SHA256
+    from minitransformer.chem.frechet.chemnet import PAD_LEN
+    from minitransformer.chem.frechet.chemnet_weights import WEIGHTS_SHA256
     digest = hashlib.sha256(f"chemnet {WEIGHTS_SHA256} pad {PAD_LEN}\n".encode())
     for s in smiles:
         digest.update(s.encode() + b"\n")
@@ -135,7 +135,7 @@ def _cache_key(smiles: Sequence[str]) -> str:
 
 def cache_path(smiles: Sequence[str]):
     """Where :func:`reference_statistics` keeps the statistics of ``smiles``: ``cache_dir()/fcd/<key>.npz``."""
-    from minitransformer.chem.download import cache_dir
+    from minitransformer.chem.datasets.download import cache_dir
     return cache_dir() / "fcd" / f"{_cache_key(smiles)}.npz"
 
 
@@ -205,8 +205,8 @@ def fcd_judge_or_note(references: dict, real: Sequence[str] | None, n_real: int,
                       download: bool = True) -> tuple[FCDJudge | None, str]:
     """An :class:`FCDJudge`, or ``(None, why not)`` in one line when ChemNet's weights cannot be
     had (offline, damaged) or a set is too small: the caller reports FCD as n/a with that reason."""
-    from minitransformer.chem.download import ChecksumError, DownloadError
-    from minitransformer.chem.torch_file import TorchFileError
+    from minitransformer.chem.datasets.download import ChecksumError, DownloadError
+    from minitransformer.chem.frechet.torch_file import TorchFileError
     try:
         return FCDJudge(references, real, n_real, seed, net=default_chemnet(download=download)), ""
     except (DownloadError, FileNotFoundError, ChecksumError, TorchFileError, ValueError) as exc:

@@ -35,20 +35,20 @@ IntDiv_p (p = 1, 2)
     p = 1 both agree.)
 Filters
     fraction of valid samples (repeats kept) that pass MOSES's structural
-    filters, see :mod:`minitransformer.chem.filters`; None with a reason when
+    filters, see :mod:`minitransformer.chem.judge.filters`; None with a reason when
     the alert files are unavailable.
 KL score
-    GuacaMol's ``KLDivBenchmark`` (:mod:`minitransformer.chem.distribution`),
+    GuacaMol's ``KLDivBenchmark`` (:mod:`minitransformer.chem.judge.distribution`),
     mapped onto a fixed list of samples as :func:`kl_sets` describes.
 SNN, Frag, Scaf
-    need a reference set; see :mod:`minitransformer.chem.fragments`.
+    need a reference set; see :mod:`minitransformer.chem.judge.fragments`.
 FCD (Fréchet ChemNet Distance)
-    is computed apart, by :mod:`minitransformer.chem.fcd` (ChemNet's forward pass
+    is computed apart, by :mod:`minitransformer.chem.frechet.fcd` (ChemNet's forward pass
     in NumPy), against a reference set and beside its floor; see
-    :mod:`minitransformer.chem.generator_report` and ``docs/fcd.md``.
+    :mod:`minitransformer.chem.judge.generator_report` and ``docs/fcd.md``.
 
 All of them at once, into one dict with one rule for undefined values (None, and
-a note saying why): :func:`minitransformer.chem.evaluation.evaluate_samples`.
+a note saying why): :func:`minitransformer.chem.judge.evaluation.evaluate_samples`.
 The functions here return 0.0 for a fraction of an empty set.
 """
 from __future__ import annotations
@@ -59,9 +59,9 @@ from typing import Sequence
 import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, parse_valid, quiet_rdkit, require_rdkit
-from minitransformer.chem.data import canonical
-from minitransformer.chem.distribution import DESCRIPTORS, descriptor_matrix, kl_divergences
-from minitransformer.chem.similarity import column_mean_tanimoto_powers, morgan_bits
+from minitransformer.chem.datasets.data import canonical
+from minitransformer.chem.judge.distribution import DESCRIPTORS, descriptor_matrix, kl_divergences
+from minitransformer.chem.judge.similarity import column_mean_tanimoto_powers, morgan_bits
 
 __all__ = ["validity", "uniqueness", "unique_at_k", "novelty", "internal_diversity", "kl_sets", "kl_against",
            "UNIQUE_AT", "KL_SAMPLES", "KL_SEED"]
@@ -75,8 +75,8 @@ def _canonical_set(smiles: Sequence[str]) -> set:
     """The distinct canonical SMILES of the valid ``smiles``, one molecule in memory at a time
     (MOSES's 1.58M training molecules would take over 20 GB as RDKit molecules at once).
     MOSES's own training set is taken as written, as MOSES's novelty takes it: its file holds
-    canonical RDKit SMILES (:func:`~minitransformer.chem.moses.is_moses_train`)."""
-    from minitransformer.chem.moses import is_moses_train
+    canonical RDKit SMILES (:func:`~minitransformer.chem.datasets.moses.is_moses_train`)."""
+    from minitransformer.chem.datasets.moses import is_moses_train
     from minitransformer.chem.progress import progress
     if is_moses_train(smiles):
         return set(smiles)
@@ -230,7 +230,7 @@ def _kl(samples, training: _TrainingSet, seed: int) -> tuple[float | None, dict,
 
 def _filters(mols, canon, filters) -> tuple[float | None, str]:
     """(fraction passing MOSES's filters, "") or (None, why not); each distinct molecule checked once."""
-    from minitransformer.chem.filters import default_filters, passes_filters
+    from minitransformer.chem.judge.filters import default_filters, passes_filters
     if filters is None:
         return None, "not computed"
     if isinstance(filters, str):

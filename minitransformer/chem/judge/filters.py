@@ -20,7 +20,7 @@ over the valid samples :math:`G`, duplicates kept. A molecule passes when
 The alerts are SMARTS patterns shipped by MOSES in two files, ``mcf.csv``
 (header ``names,smarts``) and ``wehi_pains.csv`` (no header; ``smarts,name``).
 This module does not fetch them: :func:`load_filters` reads the two paths it is
-given (see ``minitransformer.chem.moses.moses_filter_files`` for where they come
+given (see ``minitransformer.chem.datasets.moses.moses_filter_files`` for where they come
 from).
 """
 from __future__ import annotations
@@ -95,17 +95,17 @@ _DEFAULT: dict = {}
 
 
 def default_filters(download: bool = True) -> tuple[list | None, str]:
-    """MOSES's alerts from ``minitransformer.chem.moses.moses_filter_files``, compiled once:
+    """MOSES's alerts from ``minitransformer.chem.datasets.moses.moses_filter_files``, compiled once:
     ``(queries, "")``, or ``(None, reason)`` when that module or its files are unavailable
     (the metric is then reported as None with the reason, never guessed)."""
     if download in _DEFAULT:
         return _DEFAULT[download]
     try:
-        from minitransformer.chem.moses import moses_filter_files
+        from minitransformer.chem.datasets.moses import moses_filter_files
         mcf, pains = moses_filter_files(download=download)
         result = (load_filters(mcf, pains), "")
     except ImportError:
-        result = (None, "MOSES alert files unavailable (minitransformer.chem.moses missing)")
+        result = (None, "MOSES alert files unavailable (minitransformer.chem.datasets.moses missing)")
     except Exception as exc:  # absent files, no network, unreadable CSV: say which, one line
         result = (None, f"MOSES alert files unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     _DEFAULT[download] = result

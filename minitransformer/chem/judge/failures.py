@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Sequence
 
 from minitransformer.chem._rdkit import quiet_rdkit, require_rdkit, smiles_problem
-from minitransformer.chem.tokenizer import tokenize
+from minitransformer.chem.datasets.tokenizer import tokenize
 
 KINDS = ("empty", "unclosed ring", "parentheses", "syntax", "valence", "aromaticity", "sanitization", "unreadable")
 

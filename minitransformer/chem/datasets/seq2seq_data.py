@@ -1,15 +1,15 @@
 """Paired SMILES for translation: a randomized SMILES in, the canonical SMILES out.
 
 Used by ``demos/canonicalize.py``; built from the same pieces as the molecules
-demo's pipeline (:mod:`~minitransformer.chem.data`, :mod:`~minitransformer.chem.lm_data`):
+demo's pipeline (:mod:`~minitransformer.chem.datasets.data`, :mod:`~minitransformer.chem.datasets.lm_data`):
 
-1. load and clean the raw SMILES (:func:`~minitransformer.chem.lm_data.load_and_clean`:
+1. load and clean the raw SMILES (:func:`~minitransformer.chem.datasets.lm_data.load_and_clean`:
    10..100 characters, RDKit parses);
 2. write every molecule as its RDKit canonical SMILES and **drop repeats**: two rows
    of the file with the same canonical SMILES are one molecule, so the split below
    can never put a test molecule into training under another spelling;
 3. a seeded random 80/10/10 split of the unique molecules
-   (:func:`~minitransformer.chem.data.split_random`);
+   (:func:`~minitransformer.chem.datasets.data.split_random`);
 4. one shared vocabulary for both sides, built from the training molecules'
    canonical SMILES **and** ``vocab_draws`` randomized writings of each (randomized
    strings use tokens canonical ones rarely do, e.g. ring-closure labels ``%10``,
@@ -18,7 +18,7 @@ demo's pipeline (:mod:`~minitransformer.chem.data`, :mod:`~minitransformer.chem.
    ``[BOS, tokens..., EOS]``:
 
    * training: :class:`PairEpochs` writes every training molecule afresh each epoch
-     (a :class:`~minitransformer.chem.lm_data.RandomizedEpochs` draw), deterministic
+     (a :class:`~minitransformer.chem.datasets.lm_data.RandomizedEpochs` draw), deterministic
      in ``(seed, epoch)`` so a resumed run sees the same pairs;
    * validation and test: one fixed, seeded randomized writing per molecule.
 
@@ -35,11 +35,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minitransformer.chem.data import canonical, randomize_smiles, split_random
-from minitransformer.chem.lm_data import RandomizedEpochs, load_and_clean
-from minitransformer.chem.moses import is_moses
-from minitransformer.chem.tokenizer import tokenize
-from minitransformer.chem.vocab import Vocab
+from minitransformer.chem.datasets.data import canonical, randomize_smiles, split_random
+from minitransformer.chem.datasets.lm_data import RandomizedEpochs, load_and_clean
+from minitransformer.chem.datasets.moses import is_moses
+from minitransformer.chem.datasets.tokenizer import tokenize
+from minitransformer.chem.datasets.vocab import Vocab
 
 __all__ = ["PairSplits", "PairEpochs", "prepare_pairs", "VAL_DRAW", "TEST_DRAW"]
 
@@ -118,7 +118,7 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
         vocab_draws: randomized writings per training molecule that feed the vocabulary.
         limit: keep only the first ``limit`` cleaned SMILES (quick runs).
         standardize: replace each molecule by its standardized parent before
-            canonicalizing (:func:`minitransformer.chem.lm_data.standardized`); on by default.
+            canonicalizing (:func:`minitransformer.chem.datasets.lm_data.standardized`); on by default.
     """
     kept, loaded, report = load_and_clean(data, min_len, max_len, True, limit, download, log)
     if is_moses(data):
@@ -126,7 +126,7 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
         duplicates = 0
         return _pairs(train, val, test, loaded, report, duplicates, seed, max_tokens, vocab_draws, log)
     if standardize:
-        from minitransformer.chem.lm_data import standardized
+        from minitransformer.chem.datasets.lm_data import standardized
         kept = standardized(kept, min_len, max_len, log)
     written = [canonical(s) for s in kept]
     unique = list(dict.fromkeys(w for w in written if w is not None))  # first occurrence, file order
@@ -138,7 +138,7 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
         + (f", {too_long} longer than {max_tokens} tokens" if too_long else "") + ")")
     train, val, test = split_random(unique, fractions, seed)
     if not train or not val or not test:
-        from minitransformer.chem.data import min_split_size
+        from minitransformer.chem.datasets.data import min_split_size
         raise ValueError(f"{loaded.description}: not enough molecules to split: {len(unique)} unique molecules "
                          f"after cleaning, and the split needs at least {min_split_size(fractions, need_test=True)}; "
                          "add molecules to the data")
@@ -156,10 +156,10 @@ MOSES_TEST = 2_000
 
 def _moses_splits(kept, min_len, max_len, max_tokens, limit, download, log):
     """MOSES's molecules are canonical, unique and standardized already: train and validation
-    from its training file (:func:`~minitransformer.chem.moses.split_moses`), test from the
+    from its training file (:func:`~minitransformer.chem.datasets.moses.split_moses`), test from the
     first :data:`MOSES_TEST` molecules of its own test file."""
-    from minitransformer.chem.data import clean_smiles
-    from minitransformer.chem.moses import load_moses, split_moses
+    from minitransformer.chem.datasets.data import clean_smiles
+    from minitransformer.chem.datasets.moses import load_moses, split_moses
     fits = lambda smiles: [s for s in smiles if len(tokenize(s)) + 2 <= max_tokens]  # noqa: E731
     train, val = split_moses(fits(kept))
     test = fits(clean_smiles(load_moses("test", download=download, limit=MOSES_TEST), min_len, max_len,

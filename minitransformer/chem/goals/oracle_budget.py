@@ -16,7 +16,7 @@ Its protocol, as the paper states it:
   1 only for a method whose first ten molecules all score 1.
 
 :class:`OracleBudget` wraps any scoring function ``smiles -> scores`` (an
-:class:`~minitransformer.chem.objectives.Objective`, say) and keeps that
+:class:`~minitransformer.chem.goals.objectives.Objective`, say) and keeps that
 account; :func:`auc_top10` computes the area from the logged curve.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from minitransformer.chem.data import canonical
+from minitransformer.chem.datasets.data import canonical
 
 __all__ = ["OracleBudget", "auc_top10", "BudgetExhausted"]
 

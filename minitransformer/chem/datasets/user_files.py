@@ -3,7 +3,7 @@
 The ``score``, ``predict`` and ``translate`` commands take molecules from anywhere:
 our own samples, another generator's output, a spreadsheet export. They read them
 with the one reader of SMILES files
-(:func:`~minitransformer.chem.smiles_files.read_smiles_file`, whose docstring gives
+(:func:`~minitransformer.chem.datasets.smiles_files.read_smiles_file`, whose docstring gives
 the formats) under the policy for samples: **every line is a sample**, a blank one
 too, and so is a line that starts with ``#``; names are kept, so each output row
 can be traced back to its input row. Rows are never dropped for holding a bad
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 
-from minitransformer.chem.smiles_files import ID_COLUMNS, SmilesFile, read_smiles_file
+from minitransformer.chem.datasets.smiles_files import ID_COLUMNS, SmilesFile, read_smiles_file
 
 __all__ = ["read_user_smiles", "read_user_file", "UserSmiles", "ID_COLUMNS"]
 
-#: What a user's file holds (the one reader's :class:`~minitransformer.chem.smiles_files.SmilesFile`).
+#: What a user's file holds (the one reader's :class:`~minitransformer.chem.datasets.smiles_files.SmilesFile`).
 UserSmiles = SmilesFile
 
 
@@ -34,5 +34,5 @@ def read_user_smiles(path_or_dash: str | os.PathLike) -> tuple[list[str], list[s
 
 def read_user_file(path_or_dash: str | os.PathLike) -> SmilesFile:
     """A user's file (``"-"``: standard input): the one reader,
-    :func:`~minitransformer.chem.smiles_files.read_smiles_file`, with every line a sample."""
+    :func:`~minitransformer.chem.datasets.smiles_files.read_smiles_file`, with every line a sample."""
     return read_smiles_file(path_or_dash, every_line=True, hint="give a .smi or .csv file, or - for standard input")

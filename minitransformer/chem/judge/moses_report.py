@@ -5,13 +5,13 @@ generator by 30,000 molecules sampled from it, against its own data: novelty
 against ``train``, and SNN, Frag and Scaf against ``test`` (*Test*) and again
 against ``test_scaffolds`` (*TestSF*, molecules whose scaffolds never occur in
 ``train``). The metrics are those of
-:func:`~minitransformer.chem.evaluation.evaluate_samples` with MOSES's data;
+:func:`~minitransformer.chem.judge.evaluation.evaluate_samples` with MOSES's data;
 this module only lays them out: :func:`moses_row` picks the columns (every metric
 of the registry with a MOSES column), :func:`markdown_table` writes our row
 under the published ones.
 
 FCD/Test and FCD/TestSF (the Fréchet ChemNet Distance of the valid samples to
-``test`` and ``test_scaffolds``, :mod:`minitransformer.chem.fcd`) are measured
+``test`` and ``test_scaffolds``, :mod:`minitransformer.chem.frechet.fcd`) are measured
 by a judge the caller builds once for all sample sets. GuacaMol's KL score
 (against ``train``) has its own column, as MOSES does not report it.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from minitransformer.chem.evaluation import METRICS, evaluate_samples
+from minitransformer.chem.judge.evaluation import METRICS, evaluate_samples
 
 #: MOSES's two comparison sets and the suffix of their columns: SNN/Test, SNN/TestSF ...
 MOSES_SETS = (("test", "test", "Test"), ("test_scaffolds", "testsf", "TestSF"))
@@ -36,7 +36,7 @@ def _columns() -> tuple:
     return tuple(columns)
 
 
-#: The table's columns: (key, heading), in the order of :data:`~minitransformer.chem.evaluation.METRICS`.
+#: The table's columns: (key, heading), in the order of :data:`~minitransformer.chem.judge.evaluation.METRICS`.
 COLUMNS = _columns()
 #: The published rows, from the table of the MOSES repository's README
 #: (github.com/molecularsets/moses, commit dd7ed6a, 2023-06-22), the numbers of
@@ -57,9 +57,9 @@ PUBLISHED = {model: dict(zip(PUBLISHED_COLUMNS, map(float, row.split()))) for mo
 def moses_references(download: bool = True) -> dict:
     """MOSES's two test sets by name, the comparison sets of SNN, Frag, Scaf and FCD, with the
     statistics MOSES ships for them in the caches those metrics read
-    (:func:`~minitransformer.chem.moses_stats.seed_caches`: seconds, not minutes, on first use)."""
-    from minitransformer.chem.moses import load_moses
-    from minitransformer.chem.moses_stats import seed_caches
+    (:func:`~minitransformer.chem.frechet.moses_stats.seed_caches`: seconds, not minutes, on first use)."""
+    from minitransformer.chem.datasets.moses import load_moses
+    from minitransformer.chem.frechet.moses_stats import seed_caches
     sets = {name: load_moses(name, download=download) for name, _, _ in MOSES_SETS}
     for molecules in sets.values():
         seed_caches(molecules, download=download)
@@ -69,12 +69,12 @@ def moses_references(download: bool = True) -> dict:
 def moses_benchmark(samples: Sequence[str], seed: int = 42, download: bool = True, fcd_judge=None,
                     compare: bool = True) -> dict:
     """The MOSES row of ``samples`` (:func:`moses_row` of
-    :func:`~minitransformer.chem.evaluation.evaluate_samples` against MOSES's ``train``, and
+    :func:`~minitransformer.chem.judge.evaluation.evaluate_samples` against MOSES's ``train``, and
     its test sets unless ``compare=False``: they compare the samples with 352,000 test
-    molecules, the slowest part). ``fcd_judge``: an :class:`~minitransformer.chem.fcd.FCDJudge`
+    molecules, the slowest part). ``fcd_judge``: an :class:`~minitransformer.chem.frechet.fcd.FCDJudge`
     with references ``test`` and ``test_scaffolds`` (None: FCD n/a)."""
-    from minitransformer.chem.filters import default_filters
-    from minitransformer.chem.moses import load_moses
+    from minitransformer.chem.judge.filters import default_filters
+    from minitransformer.chem.datasets.moses import load_moses
     filters, why = default_filters(download=download)
     result = evaluate_samples(samples, load_moses("train", download=download), seed=seed, filters=filters,
                               references=moses_references(download) if compare else None, fcd_judge=fcd_judge)
@@ -84,7 +84,7 @@ def moses_benchmark(samples: Sequence[str], seed: int = 42, download: bool = Tru
 
 
 def moses_row(result: dict) -> dict:
-    """The MOSES table's row of an :func:`~minitransformer.chem.evaluation.evaluate_samples` result:
+    """The MOSES table's row of an :func:`~minitransformer.chem.judge.evaluation.evaluate_samples` result:
     every column of :data:`COLUMNS` (None where undefined), the counts, and ``filters_note``."""
     row = {}
     for metric in METRICS:

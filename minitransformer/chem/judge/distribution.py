@@ -42,7 +42,7 @@ bins gives ``0/0`` densities (NaN); we use all-zero counts, so only the
 ``1e-10`` remains and the KL is large.
 
 Which molecules are compared is decided by the caller
-(:func:`minitransformer.chem.metrics.kl_sets`).
+(:func:`minitransformer.chem.judge.metrics.kl_sets`).
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ from typing import Sequence
 import numpy as np
 
 from minitransformer.chem._rdkit import require_rdkit
-from minitransformer.chem.similarity import morgan_bits, nearest_neighbour_similarity
+from minitransformer.chem.judge.similarity import morgan_bits, nearest_neighbour_similarity
 
 __all__ = ["CONTINUOUS", "DISCRETE", "DESCRIPTORS", "SIMILARITY", "gaussian_kde", "kl_divergence",
            "continuous_kl", "discrete_kl", "descriptor_matrix", "kl_divergences", "kl_score"]

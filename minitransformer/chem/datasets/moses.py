@@ -18,7 +18,7 @@ Where the files come from
 
 1. the ``data_dir`` argument;
 2. ``$MINITRANSFORMER_DATA/moses/``;
-3. the user cache, ``cache_dir()/moses/`` (see :func:`~minitransformer.chem.download.cache_dir`).
+3. the user cache, ``cache_dir()/moses/`` (see :func:`~minitransformer.chem.datasets.download.cache_dir`).
 
 When all three miss, the files are read out of the PyPI wheel
 ``molsets-0.3.1-py3-none-any.whl`` (a zip archive that holds them as
@@ -28,7 +28,7 @@ downloaded into the cache. Every member is extracted into the cache, together
 with the two structural-alert tables of MOSES's "Filters" metric (``mcf.csv``
 and ``wehi_pains.csv``, see :func:`moses_filter_files`) and the FCD statistics of
 the two test sets (``test_stats.npz``, ``test_scaffolds_stats.npz``, see
-:mod:`minitransformer.chem.moses_stats`), and a downloaded wheel is deleted afterwards.
+:mod:`minitransformer.chem.frechet.moses_stats`), and a downloaded wheel is deleted afterwards.
 
 Verification
 ------------
@@ -45,7 +45,7 @@ Reading
 -------
 :func:`load_moses` reads a split into a list of strings in about half a second
 (one gunzip, one ``split``). The token arrays of a split are built and cached
-by :mod:`minitransformer.chem.moses_tokens`.
+by :mod:`minitransformer.chem.datasets.moses_tokens`.
 """
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ from pathlib import Path
 
 from minitransformer.atomic import parse_json
 from minitransformer.atomic import atomic_write, write_json
-from minitransformer.chem.download import ChecksumError, DownloadError, cache_dir
-from minitransformer.chem.download import hashing_copy as _hashing_copy
-from minitransformer.chem.download import sha256_of_file as _sha256_of
+from minitransformer.chem.datasets.download import ChecksumError, DownloadError, cache_dir
+from minitransformer.chem.datasets.download import hashing_copy as _hashing_copy
+from minitransformer.chem.datasets.download import sha256_of_file as _sha256_of
 
 __all__ = ["SPLITS", "SHA256", "WHEEL_NAME", "WHEEL_URLS", "WHEEL_SHA256", "find_moses", "find_moses_file",
            "load_moses", "moses_filter_files", "is_moses_train", "molecules_sha256", "moses_places", "verify_file", "is_moses"]

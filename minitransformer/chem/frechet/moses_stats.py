@@ -11,15 +11,15 @@ agree: the FCD between the shipped and our computed ChemNet statistics is 6e-7,
 our fingerprints, fragment and scaffold counts differ from the shipped ones for
 6 of the 176,074 test molecules (written otherwise by today's RDKit: a cosine of
 1 - 2e-10 for Frag), and our molecular weights equal theirs. So :func:`seed_caches` writes the shipped statistics into
-the caches of :func:`~minitransformer.chem.fcd.reference_statistics` and
-:func:`~minitransformer.chem.fragments.reference_features` when the molecules are
+the caches of :func:`~minitransformer.chem.frechet.fcd.reference_statistics` and
+:func:`~minitransformer.chem.judge.fragments.reference_features` when the molecules are
 exactly one of those sets (:data:`SHIPPED`, keyed by
-:func:`~minitransformer.chem.moses.molecules_sha256`), and those numbers are then
-MOSES's. :func:`~minitransformer.chem.moses_report.moses_references`, which every
+:func:`~minitransformer.chem.datasets.moses.molecules_sha256`), and those numbers are then
+MOSES's. :func:`~minitransformer.chem.judge.moses_report.moses_references`, which every
 MOSES judgement takes its test sets from, calls it.
 
-Each file is pinned by its SHA-256 (:data:`minitransformer.chem.moses.SHA256`)
-and found or fetched with the MOSES data (:func:`~minitransformer.chem.moses.find_moses_file`'s
+Each file is pinned by its SHA-256 (:data:`minitransformer.chem.datasets.moses.SHA256`)
+and found or fetched with the MOSES data (:func:`~minitransformer.chem.datasets.moses.find_moses_file`'s
 folders, else the wheel). It is an ``.npz`` holding one NumPy object array, a
 pickled dict. Unpickling runs whatever a pickle names, so :class:`_StatsUnpickler`
 rebuilds only arrays, dtypes, latin-1 byte strings and ``Counter`` tables, and
@@ -37,7 +37,7 @@ import numpy as np
 
 __all__ = ["SHIPPED", "seed_caches", "read_shipped"]
 
-#: :func:`~minitransformer.chem.moses.molecules_sha256` of MOSES's two test sets, as read from their
+#: :func:`~minitransformer.chem.datasets.moses.molecules_sha256` of MOSES's two test sets, as read from their
 #: files -> (the file of their statistics, the number of molecules).
 SHIPPED = {
     "d6290e7bc2f0881a8f50ffd53937d2207657de32fcc43786125eb6f73997c1e2": ("test_stats.npz", 176_074),
@@ -117,11 +117,11 @@ def seed_caches(smiles, download: bool = True) -> bool:
     import sys
 
     from minitransformer.atomic import write_bytes
-    from minitransformer.chem.download import ChecksumError, DownloadError
-    from minitransformer.chem.fcd import cache_path as fcd_cache_path
-    from minitransformer.chem.fragments import ReferenceFeatures
-    from minitransformer.chem.fragments import cache_path as features_cache_path
-    from minitransformer.chem.moses import find_moses_file, molecules_sha256
+    from minitransformer.chem.datasets.download import ChecksumError, DownloadError
+    from minitransformer.chem.frechet.fcd import cache_path as fcd_cache_path
+    from minitransformer.chem.judge.fragments import ReferenceFeatures
+    from minitransformer.chem.judge.fragments import cache_path as features_cache_path
+    from minitransformer.chem.datasets.moses import find_moses_file, molecules_sha256
     sizes = {n for _, n in SHIPPED.values()}
     if len(smiles) not in sizes:  # (no hash for every other set)
         return False

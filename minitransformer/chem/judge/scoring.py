@@ -1,17 +1,17 @@
 r"""Scoring any set of generated SMILES: every generation metric in one report.
 
 :func:`score_smiles` takes samples (ours or another generator's, see
-:func:`~minitransformer.chem.user_files.read_user_smiles`) and, optionally, a
+:func:`~minitransformer.chem.datasets.user_files.read_user_smiles`) and, optionally, a
 reference set (:func:`load_reference`: the training molecules, RDKit's drug-like
 set, or a file). It reports the metrics of
-:func:`~minitransformer.chem.metrics.evaluate_samples` (valid, radicals,
+:func:`~minitransformer.chem.judge.metrics.evaluate_samples` (valid, radicals,
 unique@k, novelty, IntDiv, Filters, KL score; their definitions are in
-:mod:`minitransformer.chem.metrics`) and MOSES's three comparisons with the
-reference, SNN, Frag and Scaf (:mod:`minitransformer.chem.fragments`). The
+:mod:`minitransformer.chem.judge.metrics`) and MOSES's three comparisons with the
+reference, SNN, Frag and Scaf (:mod:`minitransformer.chem.judge.fragments`). The
 reference plays both MOSES roles: the training set for novelty and the KL
 score, and the test set for SNN, Frag and Scaf.
 
-FCD (:mod:`minitransformer.chem.fcd`) is FCD(samples, the whole reference), the number
+FCD (:mod:`minitransformer.chem.frechet.fcd`) is FCD(samples, the whole reference), the number
 MOSES and ``fcd_torch`` report for the same two files. Beside it, the **floor**: the FCD
 that samples drawn from the reference's own distribution get. It needs real molecules
 that are not in the reference, so it is measured on a split: the reference is cut in
@@ -28,9 +28,9 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from minitransformer.chem.evaluation import METRICS, evaluate_samples
-from minitransformer.chem.fragments import cosine_of_counts, fragment_counts, scaffold_counts, snn
-from minitransformer.chem.metrics import KL_SEED
+from minitransformer.chem.judge.evaluation import METRICS, evaluate_samples
+from minitransformer.chem.judge.fragments import cosine_of_counts, fragment_counts, scaffold_counts, snn
+from minitransformer.chem.judge.metrics import KL_SEED
 
 __all__ = ["score_smiles", "format_score", "load_reference", "read_samples", "reference_halves",
            "snn", "fragment_counts", "scaffold_counts", "cosine_of_counts", "DEFINITIONS"]
@@ -57,10 +57,10 @@ DEFINITIONS = _definitions()
 # --------------------------------------------------------------------------- inputs
 def load_reference(name_or_path: str | os.PathLike) -> list[str]:
     """The SMILES of a reference set: ``"tox21"`` (the training molecules, found as
-    :func:`~minitransformer.chem.data.find_tox21` finds them: ``../shared/data``,
+    :func:`~minitransformer.chem.datasets.data.find_tox21` finds them: ``../shared/data``,
     ``$MINITRANSFORMER_DATA``, the cache, or a download), ``"druglike"`` (RDKit's
     bundled 10,000 drug-like molecules) or the path of a SMILES file."""
-    from minitransformer.chem.data import load_source
+    from minitransformer.chem.datasets.data import load_source
     if name_or_path is None:
         raise ValueError("no reference given; name a file, or 'tox21' or 'druglike'")
     return load_source(name_or_path).smiles
@@ -68,7 +68,7 @@ def load_reference(name_or_path: str | os.PathLike) -> list[str]:
 
 def read_samples(path_or_dash: str | os.PathLike) -> list[str]:
     """The SMILES of a samples file (CSV, ``.smi``/``.txt``, gzipped or not, ``-`` for stdin)."""
-    from minitransformer.chem.user_files import read_user_smiles
+    from minitransformer.chem.datasets.user_files import read_user_smiles
     return read_user_smiles(path_or_dash)[1]
 
 
@@ -84,7 +84,7 @@ def reference_halves(reference: Sequence[str], seed: int = KL_SEED) -> tuple[lis
 
 def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: int = KL_SEED,
                  filters="moses", fcd: bool = True) -> dict:
-    """All generation metrics of ``samples`` (:func:`~minitransformer.chem.evaluation.evaluate_samples`),
+    """All generation metrics of ``samples`` (:func:`~minitransformer.chem.judge.evaluation.evaluate_samples`),
     against ``reference`` when one is given, which plays the training set (novelty, the KL
     score) and the comparison set (SNN, Frag, Scaf, and FCD against all of it).
 
@@ -95,7 +95,7 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
     ``"moses"`` (MOSES's alert files, downloaded if needed), a list of compiled alerts, or
     None to skip.
     """
-    from minitransformer.chem.filters import default_filters
+    from minitransformer.chem.judge.filters import default_filters
     has_ref = reference is not None and len(reference) > 0
     reference = [s.strip() for s in reference] if has_ref else []
     why_no_filters = ""
@@ -103,7 +103,7 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
         filters, why_no_filters = default_filters(download=True)
     judge, fcd_note, floor, half, other = None, "not computed", None, [], []
     if has_ref and fcd:
-        from minitransformer.chem.fcd import fcd_judge_or_note
+        from minitransformer.chem.frechet.fcd import fcd_judge_or_note
         judge, fcd_note = fcd_judge_or_note({"reference": reference}, None, 0, seed=seed)
         half, other = reference_halves(reference, seed)
         floor, why = fcd_judge_or_note({"half": half}, other, len(samples), seed=seed) if judge else (None, "")
@@ -122,7 +122,7 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
     if why_no_filters:
         notes["filters"] = why_no_filters
     if has_ref:
-        from minitransformer.chem.fragments import reference_features
+        from minitransformer.chem.judge.fragments import reference_features
         result.update(n_reference=len(reference), n_reference_valid=reference_features(tuple(reference)).n_valid)
     else:
         result.update(n_reference=None, n_reference_valid=None)

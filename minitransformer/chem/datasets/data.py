@@ -8,7 +8,7 @@ The pipeline a training script runs, in order:
    ``"druglike"`` (10,000 drug-like SMILES from the WEHI screening library that
    ship inside RDKit, so they need no network; see :func:`druglike_path`) and
    ``"moses"`` (the 1.58M training molecules of the MOSES benchmark, see
-   :mod:`minitransformer.chem.moses`).
+   :mod:`minitransformer.chem.datasets.moses`).
 2. :func:`clean_smiles` drops empty strings, strings outside a length window
    (in characters) and strings RDKit cannot parse, and reports how many went
    for each reason. It keeps the input order.
@@ -32,8 +32,8 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
-from minitransformer.chem.download import ChecksumError, DownloadError, find_tox21
-from minitransformer.chem.smiles_files import read_smiles_file
+from minitransformer.chem.datasets.download import ChecksumError, DownloadError, find_tox21
+from minitransformer.chem.datasets.smiles_files import read_smiles_file
 
 __all__ = [
     "find_tox21", "druglike_path", "read_smiles", "load_source", "LoadedSmiles",
@@ -68,7 +68,7 @@ def druglike_path() -> Path:
 def read_smiles(path: str | os.PathLike, column: str | int | None = None,
                 header: bool = True) -> list[str]:
     """The SMILES strings of a data file, in file order: the one reader,
-    :func:`~minitransformer.chem.smiles_files.read_smiles_file`, with a data set's policy (blank
+    :func:`~minitransformer.chem.datasets.smiles_files.read_smiles_file`, with a data set's policy (blank
     lines and ``#`` comments of a ``.smi`` file are no molecules). ``.csv``: the SMILES
     column is ``column`` (a name or 0-based index) or found by name; ``header=False`` for a
     CSV without a header row. A missing file, a folder, a damaged ``.gz`` or text that is
@@ -88,11 +88,11 @@ def load_source(data: str | os.PathLike | None = None, data_dir: str | os.PathLi
     """Read the raw SMILES of a named source or file.
 
     ``data`` is ``"tox21"``, ``"druglike"``, ``"moses"`` (the MOSES training split,
-    see :mod:`minitransformer.chem.moses`), or the path of a SMILES file (see
+    see :mod:`minitransformer.chem.datasets.moses`), or the path of a SMILES file (see
     :func:`read_smiles`). ``None`` means Tox21 when it can be found or
     downloaded, and otherwise prints one line saying why and uses the
     drug-like set. ``data_dir``, ``download`` and ``timeout`` are passed to
-    :func:`find_tox21` (or :func:`~minitransformer.chem.moses.find_moses`).
+    :func:`find_tox21` (or :func:`~minitransformer.chem.datasets.moses.find_moses`).
     """
     if data is None:
         try:
@@ -105,7 +105,7 @@ def load_source(data: str | os.PathLike | None = None, data_dir: str | os.PathLi
         path = find_tox21(data_dir, download=download, timeout=timeout)
         return LoadedSmiles(read_smiles(path), f"Tox21 (MoleculeNet), {path}")
     if isinstance(data, str) and data.lower() == "moses":
-        from minitransformer.chem.moses import find_moses, read_moses_file
+        from minitransformer.chem.datasets.moses import find_moses, read_moses_file
         path = find_moses("train", data_dir=data_dir, download=download, timeout=timeout)
         return LoadedSmiles(read_moses_file(path), f"MOSES train split, {path}")
     if isinstance(data, str) and data.lower() == "druglike":

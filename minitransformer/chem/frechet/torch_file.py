@@ -1,6 +1,6 @@
 """Read the tensors of a PyTorch ``.pt`` file without PyTorch, and without trusting it.
 
-ChemNet's weights (see :mod:`minitransformer.chem.chemnet_weights`) are
+ChemNet's weights (see :mod:`minitransformer.chem.frechet.chemnet_weights`) are
 published as a file written by ``torch.save`` in its *legacy* format (PyTorch
 before 1.6). That format is a run of pickles followed by raw bytes:
 

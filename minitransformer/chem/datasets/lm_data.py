@@ -6,7 +6,7 @@ The pipeline of the molecules demo, reusable by the other chemistry demos:
 2. :func:`clean_smiles` drops empty, over/under-length and unparsable rows (and says
    how many of each);
 3. a split: in file order (6600 / 400 / rest, as the reference article) or random;
-4. a :class:`~minitransformer.chem.vocab.Vocab` built on the training split;
+4. a :class:`~minitransformer.chem.datasets.vocab.Vocab` built on the training split;
 5. encoding to ``[BOS, tokens..., EOS]`` id lists.
 
 :class:`RandomizedEpochs` supplies fresh randomized SMILES every epoch (the same
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minitransformer.chem.data import (
+from minitransformer.chem.datasets.data import (
     canonical, clean_smiles, kekule, load_source, randomize_smiles, split_in_order, split_random,
 )
-from minitransformer.chem.moses import is_moses, load_moses, random_part, split_moses, spot_check
-from minitransformer.chem.vocab import Vocab
+from minitransformer.chem.datasets.moses import is_moses, load_moses, random_part, split_moses, spot_check
+from minitransformer.chem.datasets.vocab import Vocab
 
 
 @dataclass
@@ -91,9 +91,9 @@ def _rewrite_chunk(chunk) -> list:
 
 
 def standardized(smiles, min_len: int | None, max_len: int | None, log=print) -> list:
-    """:func:`~minitransformer.chem.standardize.standardize_all`, then the length window again
+    """:func:`~minitransformer.chem.datasets.standardize.standardize_all`, then the length window again
     (a desalted molecule can become shorter than ``min_len``); logs one line."""
-    from minitransformer.chem.standardize import standardize_all
+    from minitransformer.chem.datasets.standardize import standardize_all
     kept, report = standardize_all(smiles)
     fits = [s for s in kept if (min_len is None or len(s) >= min_len) and (max_len is None or len(s) <= max_len)]
     log(report.summary() + (f"; {len(kept) - len(fits)} now outside the length window" if len(fits) < len(kept)
@@ -125,7 +125,7 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
             ``"canonical"`` (RDKit canonical SMILES) or ``"kekule"`` (canonical Kekule form,
             no aromatic lowercase atoms). Rewriting needs the RDKit check.
         standardize: replace each molecule by its standardized parent (largest organic
-            fragment, neutralised, metals handled; :mod:`minitransformer.chem.standardize`)
+            fragment, neutralised, metals handled; :mod:`minitransformer.chem.datasets.standardize`)
             and log what changed. On by default; it needs RDKit, so it is skipped when
             ``check_rdkit`` is False (a run that keeps the file's strings untouched).
     """
@@ -155,7 +155,7 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
     else:
         raise ValueError(f"split must be 'ordered' or 'random', got {split!r}")
     if not train or not val:
-        from minitransformer.chem.data import min_split_size
+        from minitransformer.chem.datasets.data import min_split_size
         need = 2 if split == "ordered" else min_split_size(fractions)
         raise ValueError(f"{loaded.description}: not enough molecules to split: {len(kept)} usable SMILES after "
                          f"cleaning, and the {split} split needs at least {need}; add molecules to the data")
@@ -222,7 +222,7 @@ def pretraining_or_fallback(settings: dict, user_chose: bool, instead: str, log=
     None when that is the preset's MOSES and it cannot be had (no files, offline): then
     one line says so and that ``instead`` is used, and the caller falls back. A
     --pretrain-data the user named (``user_chose``) is never replaced: its error stands."""
-    from minitransformer.chem.download import DownloadError
+    from minitransformer.chem.datasets.download import DownloadError
     try:
         return pretraining_smiles(settings["pretrain_data"], **kw)
     except (DownloadError, FileNotFoundError) as e:

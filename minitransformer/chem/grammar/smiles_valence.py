@@ -1,6 +1,6 @@
 """Valence as a sampling constraint: never give an atom more bonds than RDKit allows.
 
-:class:`~minitransformer.chem.smiles_grammar.SmilesGrammar` keeps samples
+:class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar` keeps samples
 parseable; with ``valence=True`` it also follows, for every atom written so far,
 how much bond order it can still take (its *spare* valence), and bans the
 tokens that would overload an atom. This is the second failure kind of our
@@ -41,7 +41,7 @@ V5. **No dead end while a ring is open.** After an atom, a ring label or ``)``,
 
 Length. Near ``max_len`` the grammar's budget (its rule 11) is replaced by the
 cost of a plan to finish that obeys these rules too
-(:meth:`~minitransformer.chem.smiles_grammar.SmilesGrammar._finish_cost`):
+(:meth:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar._finish_cost`):
 ``C=1CC`` + ``O`` is banned when only two tokens would be left, because ``O``
 cannot take the double ring bond and a closing atom must come first.
 

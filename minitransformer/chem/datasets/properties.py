@@ -8,10 +8,10 @@ skip them (see :mod:`minitransformer.nn.bce` and
 :func:`minitransformer.metrics.multilabel_roc_auc`).
 
 :func:`load_labelled` reads such a table and cleans it with the same rules as
-the language-model data (:func:`~minitransformer.chem.data.clean_indices`),
+the language-model data (:func:`~minitransformer.chem.datasets.data.clean_indices`),
 keeping labels aligned with their molecules. Two splits are offered:
 
-* :func:`~minitransformer.chem.data.split_random` on row indices (seeded), and
+* :func:`~minitransformer.chem.datasets.data.split_random` on row indices (seeded), and
 * :func:`scaffold_split`: molecules are grouped by their Bemis–Murcko scaffold
   (the ring systems and the chains that link them, side chains removed), and
   whole groups go to one split, largest groups to training first. Test
@@ -28,9 +28,9 @@ from typing import Sequence
 import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
-from minitransformer.chem.data import clean_indices
-from minitransformer.chem.smiles_files import ID_COLUMNS, read_smiles_file
-from minitransformer.chem.download import find_tox21
+from minitransformer.chem.datasets.data import clean_indices
+from minitransformer.chem.datasets.smiles_files import ID_COLUMNS, read_smiles_file
+from minitransformer.chem.datasets.download import find_tox21
 
 __all__ = ["TOX21_TASKS", "LabelledSmiles", "read_labelled", "load_labelled", "murcko_scaffold",
            "scaffold_split"]

@@ -51,7 +51,7 @@ from typing import Iterable, Sequence
 from minitransformer.atomic import parse_json
 import numpy as np
 
-from minitransformer.chem.tokenizer import tokenize
+from minitransformer.chem.datasets.tokenizer import tokenize
 
 __all__ = ["Vocab"]
 

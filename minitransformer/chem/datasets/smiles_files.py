@@ -3,16 +3,16 @@
 :func:`read_smiles_file` reads a file (or standard input, ``-``) into a
 :class:`SmilesFile`: the SMILES, the molecules' names, and for a CSV its header
 and rows, so a caller can read label columns beside the SMILES (see
-:func:`~minitransformer.chem.properties.read_labelled`). Three callers, three
+:func:`~minitransformer.chem.datasets.properties.read_labelled`). Three callers, three
 policies, one reader:
 
-* data sets (:func:`~minitransformer.chem.data.read_smiles`): ``every_line=False``,
+* data sets (:func:`~minitransformer.chem.datasets.data.read_smiles`): ``every_line=False``,
   blank lines and ``#`` comments of a ``.smi`` file are no molecules;
-* samples to judge or predict (:func:`~minitransformer.chem.user_files.read_user_file`):
+* samples to judge or predict (:func:`~minitransformer.chem.datasets.user_files.read_user_file`):
   ``every_line=True``, **every line is a sample**, a blank one too (a generator
   that wrote nothing wrote an empty sample, and MOSES counts it as invalid), and so
   is a line starting with ``#`` (a broken sample can start with a triple bond);
-* labelled tables (:func:`~minitransformer.chem.properties.read_labelled`): a CSV's rows.
+* labelled tables (:func:`~minitransformer.chem.datasets.properties.read_labelled`): a CSV's rows.
 
 ``.csv`` / ``.csv.gz``
     Parsed with the :mod:`csv` module. The SMILES column is ``column`` (a name,
@@ -144,7 +144,7 @@ def check_file(path: Path, what: str = "SMILES file", hint: str = "use data='tox
     size = path.stat().st_size
     if size > MAX_TEXT_BYTES:
         raise ValueError(f"{what} {path} holds {size:,} bytes, above the {MAX_TEXT_BYTES:,} one file may hold "
-                         "(minitransformer.chem.smiles_files.MAX_TEXT_BYTES); split it into smaller files")
+                         "(minitransformer.chem.datasets.smiles_files.MAX_TEXT_BYTES); split it into smaller files")
 
 
 def _refuse_nul(raw: bytes, where) -> None:
@@ -172,7 +172,7 @@ def _gunzip(path: Path) -> bytes:
             total += len(chunk)
             if total > MAX_TEXT_BYTES:
                 raise ValueError(f"{path} inflates to more than {MAX_TEXT_BYTES:,} bytes "
-                                 "(minitransformer.chem.smiles_files.MAX_TEXT_BYTES); split it into smaller files")
+                                 "(minitransformer.chem.datasets.smiles_files.MAX_TEXT_BYTES); split it into smaller files")
             out.append(chunk)
     return b"".join(out)
 

@@ -32,7 +32,7 @@ Speed. Each distinct molecule is fingerprinted and cut once (a sample set is
 full of repeats). The reference side is the slow part (MOSES's test set has
 176k molecules), so :func:`reference_features` keeps the last references in
 memory and, for references of at least :data:`DISK_CACHE_MIN` molecules, also on
-disk under :func:`~minitransformer.chem.download.cache_dir`, keyed by the
+disk under :func:`~minitransformer.chem.datasets.download.cache_dir`, keyed by the
 SHA-256 of the reference strings.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ from minitransformer.atomic import parse_json
 import numpy as np
 
 from minitransformer.chem._rdkit import parse_valid, quiet_rdkit, require_rdkit
-from minitransformer.chem.similarity import max_tanimoto, morgan_bits
+from minitransformer.chem.judge.similarity import max_tanimoto, morgan_bits
 
 __all__ = ["fragments_of", "scaffold_of", "fragment_counts", "scaffold_counts", "cosine_of_counts",
            "snn", "ReferenceFeatures", "reference_features", "DISK_CACHE_MIN"]
@@ -195,7 +195,7 @@ def _digest(reference: tuple[str, ...]) -> str:
 
 def cache_path(reference: tuple[str, ...]):
     """Where :func:`reference_features` keeps the features of a large ``reference`` on disk."""
-    from minitransformer.chem.download import cache_dir
+    from minitransformer.chem.datasets.download import cache_dir
     return cache_dir() / "reference_features" / f"{_digest(reference)}.npz"
 
 

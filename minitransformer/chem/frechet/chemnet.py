@@ -6,7 +6,7 @@ predict about 6,000 bioactivities of ChEMBL molecules from their SMILES.
 Preuer et al. (2018, "Fréchet ChemNet Distance", J. Chem. Inf. Model. 58,
 1736) read the 512 activations of its last hidden layer as a description of a
 molecule, and compare two sets of molecules through them
-(:mod:`minitransformer.chem.fcd`). This file is that network's forward pass,
+(:mod:`minitransformer.chem.frechet.fcd`). This file is that network's forward pass,
 written from its definition, as MOSES runs it (the ``fcd_torch`` package); it
 is only ever evaluated, never trained, so it has no backward.
 
@@ -176,7 +176,7 @@ class ChemNetWeights:
     conv1: (32, 35, 4); conv2: (32, 32, 4) (output channel, input channel, offset);
     lstm1_W_ih: (512, 32), lstm1_W_hh: (512, 128), lstm1_bias: (512,);
     lstm2_W_ih: (2048, 128), lstm2_W_hh: (2048, 512), lstm2_bias: (2048,).
-    :func:`~minitransformer.chem.chemnet_weights.load_chemnet_weights` reads them.
+    :func:`~minitransformer.chem.frechet.chemnet_weights.load_chemnet_weights` reads them.
     """
     conv1: np.ndarray
     conv2: np.ndarray
@@ -212,7 +212,7 @@ class ChemNet:
         """The activations of each molecule, (N, 512) float32 on the host, in input order.
 
         ``canonical_smiles`` are written as ChemNet reads them (RDKit canonical
-        SMILES; :func:`~minitransformer.chem.fcd.chemnet_activations` makes them).
+        SMILES; :func:`~minitransformer.chem.frechet.fcd.chemnet_activations` makes them).
         ``progress(n)`` is called after each batch with the number of molecules done.
         """
         batch_size = batch_size or self.BATCH

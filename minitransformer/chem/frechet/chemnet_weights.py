@@ -17,9 +17,9 @@ broken download leaves nothing a later run would trust. Offline, the error
 says in one line which file to put where.
 
 :func:`load_chemnet_weights` reads the file with
-:func:`~minitransformer.chem.torch_file.read_torch_tensors`, which rebuilds
+:func:`~minitransformer.chem.frechet.torch_file.read_torch_tensors`, which rebuilds
 tensors and refuses every other Python object (PyTorch is never imported),
-checks that the layers are the ones :class:`~minitransformer.chem.chemnet.ChemNet`
+checks that the layers are the ones :class:`~minitransformer.chem.frechet.chemnet.ChemNet`
 computes, and names the arrays after them.
 """
 from __future__ import annotations
@@ -34,9 +34,9 @@ import zipfile
 from pathlib import Path
 
 from minitransformer.atomic import atomic_write
-from minitransformer.chem.chemnet import ChemNetWeights
-from minitransformer.chem.download import ChecksumError, DownloadError, cache_dir, hashing_copy, sha256_of_file
-from minitransformer.chem.torch_file import TorchFileError, read_torch_tensors
+from minitransformer.chem.frechet.chemnet import ChemNetWeights
+from minitransformer.chem.datasets.download import ChecksumError, DownloadError, cache_dir, hashing_copy, sha256_of_file
+from minitransformer.chem.frechet.torch_file import TorchFileError, read_torch_tensors
 
 __all__ = ["WHEEL_NAME", "WHEEL_SHA256", "WHEEL_URL", "WEIGHTS_NAME", "WEIGHTS_SHA256", "find_chemnet_weights",
            "load_chemnet_weights", "chemnet_places"]
@@ -122,9 +122,9 @@ def _fetch(timeout: float) -> Path:
 def find_chemnet_weights(download: bool = True, timeout: float = 120.0) -> Path:
     """The verified path of ChemNet's weights file (module docstring), fetched once if needed.
 
-    Raises :class:`~minitransformer.chem.download.DownloadError` (or, with
+    Raises :class:`~minitransformer.chem.datasets.download.DownloadError` (or, with
     ``download=False``, FileNotFoundError) in one line that says where to put
-    the wheel, and :class:`~minitransformer.chem.download.ChecksumError` for a
+    the wheel, and :class:`~minitransformer.chem.datasets.download.ChecksumError` for a
     damaged or different file.
     """
     for place in chemnet_places():

@@ -5,18 +5,18 @@ A generator can be judged two ways, and ``train lm`` reports both, labelled:
 * **bare**: samples drawn from the model's own next-token distribution. Their
   validity, FCD, KL score, uniqueness and novelty say what the model learnt.
 * **constrained**: samples drawn under a sampling rule that bans invalid tokens
-  (``--grammar``, :mod:`minitransformer.chem.smiles_grammar`). Their validity
+  (``--grammar``, :mod:`minitransformer.chem.grammar.smiles_grammar`). Their validity
   says what the sampler can rescue; their FCD says whether the rescue costs
   faithfulness to the data (forcing a ring closure the model did not plan bends
   the molecule away from what the model would have drawn).
 
 :func:`judge_samples` computes every metric of one sample set
-(:func:`~minitransformer.chem.evaluation.evaluate_samples`: against the training
+(:func:`~minitransformer.chem.judge.evaluation.evaluate_samples`: against the training
 molecules, held-out molecules, all the molecules seen, and FCD against each
-reference of an :class:`~minitransformer.chem.fcd.FCDJudge`). :func:`side_by_side`
+reference of an :class:`~minitransformer.chem.frechet.fcd.FCDJudge`). :func:`side_by_side`
 lays such results out as the rows of a summary table, one row per metric of the
 registry whose input was given, with each FCD also written as a multiple of its
-floor (the FCD of as many real molecules; see :mod:`minitransformer.chem.fcd`).
+floor (the FCD of as many real molecules; see :mod:`minitransformer.chem.frechet.fcd`).
 """
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ __all__ = ["judge_samples", "side_by_side", "fcd_ratio"]
 def judge_samples(samples: Sequence[str], train: Sequence[str], *, heldout: Sequence[str] | None = None,
                   all_training: Sequence[str] | None = None, fcd_judge=None, references: dict | None = None,
                   seed: int | None = None) -> dict:
-    """Every metric of ``samples``: :func:`~minitransformer.chem.evaluation.evaluate_samples`
+    """Every metric of ``samples``: :func:`~minitransformer.chem.judge.evaluation.evaluate_samples`
     with these inputs (``seed`` None: GuacaMol's draw, 42), MOSES's alert files if they are here."""
-    from minitransformer.chem.evaluation import evaluate_samples
-    from minitransformer.chem.metrics import KL_SEED
+    from minitransformer.chem.judge.evaluation import evaluate_samples
+    from minitransformer.chem.judge.metrics import KL_SEED
     return evaluate_samples(samples, train, heldout=heldout, all_training=all_training, fcd_judge=fcd_judge,
                             references=references, seed=KL_SEED if seed is None else seed)
 
@@ -53,10 +53,10 @@ def _cell(value, metric, floor: float | None = None) -> str:
 def side_by_side(results: dict, fcd_floor: dict | None = None, fcd_labels: dict | None = None) -> list:
     """Rows ``(metric, "value | value ...")`` for a summary table, one value per labelled result
     (``results``: label -> :func:`judge_samples` dict, e.g. ``{"bare": ..., "valence grammar": ...}``):
-    every metric of :data:`~minitransformer.chem.evaluation.METRICS` whose input the first result
+    every metric of :data:`~minitransformer.chem.judge.evaluation.METRICS` whose input the first result
     was given, a per-set metric once per set. ``fcd_floor``: reference name -> the floor's FCD;
     ``fcd_labels``: set name -> how a row names it (e.g. ``{"heldout": "held-out Tox21"}``)."""
-    from minitransformer.chem.evaluation import METRICS
+    from minitransformer.chem.judge.evaluation import METRICS
     floor = fcd_floor or {}
     first = next(iter(results.values()))
     rows = [("samples", " | ".join(f"{label} ({r['n_samples']})" for label, r in results.items()))]

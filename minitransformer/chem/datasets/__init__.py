@@ -1,0 +1,9 @@
+"""Molecules in: reading, fetching, cleaning, splitting and tokenizing SMILES.
+
+* ``smiles_files`` - the one reader of SMILES files; ``user_files`` its policy for a user's samples.
+* ``data`` - data sets (Tox21, RDKit's drug-like set, a file): read, clean, split, randomize.
+* ``download`` (Tox21), ``moses`` and ``moses_tokens`` (MOSES) - find, fetch once, verify, read fast.
+* ``standardize`` - one clean, neutral, organic molecule per row.
+* ``tokenizer`` and ``vocab`` - SMILES tokens and their ids.
+* ``lm_data``, ``seq2seq_data``, ``properties`` - the data of ``train lm``, ``train seq2seq``, ``train property``.
+"""
