@@ -25,23 +25,22 @@ import os
 import sys
 from typing import Sequence
 
-from minitransformer.cli.arguments import ArgumentParser, add_command, use_backend
+from minitransformer.cli import (attention, info, optimize, predict, sample, score, train_lm, train_property,
+                                 train_seq2seq, translate)
 from minitransformer.cli import parallel as cli_parallel
+from minitransformer.cli.arguments import ArgumentParser, add_command, use_backend
 from minitransformer.cli.progress import PROGRESS
 
-COMMANDS = ("train_lm", "train_property", "train_seq2seq", "sample", "translate", "predict", "score",
-            "optimize", "attention", "info")
-
-
-def _command_modules():
-    import importlib
-    return {name: importlib.import_module(f"minitransformer.cli.{name}") for name in COMMANDS}
+#: The kinds of ``train``, and the other subcommands, in the order ``--help`` lists them.
+TRAIN_KINDS = (train_lm, train_property, train_seq2seq)
+SUBCOMMANDS = (sample, translate, predict, score, optimize, attention, info)
+#: Every subcommand module's name (``train_lm`` ... ``info``).
+COMMANDS = tuple(module.__name__.rsplit(".", 1)[1] for module in TRAIN_KINDS + SUBCOMMANDS)
 
 
 def build_parser() -> ArgumentParser:
     """The whole command line: ``minitransformer [--version] COMMAND ...``."""
     from minitransformer import __version__
-    modules = _command_modules()
     parser = ArgumentParser(
         prog="minitransformer", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train transformers on molecules (SMILES), and use what they learned. "
@@ -54,10 +53,10 @@ def build_parser() -> ArgumentParser:
                         description="Train a model on molecules. Each kind has its own --help.",
                         example="minitransformer train lm --quick\nminitransformer train lm --help")
     kinds = train.add_subparsers(dest="kind", metavar="KIND", required=True, parser_class=ArgumentParser)
-    for name in ("train_lm", "train_property", "train_seq2seq"):
-        modules[name].add_parser(kinds)
-    for name in COMMANDS[3:]:
-        modules[name].add_parser(commands)
+    for module in TRAIN_KINDS:
+        module.add_parser(kinds)
+    for module in SUBCOMMANDS:
+        module.add_parser(commands)
     return parser
 
 
