@@ -305,16 +305,16 @@ class MultiHeadAttention(Module):
         H, inner = self.n_heads, self.n_heads * self.d_head
         W, b = self.qkv.weight.data, self.qkv.bias
         bq, bkv = (None, None) if b is None else (b.data[:inner], b.data[inner:])  # (H*dh,), (2*H*dh,)
-        if kernels.fast:  # the fast twin (minitransformer/fast/linear.py)
-            q, q_lin = fast_linear.linear_forward(x, W[:, :inner], bq)  # (B, Tq, H*dh)
-        else:
+        if not kernels.fast:  # the reference kernel, the math of this file
             q, q_lin = linear_forward(x, W[:, :inner], bq)  # (B, Tq, H*dh)
+        else:  # the fast twin (minitransformer/fast/linear.py)
+            q, q_lin = fast_linear.linear_forward(x, W[:, :inner], bq)  # (B, Tq, H*dh)
         if kv_cache is not None and kv_cache.static:
             return split_heads(q, H), kv_cache.keys(), kv_cache.values(), (q_lin, None)
-        if kernels.fast:
-            kv, kv_lin = fast_linear.linear_forward(context, W[:, inner:], bkv)  # (B, Tk, 2*H*dh)
-        else:
+        if not kernels.fast:  # the reference kernel, the math of this file
             kv, kv_lin = linear_forward(context, W[:, inner:], bkv)  # (B, Tk, 2*H*dh)
+        else:
+            kv, kv_lin = fast_linear.linear_forward(context, W[:, inner:], bkv)  # (B, Tk, 2*H*dh)
         k, v = split_heads(kv[..., :inner], H), split_heads(kv[..., inner:], H)  # (B, H, Tk, dh) each
         if kv_cache is not None:
             kv_cache.set_static(k, v)
@@ -359,13 +359,13 @@ class MultiHeadAttention(Module):
         if self.training and self.attn_dropout > 0:
             shape = (q.shape[0], H, q.shape[2], k.shape[2])  # (B, H, Tq, Tk)
             drop = make_dropout_mask(shape, self.attn_dropout, self.rng, q.dtype)  # (B, H, Tq, Tk)
-        if kernels.fast:  # the fast twins (minitransformer/fast/attention.py), proven equal in tests/fast
+        if not kernels.fast:  # the reference kernel, the math of this file
+            o, attn_cache = attention_forward(q, k, v, mask=mask, dropout_mask=drop, bias=pos_bias)  # (B, H, Tq, dh)
+            o = merge_heads(o)  # (B, Tq, H*dh)
+        else:  # the fast twins (minitransformer/fast/attention.py), proven equal in tests/fast
             o, attn_cache = fast_attention.attention_forward(q, k, v, mask=mask, dropout_mask=drop,
                                                              bias=pos_bias)  # (B, H, Tq, dh)
             o = fast_attention.merge_heads(o)  # (B, Tq, H*dh), free: the twin writes o token-major
-        else:
-            o, attn_cache = attention_forward(q, k, v, mask=mask, dropout_mask=drop, bias=pos_bias)  # (B, H, Tq, dh)
-            o = merge_heads(o)  # (B, Tq, H*dh)
         y = self.proj(o)  # (B, Tq, D)
         self.cache = {"cross": context is not None, "linear": linear_caches, "attn": attn_cache}
         return y

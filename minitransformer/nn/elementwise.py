@@ -124,10 +124,10 @@ class GELU(Module):
 
     def forward(self, x):
         check_array(x, "GELU")
-        if kernels.fast:  # the fast twin (minitransformer/fast/elementwise.py), proven equal in tests/fast
-            y, self.cache = fast_elementwise.gelu_forward(x, self.approximate)
-        else:
+        if not kernels.fast:  # the reference kernel, the math of this file
             y, self.cache = gelu_forward(x, self.approximate)
+        else:  # the fast twin (minitransformer/fast/elementwise.py), proven equal in tests/fast
+            y, self.cache = fast_elementwise.gelu_forward(x, self.approximate)
         return y
 
     def backward(self, dy):

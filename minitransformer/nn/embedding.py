@@ -119,10 +119,10 @@ class Embedding(Module):
 
     def backward(self, dout):
         """Accumulates weight.grad; returns None (integer ids have no gradient)."""
-        if kernels.fast:  # the fast twin (minitransformer/fast/embedding.py) reads the same cache
-            self.weight.grad += fast_embedding.embedding_backward(dout, self._require_cache())
-        else:
+        if not kernels.fast:  # the reference kernel, the math of this file
             self.weight.grad += embedding_backward(dout, self._require_cache())
+        else:  # the fast twin (minitransformer/fast/embedding.py) reads the same cache
+            self.weight.grad += fast_embedding.embedding_backward(dout, self._require_cache())
         return None
 
 
@@ -258,10 +258,10 @@ class OutputProjection(Module):
     def forward(self, h):
         if self.linear is not None:
             return self.linear(h)  # (..., V)
-        if kernels.fast:
-            logits, self.cache = fast_linear.linear_forward(h, self._tied.weight.data.T)  # (..., V), W = E^T: a view
-        else:
+        if not kernels.fast:  # the reference kernel, the math of this file
             logits, self.cache = linear_forward(h, self._tied.weight.data.T)  # (..., V), W = E^T: a view
+        else:
+            logits, self.cache = fast_linear.linear_forward(h, self._tied.weight.data.T)  # (..., V), W = E^T: a view
         return logits
 
     def backward(self, dlogits):

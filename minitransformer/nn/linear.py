@@ -100,10 +100,10 @@ class Linear(Module):
         """x: (..., d_in) -> (..., d_out)."""
         check_array(x, "Linear")
         b = None if self.bias is None else self.bias.data
-        if kernels.fast:  # the fast twin (minitransformer/fast/linear.py), proven equal in tests/fast
-            y, self.cache = fast_linear.linear_forward(x, self.weight.data, b)
-        else:
+        if not kernels.fast:  # the reference kernel, the math of this file
             y, self.cache = linear_forward(x, self.weight.data, b)
+        else:  # the fast twin (minitransformer/fast/linear.py), proven equal in tests/fast
+            y, self.cache = fast_linear.linear_forward(x, self.weight.data, b)
         return y
 
     def backward(self, dy):

@@ -162,10 +162,10 @@ class CrossEntropyLoss(Module):
         """logits (..., V), targets (...) ids. Returns the loss: 0-d, or (...) for "none"."""
         options = dict(ignore_index=self.ignore_index, label_smoothing=self.label_smoothing,
                        reduction=self.reduction)
-        if kernels.fast:  # the fused twin (minitransformer/fast/softmax.py), proven equal in tests/fast
-            loss, self.cache = fast_softmax.cross_entropy_forward(logits, targets, **options)
-        else:
+        if not kernels.fast:  # the reference kernel, the math of this file
             loss, self.cache = cross_entropy_forward(logits, targets, **options)
+        else:  # the fused twin (minitransformer/fast/softmax.py), proven equal in tests/fast
+            loss, self.cache = fast_softmax.cross_entropy_forward(logits, targets, **options)
         return loss
 
     def backward(self, dloss=1.0):

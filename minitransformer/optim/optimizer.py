@@ -374,11 +374,11 @@ class Adam(Optimizer):
         (b1, b2), eps, t = self.betas, self.eps, self.steps[name]  # this parameter's update count
         wd = self.weight_decay_of(name)
         m, v = state["m"], state["v"]                  # (*p.shape) each
-        if kernels.fast:  # the in-place twin (minitransformer/fast/optimizer.py), proven equal in tests/fast
-            p.data, state["m"], state["v"] = fast_optimizer.adam_update(  # (*p.shape) each
-                p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
-        else:
+        if not kernels.fast:  # the reference kernel, the math of this file
             p.data, state["m"], state["v"] = adam_update(  # (*p.shape) each
+                p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
+        else:  # the in-place twin (minitransformer/fast/optimizer.py), proven equal in tests/fast
+            p.data, state["m"], state["v"] = fast_optimizer.adam_update(  # (*p.shape) each
                 p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
 
 
