@@ -1,18 +1,21 @@
 """Shared by the chemistry tests (importable: pytest puts this folder on sys.path)."""
-import io
-import urllib.error
-import urllib.request
+import subprocess
 
 
-def serve_urls(monkeypatch, payload: bytes, fail: bool = False) -> list:
-    """Patch ``urlopen`` to answer every address with ``payload`` (or to fail like an offline
-    machine); returns the list of addresses asked for."""
-    calls = []
+def serve_pip(monkeypatch, wheel_name: str, payload: bytes, fail: bool = False) -> list:
+    """Patch ``subprocess.run`` so that ``pip download`` writes ``payload`` as ``wheel_name`` into its
+    ``--dest`` folder (or fails like an offline machine); returns the commands run."""
+    calls, real = [], subprocess.run
 
-    def urlopen(url, timeout=None):
-        calls.append(url)
+    def run(command, **kwargs):
+        if not (isinstance(command, list) and command[1:4] == ["-m", "pip", "download"]):
+            return real(command, **kwargs)  # git, and everything else, as usual
+        calls.append(command)
         if fail:
-            raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
-        return io.BytesIO(payload)
-    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+            return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution found\n")
+        folder = command[command.index("--dest") + 1]
+        with open(f"{folder}/{wheel_name}", "wb") as f:
+            f.write(payload)
+        return subprocess.CompletedProcess(command, 0, "", "")
+    monkeypatch.setattr(subprocess, "run", run)
     return calls

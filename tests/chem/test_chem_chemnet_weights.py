@@ -1,16 +1,15 @@
-"""Finding and fetching ChemNet's weights: places searched, pip then PyPI, checksums, offline.
+"""Finding and fetching ChemNet's weights: places searched, pip download by name and version,
+checksums, offline.
 
 A stand-in wheel holds a stand-in weights file; the module's checksums are pinned to them by
-monkeypatching, ``pip`` is a patched ``subprocess.run`` and PyPI a patched ``urlopen``, so
-nothing here touches the network.
+monkeypatching and ``pip`` is a patched ``subprocess.run``, so nothing here touches the network.
 """
 import hashlib
 import io
-import subprocess
 import zipfile
 
 import pytest
-from chem_helpers import serve_urls
+from chem_helpers import serve_pip
 
 from minitransformer.chem.frechet import chemnet_weights as cw
 from minitransformer.chem.datasets.download import ChecksumError, DownloadError
@@ -41,47 +40,35 @@ def pinned(monkeypatch, tmp_path):
 
 
 def _pip(monkeypatch, payload=WHEEL, fail=False):
-    calls = []
-
-    def run(command, **kwargs):
-        calls.append(command)
-        if fail:
-            return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution found\n")
-        folder = command[command.index("--dest") + 1]
-        with open(f"{folder}/{cw.WHEEL_NAME}", "wb") as f:
-            f.write(payload)
-        return subprocess.CompletedProcess(command, 0, "", "")
-    monkeypatch.setattr(subprocess, "run", run)
-    return calls
-
-
-def _pypi(monkeypatch, payload=WHEEL, fail=False):
-    return serve_urls(monkeypatch, payload, fail)
+    return serve_pip(monkeypatch, cw.WHEEL_NAME, payload, fail)
 
 
 def test_pip_fetches_the_wheel_and_only_the_weights_are_kept(pinned, monkeypatch):
-    pip, pypi = _pip(monkeypatch), _pypi(monkeypatch, fail=True)
+    pip = _pip(monkeypatch)
     path = cw.find_chemnet_weights()
     assert path == pinned / cw.WEIGHTS_NAME and path.read_bytes() == WEIGHTS
     assert [p.name for p in pinned.iterdir()] == [cw.WEIGHTS_NAME]  # the wheel and the temporary folder are gone
-    assert "fcd_torch==1.0.7" in pip[0] and pypi == []
+    assert "fcd_torch==1.0.7" in pip[0] and "--no-deps" in pip[0]
     assert cw.find_chemnet_weights() == path and len(pip) == 1  # found in the cache the second time
 
 
-def test_pypi_is_the_fallback_when_pip_fails(pinned, monkeypatch):
-    _pip(monkeypatch, fail=True)
-    pypi = _pypi(monkeypatch)
-    assert cw.find_chemnet_weights().read_bytes() == WEIGHTS and pypi == [cw.WHEEL_URL]
+def test_the_wheels_are_fetched_by_name_not_by_address():
+    """ChemNet's and MOSES's wheels come from ``pip download NAME==VERSION``: no address in their code."""
+    import inspect
+
+    from minitransformer.chem.datasets import moses
+    for module in (cw, moses):
+        assert "http" not in inspect.getsource(module), module.__name__
+        assert not [name for name in vars(module) if "URL" in name], module.__name__
 
 
 def test_offline_is_one_line_naming_the_wheel_and_where_to_put_it(pinned, monkeypatch):
     _pip(monkeypatch, fail=True)
-    _pypi(monkeypatch, fail=True)
     with pytest.raises(DownloadError) as err:
         cw.find_chemnet_weights()
     message = str(err.value)
-    assert "\n" not in message and cw.WHEEL_URL in message and str(pinned) in message
-    assert "No matching distribution" in message and "name resolution" in message
+    assert "\n" not in message and f"pip download {cw.PACKAGE} --no-deps" in message and str(pinned) in message
+    assert "No matching distribution" in message and cw.WHEEL_NAME in message
     assert not pinned.exists() or list(pinned.iterdir()) == []
     with pytest.raises(FileNotFoundError, match="not on this machine"):
         cw.find_chemnet_weights(download=False)
@@ -89,7 +76,6 @@ def test_offline_is_one_line_naming_the_wheel_and_where_to_put_it(pinned, monkey
 
 def test_a_damaged_download_leaves_nothing_behind(pinned, monkeypatch):
     _pip(monkeypatch, payload=WHEEL[:-10] + b"0123456789")
-    _pypi(monkeypatch, fail=True)
     with pytest.raises(ChecksumError, match="checksum mismatch"):
         cw.find_chemnet_weights()
     assert list(pinned.iterdir()) == []
@@ -97,7 +83,6 @@ def test_a_damaged_download_leaves_nothing_behind(pinned, monkeypatch):
 
 def test_files_placed_by_hand_are_found_and_verified(pinned, monkeypatch, tmp_path):
     _pip(monkeypatch, fail=True)
-    _pypi(monkeypatch, fail=True)
     data = tmp_path / "data"
     (data / "chemnet").mkdir(parents=True)
     monkeypatch.setenv("MINITRANSFORMER_DATA", str(data))

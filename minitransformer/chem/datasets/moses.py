@@ -23,8 +23,9 @@ Where the files come from
 When all three miss, the files are read out of the PyPI wheel
 ``molsets-0.3.1-py3-none-any.whl`` (a zip archive that holds them as
 ``moses/dataset/data/<split>.csv.gz``): a copy of the wheel placed in one of the
-three folders is used as it is, otherwise (``download=True``) the wheel is
-downloaded into the cache. Every member is extracted into the cache, together
+three folders is used as it is, otherwise (``download=True``) ``pip download
+molsets==0.3.1 --no-deps`` fetches it by name and version into the cache (the
+user's pip settings apply; no address is written here). Every member is extracted into the cache, together
 with the two structural-alert tables of MOSES's "Filters" metric (``mcf.csv``
 and ``wehi_pains.csv``, see :func:`moses_filter_files`) and the FCD statistics of
 the two test sets (``test_stats.npz``, ``test_scaffolds_stats.npz``, see
@@ -52,8 +53,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import urllib.error
-import urllib.request
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -63,21 +63,15 @@ from minitransformer.chem.datasets.download import ChecksumError, DownloadError,
 from minitransformer.chem.datasets.download import hashing_copy as _hashing_copy
 from minitransformer.chem.datasets.download import sha256_of_file as _sha256_of
 
-__all__ = ["SPLITS", "SHA256", "WHEEL_NAME", "WHEEL_URLS", "WHEEL_SHA256", "find_moses", "find_moses_file",
-           "load_moses", "moses_filter_files", "is_moses_train", "molecules_sha256", "moses_places", "verify_file", "is_moses"]
+__all__ = ["SPLITS", "SHA256", "WHEEL_NAME", "PACKAGE", "WHEEL_SHA256", "find_moses", "find_moses_file",
+           "load_moses", "moses_filter_files", "is_moses_train", "molecules_sha256", "moses_places", "verify_file",
+           "is_moses"]
 
 SPLITS = ("train", "test", "test_scaffolds")
 WHEEL_NAME = "molsets-0.3.1-py3-none-any.whl"
 WHEEL_SHA256 = "7f4450e3ebecebe79c3a2a55950c93daddee071120daf64a163d03481e811d34"
-#: Where PyPI serves the wheel. PyPI stores a file under the BLAKE2b-256 digest of its bytes
-#: (``packages/<2 hex>/<2 hex>/<60 hex>/<file name>``); the digest here is that of the wheel
-#: with :data:`WHEEL_SHA256`. The second address is files.pythonhosted.org's stable
-#: ``packages/<python tag>/<first letter>/<project>/<file name>`` form, which redirects to the first.
-WHEEL_URLS = (
-    "https://files.pythonhosted.org/packages/ca/04/335f23e9ae95ca381ac7c3f335303dbbeb0f8a604d167891cf60c9360178/"
-    + WHEEL_NAME,
-    "https://files.pythonhosted.org/packages/py3/m/molsets/" + WHEEL_NAME,
-)
+#: What ``pip download`` asks for: the wheel by name and version (no address is written here).
+PACKAGE = "molsets==0.3.1"
 #: SHA-256 of each file, by name, and its path inside the wheel.
 SHA256 = {
     "train.csv.gz": "786f0313aa6b9ba5514df685f885742a70ea8d86f1a4fa48115f7f80a634265c",
@@ -185,19 +179,17 @@ def verify_file(path: str | os.PathLike, sha256: str | None = None) -> Path:
 
 
 # --------------------------------------------------------------------------- the wheel
-def _download_wheel(data_dir, timeout: float) -> Path:
-    """Fetch the wheel into the cache, verified; :class:`DownloadError` when no address answers."""
-    dest = _cache() / WHEEL_NAME
-    reasons = []
-    for url in WHEEL_URLS:
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
-                return atomic_write(dest, _hashing_copy(response, WHEEL_SHA256, f"{WHEEL_NAME} from {url}"))
-        except (urllib.error.URLError, OSError) as exc:  # HTTPError, timeouts, a dropped connection
-            reasons.append(" ".join(str(getattr(exc, "reason", None) or exc).split()))
-    raise DownloadError(f"could not download the MOSES data ({reasons[0]}); offline? Download {WHEEL_URLS[0]} "
-                        f"(sha256 {WHEEL_SHA256[:12]}...) and put it, or its three files train.csv.gz, test.csv.gz "
-                        f"and test_scaffolds.csv.gz, {_where(data_dir)}")
+def _download_wheel(folder: Path, data_dir, timeout: float) -> Path:
+    """``pip download`` the wheel into ``folder``, verified; :class:`DownloadError` when it cannot be had."""
+    from minitransformer.chem.datasets import download
+    try:
+        wheel = download.pip_download(PACKAGE, WHEEL_NAME, folder, timeout)
+    except OSError as exc:
+        raise DownloadError(f"could not download the MOSES data ({exc}); offline? Run `pip download {PACKAGE} "
+                            f"--no-deps` where there is a network and put {WHEEL_NAME} (sha256 "
+                            f"{WHEEL_SHA256[:12]}...), or its files train.csv.gz, test.csv.gz and "
+                            f"test_scaffolds.csv.gz, {_where(data_dir)}") from None
+    return verify_file(wheel, WHEEL_SHA256)
 
 
 def _extract(wheel: Path) -> None:
@@ -219,13 +211,11 @@ def _wheel_files(data_dir, download: bool, timeout: float) -> None:
             return
     if not download:
         raise FileNotFoundError(f"the MOSES files are not there; put train.csv.gz, test.csv.gz and "
-                                f"test_scaffolds.csv.gz (or the wheel {WHEEL_URLS[0]}) {_where(data_dir)}, "
-                                "or allow the download")
-    wheel = _download_wheel(data_dir, timeout)
-    try:
-        _extract(wheel)
-    finally:
-        wheel.unlink(missing_ok=True)  # 51 MB that is no longer needed
+                                f"test_scaffolds.csv.gz (or the wheel {WHEEL_NAME}, from `pip download {PACKAGE} "
+                                f"--no-deps`) {_where(data_dir)}, or allow the download")
+    _cache().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=_cache()) as folder:  # the 51 MB wheel goes after
+        _extract(_download_wheel(Path(folder), data_dir, timeout))
 
 
 def _find(name: str, data_dir, download: bool, timeout: float) -> Path:

@@ -8,9 +8,9 @@ package (version 1.0.7, MIT licence, Insilico Medicine), as the file
 1. ``$MINITRANSFORMER_DATA/chemnet/``, then ``$MINITRANSFORMER_DATA/``;
 2. the user cache, ``cache_dir()/chemnet/``;
 
-and otherwise fetches the wheel into the cache: with ``pip download`` (so the
-user's pip settings, mirrors and proxies apply), else straight from PyPI. Only
-the weights file is kept. The wheel and the file are each pinned by their
+and otherwise fetches the wheel into the cache with ``pip download fcd_torch==1.0.7
+--no-deps`` (by name and version: the user's pip settings, mirrors and proxies apply,
+and no address is written here). Only the weights file is kept. The wheel and the file are each pinned by their
 SHA-256 (:data:`WHEEL_SHA256`, :data:`WEIGHTS_SHA256`); every copy goes
 through :mod:`minitransformer.atomic` and is hashed as it is written, so a
 broken download leaves nothing a later run would trust. Offline, the error
@@ -25,28 +25,22 @@ computes, and names the arrays after them.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
-import urllib.error
-import urllib.request
 import zipfile
 from pathlib import Path
 
 from minitransformer.atomic import atomic_write
 from minitransformer.chem.frechet.chemnet import ChemNetWeights
+from minitransformer.chem.datasets import download
 from minitransformer.chem.datasets.download import ChecksumError, DownloadError, cache_dir, hashing_copy, sha256_of_file
 from minitransformer.chem.frechet.torch_file import TorchFileError, read_torch_tensors
 
-__all__ = ["WHEEL_NAME", "WHEEL_SHA256", "WHEEL_URL", "WEIGHTS_NAME", "WEIGHTS_SHA256", "find_chemnet_weights",
+__all__ = ["WHEEL_NAME", "WHEEL_SHA256", "PACKAGE", "WEIGHTS_NAME", "WEIGHTS_SHA256", "find_chemnet_weights",
            "load_chemnet_weights", "chemnet_places"]
 
 PACKAGE = "fcd_torch==1.0.7"
 WHEEL_NAME = "fcd_torch-1.0.7-py3-none-any.whl"
 WHEEL_SHA256 = "63a24aae88c554a7ba6422cffdef3ad7c1befec73f835b70ead04097a1ebed6f"
-#: PyPI's address of the wheel (its folder is the BLAKE2b-256 digest of the file).
-WHEEL_URL = ("https://files.pythonhosted.org/packages/48/45/476df503cd87d28486af12c37b2e71fc5d0b2730f9bd0539cf"
-             "19782678b8/" + WHEEL_NAME)
 MEMBER = "fcd_torch/ChemNet_v0.13_pretrained.pt"
 WEIGHTS_NAME = "ChemNet_v0.13_pretrained.pt"
 WEIGHTS_SHA256 = "a36658cc7c94d3c728eacd7ed2d2f104753bb2fde742c2817daefe9533a28080"
@@ -63,8 +57,9 @@ def chemnet_places() -> list[Path]:
 
 
 def _offline_hint() -> str:
-    return (f"download {WHEEL_URL} (sha256 {WHEEL_SHA256[:12]}...) and put it, or the file {WEIGHTS_NAME} "
-            f"inside it, in {_cache()} or in $MINITRANSFORMER_DATA/chemnet")
+    return (f"run `pip download {PACKAGE} --no-deps` where there is a network and put {WHEEL_NAME} (sha256 "
+            f"{WHEEL_SHA256[:12]}...), or the file {WEIGHTS_NAME} inside it, in {_cache()} or in "
+            "$MINITRANSFORMER_DATA/chemnet")
 
 
 def _verified(path: Path, sha256: str) -> Path:
@@ -81,42 +76,16 @@ def _extract(wheel: Path) -> Path:
         return atomic_write(_cache() / WEIGHTS_NAME, hashing_copy(source, WEIGHTS_SHA256, f"{MEMBER} in {wheel}"))
 
 
-def _pip_download(folder: Path, timeout: float) -> Path:
-    """``pip download`` the wheel into ``folder``; its path, or OSError saying why not."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-input",
-               "--disable-pip-version-check", "--quiet", "--dest", str(folder), PACKAGE]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise OSError(f"pip download took over {timeout:.0f} s") from None
-    wheel = folder / WHEEL_NAME
-    if done.returncode != 0 or not wheel.is_file():
-        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-        raise OSError(f"pip download failed: {last}")
-    return wheel
-
-
-def _url_download(folder: Path, timeout: float) -> Path:
-    """Fetch the wheel from PyPI's address into ``folder``; its path, or OSError."""
-    try:
-        with urllib.request.urlopen(WHEEL_URL, timeout=timeout) as response:
-            return atomic_write(folder / WHEEL_NAME, hashing_copy(response, WHEEL_SHA256, WHEEL_URL))
-    except urllib.error.URLError as exc:
-        raise OSError(" ".join(str(exc.reason).split())) from None
-
-
 def _fetch(timeout: float) -> Path:
-    """Fetch the wheel (pip, else PyPI's address) into a temporary folder of the cache, take the
-    weights out, and delete the rest."""
+    """``pip download`` the wheel into a temporary folder of the cache, take the weights out, and
+    delete the rest."""
     _cache().mkdir(parents=True, exist_ok=True)
-    reasons = []
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=_cache()) as folder:
-        for fetch in (_pip_download, _url_download):
-            try:
-                return _extract(_verified(fetch(Path(folder), timeout), WHEEL_SHA256))
-            except OSError as exc:
-                reasons.append(str(exc))
-    raise DownloadError(f"could not fetch ChemNet's weights ({'; '.join(reasons)}); offline? {_offline_hint()}")
+        try:
+            wheel = download.pip_download(PACKAGE, WHEEL_NAME, Path(folder), timeout)
+        except OSError as exc:
+            raise DownloadError(f"could not fetch ChemNet's weights ({exc}); offline? {_offline_hint()}") from None
+        return _extract(_verified(wheel, WHEEL_SHA256))
 
 
 def find_chemnet_weights(download: bool = True, timeout: float = 120.0) -> Path:
