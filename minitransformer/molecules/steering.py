@@ -201,8 +201,13 @@ class Steering:
 
 
 def _first_non_finite(model, field: str) -> str | None:
-    """The name of the first parameter whose ``field`` (``"grad"`` or ``"data"``) holds NaN or infinity."""
-    for name, p in model.named_parameters():
+    """The name of the first parameter whose ``field`` (``"grad"`` or ``"data"``) holds NaN or infinity.
+    One host read when all are finite (a sum over every parameter), a second pass only to name one."""
+    params = list(model.named_parameters())
+    total = sum(xp.abs(getattr(p, field)).sum() for _, p in params)  # () on the device: inf or NaN if any is
+    if math.isfinite(float(total)):
+        return None
+    for name, p in params:
         if not bool(xp.isfinite(getattr(p, field)).all()):
             return name
     return None
