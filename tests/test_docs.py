@@ -327,3 +327,28 @@ def test_every_kernel_page_names_the_twin_that_exists():
             cell = row.rstrip(" |").rsplit("|", 1)[-1].strip()
             assert (cell.startswith("none") if twin is None else f"`{twin.replace('.', '/')}.py`" in cell), \
                 f"docs/kernels/README.md's row of {page} says {cell!r}"
+
+
+#: Each figure the README states, as it writes it (speed in benchmarks/RESULTS.md, the rest in docs/RESULTS.md).
+README_FIGURES = ("about 15 minutes", "10–20 second", "under a minute", "316k", "0.58", "0.5–0.85", "0.68–0.93",
+                  "0.85–1.10")
+
+
+@pytest.mark.parametrize("figure", README_FIGURES)
+def test_every_figure_the_readme_states_has_a_headline_row_with_its_command(figure):
+    """The README's numbers come from measured runs: each appears in the headline table (the first 40
+    lines) of docs/RESULTS.md or benchmarks/RESULTS.md, on a row that gives the command."""
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert figure in readme, f"the README no longer says {figure!r}: update README_FIGURES"
+    rows = []
+    for page in ("docs/RESULTS.md", "benchmarks/RESULTS.md"):
+        head = (ROOT / page).read_text(encoding="utf-8").splitlines()[:40]
+        rows += [line for line in head if line.startswith("|") and figure in line]
+    assert any("`" in row for row in rows), f"no headline row states {figure!r} with its command: {rows}"
+
+
+@pytest.mark.parametrize("page", ["docs/RESULTS.md", "benchmarks/RESULTS.md"])
+def test_the_results_pages_are_the_current_state_not_a_diary(page):
+    text = (ROOT / page).read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300, f"{page} has {len(text.splitlines())} lines; it states the current truth"
+    assert not re.search(r"\bsession[s]? ?\d|\bissue \d|this morning", text, re.I), f"{page} reads like a work log"
