@@ -57,8 +57,8 @@ from pathlib import Path
 import numpy as np
 
 from minitransformer.atomic import parse_json
-from minitransformer.chem.goals.objectives import (COMPONENTS, TRANSFORMS, UNIT_RANGE, Component, Objective,
-                                             is_finite_number)
+from minitransformer.chem.goals.objectives import (COMPONENTS, FINGERPRINT_RANGES, TRANSFORMS, UNIT_RANGE,
+                                                  Component, Objective, is_finite_number)
 
 __all__ = ["objective_from_spec", "read_spec", "check_spec", "score_fingerprint", "OWN_KEYS", "REQUIRED"]
 
@@ -160,8 +160,8 @@ def _names(where: str, value) -> list:
 CHECKS = {
     "weight": lambda where, v: _number(where, v, positive=True),
     "query": _text, "pattern": _text, "function": _text, "checkpoint": _text, "task": _text,
-    "radius": lambda where, v: _whole(where, v, 0, 10),
-    "bits": lambda where, v: _whole(where, v, 64, 2**20),
+    "radius": lambda where, v: _whole(where, v, *FINGERPRINT_RANGES["radius"]),
+    "bits": lambda where, v: _whole(where, v, *FINGERPRINT_RANGES["bits"]),
     "views": lambda where, v: _whole(where, v, 1, 256),
     "assays": _names,
 }

@@ -171,8 +171,8 @@ def _gunzip(path: Path) -> bytes:
                 _refuse_nul(chunk[:_PROBE_BYTES], path)
             total += len(chunk)
             if total > MAX_TEXT_BYTES:
-                raise ValueError(f"{path} inflates to more than {MAX_TEXT_BYTES:,} bytes "
-                                 "(minitransformer.chem.datasets.smiles_files.MAX_TEXT_BYTES); split it into smaller files")
+                raise ValueError(f"{path} inflates to more than {MAX_TEXT_BYTES:,} bytes (minitransformer.chem."
+                                 "datasets.smiles_files.MAX_TEXT_BYTES); split it into smaller files")
             out.append(chunk)
     return b"".join(out)
 

@@ -148,22 +148,27 @@ def _read_cached(path) -> FCDStatistics | None:
         return None
 
 
+def write_cached(path, stats: FCDStatistics) -> None:
+    """Keep ``stats`` at ``path`` (:func:`cache_path`), atomically; OSError when it cannot be written."""
+    from minitransformer.atomic import write_bytes
+    buffer = io.BytesIO()
+    np.savez(buffer, mu=stats.mu, sigma=stats.sigma, n=np.array(stats.n))
+    write_bytes(path, buffer.getvalue())
+
+
 def reference_statistics(smiles: Sequence[str], name: str = "reference", net=None,
                          progress: bool = True) -> FCDStatistics:
     """:func:`fcd_statistics` of a reference set, computed once and then read from the user
     cache (``cache_dir()/fcd/<sha256>.npz``, the key covering the molecules in order and
     ChemNet's weights, so changed data is never served stale). ``name`` labels the
     progress bar."""
-    from minitransformer.atomic import write_bytes
     path = cache_path(smiles)
     cached = _read_cached(path)
     if cached is not None:
         return cached
     stats = fcd_statistics(smiles, net, progress=f"ChemNet on {name} (once)" if progress else None)
-    buffer = io.BytesIO()
-    np.savez(buffer, mu=stats.mu, sigma=stats.sigma, n=np.array(stats.n))
     try:
-        write_bytes(path, buffer.getvalue())
+        write_cached(path, stats)
     except OSError:  # a read-only cache only costs the computation next time
         pass
     return stats

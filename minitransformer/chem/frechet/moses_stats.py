@@ -116,8 +116,8 @@ def seed_caches(smiles, download: bool = True) -> bool:
     computes them."""
     import sys
 
-    from minitransformer.atomic import write_bytes
     from minitransformer.chem.datasets.download import ChecksumError, DownloadError
+    from minitransformer.chem.frechet.fcd import FCDStatistics, write_cached
     from minitransformer.chem.frechet.fcd import cache_path as fcd_cache_path
     from minitransformer.chem.judge.fragments import ReferenceFeatures
     from minitransformer.chem.judge.fragments import cache_path as features_cache_path
@@ -138,10 +138,8 @@ def seed_caches(smiles, download: bool = True) -> bool:
         print(f"MOSES's shipped statistics {name} cannot be had ({' '.join(str(exc).split())}); computing "
               "them instead (once, then cached)", file=sys.stderr)
         return False
-    buffer = io.BytesIO()
-    np.savez(buffer, mu=mu, sigma=sigma, n=np.array(n))
     try:
-        write_bytes(caches[0], buffer.getvalue())
+        write_cached(caches[0], FCDStatistics(mu=mu, sigma=sigma, n=n))
         ReferenceFeatures(n, fps.astype(np.float32), fragments, scaffolds, weights).save(caches[1])
     except OSError as exc:
         print(f"MOSES's shipped statistics {name} could not be cached ({exc}); computing them instead",

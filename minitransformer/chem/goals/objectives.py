@@ -38,8 +38,8 @@ import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
 
-__all__ = ["Component", "Objective", "COMPONENTS", "TRANSFORMS", "UNIT_RANGE", "transform", "sa_score",
-           "ScoreFunctionFailed"]
+__all__ = ["Component", "Objective", "COMPONENTS", "TRANSFORMS", "UNIT_RANGE", "FINGERPRINT_RANGES", "transform",
+           "sa_score", "ScoreFunctionFailed"]
 
 
 class ScoreFunctionFailed(RuntimeError):
@@ -126,13 +126,16 @@ COMPONENTS = {
     "forbid": ("1 if the molecule does NOT contain the SMARTS pattern (a forbidden substructure)", "none", None, None),
     "user": ("a user's function module:function, list of SMILES -> scores in [0, 1]", "none", None, None),
     "pmo": ("a task of the PMO benchmark, by name (rediscovery, similarity, isomer, median, MPO, hop tasks and "
-            "QED; GuacaMol's published definitions, minitransformer.chem.goals.pmo_tasks), in [0, 1]", "none", None, None),
+            "QED; GuacaMol's published definitions, minitransformer.chem.goals.pmo_tasks), in [0, 1]",
+            "none", None, None),
     "tox21": ("1 - the largest predicted probability of activity over the chosen Tox21 assays of a `train "
               "property` model (1: predicted inactive everywhere; a model's opinion, not a measurement)",
               "none", None, None),
 }
 
 
+#: The whole-number ranges of a similarity's Morgan fingerprint: radius and bits (inclusive).
+FINGERPRINT_RANGES = {"radius": (0, 10), "bits": (64, 2**20)}
 #: The components whose raw values already lie in [0, 1], the only ones the ``none`` transform may take.
 UNIT_RANGE = ("qed", "similarity", "smarts", "forbid", "user", "pmo", "tox21")
 
@@ -189,8 +192,8 @@ class Component:
         where = f"component {self.name}: the {self.kind} transform"
         if not (is_finite_number(self.low) and is_finite_number(self.high) and self.low < self.high
                 and math.isfinite(float(self.high) - float(self.low))):
-            raise ValueError(f"{where} needs low < high, both finite (and a finite high - low), got low={self.low!r}, "
-                             f"high={self.high!r}")
+            raise ValueError(f"{where} needs low < high, both finite (and a finite high - low), got "
+                             f"low={self.low!r}, high={self.high!r}")
         if not (is_finite_number(self.k) and self.k > 0):
             raise ValueError(f"{where} needs a steepness k that is a finite number > 0, got k={self.k!r}")
         if self.width is not None:
@@ -200,7 +203,7 @@ class Component:
 
     def _check_params(self) -> None:
         """radius and bits of a similarity: whole numbers in range (2.7 bits is no fingerprint)."""
-        for key, low, high in (("radius", 0, 10), ("bits", 64, 2**20)):
+        for key, (low, high) in FINGERPRINT_RANGES.items():
             value = self.params.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or not low <= value <= high):

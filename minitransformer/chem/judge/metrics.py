@@ -83,8 +83,9 @@ def _canonical_set(smiles: Sequence[str]) -> set:
     out, chunk = set(), 20_000
     with progress(f"canonicalizing {len(smiles):,} training molecules", len(smiles)) as update:
         for start in range(0, len(smiles), chunk):
-            out.update(c for c in map(canonical, smiles[start:start + chunk]) if c is not None)
-            update(len(smiles[start:start + chunk]))
+            part = smiles[start:start + chunk]
+            out.update(c for c in map(canonical, part) if c is not None)
+            update(len(part))
     return out
 
 
