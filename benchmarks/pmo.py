@@ -125,7 +125,7 @@ def main() -> None:
         p.error(f"prior checkpoint not found: {args.prior} (train one with `minitransformer train lm`)")
     machine = common.start(args, "pmo")
     from minitransformer.cli.provenance import file_sha256
-    from minitransformer.cli.sample import load_generator
+    from minitransformer.molecules.sampling import load_generator
     prior, vocab = load_generator(args.prior)
     runs = []
     for name in args.tasks:

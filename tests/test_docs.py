@@ -286,9 +286,9 @@ def test_the_default_run_is_told_as_its_preset_runs_it(path, start):
     preset = PRESETS["default"]
     text = (ROOT / path).read_text(encoding="utf-8")
     paragraph = " ".join(text[text.index(start):].split("\n\n")[0].split())
-    molecules = f"{preset['pretrain_limit']:,} MOSES molecules"
+    molecules = f"{preset.pretrain_limit:,} MOSES molecules"
     assert molecules in paragraph, f"{path}: the default run pretrains on {molecules}; the page says: {paragraph!r}"
-    cap = preset["max_time"] / 60
+    cap = preset.max_time / 60
     minutes = [float(m) for m in re.findall(r"about (\d+(?:\.\d+)?) minutes", paragraph)]
     assert minutes and all(cap - 4 <= m <= cap + 1 for m in minutes), (
         f"{path}: the default run's time cap is {cap:g} minutes; the page says {minutes} ({paragraph!r})")

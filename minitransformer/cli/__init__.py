@@ -6,8 +6,11 @@ One module per subcommand (each has ``add_parser`` and ``run``):
 :mod:`~minitransformer.cli.translate`, :mod:`~minitransformer.cli.predict`,
 :mod:`~minitransformer.cli.score`, :mod:`~minitransformer.cli.attention` and
 :mod:`~minitransformer.cli.info`; :mod:`~minitransformer.cli.main` puts them
-under one parser. Every command takes its options the same way and fails the
-same way on bad input, so that code lives here once, one concern per file:
+under one parser. The three ``train`` commands run one skeleton,
+:func:`~minitransformer.cli.training.run_training`, each filling in only what
+differs (its typed recipe, data, model, phases, evaluation and summary). Every
+command takes its options the same way and fails the same way on bad input, so
+that code lives here once, one concern per file:
 
 * :mod:`~minitransformer.cli.arguments` - arguments are checked while the
   command line is parsed, before any work starts; the options every training

@@ -237,6 +237,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, out: str,
     parser.add_argument("--quick", action="store_true",
                         help="tiny model, 400 molecules, 2 epochs: a smoke test that takes seconds")
     parser.add_argument("--epochs", type=int_at_least(1), default=None, help="override the preset's number of epochs")
+    parser.add_argument("--lr", type=number(0, lo_open=True), default=None,
+                        help="override the peak learning rate (of the main phase, after any pretraining)")
+    parser.add_argument("--batch-size", type=int_at_least(1), default=None, help="override the batch size")
     parser.add_argument("--max-minutes", type=number(0), default=None,
                         help="training time budget (the preset's by default; 0 = no limit)")
     parser.add_argument("--out", default=out, type=run_folder,
@@ -245,6 +248,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, out: str,
     parser.add_argument("--force", action="store_true",
                         help="start afresh in a run folder that holds an earlier run (its files are moved to "
                              "old-YYYYmmdd-HHMMSS/ inside it first)")
+    add_resume_argument(parser, help="continue the run in --out (same data and options as before): alone, from its "
+                                     "latest checkpoint (last.npz, or pretrain/last.npz when it stopped while "
+                                     "pretraining); or from the checkpoint named")
     parser.add_argument("--backend", default=None, choices=list(backend.BACKENDS)[:2],
                         help="numpy (default) or cupy")
     parser.add_argument("--seed", type=seed, default=0, help=f"random seed, 0 to {SEED_MAX} (default: 0)")

@@ -180,7 +180,7 @@ def run(args) -> int:
     from minitransformer.chem.judge.draw import DrawingUnavailable, molecule_grid_png
     from minitransformer.cli.progress import PROGRESS
     from minitransformer.cli.provenance import file_sha256
-    from minitransformer.cli.sample import load_generator
+    from minitransformer.molecules.sampling import load_generator
     from minitransformer.molecules.objective_spec import check_spec, objective_from_spec, score_fingerprint
     from minitransformer.molecules.steering import Steering, SteeringConfig
     from minitransformer.train import TrainingDiverged

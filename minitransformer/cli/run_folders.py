@@ -61,7 +61,7 @@ def _move_aside(out: Path, names: Sequence[str]) -> Path:
 
 
 def claim_run_folder(out: str | os.PathLike, resume: str | None, force: bool,
-                     resume_places: Sequence[str] | None = ("last.npz",)) -> Path | None:
+                     resume_places: Sequence[str] = ("last.npz",)) -> Path | None:
     """Make ``out`` this run's folder, before any work starts; returns the checkpoint to resume from.
 
     * a new or empty folder (or one without any run's files): fine;
@@ -71,7 +71,6 @@ def claim_run_folder(out: str | os.PathLike, resume: str | None, force: bool,
     * ``--force``: the earlier run's files move to ``out/old-YYYYmmdd-HHMMSS/`` first;
     * otherwise: FileExistsRefusal, naming both ways out.
 
-    ``resume_places=None``: the demo cannot resume (only ``--force`` is offered).
     In a data-parallel command rank 0 claims the folder and tells the other ranks.
     """
     return parallel.on_rank0(lambda: _claim(Path(out), resume, force, resume_places))
@@ -80,13 +79,11 @@ def claim_run_folder(out: str | os.PathLike, resume: str | None, force: bool,
 def _claim(out: Path, resume, force: bool, resume_places) -> Path | None:
     """:func:`claim_run_folder` in one process."""
     from minitransformer.cli.folder_lock import lock_run_folder, sweep_temporary_files
-    PROGRESS.out_dir, PROGRESS.resumable = out, resume_places is not None
-    PROGRESS.run_dir, PROGRESS.resume_places = out, tuple(resume_places or ())
+    PROGRESS.out_dir, PROGRESS.resumable = out, True
+    PROGRESS.run_dir, PROGRESS.resume_places = out, tuple(resume_places)
     if resume is not None and force:
         raise ValueError("--resume and --force contradict each other: --resume continues the run in "
                          f"{out}, --force starts afresh (moving its files aside); pass one of them")
-    if resume is not None and resume_places is None:
-        raise ValueError("this demo cannot resume a run; pass --force to start afresh")
     lock_run_folder(out)
     sweep_temporary_files(out)
     if resume is not None:
@@ -102,9 +99,8 @@ def _claim(out: Path, resume, force: bool, resume_places) -> Path | None:
     present = _run_files(out)
     if present and not force:
         shown = ", ".join(present[:4]) + (", ..." if len(present) > 4 else "")
-        ways = "pass --resume to continue it, " if resume_places is not None else ""
         raise atomic.FileExistsRefusal(
-            f"{out} already holds a run ({shown}); {ways}--force to start afresh (its files move to "
+            f"{out} already holds a run ({shown}); pass --resume to continue it, --force to start afresh (its files move to "
             f"{out / 'old-YYYYmmdd-HHMMSS'}/), or give another --out")
     if present:
         dest = _move_aside(out, present)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 
+from minitransformer.molecules.sampling import grammar_constraint, load_generator, sample_smiles
+
 OUTPUT_SUFFIXES = (".smi", ".csv", ".txt")
 
 
@@ -42,64 +44,12 @@ def add_parser(commands):
     return p
 
 
-def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None, seed: int = 0, batch_size: int = 500, quiet: bool = True,
-                  constraint=None) -> list:
-    """Draw ``n`` SMILES with the KV cache, ``batch_size`` at a time; returns the strings
-    (some may be invalid). The same seed gives the same molecules; each batch draws from
-    its own stream of the seed (:class:`~minitransformer.backend.RNG` with stream = 1 + the
-    batch's first index), so two seeds never share a draw. ``constraint``: None, or e.g.
-    :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar` (see ``sample``)."""
-    from minitransformer.backend import RNG
-    from minitransformer.generate import sample
-    out = []
-    bar = None
-    if not quiet and sys.stderr.isatty() and n > batch_size:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=n, desc="sampling", unit="mol", leave=False)
-    for start in range(0, n, batch_size):
-        b = min(batch_size, n - start)
-        ids = sample(model, batch_size=b, temperature=temperature, top_k=top_k, top_p=top_p,
-                     rng=RNG(seed, stream=1 + start), constraint=constraint)
-        out.extend(vocab.decode(row) for row in ids)
-        if bar is not None:
-            bar.update(b)
-    if bar is not None:
-        bar.close()
-    return out
-
-
 def add_grammar_argument(p, what: str, default: str = "off by default") -> None:
     """``--grammar [off|syntax|valence]`` (``sample`` and ``train lm``)."""
     p.add_argument("--grammar", nargs="?", const="syntax", default=None, choices=("off", "syntax", "valence"),
                    help=f"{what}: ban the tokens that break the SMILES syntax at each step (unclosed rings, "
                         "unbalanced parentheses, bonds at the end); --grammar valence also bans the ones that "
                         f"give an atom more bonds than RDKit allows; a feature of the sampler ({default})")
-
-
-def grammar_constraint(vocab, level: str | None):
-    """The ``--grammar`` constraint (None when off):
-    :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar`, with its valence rules for ``"valence"``."""
-    if level in (None, "off"):
-        return None
-    from minitransformer.chem.grammar.smiles_grammar import SmilesGrammar
-    return SmilesGrammar(vocab, valence=level == "valence")
-
-
-def load_generator(path):
-    """(model, vocabulary) of a generator's checkpoint (a DecoderLM or an LSTMLM) with a
-    vocabulary, or a one-line ValueError."""
-    from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
-    from minitransformer.chem import Vocab
-    ckpt = load_checkpoint(path)
-    generator = ckpt.model_type in ("DecoderLM", "LSTMLM")
-    if not generator or ckpt.vocab is None:
-        what = "no vocabulary" if generator else f"a {ckpt.model_type} model"
-        raise ValueError(f"{path} holds {what}; sampling needs a generator's checkpoint (DecoderLM or LSTMLM) "
-                         "with a vocabulary, "
-                         "as written by `minitransformer train lm` (best.npz or last.npz)")
-    model, _ = model_from_checkpoint(ckpt)
-    return model, Vocab.from_json(ckpt.vocab)
 
 
 def csv_text(smiles) -> str:

@@ -14,6 +14,7 @@ import pytest
 from minitransformer.cli import run_cli
 from cli_helpers import one_line_error  # noqa: E402
 import minitransformer.cli.sample as cli_sample
+import minitransformer.molecules.sampling as sampling
 
 pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
@@ -87,7 +88,7 @@ def test_ctrl_c_after_training_names_the_last_checkpoint(molecules, finished_mol
 
     def sample(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(cli_sample, "sample_smiles", sample)
+    monkeypatch.setattr(sampling, "sample_smiles", sample)
     assert run_cli(molecules.main, BASE + ["--out", str(out), "--resume"]) == 130  # trained already: samples at once
     line = one_line_error(capsys)
     assert line.startswith(f"interrupted after training (epoch 2, step {2 * STEPS_PER_EPOCH})"), line

@@ -116,7 +116,7 @@ def test_sample_writes_smi_and_csv_and_a_seed_repeats(tiny_checkpoints, tmp_path
 
 def test_two_seeds_never_share_a_draw(tiny_checkpoints):
     """With rng = seed * 1000 + start, seed 1's 500 samples were lines 1001-1500 of seed 0's."""
-    from minitransformer.cli.sample import load_generator, sample_smiles
+    from minitransformer.molecules.sampling import load_generator, sample_smiles
     model, vocab = load_generator(tiny_checkpoints["lm"])
     zero = sample_smiles(model, vocab, 1500, seed=0, batch_size=500)
     one = sample_smiles(model, vocab, 500, seed=1, batch_size=500)

@@ -114,34 +114,32 @@ def test_resuming_the_second_phase_skips_pretraining(quick_run, capsys):
     assert "pretraining on" not in printed, "a finished phase 1 must not run again on resume"
 
 
-def _settings(argv):
+def _recipe(argv):
     from minitransformer.cli.main import build_parser
-    from minitransformer.cli.train_lm import resolve_settings
-    return resolve_settings(build_parser().parse_args(["train", "lm", *argv]))
+    from minitransformer.cli.train_lm import resolve_recipe
+    return resolve_recipe(build_parser().parse_args(["train", "lm", *argv]))
 
 
 def test_default_preset_pretrains_on_moses_and_samples_under_the_valence_grammar():
-    s = _settings([])
-    assert s["pretrain_data"] == "moses" and s["grammar"] == "valence" and s["pretrain_limit"] == 200_000
-    assert (s["augment"], s["pretrain_augment"], s["pretrain_mix"], s["epochs"]) == (1.0, 1.0, 2000, 30)
-    assert _settings(["--augment", "0", "--pretrain-augment", "0"])["pretrain_augment"] == 0.0
-    assert _settings(["--grammar", "off"])["grammar"] is None and _settings(["--grammar"])["grammar"] == "syntax"
-    assert _settings(["--preset", "tomczak"])["grammar"] == "valence" and _settings(["--quick"])["pretrain_data"] == \
+    r = _recipe([])
+    assert r.pretrain_data == "moses" and r.grammar == "valence" and r.pretrain_limit == 200_000
+    assert (r.augment, r.pretrain_augment, r.pretrain_mix, r.epochs) == (1.0, 1.0, 2000, 30)
+    assert _recipe(["--augment", "0", "--pretrain-augment", "0"]).pretrain_augment == 0.0
+    assert _recipe(["--grammar", "off"]).grammar is None and _recipe(["--grammar"]).grammar == "syntax"
+    assert _recipe(["--preset", "tomczak"]).grammar == "valence" and _recipe(["--quick"]).pretrain_data == \
         "druglike"  # a quick run never fetches MOSES
 
 
 def test_model_size_options_change_the_default_model_and_are_refused_where_fixed():
-    s = _settings(["--d-model", "192", "--n-layers", "6"])
-    assert (s["model"]["d_model"], s["model"]["n_heads"], s["model"]["d_ff"], s["model"]["n_layers"]) == \
-        (192, 6, 768, 6)
+    r = _recipe(["--d-model", "192", "--n-layers", "6"])
+    assert (r.model["d_model"], r.model["n_heads"], r.model["d_ff"], r.model["n_layers"]) == (192, 6, 768, 6)
     with pytest.raises(ValueError, match="multiple of 32"):
-        _settings(["--d-model", "100"])
+        _recipe(["--d-model", "100"])
     with pytest.raises(ValueError, match="tomczak preset's model is fixed"):
-        _settings(["--preset", "tomczak", "--n-layers", "2"])
+        _recipe(["--preset", "tomczak", "--n-layers", "2"])
 
 
 def test_without_moses_phase1_falls_back_to_druglike_unless_the_user_named_it(monkeypatch, capsys):
-    from types import SimpleNamespace
     import minitransformer.chem.datasets.lm_data as lm_data
     from minitransformer.chem.datasets.download import DownloadError
     from minitransformer.cli.train_lm import DRUGLIKE_PHASE1, phase1_molecules
@@ -152,13 +150,12 @@ def test_without_moses_phase1_falls_back_to_druglike_unless_the_user_named_it(mo
             raise DownloadError("could not download molsets-0.3.1-py3-none-any.whl. Offline? Put the files ...")
         return real(data, **kw)
     monkeypatch.setattr(lm_data, "pretraining_smiles", offline)
-    data = SimpleNamespace(val=["CCO"], test=["c1ccccc1O"])
-    s = _settings([])
-    extra = phase1_molecules(s, data, user_chose=False)
-    assert len(extra) > 9000 and {k: s[k] for k in DRUGLIKE_PHASE1} == DRUGLIKE_PHASE1
+    held_out = ["CCO", "c1ccccc1O"]
+    r, extra = phase1_molecules(_recipe([]), held_out, user_chose=False)
+    assert len(extra) > 9000 and {k: getattr(r, k) for k in DRUGLIKE_PHASE1} == DRUGLIKE_PHASE1
     assert "MOSES is not available (could not download molsets-0.3.1-py3-none-any.whl)" in capsys.readouterr().out
     with pytest.raises(DownloadError):
-        phase1_molecules(_settings(["--pretrain-data", "moses"]), data, user_chose=True)
+        phase1_molecules(_recipe(["--pretrain-data", "moses"]), held_out, user_chose=True)
 
 
 @pytest.mark.parametrize("argv", [["train", "lm", "--pretrain-minutes", "14", "--max-minutes", "14.5"],

@@ -101,21 +101,21 @@ def test_pretraining_on_other_molecules_leaves_the_held_out_ones_out(labelled_cs
     assert rows[0] == "pretrain" and rows[-1] == "train"
 
 
-def _property_settings(argv):
+def _property_recipe(argv):
     from minitransformer.cli.main import build_parser
-    from minitransformer.cli.train_property import resolve_settings
-    return resolve_settings(build_parser().parse_args(["train", "property", *argv]))
+    from minitransformer.cli.train_property import resolve_recipe
+    return resolve_recipe(build_parser().parse_args(["train", "property", *argv]))
 
 
 def test_pretrain_defaults_to_moses_with_its_own_minutes_on_top_of_the_fine_tuning():
-    s = _property_settings(["--pretrain"])
-    assert (s["pretrain_data"], s["pretrain_limit"], s["pretrain_epochs"]) == ("moses", 250_000, 1)
-    assert s["pretrain_max_time"] == 15 * 60 and s["max_time"] == (11 + 15) * 60  # 11 minutes stay fine-tuning
-    s = _property_settings(["--pretrain", "--pretrain-data", "train"])
-    assert (s["pretrain_epochs"], s["pretrain_max_time"], s["max_time"]) == (12, 5 * 60, 16 * 60)
-    assert _property_settings(["--pretrain", "--max-minutes", "30"])["max_time"] == 30 * 60  # the user's total
-    assert _property_settings(["--quick", "--pretrain"])["pretrain_data"] == "train"  # quick fetches nothing
-    assert _property_settings([])["max_time"] == 11 * 60
+    r = _property_recipe(["--pretrain"])
+    assert (r.pretrain_data, r.pretrain_limit, r.pretrain_epochs) == ("moses", 250_000, 1)
+    assert r.pretrain_max_time == 15 * 60 and r.max_time == (11 + 15) * 60  # 11 minutes stay fine-tuning
+    r = _property_recipe(["--pretrain", "--pretrain-data", "train"])
+    assert (r.pretrain_epochs, r.pretrain_max_time, r.max_time) == (12, 5 * 60, 16 * 60)
+    assert _property_recipe(["--pretrain", "--max-minutes", "30"]).max_time == 30 * 60  # the user's total
+    assert _property_recipe(["--quick", "--pretrain"]).pretrain_data == "train"  # quick fetches nothing
+    assert _property_recipe([]).max_time == 11 * 60 and _property_recipe([]).pretrain_epochs == 0
 
 
 def test_without_moses_pretraining_falls_back_to_the_training_split(monkeypatch, capsys):
@@ -126,9 +126,52 @@ def test_without_moses_pretraining_falls_back_to_the_training_split(monkeypatch,
     def offline(data, **kw):
         raise DownloadError("could not download molsets-0.3.1-py3-none-any.whl. Offline? ...")
     monkeypatch.setattr(lm_data, "pretraining_smiles", offline)
-    s = _property_settings(["--pretrain"])
-    assert pretraining_molecules(s, ["CCO"], user_chose=False) == []
-    assert (s["pretrain_data"], s["pretrain_max_time"], s["max_time"]) == ("train", 5 * 60, 16 * 60)
+    r, extra = pretraining_molecules(_property_recipe(["--pretrain"]), ["CCO"], user_chose=False)
+    assert extra == [] and (r.pretrain_data, r.pretrain_max_time, r.max_time) == ("train", 5 * 60, 16 * 60)
     assert "MOSES is not available" in capsys.readouterr().out
     with pytest.raises(DownloadError):
-        pretraining_molecules(_property_settings(["--pretrain", "--pretrain-data", "moses"]), ["CCO"], True)
+        pretraining_molecules(_property_recipe(["--pretrain", "--pretrain-data", "moses"]), ["CCO"], True)
+
+
+def _numbers(out):
+    """What a finished run learnt: its checkpoints' arrays, its history's losses and AUCs, its test AUC."""
+    arrays = {}
+    for name in ("last.npz", "best.npz", "pretrain/last.npz"):
+        with np.load(out / name) as z:
+            arrays.update({f"{name}:{k}": z[k] for k in z.files if not k.startswith("__")})
+    rows = [{k: v for k, v in row.items() if k in ("phase", "epoch", "train_loss", "val_loss", "val_auc")}
+            for row in json.loads((out / "history.json").read_text())]
+    return arrays, rows, json.loads((out / "metrics.json").read_text())["test_auc"]
+
+
+def test_a_stopped_run_resumed_in_each_phase_ends_exactly_as_a_straight_run(labelled_csv, load_demo, tmp_path,
+                                                                            capsys, monkeypatch):
+    """Ctrl-C after a pretraining epoch, --resume, Ctrl-C after a fine-tuning epoch, --resume:
+    the same weights, optimizer state, history and test AUC as one run without a stop."""
+    import minitransformer.train.trainer as trainer
+    from minitransformer.cli import run_cli
+    demo = load_demo("tox21_property")
+    argv = ["--quick", "--quiet", "--pretrain", "--pretrain-epochs", "2", "--epochs", "3", "--data",
+            str(labelled_csv)]
+    assert run_cli(demo.main, argv + ["--out", str(tmp_path / "straight")]) == 0
+    real = trainer.Trainer._write_history
+
+    def stop_after(phase, epoch):
+        def write(self):
+            real(self)
+            if self.extra_meta.get("phase") == phase and self.epoch == epoch:
+                raise KeyboardInterrupt
+        monkeypatch.setattr(trainer.Trainer, "_write_history", write)
+    out = tmp_path / "stopped"
+    stop_after("pretrain", 1)
+    assert run_cli(demo.main, argv + ["--out", str(out)]) == 130
+    assert "continue with --resume" in capsys.readouterr().err
+    stop_after("train", 2)
+    assert run_cli(demo.main, argv + ["--out", str(out), "--resume"]) == 130
+    monkeypatch.undo()
+    assert run_cli(demo.main, argv + ["--out", str(out), "--resume"]) == 0
+    (a_arrays, a_rows, a_auc), (b_arrays, b_rows, b_auc) = _numbers(tmp_path / "straight"), _numbers(out)
+    assert a_rows == b_rows and a_auc == b_auc
+    assert a_arrays.keys() == b_arrays.keys()
+    for key, value in a_arrays.items():
+        assert np.array_equal(value, b_arrays[key]), f"{key} differs after two resumes"

@@ -38,7 +38,7 @@ def test_sample_and_steering_take_an_lstm(lstm_run, tmp_path, capsys):
     out = tmp_path / "s.smi"
     assert run_cli(main, ["sample", str(lstm_run / "best.npz"), "-n", "5", "--out", str(out), "--seed", "1"]) == 0
     assert len(out.read_text().splitlines()) == 5
-    from minitransformer.cli.sample import load_generator
+    from minitransformer.molecules.sampling import load_generator
     from minitransformer.molecules.objective_spec import objective_from_spec
     from minitransformer.molecules.steering import Steering, SteeringConfig
     prior, vocab = load_generator(lstm_run / "best.npz")

@@ -204,6 +204,19 @@ class RandomizedEpochs:
         return out
 
 
+class LabelledEpochs:
+    """Callable ``epoch -> [(ids, labels), ...]``: a classifier's training pairs, each molecule
+    written as a fresh random SMILES each epoch (:class:`RandomizedEpochs`, with the ``<cls>``
+    token first), its labels unchanged."""
+
+    def __init__(self, smiles, labels, vocab: Vocab, seed: int, p: float, max_tokens: int):
+        self.ids = RandomizedEpochs(smiles, vocab, seed=seed, p=p, max_tokens=max_tokens, encode=dict(cls=True))
+        self.labels = labels
+
+    def __call__(self, epoch: int):
+        return list(zip(self.ids(epoch), self.labels))
+
+
 #: Molecules per chunk of random writings; each chunk draws from its own stream (seed, epoch, chunk).
 RANDOM_CHUNK = 4096
 
@@ -217,16 +230,16 @@ def _random_writings(chunk) -> list:
     return [None if (p < 1.0 and rng.random() >= p) else randomize_smiles(s, rng, kekule_form) for s in smiles]
 
 
-def pretraining_or_fallback(settings: dict, user_chose: bool, instead: str, log=print, **kw) -> list | None:
-    """:func:`pretraining_smiles` of ``settings["pretrain_data"]`` (``kw`` passed on), or
+def pretraining_or_fallback(data: str, user_chose: bool, instead: str, log=print, **kw) -> list | None:
+    """:func:`pretraining_smiles` of ``data`` (``kw`` passed on), or
     None when that is the preset's MOSES and it cannot be had (no files, offline): then
     one line says so and that ``instead`` is used, and the caller falls back. A
     --pretrain-data the user named (``user_chose``) is never replaced: its error stands."""
     from minitransformer.chem.datasets.download import DownloadError
     try:
-        return pretraining_smiles(settings["pretrain_data"], **kw)
+        return pretraining_smiles(data, **kw)
     except (DownloadError, FileNotFoundError) as e:
-        if user_chose or settings["pretrain_data"] != "moses":
+        if user_chose or data != "moses":
             raise
         log(f"MOSES is not available ({str(e).split('. ')[0]}); {instead}")
         return None

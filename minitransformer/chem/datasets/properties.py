@@ -179,3 +179,14 @@ def scaffold_split(smiles: Sequence[str], fractions=(0.8, 0.1, 0.1)) -> tuple[li
         else:
             test += group
     return sorted(train), sorted(val), sorted(test)
+
+
+def split_rows(smiles: Sequence[str], how: str, seed: int) -> tuple[list, list, list]:
+    """Row indices of train / validation / test (80/10/10): ``how`` is ``"random"`` (seeded)
+    or ``"scaffold"`` (:func:`scaffold_split`, the same for every seed)."""
+    from minitransformer.chem.datasets.data import split_random
+    if how == "scaffold":
+        return scaffold_split(smiles)
+    if how != "random":
+        raise ValueError(f"split must be 'random' or 'scaffold', got {how!r}")
+    return split_random(list(range(len(smiles))), (0.8, 0.1, 0.1), seed)

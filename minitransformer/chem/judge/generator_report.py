@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["judge_samples", "side_by_side", "fcd_ratio"]
+__all__ = ["judge_samples", "judge_sample_sets", "side_by_side", "fcd_ratio"]
 
 
 def judge_samples(samples: Sequence[str], train: Sequence[str], *, heldout: Sequence[str] | None = None,
@@ -74,3 +74,50 @@ def side_by_side(results: dict, fcd_floor: dict | None = None, fcd_labels: dict 
             rows.append((heading, " | ".join(_cell((r.get(metric.key) or {}).get(name), metric, floor.get(name))
                                              for r in results.values())))
     return rows
+
+
+def judge_sample_sets(sets: dict, train: Sequence[str], heldout: Sequence[str], extra: Sequence[str] = (),
+                      moses: bool = False, seed: int = 0) -> tuple[dict, str | None]:
+    """Every metric of each labelled sample set (``{"bare": [...], "valence": [...]}``) by
+    :func:`judge_samples`, FCD beside its floor, and for MOSES its benchmark table.
+
+    Returns ``(report, table)``: ``report`` maps each label to its metrics, plus the FCD
+    floor and what the FCD was measured against; ``table`` is the MOSES markdown table
+    (the bare model beside the published models, then each constrained set), None
+    unless ``moses``. Outside MOSES, novelty counts against ``train`` (and against
+    ``train`` + ``extra``, the pretraining molecules, when there are any), FCD against
+    the ``heldout`` molecules, its floor from training ones; for MOSES, novelty counts
+    against all of MOSES's training set and FCD against its two test sets, as MOSES does.
+    """
+    from minitransformer.chem.datasets.moses import load_moses
+    from minitransformer.chem.frechet.fcd import fcd_judge_or_note
+    from minitransformer.chem.judge.moses_report import markdown_table, moses_references, moses_row
+    n = len(sets["bare"])
+    if moses:
+        novelty_set = load_moses("train")
+        references = moses_references()
+        described = {"test": "MOSES test", "test_scaffolds": "MOSES scaffold test"}
+    else:
+        novelty_set, references = list(train), {"heldout": list(heldout)}
+        described = {"heldout": f"held-out molecules ({len(heldout)}, validation + test)"}
+    judge, note = fcd_judge_or_note(references, novelty_set, n, seed=seed)
+    if note:
+        print(note)
+    compare = references if moses else None  # SNN, Frag, Scaf against the test sets: the bare samples only
+    report = {label: judge_samples(smiles, novelty_set, heldout=None if moses else list(heldout),
+                                   all_training=list(train) + list(extra) if extra else None, fcd_judge=judge,
+                                   references=compare if label == "bare" else None)
+              for label, smiles in sets.items()}
+    report.update(fcd_floor=judge.floor if judge else None, fcd_floor_n=judge.floor_n if judge else None,
+                  fcd_reference=described, fcd_note=note or None)
+    if not moses:
+        return report, None
+    rows = {label: moses_row(report[label]) for label in sets}
+    for label, row in rows.items():
+        report[label]["moses"] = row
+    floor = judge and {"label": f"{judge.floor_n:,} MOSES training molecules (the FCD floor)",
+                       "fcd_test": judge.floor["test"], "fcd_testsf": judge.floor["test_scaffolds"]}
+    table = markdown_table(rows["bare"], label=f"minitransformer, bare model ({n:,} samples)", floor=floor,
+                           others={f"minitransformer, {label} grammar": row for label, row in rows.items()
+                                   if label != "bare"})
+    return report, table

@@ -1,0 +1,258 @@
+"""One skeleton for every ``train`` command: the sequence they share, written once.
+
+Whatever the model, a training run is the same story:
+
+    claim the run folder -> read the data, build the vocabulary -> build the model
+    -> record what produced the run -> (pretrain) -> train, keeping the best epoch
+    -> evaluate the best checkpoint -> write the results, print a summary
+
+:func:`run_training` tells it. A command (``train lm``, ``train property``,
+``train seq2seq``) is a :class:`TrainingCommand` that fills in only what
+differs: its typed recipe (:mod:`minitransformer.train.recipe`), its data and
+model, the :class:`Phase` of each call of :func:`~minitransformer.train.fit`
+(task, data, metric), its evaluation and its summary. So every command claims
+its folder, checks ``--resume`` against the run it continues, writes
+``provenance.json``, ``config.json``, ``curves.png`` and ``metrics.json``, and
+stops, resumes and budgets its time the same way.
+
+A resumed run continues the phase its checkpoint was saved in: a pretraining
+phase that finished is not run again (its history is read back from
+``OUT/pretrain``). :func:`apply_overrides` and :func:`set_budgets` turn the
+command line's options into a variant of a preset.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from minitransformer.train.recipe import Recipe, make_optimizer
+
+
+@dataclasses.dataclass
+class Phase:
+    """One call of :func:`~minitransformer.train.fit`: what a command chooses for it.
+
+    name: ``"pretrain"`` (its files go to ``OUT/pretrain``) or ``"train"``.
+    task: the loss (``LMTask``, ``MLMTask``, ``PropertyTask``, ``Seq2SeqTask``).
+    train_data: examples, or a callable ``epoch -> examples`` (fresh random writings).
+    examples: training examples per epoch (the schedule's length is counted from it).
+    epochs / max_time: this phase's epochs and budget in seconds (None: no limit).
+    val_data / callbacks: what the end of each epoch evaluates.
+    metric / mode / patience: which epoch is best, and when to stop early.
+    lr: this phase's peak learning rate (None: the recipe's).
+    """
+
+    name: str
+    task: Any
+    train_data: Any
+    examples: int
+    epochs: int
+    max_time: float | None
+    val_data: Any = None
+    callbacks: Sequence[Callable] = ()
+    metric: str | None = None
+    mode: str = "min"
+    patience: int | None = None
+    lr: float | None = None
+    eval_batch_size: int | None = None
+
+
+@dataclasses.dataclass
+class Data:
+    """What a command's data step gives the skeleton: the vocabulary, the three splits as
+    SMILES and the pretraining molecules (None: the command has none), all fingerprinted so
+    that ``--resume`` refuses other data, where the data came from, and the command's own
+    loaded data (``own``)."""
+
+    vocab: Any
+    train: list
+    val: list
+    test: list
+    extra: list | None
+    description: str
+    cleaning: Any
+    own: Any = None
+
+    def fingerprint(self) -> str:
+        from minitransformer.cli.run_folders import data_fingerprint
+        return data_fingerprint(self.train, self.val, self.test, *([] if self.extra is None else [self.extra]))
+
+
+@dataclasses.dataclass
+class Run:
+    """A run in progress, handed to every step of a command."""
+
+    args: Any
+    recipe: Recipe
+    out: Path
+    data: Data
+    model: Any = None
+    info: dict = dataclasses.field(default_factory=dict)  # what config.json and every checkpoint record
+    resume: Path | None = None  # the checkpoint to continue from
+    resumed_phase: str | None = None  # the phase it was saved in
+    pre_history: list = dataclasses.field(default_factory=list)
+    budget: float | None = None  # seconds left for the main phase
+    t0: float = 0.0
+
+
+class TrainingCommand:
+    """What one ``train`` command fills in; :func:`run_training` does the rest."""
+
+    #: the kind after ``train`` (``lm``), and the checkpoints ``--resume`` looks for, latest phase first
+    kind = ""
+    resume_places = ("last.npz", "pretrain/last.npz")
+    #: the panels of ``curves.png`` (None: loss and the metric)
+    panels = None
+
+    def recipe(self, args) -> Recipe:
+        """The preset with the command line applied (refusals here come before any work)."""
+        raise NotImplementedError
+
+    def load(self, args, recipe: Recipe) -> tuple[Recipe, Data]:
+        """The data; the recipe comes back changed when the data imposes it (a fallback)."""
+        raise NotImplementedError
+
+    def build_model(self, recipe: Recipe, data: Data, seed: int):
+        """The model of ``recipe`` for ``data.vocab``, its weights drawn from ``seed``."""
+        raise NotImplementedError
+
+    def facts(self, run: Run) -> dict:
+        """The command's own entries of the run record (``config.json``'s ``run``)."""
+        return {}
+
+    def pretraining(self, run: Run) -> Phase | None:
+        """The first phase, or None when the run has none."""
+        return None
+
+    def training(self, run: Run) -> Phase:
+        raise NotImplementedError
+
+    def evaluate(self, run: Run, trainer) -> tuple[dict, list]:
+        """The best model's test metrics (writing its output files), and the SMILES
+        ``--plot-attention`` picks its example from."""
+        raise NotImplementedError
+
+    def summary(self, run: Run, metrics: dict) -> None:
+        raise NotImplementedError
+
+
+def run_training(command: TrainingCommand, args) -> int:
+    """Train, evaluate and report one run of ``command`` (see the module's story)."""
+    from minitransformer import cli
+    from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
+    from minitransformer.train.history import tagged
+
+    t0 = time.perf_counter()
+    recipe = command.recipe(args)
+    out = Path(args.out)
+    # The folder belongs to one run: reusing it needs --resume (checked below) or --force.
+    resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=command.resume_places)
+    recipe, data = command.load(args, recipe)
+    run = Run(args, recipe, out, data, resume=resume, t0=t0)
+    run.model = command.build_model(recipe, data, args.seed)
+    print(f"model: {type(run.model).__name__}, {run.model.num_parameters():,} weights; "
+          f"preset {getattr(args, 'preset', 'default')}{' (quick)' if args.quick else ''}")
+    run.info = {"quick": args.quick, "seed": args.seed, "settings": recipe.record(), "data": data.description,
+                "cleaning": data.cleaning,
+                "data_sha256": data.fingerprint(),
+                **command.facts(run)}
+    if resume is not None:  # the same data, vocabulary and settings, or a clear refusal
+        cli.check_resume(resume, out, run.info, data.vocab)
+        run.resumed_phase = load_checkpoint(resume).meta.get("phase", "train")
+        if run.resumed_phase not in ("pretrain", "train"):
+            raise ValueError(f"{resume} says it was saved in phase {str(run.resumed_phase)[:40]!r}, which train "
+                             f"{command.kind} does not have (pretrain or train); it is damaged or not this "
+                             "command's checkpoint")
+    out.mkdir(parents=True, exist_ok=True)
+    cli.write_provenance(out, args.argv, args.seed, args.data, run.info["data_sha256"])
+
+    pretraining = command.pretraining(run)
+    if pretraining is not None and run.resumed_phase != "train":
+        trainer = _fit(run, pretraining, resume=resume if run.resumed_phase == "pretrain" else None)
+        run.pre_history = tagged(trainer.history, "pretrain")
+    elif pretraining is not None:  # resuming the main phase: the pretraining rows come from its folder
+        run.pre_history = tagged(cli.read_history(out / "pretrain"), "pretrain")
+    t_pre = time.perf_counter() - t0
+    run.budget = None if recipe.max_time is None else max(60.0, recipe.max_time - t_pre)
+
+    trainer = _fit(run, command.training(run), resume=resume if run.resumed_phase == "train" else None)
+    t_train = time.perf_counter() - t0
+    history = run.pre_history + tagged(trainer.history, "train")
+    cli.save_curves(history, out / "curves.png", **({"panels": command.panels} if command.panels else {}))
+
+    if (out / "best.npz").exists():  # evaluate the best epoch's weights
+        run.model, _ = model_from_checkpoint(out / "best.npz")
+    run.model.eval()
+    metrics, examples = command.evaluate(run, trainer)
+    if args.plot_attention and examples:
+        from minitransformer.cli.attention import plot_attention_example
+        plot_attention_example(run.model, data.vocab, examples, out)
+    metrics.update({"epochs": len(trainer.history), "best_epoch": trainer.best_epoch,
+                    "stop_reason": trainer.stop_reason, "pretrain_epochs": len(run.pre_history),
+                    "pretrain_time_s": t_pre, "train_time_s": t_train, "wall_time_s": time.perf_counter() - t0,
+                    "parameters": run.model.num_parameters(), "preset": getattr(args, "preset", "default"),
+                    "quick": args.quick})
+    cli.write_json(out / "metrics.json", metrics)
+    command.summary(run, metrics)
+    return 0
+
+
+def _fit(run: Run, phase: Phase, resume: Path | None):
+    """One phase: its optimizer (the schedule as long as the phase), its settings, and
+    :func:`~minitransformer.cli.progress.run_fit`; the main phase writes ``config.json`` first."""
+    from minitransformer import cli
+    from minitransformer.train import TrainConfig
+    recipe, args = run.recipe, run.args
+    steps = max(2, -(-phase.examples // recipe.batch_size) * phase.epochs)
+    optimizer = make_optimizer(recipe, run.model, steps, lr=phase.lr)
+    folder = run.out / "pretrain" if phase.name == "pretrain" else run.out
+    config = TrainConfig(epochs=phase.epochs, batch_size=recipe.batch_size, clip=1.0, patience=phase.patience,
+                         metric=phase.metric, mode=phase.mode, seed=args.seed, max_time=phase.max_time,
+                         eval_batch_size=phase.eval_batch_size, out_dir=str(folder), quiet=args.quiet)
+    if phase.name == "train":
+        cli.write_json(run.out / "config.json", {"model": run.model.config.to_dict(), "train": config.__dict__,
+                                                 "run": run.info})
+    return cli.run_fit(phase.name, run.model, phase.task, optimizer, phase.train_data, phase.val_data,
+                       config=config, callbacks=phase.callbacks, vocab=run.data.vocab,
+                       extra_meta={"run": run.info}, resume=resume,
+                       earlier_history=run.pre_history if phase.name == "train" else ())
+
+
+# ----------------------------------------------------------------------------- the command line
+def preset(presets: Mapping[str, Recipe], args, quick: Mapping) -> Recipe:
+    """The recipe ``--preset`` names, made small by ``--quick`` (``quick``'s fields replaced)."""
+    recipe = presets[args.preset]
+    return dataclasses.replace(recipe, **quick) if args.quick else recipe
+
+
+def apply_overrides(recipe: Recipe, args, names: Sequence[str]) -> Recipe:
+    """``recipe`` with every option of ``names`` the user gave (not None in ``args``); a
+    ``--dropout`` sets the model's three dropouts."""
+    given = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    if getattr(args, "dropout", None) is not None:
+        p = args.dropout
+        given["model"] = dict(recipe.model, emb_dropout=p, attn_dropout=p, resid_dropout=p)
+    return dataclasses.replace(recipe, **given)
+
+
+def set_budgets(recipe: Recipe, args, pretraining: bool = False, pretraining_adds_time: bool = False) -> Recipe:
+    """``recipe`` with its budgets from the command line: ``pretrain_max_time`` from
+    ``--pretrain-minutes`` (0 = none), ``max_time`` from ``--max-minutes`` (0 = none) or the
+    preset's. With ``pretraining_adds_time`` (and no ``--max-minutes``) the preset's budget is
+    the main phase's own (``fine_tune_time``) and the pretraining's comes on top. With
+    ``pretraining``, a pretraining budget that leaves the main phase less than a minute is
+    refused."""
+    from minitransformer.cli.arguments import check_phase_budget, max_time
+    minutes = getattr(args, "pretrain_minutes", None)
+    if minutes is not None:
+        recipe = dataclasses.replace(recipe, pretrain_max_time=minutes * 60 if minutes > 0 else None)
+    total = recipe.max_time
+    if pretraining_adds_time and args.max_minutes is None and total and recipe.pretrain_max_time:
+        recipe = dataclasses.replace(recipe, fine_tune_time=total)
+        total += recipe.pretrain_max_time
+    recipe = dataclasses.replace(recipe, max_time=max_time(args, total))
+    if pretraining:
+        check_phase_budget(recipe.pretrain_max_time, recipe.max_time)
+    return recipe
