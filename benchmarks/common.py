@@ -25,7 +25,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # benchmark the checkout, installed or not
 
-from minitransformer import backend, kernels, runtime  # noqa: E402
+from minitransformer import backend, devices, kernels, runtime  # noqa: E402
 from minitransformer.backend import xp  # noqa: E402
 from minitransformer.fast import parallel  # noqa: E402
 from minitransformer.models import DecoderLM, DecoderLMConfig  # noqa: E402
@@ -79,10 +79,10 @@ def d_head(cfg: DecoderLMConfig) -> int:
 # ---------------------------------------------------------------------------
 def time_call(fn) -> float:
     """Seconds for one ``fn()``, with the device synchronised before and after."""
-    backend.synchronize()
+    devices.synchronize()
     t0 = time.perf_counter()
     fn()
-    backend.synchronize()
+    devices.synchronize()
     return time.perf_counter() - t0
 
 

@@ -27,7 +27,7 @@ from common import (  # noqa: E402
     add_config_options, build, finish_args, format_table, make_batch, make_config, mb, parser, start,
     train_step, write_result,
 )
-from minitransformer import backend  # noqa: E402
+from minitransformer import backend, devices  # noqa: E402
 from minitransformer.backend import xp  # noqa: E402
 
 
@@ -51,11 +51,11 @@ def peak_step_memory(cfg, B, T) -> dict:
         model, optimizer = build(cfg)
         ids = make_batch(B, T, cfg)
         train_step(model, optimizer, ids)
-        backend.synchronize()
+        devices.synchronize()
         pool.free_all_blocks()
         before = pool.used_bytes()
         train_step(model, optimizer, ids)
-        backend.synchronize()
+        devices.synchronize()
         return {"method": "cupy pool total_bytes after free_all_blocks", "peak_bytes": pool.total_bytes(),
                 "before_step_bytes": before}
     tracemalloc.start()

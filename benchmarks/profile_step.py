@@ -30,7 +30,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import common  # noqa: E402
-from minitransformer import functional, kernels  # noqa: E402
+from minitransformer import devices, functional, kernels  # noqa: E402
 
 SHAPE = {"small": (64, 64), "tomczak": (64, 64), "medium": (32, 128)}  # (B, T), as compare_revisions.py
 
@@ -39,7 +39,7 @@ class KernelTimer:
     """Exclusive wall time and calls per kernel name, while :meth:`installed`.
 
     On a GPU a kernel returns before its work is done: give ``sync``
-    (``backend.synchronize``) and each timer waits for the device before it starts
+    (``devices.synchronize``) and each timer waits for the device before it starts
     and before it stops, so a kernel is charged for its own device work and the
     launches of what ran before it are charged to what ran before it."""
 

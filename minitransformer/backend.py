@@ -1,79 +1,39 @@
-"""The one place that decides which array library does the math.
+"""What every layer needs first: the array library, the float dtype, the random stream.
 
-Every other module writes ``from minitransformer.backend import xp`` and calls
-``xp.matmul``, ``xp.exp`` ... ``xp`` is a thin forwarding object, so switching
-the backend with :func:`use` takes effect everywhere at once, even in modules
-that imported ``xp`` earlier.
+Every module writes ``from minitransformer.backend import xp`` and calls ``xp.matmul``,
+``xp.exp`` ... ``xp`` forwards to the active library, so :func:`use` switches it
+everywhere at once: ``"numpy"`` (the default, the CPU), ``"cupy"`` (an NVIDIA GPU;
+``MINITRANSFORMER_BACKEND=cupy``) or ``"strict"`` (the tests' CPU stand-in for CuPy);
+:mod:`minitransformer.devices` loads them and holds what only matters on a GPU.
 
-``numpy``
-    The default. Plain NumPy on the CPU.
-``cupy``
-    CuPy on an NVIDIA GPU. Chosen by ``MINITRANSFORMER_BACKEND=cupy`` or
-    ``backend.use("cupy")``.
-``strict``
-    A CPU stand-in for CuPy that the tests use (NumPy whose arrays refuse host
-    conversions as CuPy's do); it lives in :mod:`minitransformer.testing.strict`.
-
-Besides ``xp`` this module provides the default float dtype, one seeded random
-generator type (:class:`RNG`) whose state is two integers (so it round-trips
-through a checkpoint on every backend), :func:`erf`, :func:`to_numpy`,
-:func:`asarray` and :func:`scatter_add`; and the argument checks both kernel sets
-share (:func:`check_ids`, :func:`check_attention_inputs`, :func:`check_cross_entropy_args`),
-with :func:`sum_to_shape`, the gradient of a broadcast.
+Also here: the default float dtype, :class:`RNG` (a seeded stream whose state is two
+integers, so it round-trips through a checkpoint), :func:`erf`, :func:`scatter_add`,
+and the argument checks both kernel sets share, so one mistake gets one message.
 """
 from __future__ import annotations
 
 import contextlib
-import os
 
 import numpy as _np
 
+from minitransformer import devices
+
 __all__ = [
     "xp", "use", "name", "is_device_array", "to_numpy", "asarray", "scatter_add", "erf",
-    "get_dtype", "set_dtype", "dtype_scope", "RNG", "synchronize", "BACKENDS", "values_on_host",
-    "forbid_host_sync", "as_rng", "check_ids", "check_attention_inputs",
+    "get_dtype", "set_dtype", "dtype_scope", "RNG", "BACKENDS", "values_on_host", "as_rng", "check_ids", "check_attention_inputs",
     "check_cross_entropy_args", "sum_to_shape",
 ]
 
 BACKENDS = ("numpy", "cupy", "strict")
 
 
-# ---------------------------------------------------------------------------
-# Backend selection
-# ---------------------------------------------------------------------------
 _state = {"name": None, "module": None, "dtype": _np.float32}
 
 
-def _load(backend_name: str):
-    if backend_name == "numpy":
-        return _np
-    if backend_name == "strict":
-        from minitransformer.testing.strict import STRICT
-        return STRICT
-    if backend_name == "cupy":
-        try:
-            import cupy  # noqa: WPS433 (optional GPU extra)
-        except ImportError as err:
-            raise RuntimeError(
-                "backend 'cupy' was requested but CuPy is not installed. Install the GPU extra "
-                "(pip install 'minitransformer[gpu]', or the cupy-cudaXXx wheel for your CUDA) "
-                "or use backend 'numpy'."
-            ) from err
-        try:
-            cupy.cuda.runtime.getDeviceCount()
-        except Exception as err:  # no driver, no device
-            raise RuntimeError(f"backend 'cupy' was requested but no usable GPU was found: {err}") from err
-        return cupy
-    raise ValueError(f"unknown backend {backend_name!r}; expected one of {BACKENDS}")
-
-
 def use(backend_name: str) -> None:
-    """Switch the array library: ``"numpy"`` (default), ``"cupy"`` or ``"strict"``.
-
-    Arrays made under one backend are not converted; switch before building a
-    model (or move its weights with ``load_state_dict``).
-    """
-    module = _load(backend_name)
+    """Switch the array library: ``"numpy"``, ``"cupy"`` or ``"strict"``. Arrays are not
+    converted: switch before building a model (or move its weights with ``load_state_dict``)."""
+    module = devices.load(backend_name, BACKENDS)
     _state["name"], _state["module"] = backend_name, module
     vars(xp).clear()  # the names xp remembered belong to the previous module
 
@@ -84,13 +44,9 @@ def name() -> str:
 
 
 class _XP:
-    """Forwards attribute access to the active array module (numpy/cupy/strict).
-
-    Each name is looked up in the module once and then kept in this object's own
-    ``__dict__``, where Python finds it before it would call ``__getattr__``: a
-    decoding step reads ``xp.something`` thousands of times, and the forwarding
-    call cost about 0.8 us each (6 % of the small model's sampling). :func:`use`
-    forgets them all when the backend changes."""
+    """Forwards attribute access to the active array module. Each name found is kept in
+    this object's ``__dict__``, where Python looks before calling ``__getattr__`` (a
+    decoding step reads ``xp.*`` thousands of times); :func:`use` forgets them."""
 
     def __getattr__(self, attr):
         value = getattr(_state["module"], attr)
@@ -105,8 +61,7 @@ xp = _XP()
 
 
 def is_device_array(a) -> bool:
-    """True for arrays of the active backend (not Python scalars, not host arrays
-    under the cupy/strict backends)."""
+    """True for arrays of the active backend (not scalars, not host arrays under cupy/strict)."""
     if _state["name"] == "numpy":
         return isinstance(a, _np.ndarray)
     return isinstance(a, _state["module"].ndarray)
@@ -122,13 +77,8 @@ def to_numpy(a):
 
 
 def values_on_host(a) -> bool:
-    """True when reading the values of ``a`` costs no device round trip: a host NumPy
-    array, or any array under the numpy backend.
-
-    Checks on input *values* (token ids in range, labels in [0, 1]) run only then.
-    On a GPU they would stall every training step, so there the tasks check each
-    batch on the host, before copying it to the device.
-    """
+    """True when reading the values of ``a`` costs no device round trip. Checks on input
+    *values* (ids in range) run only then; on a GPU the tasks check each batch on the host."""
     return _state["name"] == "numpy" or type(a) is _np.ndarray
 
 
@@ -140,14 +90,12 @@ def asarray(a, dtype=None):
 
 
 def scatter_add(target, indices, values) -> None:
-    r"""In place: ``target[indices] += values``, summing over repeated indices.
+    r"""In place, summing over repeated indices:
 
     .. math:: \mathrm{target}_i \mathrel{+}= \textstyle\sum_{n:\ \mathrm{indices}_n = i} \mathrm{values}_n
 
-    ``indices`` (N,) indexes the first axis of ``target`` (V, ...); ``values`` is
-    (N, ...). Plain ``target[indices] += values`` would keep only one of several
-    rows with the same index; ``add.at`` sums them all (``cupyx.scatter_add`` on CuPy).
-    """
+    target (V, ...), indices (N,), values (N, ...). Plain ``target[indices] += values``
+    would keep one of several rows with the same index; ``add.at`` sums them all."""
     if _state["name"] == "cupy":
         import cupyx
         cupyx.scatter_add(target, indices, values)
@@ -156,8 +104,7 @@ def scatter_add(target, indices, values) -> None:
 
 
 def erf(x):
-    r"""The error function :math:`\mathrm{erf}(x) = \frac{2}{\sqrt\pi}\int_0^x e^{-t^2}dt`,
-    element-wise, from SciPy (``cupyx.scipy.special`` on CuPy). x: (...)."""
+    r""":math:`\mathrm{erf}(x) = \frac{2}{\sqrt\pi}\int_0^x e^{-t^2}dt`, element-wise (SciPy's, or CuPy's). x: (...)."""
     if _state["name"] == "cupy":
         from cupyx.scipy.special import erf as cupy_erf
         return cupy_erf(x)
@@ -168,33 +115,6 @@ def erf(x):
     return scipy_erf(x)
 
 
-@contextlib.contextmanager
-def forbid_host_sync():
-    """``with forbid_host_sync(): ...`` fails at the first read of a device value
-    back to the host, the kind of read that makes a GPU wait: on CuPy through
-    ``cupyx.allow_synchronize(False)``, on the tests' strict stand-in through
-    :func:`minitransformer.testing.strict.refuse_host_reads`; on NumPy (no device) nothing."""
-    if _state["name"] == "cupy":
-        import cupyx
-        with cupyx.allow_synchronize(False):
-            yield
-    elif _state["name"] == "strict":
-        from minitransformer.testing.strict import refuse_host_reads
-        with refuse_host_reads():
-            yield
-    else:
-        yield
-
-
-def synchronize() -> None:
-    """Wait for queued device work (a no-op on the CPU). For timing only."""
-    if _state["name"] == "cupy":
-        _state["module"].cuda.get_current_stream().synchronize()
-
-
-# ---------------------------------------------------------------------------
-# Default dtype
-# ---------------------------------------------------------------------------
 def get_dtype():
     """The float dtype new parameters and activations use (float32 by default)."""
     return _state["dtype"]
@@ -210,7 +130,7 @@ def set_dtype(dtype) -> None:
 
 @contextlib.contextmanager
 def dtype_scope(dtype):
-    """``with dtype_scope("float64"): ...`` builds models in float64 for checks."""
+    """``with dtype_scope("float64"): ...`` (gradient checks)."""
     old = _state["dtype"]
     set_dtype(dtype)
     try:
@@ -219,28 +139,16 @@ def dtype_scope(dtype):
         _state["dtype"] = old
 
 
-# ---------------------------------------------------------------------------
-# Random numbers
-# ---------------------------------------------------------------------------
 class RNG:
     """A seeded random stream whose whole state is ``(seed, counter)``.
 
-    Each draw makes a fresh backend generator from the pair ``(seed, counter)``
-    and then increments the counter. So the state is two integers: it saves to a
-    checkpoint and restores on NumPy and CuPy alike, and a resumed run draws
-    exactly the numbers an uninterrupted run would have drawn.
-
-    **Where a draw is made.** Initial weights (:meth:`normal`, :meth:`host_random`)
-    are drawn on the host by NumPy and copied to the backend once, so one seed
-    builds the same model on the CPU and on a GPU (CuPy's generator is not NumPy's
-    PCG64: drawn on the device, the same seed gave other weights on an H100). What is
-    drawn every step (dropout masks, MLM corruption, sampling: :meth:`random`,
-    :meth:`integers`) stays on the device, from the backend's own generator.
-
-    ``stream`` (default 0) picks one of many independent streams of the same seed:
-    data-parallel ranks draw their dropout masks from stream = rank, so that two
-    ranks never reuse the same numbers on different examples (stream 0 is the
-    plain ``(seed, counter)`` stream; the stream is not part of the saved state).
+    Each draw makes a fresh generator from ``(seed, counter)``, then increments the
+    counter: the state saves to a checkpoint, and a resumed run draws exactly what an
+    uninterrupted one would. Initial weights (:meth:`normal`, :meth:`host_random`) are
+    drawn on the host by NumPy, so one seed builds the same model on a CPU and a GPU;
+    what is drawn every step (dropout, MLM corruption, sampling) stays on the device.
+    ``stream`` picks an independent stream of the same seed (data-parallel rank r draws
+    its dropout from stream r; not part of the saved state).
     """
 
     def __init__(self, seed: int = 0, stream: int = 0):
@@ -252,25 +160,21 @@ class RNG:
         return [self.seed, self.counter] if self.stream == 0 else [self.seed, self.counter, self.stream]
 
     def generator(self):
-        """A backend generator for the next draw (advances the stream)."""
+        """A backend generator for the next draw."""
         mixed = _np.random.SeedSequence(self._entropy()).generate_state(1, _np.uint32)[0]
         self.counter += 1
         return xp.random.default_rng(int(mixed))
 
     def random(self, shape, dtype=None):
-        """Uniform floats in [0, 1) of the given shape, drawn on the device by the backend's own
-        generator (dropout masks, MLM corruption, sampling: drawn every step, never copied).
-        CuPy's generator is not NumPy's, so these numbers differ between CPU and GPU."""
+        """Uniform floats in [0, 1), drawn on the device (they differ between CPU and GPU)."""
         return self.generator().random(shape, dtype=dtype or get_dtype())
 
     def host_random(self, shape, dtype=None):
-        """Uniform floats in [0, 1) drawn on the host by NumPy and moved to the backend: for
-        initial weights, so that one seed builds the same model on the CPU and on a GPU."""
+        """Uniform floats in [0, 1), drawn on the host (initial weights) and moved to the backend."""
         return xp.asarray(self.host().random(shape, dtype=dtype or get_dtype()))
 
     def normal(self, shape, std=1.0, dtype=None):
-        """Normal(0, std^2) floats of the given shape, drawn on the host by NumPy and moved to the
-        backend (initial weights: one seed builds the same model on the CPU and on a GPU)."""
+        """Normal(0, std^2) floats, drawn on the host (initial weights) and moved to the backend."""
         dtype = dtype or get_dtype()
         out = xp.asarray(self.host().standard_normal(shape, dtype=dtype))
         return out * std if std != 1.0 else out
@@ -280,7 +184,7 @@ class RNG:
         return self.generator().integers(low, high, size=shape)
 
     def host(self) -> _np.random.Generator:
-        """A NumPy generator for host-side choices (batch order, corruption plans)."""
+        """A NumPy generator for host-side choices (batch order)."""
         mixed = _np.random.SeedSequence(self._entropy()).generate_state(1, _np.uint32)[0]
         self.counter += 1
         return _np.random.default_rng(int(mixed))
@@ -296,13 +200,8 @@ class RNG:
 
 
 def as_rng(rng=None, default_seed: int = 0) -> RNG:
-    """Whatever a caller passed as ``rng``, as an :class:`RNG`.
-
-    ``None`` -> ``RNG(default_seed)``; an int -> ``RNG(seed)``; an :class:`RNG` ->
-    itself (shared, advanced in place); a NumPy ``Generator`` -> an :class:`RNG`
-    seeded by one draw from it (so the Generator advances, and the same Generator
-    state gives the same numbers). Anything else: a one-line ValueError (as for every bad setting).
-    """
+    """``rng`` as an :class:`RNG`: None -> ``RNG(default_seed)``, an int -> ``RNG(seed)``, an
+    :class:`RNG` -> itself (shared), a NumPy Generator -> an RNG seeded by one draw from it."""
     if rng is None:
         return RNG(default_seed)
     if isinstance(rng, RNG):
@@ -315,20 +214,13 @@ def as_rng(rng=None, default_seed: int = 0) -> RNG:
                     f"or a backend.RNG, got {type(rng).__name__}")
 
 
-# ---- What both kernel sets share ------------------------------------------------------
-# The plain kernels in minitransformer/nn and their fast twins in minitransformer/fast check
-# their arguments with the same functions, so that one mistake gets one message whichever set
-# runs. They sit here, below both sets, because neither set may import the other's files.
+# ---- What both kernel sets share: the plain kernels (nn/) and their fast twins (fast/) check
+# their arguments with these, so one mistake gets one message whichever set runs.
 
 
 def check_ids(ids, vocab_size: int, what: str = "embedding"):
-    """Raise ValueError unless ``ids`` is an integer array with values in [0, vocab_size).
-
-    The values are read only where that needs no device round trip
-    (:func:`values_on_host`): on the CPU always, on a GPU only for host
-    arrays. A GPU checks each batch on the host before the copy instead
-    (:func:`ids_to_device`, which the tasks use), so the training step never waits.
-    """
+    """Raise ValueError unless ``ids`` is an integer array with values in [0, vocab_size);
+    the values are read only where that costs no device round trip (:func:`values_on_host`)."""
     if not hasattr(ids, "dtype") or ids.dtype.kind not in "iu":
         dtype = getattr(ids, "dtype", type(ids).__name__)
         raise ValueError(f"{what}: token ids must be an integer array, got dtype {dtype}")
@@ -370,15 +262,13 @@ def check_attention_inputs(q, k, v, mask, bias) -> None:
 
 
 def check_attention_dout(dout, out_shape) -> None:
-    """Raise ValueError unless the upstream gradient ``dout`` has the attention output's shape
-    ``out_shape`` (B, H, Tq, Dv): another shape would broadcast silently in the products."""
+    """Raise ValueError unless ``dout`` has the output's shape (B, H, Tq, Dv): another would broadcast."""
     if tuple(dout.shape) != tuple(out_shape):
         raise ValueError(f"attention_backward: dout has shape {tuple(dout.shape)}, the output {tuple(out_shape)}")
 
 
 def check_cross_entropy_args(logits, targets, label_smoothing, reduction) -> float:
-    """Raise ValueError for arguments ``cross_entropy_forward`` cannot use: logits (..., V),
-    targets (...), label smoothing in [0, 1), reduction "mean", "sum" or "none". Returns epsilon."""
+    """Refuse what ``cross_entropy_forward`` cannot use (shapes, smoothing, reduction); returns epsilon."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     eps = float(label_smoothing)
@@ -395,31 +285,12 @@ def check_cross_entropy_args(logits, targets, label_smoothing, reduction) -> flo
 
 
 def sum_to_shape(a, shape: tuple):
-    """Sum ``a`` over the axes that a broadcast of ``shape`` to ``a.shape`` stretched:
-    the gradient of a broadcast array. a: (...); returns (shape)."""
+    """The gradient of a broadcast: ``a`` (...) summed over the axes the broadcast of ``shape`` stretched."""
     lead = a.ndim - len(shape)
     a = a.sum(axis=tuple(range(lead))) if lead else a  # drop leading axes the shape lacks
     axes = tuple(i for i, n in enumerate(shape) if n == 1 and a.shape[i] != 1)
     return a.sum(axis=axes, keepdims=True) if axes else a  # (shape)
 
 
-#: Why ``MINITRANSFORMER_BACKEND`` could not be followed at import (then NumPy is used), or None:
-#: a ValueError for a name that is no backend, a RuntimeError when CuPy or a GPU is missing.
-#: Importing never fails on it (the ``minitransformer`` command must get the chance to say it in
-#: one line, before any work); a program can check it.
-ENVIRONMENT_PROBLEM: Exception | None = None
-
-
-def _use_from_environment() -> None:
-    global ENVIRONMENT_PROBLEM
-    value = os.environ.get("MINITRANSFORMER_BACKEND", "numpy").strip().lower() or "numpy"
-    try:
-        use(value)
-    except (ValueError, RuntimeError) as err:
-        use("numpy")
-        ENVIRONMENT_PROBLEM = type(err)(f"MINITRANSFORMER_BACKEND={value!r}: {err}; unset it or set it to numpy "
-                                        "or cupy")
-
-
-_use_from_environment()
-
+#: Why ``MINITRANSFORMER_BACKEND`` could not be followed at import (NumPy is used then), or None.
+ENVIRONMENT_PROBLEM = devices.use_from_environment(use)

@@ -6,7 +6,7 @@ GPU is missing (CI has neither). Run them with ``pytest -m gpu`` on a GPU machin
 import numpy as np
 import pytest
 
-from minitransformer import backend, kernels
+from minitransformer import backend, devices, kernels
 from minitransformer import functional as F
 
 pytestmark = pytest.mark.gpu
@@ -106,7 +106,7 @@ def test_lm_training_step_does_not_synchronise_on_the_gpu():
         task, optimizer = LMTask(pad_id=0), Adam(model, lr=1e-3)
         batch = task.collate([[1, 4, 5, 6, 2], [1, 7, 8, 2]])
         for step in range(2):
-            with backend.forbid_host_sync():
+            with devices.forbid_host_sync():
                 loss, _ = task.loss(model, batch, np.random.default_rng(step))
                 model.zero_grad()
                 task.backward(model)

@@ -185,3 +185,13 @@ def test_the_layers_import_only_downwards(part):
         if rel == part or rel.startswith(part) and part.endswith("/"):
             bad = sorted(t for t in targets if t.startswith(FORBIDDEN[part]))
             assert not bad, f"{rel} imports {bad}, which sit above {part}"
+
+
+#: One concept per file: a package file longer than this holds two.
+MAX_FILE_LINES = 400
+
+
+def test_no_package_file_is_longer_than_400_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_FILE_LINES}
+    assert not long, f"package files over {MAX_FILE_LINES} lines (split them by concept): {long}"

@@ -178,13 +178,13 @@ def part_profile(args) -> dict:
     timed between two synchronisations), and the plain step beside it."""
     import profile_step  # benchmarks/profile_step.py
 
-    from minitransformer import backend
+    from minitransformer import backend, devices
     backend.use(args.backend)
     settings = argparse.Namespace(warmup=1 if args.quick else 3, repeats=2 if args.quick else 10)
     rows = []
     for name in (("small",) if args.quick else ("small", "medium")):
         B, T = profile_step.SHAPE[name]
-        rows.append(profile_step.profile(name, B, T, settings, sync=backend.synchronize))
+        rows.append(profile_step.profile(name, B, T, settings, sync=devices.synchronize))
     return {"rows": rows, "markdown": "\n".join(profile_step.markdown(r) for r in rows)}
 
 

@@ -1,5 +1,5 @@
 r"""One token per row by inverting the CDF, as one compiled loop: the fast twin of
-:func:`minitransformer.generate.decode._inverse_cdf_draw`.
+:func:`minitransformer.generate.sampling._inverse_cdf_draw`.
 
 The reference draws row :math:`n`'s token as the number of CDF entries at or below
 :math:`u_n F_{n,V-1}`, capped at the row's last token of positive probability,
@@ -43,7 +43,7 @@ def usable(z, u) -> bool:
 
 
 def inverse_cdf_draw(z, u):
-    """As the reference (:func:`minitransformer.generate.decode._inverse_cdf_draw`).
+    """As the reference (:func:`minitransformer.generate.sampling._inverse_cdf_draw`).
     z: (N, V) float64 with at least one finite entry per row; u: (N,) in [0, 1).
     Returns (N,) int64 token ids."""
     p = np.exp(z - z.max(axis=1, keepdims=True))  # (N, V), unnormalised probabilities, NumPy's exp

@@ -10,7 +10,7 @@ and values a layer, every step, from memory rather than the CPU cache.
 The NumPy twin (:func:`minitransformer.fast.attention.attention_forward`) calls
 BLAS twice per pair, 512 small calls a layer, whose fixed cost dominates short
 caches. This loop makes one pass instead, reading the keys, then the values, in
-the order they lie in memory: the cache (:class:`minitransformer.nn.attention.KVCache`)
+the order they lie in memory: the cache (:class:`minitransformer.nn.kv_cache.KVCache`)
 is **time-major**, (T, B, H, d), so the keys of all pairs at one position are
 adjacent and the filled positions are one contiguous block. Read pair by pair, a
 (B, H, capacity, d) cache gives each pair a short stream of its own, which the

@@ -32,7 +32,7 @@ through ``model.forward`` and keeps the last position: the cost of step
 :math:`t` grows with :math:`t` (attention is :math:`O(t^2)` per step, so
 :math:`O(T^3)` for a sequence). With a cache (``use_cache=True``, the default)
 each layer keeps the keys and values of the tokens already seen
-(:class:`~minitransformer.nn.attention.KVCache`), and ``model.step`` computes
+(:class:`~minitransformer.nn.kv_cache.KVCache`), and ``model.step`` computes
 only the new token: :math:`O(t)` attention work per step. A Seq2Seq model also
 encodes its source once instead of once per step. Both paths compute the same
 function; in float64 their logits agree to rounding error, which the tests
@@ -65,9 +65,8 @@ Conventions
 """
 from minitransformer.generate.beam import beam_search, gnmt_length_penalty
 from minitransformer.generate.constraint import Constraint
-from minitransformer.generate.decode import (
-    DecodeState, decode_step_logits, filter_logits, greedy, init_decode_state, sample,
-)
+from minitransformer.generate.decode import DecodeState, decode_step_logits, greedy, init_decode_state
+from minitransformer.generate.sampling import filter_logits, sample
 
 __all__ = [
     "DecodeState", "init_decode_state", "decode_step_logits", "greedy", "sample", "beam_search",

@@ -1,28 +1,19 @@
 r"""``DecoderLM``: the decoder-only autoregressive language model (GPT-like).
 
-It models :math:`p(x) = \prod_{t} p(x_t \mid x_{<t})` over token sequences that
-start with a BOS token. The forward pass maps ids (B, T) to next-token logits
-(B, T, V): position ``t`` predicts token ``t + 1``, and a causal mask keeps it
-from looking ahead::
+It models :math:`p(x) = \prod_{t} p(x_t \mid x_{<t})` over sequences that start with
+BOS: position ``t`` predicts token ``t + 1``, and a causal mask keeps it from looking
+ahead::
 
     h = dropout(E[ids] * s + P)                       # TokenEmbedder
-    h = block_n( ... block_1(h, causal & padding) )   # CausalBlock: self-attention that looks back
+    h = block_n( ... block_1(h, causal & padding) )   # CausalBlock
     h = LN_f(h)                                       # optional (default on for pre-LN)
     logits = h @ W_out + b   or   h @ E^T (tied)      # (B, T, V)
 
-Positions (``pos``): learned or sinusoidal vectors ``P``, or ``"relative"``: no
-``P``, and every block's self-attention adds a causal relative-position bias
-(``relative_bias``: learned or ALiBi) to its logits; a bias can also be added
-beside ``P``. The bias depends only on query-key distances, so a KV-cached
-:meth:`DecoderLM.step` gives the same logits as the full forward pass.
+With ``pos="relative"`` there is no ``P``; each block's self-attention adds a causal
+bias of query-key distances, so a KV-cached :meth:`DecoderLM.step` still gives the full
+forward's logits. Tied, ``E`` gets the gradients of both uses, summed.
 
-With ``tie_embeddings=True`` the output projection *is* the token embedding
-matrix, so that matrix receives two gradient contributions, one from the
-lookup at the bottom and one from the projection at the top; the backward adds
-both into the same ``Parameter.grad``.
-
-This is the autoregressive model ("ARM") of the reference article; its exact
-setting is ``DecoderLMConfig.tomczak()``.
+The reference article's autoregressive model ("ARM") is ``DecoderLMConfig.tomczak()``.
 """
 from __future__ import annotations
 
@@ -39,7 +30,7 @@ from minitransformer.nn import KVCache, LayerNorm, Module, ModuleList, set_rng
 
 @dataclasses.dataclass(kw_only=True)
 class DecoderLMConfig(TransformerOptions):
-    """Options of :class:`DecoderLM`; shared options: :class:`~minitransformer.nn.blocks.TransformerOptions`."""
+    """Options of :class:`DecoderLM`; the rest: :class:`~minitransformer.nn.config.TransformerOptions`."""
 
     vocab_size: int = dataclasses.field(kw_only=False)
     n_layers: int = 2
@@ -48,8 +39,8 @@ class DecoderLMConfig(TransformerOptions):
 
     @classmethod
     def tomczak(cls, vocab_size: int, max_len: int = 101, **overrides) -> "DecoderLMConfig":
-        """The reference ARM: D=64, 4 heads of width 64, 10 post-LN blocks, MLP 64-256-64
-        with GELU, dropout 0.1 on the embedding sum only, learned positions, untied."""
+        """The reference ARM: 10 post-LN blocks, 4 heads as wide as D=64, dropout only on
+        the embedding sum."""
         base = dict(vocab_size=vocab_size, max_len=max_len, d_model=64, n_heads=4, d_head=64,
                     n_layers=10, d_ff=256, norm="post", activation="gelu", pos="learned",
                     tie_embeddings=False, final_norm=False, emb_dropout=0.1)
@@ -58,7 +49,7 @@ class DecoderLMConfig(TransformerOptions):
 
 
 class DecoderLM(Module):
-    """Decoder-only transformer language model. See the module docstring."""
+    """Decoder-only transformer language model (the module docstring)."""
 
     def __init__(self, config: DecoderLMConfig):
         self.config = c = config
@@ -71,7 +62,6 @@ class DecoderLM(Module):
         self.stack = Stack(self.embed, self.blocks, self.ln_f)  # embed -> blocks -> ln_f, and back
         set_rng(self, self.rng)
 
-    # -- training-time forward / backward ---------------------------------------
     def forward(self, ids):
         """ids: (B, T) integer, BOS first, right-padded with pad_id. Returns logits (B, T, V)."""
         check_token_batch(ids, self.config.vocab_size, self.config.max_len, "DecoderLM")
@@ -82,18 +72,15 @@ class DecoderLM(Module):
         return self.head(h)  # (B, T, V)
 
     def backward(self, dlogits):
-        """dlogits: (B, T, V). Accumulates every parameter's gradient; returns None."""
+        """dlogits: (B, T, V). Accumulates the gradients."""
         self._require_cache()
         self.stack.backward(self.head.backward(dlogits))  # (B, T, D) into the stack
         return None
 
     def log_prob(self, ids):
-        """Per-sequence log-likelihood :math:`\\sum_t \\log p(x_{t+1} \\mid x_{\\le t})`.
-
-        ids: (B, T) with BOS first, right-padded. Padding targets are not counted;
-        the EOS target is. Returns (B,) on the device. Runs in the current mode
-        (call ``eval()`` first for deterministic values).
-        """
+        """Per-sequence :math:`\\sum_t \\log p(x_{t+1} \\mid x_{\\le t})`; ids: (B, T) as in
+        ``forward``. Padding targets are not counted, EOS is. Returns (B,), in the current
+        mode (``eval()``: deterministic)."""
         if getattr(ids, "ndim", None) == 2 and ids.shape[1] < 2:
             raise ValueError("DecoderLM.log_prob: sequences need at least 2 tokens (BOS and one more), "
                              f"got shape {tuple(ids.shape)}")
@@ -101,15 +88,13 @@ class DecoderLM(Module):
         nll = CrossEntropyLoss(ignore_index=self.config.pad_id, reduction="none")(logits, ids[:, 1:])  # (B, T-1)
         return -nll.sum(axis=1)  # (B,)
 
-    # -- incremental decoding with a KV cache -----------------------------------
     def init_state(self):
-        """Empty decoding state: one KV cache per block (room for ``max_len`` positions) and the next position."""
+        """Empty decoding state: a KV cache per block and the next position."""
         return {"caches": [KVCache(self.config.max_len) for _ in self.blocks], "pos": 0}
 
     def step(self, ids_new, state):
-        """Feed new tokens (B, Tn) after those already in ``state``; returns logits of the
-        last new position (B, V). Only the new tokens are computed (keys and values of
-        earlier positions come from the cache). Inference only: no backward."""
+        """Feed new tokens (B, Tn) after those in ``state`` (earlier keys and values come from
+        its cache); returns the last position's logits (B, V). No backward."""
         Tn, start = ids_new.shape[1], state["pos"]
         if start + Tn > self.config.max_len:
             raise ValueError(f"DecoderLM: decoding past max_len={self.config.max_len}")

@@ -20,17 +20,16 @@ from __future__ import annotations
 import dataclasses
 
 from minitransformer import backend
-from minitransformer.nn.config import RecurrentOptions
 from minitransformer.nn.embedding import Embedding, check_token_batch
 from minitransformer.nn.linear import Linear
-from minitransformer.nn.lstm import LSTM
+from minitransformer.nn.lstm import LSTM, RecurrentOptions
 from minitransformer.nn import Module, ModuleList, set_rng
 
 
 @dataclasses.dataclass(kw_only=True)
 class LSTMLMConfig(RecurrentOptions):
     """Options of :class:`LSTMLM`: the vocabulary V; the rest as
-    :class:`~minitransformer.nn.config.RecurrentOptions`."""
+    :class:`~minitransformer.nn.lstm.RecurrentOptions`."""
 
     vocab_size: int = dataclasses.field(kw_only=False)
 

@@ -25,10 +25,9 @@ import dataclasses
 from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.nn import Module, ModuleList, set_rng
-from minitransformer.nn.config import RecurrentOptions
 from minitransformer.nn.embedding import Embedding, check_token_batch
 from minitransformer.nn.linear import Linear
-from minitransformer.nn.lstm import LSTM
+from minitransformer.nn.lstm import LSTM, RecurrentOptions
 from minitransformer.nn.rnn_attention import EncoderAttention
 
 
@@ -36,7 +35,7 @@ from minitransformer.nn.rnn_attention import EncoderAttention
 class RNNSeq2SeqConfig(RecurrentOptions):
     """Options of :class:`RNNSeq2Seq`: the two vocabularies, and ``attention``,
     ``"additive"`` (Bahdanau's) or ``"multiplicative"`` (Luong's); the rest as
-    :class:`~minitransformer.nn.config.RecurrentOptions` (``hidden`` is the encoder's and
+    :class:`~minitransformer.nn.lstm.RecurrentOptions` (``hidden`` is the encoder's and
     the decoder's state width)."""
 
     src_vocab_size: int = dataclasses.field(kw_only=False)

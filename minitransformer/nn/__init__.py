@@ -3,19 +3,20 @@
 
 Reading order: module, linear, elementwise (GELU, ReLU, dropout), embedding,
 softmax (and cross-entropy), relative_position (a bias on the attention logits),
-attention, layernorm, config (the options a model is built from), blocks: each file imports
-only files before it. ``bce`` is
-the loss of the property models."""
+kv_cache (the keys and values kept while decoding), attention, layernorm, config
+(the options a model is built from), blocks: each file imports only files before
+it. ``bce`` is the loss of the property models."""
 from minitransformer.nn import (
     attention, bce, elementwise, embedding, layernorm, linear, relative_position, softmax,
 )
-from minitransformer.nn.attention import KVCache, MultiHeadAttention
+from minitransformer.nn.attention import MultiHeadAttention
 from minitransformer.nn.blocks import CausalBlock, DecoderBlock, EncoderBlock, FeedForward, Residual, Stack
 from minitransformer.nn.config import TransformerOptions
 from minitransformer.nn.elementwise import GELU, Dropout, ReLU, make_activation, set_rng
 from minitransformer.nn.embedding import (
     Embedding, OutputProjection, PositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedder,
 )
+from minitransformer.nn.kv_cache import KVCache
 from minitransformer.nn.layernorm import LayerNorm
 from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module, ModuleList, Parameter

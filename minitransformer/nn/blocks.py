@@ -1,11 +1,8 @@
-r"""Transformer blocks: attention and feed-forward sublayers with residuals and LayerNorm,
-and the stack they make.
+r"""Transformer blocks and the stack they make.
 
-Each sublayer :math:`F` (self-attention, cross-attention, feed-forward) is wrapped
-in a residual connection with dropout :math:`\delta` on its output and a
-LayerNorm placed after the sum (post-LN, the original transformer) or before
-the sublayer (pre-LN, GPT-2 and most modern models); :class:`Residual` is that
-wrapper, forward and backward:
+Each sublayer :math:`F` (attention or feed-forward) sits in a :class:`Residual`, with
+dropout :math:`\delta` on its output and LayerNorm after the sum (post-LN, the original
+transformer) or before the sublayer (pre-LN, GPT-2):
 
 .. math::
     \text{post-LN:}\quad x \leftarrow \mathrm{LN}\big(x + \delta(F(x))\big) \qquad
@@ -16,27 +13,10 @@ Backward, given :math:`dy`:
 * post-LN: :math:`ds = \mathrm{LN}'^\top dy`; then :math:`dx = ds + F'^\top \delta'^\top ds`;
 * pre-LN: :math:`dx = dy + \mathrm{LN}'^\top F'^\top \delta'^\top dy`.
 
-The blocks are residual sublayers in a row:
-
-* :class:`EncoderBlock`: self-attention (every position sees every other), feed-forward;
-* :class:`CausalBlock`: the same with causal self-attention, the block of a GPT;
-* :class:`DecoderBlock`: causal self-attention, cross-attention to an encoder's
-  output, feed-forward: the decoder of an encoder-decoder.
-
-The feed-forward sublayer is the same two-layer MLP at every position,
+The feed-forward sublayer is the same MLP at every position:
 
 .. math:: \mathrm{FFN}(x) = \mathrm{act}(x W_1 + b_1)\,W_2 + b_2,
-          \qquad W_1 \in \mathbb{R}^{D\times d_{ff}},\ W_2 \in \mathbb{R}^{d_{ff}\times D},
-
-with optional dropout on the hidden activation. With ``relative_bias`` set, a
-block's self-attention owns a
-:class:`~minitransformer.nn.relative_position.RelativePositionBias` and adds it to
-its logits: bidirectional in an encoder block, causal (half the table) in the
-others. Cross-attention never gets one.
-
-A block takes the options whole (:class:`~minitransformer.nn.config.TransformerOptions`,
-which every model's config extends). :class:`Stack` is the trunk every model
-shares: embed, the blocks in order, an optional final LayerNorm, and back.
+          \qquad W_1 \in \mathbb{R}^{D\times d_{ff}},\ W_2 \in \mathbb{R}^{d_{ff}\times D}.
 """
 from __future__ import annotations
 
@@ -55,14 +35,13 @@ class FeedForward(Module):
     """``fc2(dropout(act(fc1(x))))``; x: (..., d_model) -> (..., d_model)."""
 
     def __init__(self, config: TransformerOptions, rng: backend.RNG | None = None):
-        rng = backend.as_rng(rng)
-        self.fc1 = Linear(config.d_model, config.d_ff, bias=config.bias, rng=rng)
-        self.act = make_activation(config.activation)
-        self.drop = Dropout(config.ff_dropout, rng=rng)
-        self.fc2 = Linear(config.d_ff, config.d_model, bias=config.bias, rng=rng)
+        c, rng = config, backend.as_rng(rng)
+        self.fc1 = Linear(c.d_model, c.d_ff, bias=c.bias, rng=rng)
+        self.act = make_activation(c.activation)
+        self.drop = Dropout(c.ff_dropout, rng=rng)
+        self.fc2 = Linear(c.d_ff, c.d_model, bias=c.bias, rng=rng)
 
     def forward(self, x):
-        """x: (..., d_model) -> (..., d_model)."""
         h = self.fc1(x)  # (..., d_ff)
         h = self.act(h)  # (..., d_ff)
         h = self.drop(h)  # (..., d_ff)
@@ -70,7 +49,6 @@ class FeedForward(Module):
         return self.fc2(h)  # (..., d_model)
 
     def backward(self, dy):
-        """dy: (..., d_model) -> dx (..., d_model)."""
         self._require_cache()
         dh = self.fc2.backward(dy)  # (..., d_ff)
         dh = self.drop.backward(dh)
@@ -79,13 +57,8 @@ class FeedForward(Module):
 
 
 class Residual(Module):
-    """One residual sublayer: ``x + drop(f(norm(x)))`` (pre-LN) or ``norm(x + drop(f(x)))``
-    (post-LN), around the sublayer ``f`` (attention or feed-forward).
-
-    The norm, the dropout and the sublayer belong to the block (their parameters keep the
-    block's names, ``ln1.weight``, ``attn.qkv.weight``, which checkpoints use); the residual
-    holds them in a tuple, which the walk over parameters and modules does not enter.
-    """
+    """The residual around sublayer ``f``. Its parts are the block's (their parameters keep
+    its names), so they sit in a tuple, which the module walk skips."""
 
     def __init__(self, placement: str, norm: LayerNorm, drop: Dropout, sublayer: Module):
         if placement not in ("pre", "post"):
@@ -97,7 +70,7 @@ class Residual(Module):
         return f"{self.placement}-LN, around {type(self.parts[2]).__name__}"
 
     def forward(self, x, **sublayer_args):
-        """x: (B, T, D), and what the sublayer takes beside its input. Returns (B, T, D)."""
+        """x: (B, T, D) -> (B, T, D)."""
         norm, drop, f = self.parts
         self.cache = True
         if self.placement == "pre":
@@ -105,8 +78,7 @@ class Residual(Module):
         return norm(x + drop(f(x, **sublayer_args)))  # (B, T, D)
 
     def backward(self, dy):
-        """dy: (B, T, D). Returns (dx, extra): extra is the sublayer's second gradient (the
-        context's, for cross-attention) or None."""
+        """dy: (B, T, D) -> (dx, dcontext or None)."""
         self._require_cache()
         norm, drop, f = self.parts
         if self.placement == "pre":
@@ -120,42 +92,35 @@ class Residual(Module):
 
 
 def _self_attention(config: TransformerOptions, causal: bool, rng) -> MultiHeadAttention:
-    position_bias = None if config.relative_bias == "none" else RelativePositionBias(
-        config.n_heads, config.relative_max_distance, bidirectional=not causal, kind=config.relative_bias, rng=rng)
-    return MultiHeadAttention(config.d_model, config.n_heads, config.d_head, bias=config.bias,
-                              attn_dropout=config.attn_dropout, rng=rng, position_bias=position_bias)
+    c = config
+    position_bias = None if c.relative_bias == "none" else RelativePositionBias(
+        c.n_heads, c.relative_max_distance, bidirectional=not causal, kind=c.relative_bias, rng=rng)
+    return MultiHeadAttention(c.d_model, c.n_heads, c.d_head, bias=c.bias,
+                              attn_dropout=c.attn_dropout, rng=rng, position_bias=position_bias)
 
 
 class EncoderBlock(Module):
-    """Self-attention, then feed-forward, each a :class:`Residual` sublayer:
-    ``X = X + MHSA(LN1(X)); X = X + FFN(LN2(X))`` (pre-LN) or
-    ``U = LN1(X + MHSA(X)); X = LN2(U + FFN(U))`` (post-LN).
+    """Self-attention, then feed-forward, each a :class:`Residual`."""
 
-    Args:
-        config: the options (``d_model``, ``n_heads``, ``d_head``, ``d_ff``, ``norm``,
-            ``activation``, the dropouts, ``bias``, ``relative_bias``, ``relative_max_distance``).
-        rng: where the initial weights and the dropout masks come from.
-    """
-
-    causal = False  # causal self-attention? Then a relative bias covers earlier keys only
+    causal = False  # True: a relative-position bias covers the earlier keys only
 
     def __init__(self, config: TransformerOptions, rng: backend.RNG | None = None):
-        rng = backend.as_rng(rng)
-        self.norm = config.norm
-        self.attn = _self_attention(config, self.causal, rng)
-        self.ln1 = LayerNorm(config.d_model)
-        self.drop1 = Dropout(config.resid_dropout, rng=rng)
-        self.ff = FeedForward(config, rng=rng)
-        self.ln2 = LayerNorm(config.d_model)
-        self.drop2 = Dropout(config.resid_dropout, rng=rng)
-        self.attn_sublayer = Residual(config.norm, self.ln1, self.drop1, self.attn)
-        self.ff_sublayer = Residual(config.norm, self.ln2, self.drop2, self.ff)
+        c, rng = config, backend.as_rng(rng)
+        self.norm = c.norm
+        self.attn = _self_attention(c, self.causal, rng)
+        self.ln1 = LayerNorm(c.d_model)
+        self.drop1 = Dropout(c.resid_dropout, rng=rng)
+        self.ff = FeedForward(c, rng=rng)
+        self.ln2 = LayerNorm(c.d_model)
+        self.drop2 = Dropout(c.resid_dropout, rng=rng)
+        self.attn_sublayer = Residual(c.norm, self.ln1, self.drop1, self.attn)
+        self.ff_sublayer = Residual(c.norm, self.ln2, self.drop2, self.ff)
 
     def extra_repr(self):
         return f"norm={self.norm!r}"
 
     def forward(self, x, mask=None, kv_cache=None, context=None):
-        """x: (B, T, D); mask broadcastable to (B, H, T, Tk); ``kv_cache`` for decoding. Returns (B, T, D)."""
+        """x: (B, T, D); mask broadcastable to (B, H, T, Tk). Returns (B, T, D)."""
         if context is not None:
             raise ValueError(f"{type(self).__name__} has no cross-attention; a block that reads a context is "
                              "DecoderBlock")
@@ -172,47 +137,40 @@ class EncoderBlock(Module):
 
 
 class CausalBlock(EncoderBlock):
-    """An :class:`EncoderBlock` whose self-attention looks back only: the block of a
-    decoder-only language model. The caller passes the causal mask; ``causal`` makes a
-    relative-position bias cover the earlier keys only."""
+    """A GPT's block: an :class:`EncoderBlock` that looks back (given the causal mask)."""
 
     causal = True
 
 
 class DecoderBlock(Module):
-    """Causal self-attention, cross-attention to an encoder's output, feed-forward; each a
-    :class:`Residual` sublayer. The decoder of an encoder-decoder (:class:`CausalBlock`
-    is the one without cross-attention).
+    """Causal self-attention, cross-attention to an encoder's output, feed-forward: an
+    encoder-decoder's decoder block."""
 
-    Args: as :class:`EncoderBlock`.
-    """
-
-    causal = True  # its self-attention looks back only
+    causal = True
 
     def __init__(self, config: TransformerOptions, rng: backend.RNG | None = None):
-        rng = backend.as_rng(rng)
-        self.norm = config.norm
-        self.attn = _self_attention(config, True, rng)
-        self.ln1 = LayerNorm(config.d_model)
-        self.drop1 = Dropout(config.resid_dropout, rng=rng)
-        self.cross = MultiHeadAttention(config.d_model, config.n_heads, config.d_head, bias=config.bias,
-                                        attn_dropout=config.attn_dropout, rng=rng)
-        self.ln_cross = LayerNorm(config.d_model)
-        self.drop_cross = Dropout(config.resid_dropout, rng=rng)
-        self.ff = FeedForward(config, rng=rng)
-        self.ln2 = LayerNorm(config.d_model)
-        self.drop2 = Dropout(config.resid_dropout, rng=rng)
-        self.attn_sublayer = Residual(config.norm, self.ln1, self.drop1, self.attn)
-        self.cross_sublayer = Residual(config.norm, self.ln_cross, self.drop_cross, self.cross)
-        self.ff_sublayer = Residual(config.norm, self.ln2, self.drop2, self.ff)
+        c, rng = config, backend.as_rng(rng)
+        self.norm = c.norm
+        self.attn = _self_attention(c, True, rng)
+        self.ln1 = LayerNorm(c.d_model)
+        self.drop1 = Dropout(c.resid_dropout, rng=rng)
+        self.cross = MultiHeadAttention(c.d_model, c.n_heads, c.d_head, bias=c.bias,
+                                        attn_dropout=c.attn_dropout, rng=rng)
+        self.ln_cross = LayerNorm(c.d_model)
+        self.drop_cross = Dropout(c.resid_dropout, rng=rng)
+        self.ff = FeedForward(c, rng=rng)
+        self.ln2 = LayerNorm(c.d_model)
+        self.drop2 = Dropout(c.resid_dropout, rng=rng)
+        self.attn_sublayer = Residual(c.norm, self.ln1, self.drop1, self.attn)
+        self.cross_sublayer = Residual(c.norm, self.ln_cross, self.drop_cross, self.cross)
+        self.ff_sublayer = Residual(c.norm, self.ln2, self.drop2, self.ff)
 
     def extra_repr(self):
         return f"norm={self.norm!r}"
 
     def forward(self, x, mask=None, context=None, context_mask=None, kv_cache=None, cross_cache=None):
-        """x: (B, T, D) target side; context: (B, Tk, D) encoder output; context_mask:
-        broadcastable to (B, H, T, Tk). ``kv_cache``/``cross_cache``:
-        :class:`~minitransformer.nn.attention.KVCache` for decoding. Returns (B, T, D)."""
+        """x: (B, T, D); context: (B, Tk, D); context_mask broadcastable to (B, H, T, Tk);
+        the caches: :class:`~minitransformer.nn.kv_cache.KVCache`. Returns (B, T, D)."""
         if context is None:
             raise ValueError("DecoderBlock: this block has cross-attention; pass context (B, Tk, D)")
         x = self.attn_sublayer(x, mask=mask, kv_cache=kv_cache)  # (B, T, D)
@@ -230,22 +188,15 @@ class DecoderBlock(Module):
 
 
 class Stack(Module):
-    """The trunk of every model: token embedding, the blocks in order, an optional final
-    LayerNorm; and its backward, in reverse. ``DecoderLM``, ``Encoder`` and both halves of
-    ``Seq2Seq`` run through one.
-
-    As in :class:`Residual`, the parts belong to the model (``embed``, ``blocks``, ``ln_f``
-    keep the names its checkpoints use) and the stack holds them in a tuple.
-    """
+    """Every model's trunk: embedding, blocks, optional final LayerNorm (the model's parts,
+    in a tuple as in :class:`Residual`)."""
 
     def __init__(self, embed: Module, blocks, final_norm: LayerNorm | None = None):
         self.parts = (embed, blocks, final_norm)
 
     def forward(self, ids, mask=None, offset: int = 0, kv_caches=None, **cross):
-        """ids: (B, T) token ids at positions ``offset ..``; mask broadcastable to
-        (B, H, T, Tk); ``kv_caches``: one :class:`~minitransformer.nn.attention.KVCache` per
-        block when decoding; ``cross``: ``context``, ``context_mask`` (and ``cross_caches``)
-        for decoder blocks. Returns the hidden states (B, T, D)."""
+        """ids: (B, T) at positions ``offset ..``; ``kv_caches``: a KVCache per block;
+        ``cross``: what decoder blocks take. Returns (B, T, D)."""
         embed, blocks, final_norm = self.parts
         cross_caches = cross.pop("cross_caches", None)
         h = embed(ids, offset=offset)  # (B, T, D)
@@ -259,9 +210,7 @@ class Stack(Module):
         return h if final_norm is None else final_norm(h)  # (B, T, D)
 
     def backward(self, dh, context_shape=None):
-        """dh: (B, T, D). Accumulates every parameter's gradient. Returns None, or, for
-        decoder blocks (``context_shape`` given), the gradient of the context (B, Tk, D):
-        every block's cross-attention adds its share."""
+        """dh: (B, T, D). Returns None, or the context's gradient (B, Tk, D)."""
         self._require_cache()
         embed, blocks, final_norm = self.parts
         if final_norm is not None:

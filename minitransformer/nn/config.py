@@ -1,13 +1,11 @@
 """The options a transformer is built from: :class:`TransformerOptions`, which every
-model's config extends (``DecoderLMConfig``, ``EncoderConfig``, ``Seq2SeqConfig``), and
-:class:`ConfigBase`, what makes a config a small validated dataclass that round-trips
-through JSON.
+model's config extends (``DecoderLMConfig``, ``EncoderConfig``, ``Seq2SeqConfig``), built
+on :class:`ConfigBase`, a small dataclass that round-trips through JSON.
 
-A config is checked whole when it is made: every field has the type it declares
-(``d_model="16"`` fails here, naming the field, not deep inside a layer), every size
-is at least 1, every choice is one of its values, and every special token id lies
-in every vocabulary. The blocks and models take the config whole, as nanoGPT's
-``Block(config)`` does, so a layer never copies thirteen fields one by one.
+A config is checked whole when made: each field has its declared type (``d_model="16"``
+fails here, naming the field, not deep inside a layer), each size is at least 1, each
+choice one of its values, each special token id in every vocabulary. Blocks and models
+take the config whole, as nanoGPT's ``Block(config)`` does.
 """
 from __future__ import annotations
 
@@ -22,37 +20,8 @@ from minitransformer.atomic import parse_json
 
 @dataclasses.dataclass
 class ConfigBase:
-    """Shared JSON helpers and option validation.
-
-    Small dataclass configs that round-trip through JSON.
-
-    Every model takes one config; ``cfg.to_dict()`` gives plain JSON types and
-    ``Config.from_dict(d)`` rebuilds it, refusing unknown keys with a clear message
-    (a checkpoint from a newer version with extra options fails loudly, not silently).
-
-    Options shared by the three model configs:
-
-    * ``d_model`` (D), ``n_heads`` (H), ``d_head`` (default D // H; may differ, e.g. the
-      reference molecules model uses heads as wide as D), ``n_layers``, ``d_ff``, ``max_len``;
-    * ``norm``: ``"post"`` (LayerNorm after each residual sum, the original transformer)
-      or ``"pre"`` (before each sublayer, GPT-2 style);
-    * ``activation``: ``"gelu"`` (exact), ``"gelu_tanh"`` or ``"relu"``;
-    * ``pos``: where the positions enter. ``"learned"`` or ``"sinusoidal"``: a position
-      vector added to each token embedding; ``"relative"``: no vector there, every
-      self-attention layer adds a relative-position bias to its logits instead;
-    * ``relative_bias``: that bias, ``"learned"`` (a table per layer and head of
-      clipped distances, T5-style), ``"alibi"`` (fixed linear slopes, no parameters)
-      or ``"none"``. Default: ``"learned"`` with ``pos="relative"``, ``"none"``
-      otherwise. With ``pos="learned"`` or ``"sinusoidal"`` and a bias, the model uses
-      absolute and relative positions side by side; ``pos="relative"`` needs a bias;
-    * ``relative_max_distance``: M, the largest distance with a learned bias of its own
-      (farther ones share the edge bucket; ALiBi ignores it);
-    * dropout, each set separately: ``emb_dropout`` (on the embedding sum),
-      ``attn_dropout`` (on attention probabilities), ``resid_dropout`` (on each
-      sublayer's output), ``ff_dropout`` (on the feed-forward hidden layer);
-    * ``final_norm``: a LayerNorm after the last block (default: on for pre-LN, off for post-LN);
-    * ``bias``, ``seed``, and the special token ids.
-    """
+    """JSON round-trip and validation. ``Config.from_dict(d)`` refuses unknown keys: a
+    checkpoint with options from a newer version fails loudly, not silently."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -82,9 +51,8 @@ class ConfigBase:
                  "n_enc_layers", "n_dec_layers", "vocab_size", "src_vocab_size", "tgt_vocab_size")
 
     def _check_types(self):
-        """Every field holds a value of its declared type (``int``, ``float``, ``bool``,
-        ``str``, or ``None`` where allowed), and every int is in range; the message
-        names the field. (``d_model="16"`` or ``n_heads=0`` fail here, not deep inside.)"""
+        """Every field holds its declared type (``None`` where allowed) and every int is in
+        range; the message names the field."""
         name = type(self).__name__
         hints = typing.get_type_hints(type(self))  # the declared types, as types (not strings)
         for f in dataclasses.fields(self):
@@ -105,7 +73,7 @@ class ConfigBase:
                     raise ValueError(f"{name}.{f.name} must be an integer >= {low}, got {value!r}")
 
     def _check_token_ids(self):
-        """Every special token id (``pad_id``, ``bos_id``, ...) lies inside every vocabulary."""
+        """Every special token id (``pad_id``, ``bos_id``, ...) lies in every vocabulary."""
         sizes = {f: getattr(self, f) for f in ("vocab_size", "src_vocab_size", "tgt_vocab_size") if hasattr(self, f)}
         for f in dataclasses.fields(self):
             if f.name.endswith("_id"):
@@ -115,7 +83,6 @@ class ConfigBase:
                                          f"of a vocabulary of {vocab}={size} (ids are 0..{size - 1})")
 
     def _check_common(self):
-        """Validate the options every transformer config shares."""
         self._check_types()
         self._check_token_ids()
         self._check_choice("norm", ("post", "pre"))
@@ -140,7 +107,18 @@ class ConfigBase:
 
 @dataclasses.dataclass(kw_only=True)
 class TransformerOptions(ConfigBase):
-    """The options every model config shares (keyword-only; see the module docstring)."""
+    """The options every transformer config shares (keyword-only). D = ``d_model``,
+    H = ``n_heads``; ``d_head`` defaults to D // H. ``norm``: ``"post"`` (LayerNorm after
+    each residual sum, the original transformer) or ``"pre"`` (before each sublayer,
+    GPT-2). ``pos``: ``"learned"`` or ``"sinusoidal"`` vectors added to the token
+    embeddings, or ``"relative"``: none, a bias on each self-attention's logits instead.
+    ``relative_bias``: ``"learned"`` (T5: a table per layer and head of distances
+    clipped at ``relative_max_distance``), ``"alibi"`` (fixed slopes) or ``"none"``;
+    default ``"learned"`` for ``pos="relative"``, else ``"none"``. Dropouts:
+    ``emb_dropout`` on the embedding sum, ``attn_dropout`` on attention probabilities,
+    ``resid_dropout`` on sublayer outputs, ``ff_dropout`` on the feed-forward hidden
+    layer. ``final_norm``, a LayerNorm after the last block, defaults to on for pre-LN.
+    """
 
     max_len: int = 128
     d_model: int = 64
@@ -168,27 +146,3 @@ class TransformerOptions(ConfigBase):
         self._check_common()
         if self.final_norm is None:
             self.final_norm = self.norm == "pre"
-
-
-@dataclasses.dataclass(kw_only=True)
-class RecurrentOptions(ConfigBase):
-    """The options the recurrent models share (:class:`~minitransformer.models.LSTMLM`,
-    :class:`~minitransformer.models.RNNSeq2Seq`): embedding width D (``d_model``), LSTM state
-    width H (``hidden``), ``n_layers`` LSTM layers (on each side of an encoder-decoder), the
-    longest sequence ``max_len``, the special token ids and the seed. Checked like every
-    config: each field its type, each size at least 1, each id a token of the vocabularies."""
-
-    d_model: int = 64
-    hidden: int = 256
-    n_layers: int = 2
-    max_len: int = 128
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    seed: int = 0
-
-    _POSITIVE = ConfigBase._POSITIVE + ("hidden",)
-
-    def __post_init__(self):
-        self._check_types()
-        self._check_token_ids()

@@ -1,33 +1,16 @@
-r"""Element-wise layers: GELU, ReLU and dropout.
+r"""Element-wise layers; a backward multiplies by the derivative its forward saved.
 
-Each maps every entry on its own, :math:`y_i = f(x_i)`, so each backward is one
-multiply by the local derivative the forward saved: :math:`dx = dy \odot f'(x)`.
+**GELU**: :math:`y = x\,\Phi(x)`, :math:`\Phi(x) = \tfrac12(1 + \mathrm{erf}(x/\sqrt2))`,
+:math:`y' = \Phi(x) + x\varphi(x)`, :math:`\varphi(x) = e^{-x^2/2}/\sqrt{2\pi}`; or
+:math:`y = \tfrac12 x(1 + \tanh u)`, :math:`u = \sqrt{2/\pi}\,(x + 0.044715x^3)`,
+:math:`y' = \tfrac12(1 + \tanh u) + \tfrac12 x(1 - \tanh^2 u)\,u'`. Both stay finite:
+far out, :math:`e^{-x^2/2}` and :math:`1 - \tanh^2 u` round to 0.
 
-**GELU**, exact: :math:`y = x\,\Phi(x)` with :math:`\Phi` the standard normal CDF,
+**ReLU**: :math:`y = \max(x, 0)`, :math:`y' = \mathbb{1}[x > 0]`.
 
-.. math:: \Phi(x) = \tfrac12\big(1 + \mathrm{erf}(x/\sqrt2)\big),\qquad
-          \frac{dy}{dx} = \Phi(x) + x\,\varphi(x),\quad \varphi(x) = \tfrac{1}{\sqrt{2\pi}}e^{-x^2/2}.
-
-``erf`` comes from SciPy (``cupyx.scipy.special`` on a GPU). The tanh form is
-:math:`y = \tfrac12 x(1 + \tanh u)`, :math:`u = \sqrt{2/\pi}\,(x + 0.044715x^3)`, with
-
-.. math:: \frac{dy}{dx} = \tfrac12(1 + \tanh u) + \tfrac12 x\,(1 - \tanh^2 u)\,\sqrt{2/\pi}\,(1 + 3\cdot0.044715x^2).
-
-Both backward passes stay finite for :math:`|x|` up to 1e4 and beyond:
-:math:`e^{-x^2/2}` underflows to 0 and :math:`1 - \tanh^2 u` to 0, and neither
-form ever evaluates :math:`\cosh` or :math:`e^{+x}`.
-
-**ReLU**: :math:`y = \max(x, 0)`, :math:`dy/dx = \mathbb{1}[x > 0]` (0 at 0).
-
-**Dropout** (inverted): in training each entry is kept with probability
-:math:`1-p` and scaled by :math:`1/(1-p)`, so the expected output equals the
-input and evaluation needs no rescaling:
-
-.. math:: y = x \odot m,\qquad m_i = \frac{\mathbb{1}[u_i \ge p]}{1-p},\ u_i \sim U[0,1);
-          \qquad dx = dy \odot m.
-
-A model shares one :class:`~minitransformer.backend.RNG` among all its dropout
-layers (:func:`set_rng`), so a run's randomness is one seed plus one counter.
+**Dropout** (inverted): :math:`y = x \odot m`, :math:`m_i = \mathbb{1}[u_i \ge p]/(1-p)`,
+:math:`u_i \sim U[0,1)`, :math:`dx = dy \odot m`: the expected output is the input,
+so evaluation is the identity.
 """
 from __future__ import annotations
 
@@ -44,10 +27,7 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def gelu_forward(x, approximate: str = "none"):
-    """GELU. x: (...). ``approximate``: ``"none"`` (exact) or ``"tanh"``.
-
-    Returns y (...) and the cache: the local derivative dy/dx (...), which the
-    forward has at hand anyway, so the backward is one multiply."""
+    """Returns y and the cache dy/dx, both (...)."""
     if approximate == "none":
         cdf = 0.5 * (1.0 + backend.erf(x * _SQRT_HALF))  # (...) Phi(x)
         pdf = _INV_SQRT_2PI * xp.exp(-0.5 * x * x)  # (...) phi(x), underflows to 0 far out
@@ -65,18 +45,17 @@ def gelu_backward(dy, cache):
 
 
 def relu_forward(x):
-    """``max(x, 0)``. x: (...). Returns y (...) and the cache ``x > 0`` (bool, ...)."""
+    """Caches ``x > 0``."""
     positive = x > 0  # (...)
     return x * positive, positive  # (...)
 
 
 def relu_backward(dy, cache):
-    """dx = dy where the input was positive, 0 elsewhere. dy: (...)."""
     return dy * cache  # (...)
 
 
 def make_dropout_mask(shape, p: float, rng: backend.RNG, dtype):
-    """A (shape) array of 0 and 1/(1-p), drawn from ``rng``."""
+    """A (shape) array of 0 and 1/(1-p)."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
     keep = rng.random(shape, dtype=dtype) >= p  # (shape) bool
@@ -84,17 +63,7 @@ def make_dropout_mask(shape, p: float, rng: backend.RNG, dtype):
 
 
 def dropout_forward(x, p: float, rng: backend.RNG | None = None, mask=None):
-    """Inverted dropout with drop probability ``p`` in [0, 1).
-
-    Args:
-        x: (...) input.
-        p: drop probability; 0 is the identity.
-        rng: where to draw the mask from, or
-        mask: a ready (...) keep-mask of 0 and 1/(1-p) (for tests and replays).
-
-    Returns:
-        y: (...); cache: the mask (...), or None for the identity.
-    """
+    """Caches the mask (...), drawn from ``rng`` or given; None for p = 0."""
     if mask is None:
         if p == 0.0:
             return x, None
@@ -107,13 +76,10 @@ def dropout_forward(x, p: float, rng: backend.RNG | None = None, mask=None):
 
 
 def dropout_backward(dy, cache):
-    """dx = dy * mask (the identity when the forward was). dy: (...)."""
     return dy if cache is None else dy * cache  # (...)
 
 
 class GELU(Module):
-    """``x * Phi(x)`` (``approximate="none"``) or its tanh approximation."""
-
     def __init__(self, approximate: str = "none"):
         if approximate not in ("none", "tanh"):
             raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
@@ -124,9 +90,9 @@ class GELU(Module):
 
     def forward(self, x):
         check_array(x, "GELU")
-        if not kernels.fast:  # the reference kernel, the math of this file
+        if not kernels.fast:
             y, self.cache = gelu_forward(x, self.approximate)
-        else:  # the fast twin (minitransformer/fast/elementwise.py), proven equal in tests/fast
+        else:
             y, self.cache = fast_elementwise.gelu_forward(x, self.approximate)
         return y
 
@@ -135,8 +101,6 @@ class GELU(Module):
 
 
 class ReLU(Module):
-    """``max(x, 0)``."""
-
     def forward(self, x):
         check_array(x, "ReLU")
         y, self.cache = relu_forward(x)
@@ -147,7 +111,7 @@ class ReLU(Module):
 
 
 def make_activation(name: str) -> Module:
-    """``"gelu"``, ``"gelu_tanh"`` or ``"relu"`` -> a fresh activation module."""
+    """A fresh activation module by name."""
     if name == "gelu":
         return GELU("none")
     if name == "gelu_tanh":
@@ -158,8 +122,6 @@ def make_activation(name: str) -> Module:
 
 
 class Dropout(Module):
-    """Inverted dropout with drop probability ``p``: active in training mode only."""
-
     def __init__(self, p: float = 0.0, rng: backend.RNG | None = None):
         if not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
@@ -171,14 +133,12 @@ class Dropout(Module):
 
     @property
     def active(self) -> bool:
-        """True when forward draws a mask: training mode and p > 0."""
         return self.training and self.p > 0.0
 
     def forward(self, x):
-        """x: (...) -> (...); the identity in eval mode or with p = 0."""
         check_array(x, "Dropout")
         y, mask = dropout_forward(x, self.p if self.active else 0.0, self.rng)
-        self.cache = (mask,)  # a tuple: the identity's mask is None, yet forward has run
+        self.cache = (mask,)  # (None,) for the identity: forward has run
         return y
 
     def backward(self, dy):
@@ -187,8 +147,7 @@ class Dropout(Module):
 
 
 def set_rng(module: Module, rng) -> None:
-    """Give every sub-module that draws random numbers (attribute ``rng``) the same stream.
-    ``rng``: a :class:`backend.RNG`, an int seed or a NumPy Generator (:func:`backend.as_rng`)."""
+    """Give every sub-module with an ``rng`` one stream: a run's randomness is a seed and a counter."""
     rng = backend.as_rng(rng)
     for m in module.modules():
         if hasattr(m, "rng"):

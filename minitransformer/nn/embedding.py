@@ -1,34 +1,17 @@
-r"""Embeddings: token ids in, vectors out; and the projection back to the vocabulary.
+r"""Token and position embeddings, and the projection back to the vocabulary.
 
-Token embedding: a row lookup ``out[b, t] = W[ids[b, t]]``. Its backward is a
-scatter-add: every occurrence of token ``i`` adds its upstream gradient into row
-``i`` of :math:`dW`, and repeated ids must *sum*:
+The lookup ``out = W[ids]`` has a scatter-add backward, where repeated ids sum:
 
 .. math:: dW_i = \sum_{(b,t):\ ids_{bt} = i} dout_{bt}.
 
-The modules:
+:class:`TokenEmbedder` makes a model's input, :math:`h_0 = \mathrm{dropout}(s\,E[\text{ids}] + P)`:
+learned :math:`P` and :math:`s = 1`; or sinusoidal :math:`P_{t,2i} = \sin(t / 10000^{2i/D})`,
+:math:`P_{t,2i+1} = \cos(t / 10000^{2i/D})` and :math:`s = \sqrt D` (token std
+:math:`1/\sqrt D`: comparable with the unit code); or, for ``pos="relative"`` (a bias in
+attention instead), :math:`P = 0`, :math:`s = 1`.
 
-* :class:`Embedding` (V, D): a learned row per token, initialised N(0, init_std^2).
-* :class:`PositionalEmbedding` (max_len, D): a learned row per position.
-* :class:`SinusoidalPositionalEncoding` (max_len, D): the fixed code of the
-  original transformer, no parameters:
-  :math:`PE_{t,2i} = \sin(t / 10000^{2i/D})`, :math:`PE_{t,2i+1} = \cos(t / 10000^{2i/D})`.
-* :class:`TokenEmbedder`: what every model puts at its input,
-  :math:`h_0 = \mathrm{dropout}(s\,E[\text{ids}] + P_{0..T-1})`, with ``s`` = 1 for
-  learned positions and :math:`\sqrt D` for sinusoidal ones (token vectors start
-  with std :math:`1/\sqrt D`, so they are comparable with the unit sin/cos code).
-  With ``pos="relative"`` there is no position vector here (:math:`P = 0`): the
-  attention layers add a relative-position bias to their logits instead
-  (:mod:`minitransformer.nn.relative_position`). There is then nothing to balance
-  the token vectors against, so they keep the learned rule, :math:`s = 1` and
-  std 0.02 (T5 does not scale its embeddings either).
-* :class:`OutputProjection`: hidden states to vocabulary logits, with its own
-  weight or *tied* to the token embedding (:math:`\text{logits} = h E^\top`); the
-  tied table then receives two gradients, both added into one ``Parameter.grad``.
-
-Both position modules take a length T and a start offset (for KV-cached
-decoding, where the new token sits at position ``offset``) and return a
-(1, T, D) array to add to the token embeddings.
+Tied to the embedding, :math:`\text{logits} = h E^\top`: :math:`E` gets two gradients,
+both added into one ``Parameter.grad``.
 """
 from __future__ import annotations
 
@@ -47,9 +30,7 @@ from minitransformer.nn.module import Module, Parameter, check_array
 
 
 def check_token_batch(ids, vocab_size: int, max_len: int, what: str) -> None:
-    """Raise ValueError unless ``ids`` is a (B, T) integer batch a model can read:
-    1 <= T <= max_len, every id in [0, vocab_size). B = 0 is allowed (an empty batch).
-    A Python list is refused (ValueError) with the fix: wrap it with np.asarray."""
+    """ValueError unless ``ids`` is a (B, T) array, 1 <= T <= max_len, ids in [0, vocab_size)."""
     check_array(ids, what)
     if getattr(ids, "ndim", None) != 2:
         raise ValueError(f"{what}: ids must have shape (B, T), got {tuple(getattr(ids, 'shape', ()))}")
@@ -62,9 +43,8 @@ def check_token_batch(ids, vocab_size: int, max_len: int, what: str) -> None:
 
 
 def ids_to_device(ids, vocab_size: int, what: str = "batch"):
-    """Check host token ids (a NumPy array) with :func:`check_ids`, then copy them to
-    the active backend. ids: (...) integers. Returns the device array (...)."""
-    host = np.asarray(ids)  # (...), already on the host: no device involved yet
+    """Check host ids (...), then copy them to the device."""
+    host = np.asarray(ids)  # (...)
     check_ids(host, vocab_size, what)
     return backend.asarray(host)
 
@@ -72,28 +52,20 @@ def ids_to_device(ids, vocab_size: int, what: str = "batch"):
 class EmbeddingCache(NamedTuple):
     """What :func:`embedding_backward` needs: where each row went, not the rows."""
 
-    ids: object  # (...) the token ids that were looked up
-    shape: tuple  # (V, D) the table's shape, for dW
-    dtype: object  # the table's dtype, for dW
+    ids: object  # (...) the ids looked up
+    shape: tuple  # (V, D), dW's shape
+    dtype: object  # dW's dtype
 
 
 def embedding_forward(ids, W):
-    """Look up rows of ``W``.
-
-    Args:
-        ids: (...) integer token ids in [0, V).
-        W: (V, D) embedding table.
-
-    Returns:
-        out: (..., D); cache: :class:`EmbeddingCache`.
-    """
+    """ids: (...) in [0, V); W: (V, D). Returns out (..., D), cache."""
     check_ids(ids, W.shape[0])
     out = W[ids]  # (..., D)
     return out, EmbeddingCache(ids, W.shape, W.dtype)
 
 
 def embedding_backward(dout, cache: EmbeddingCache):
-    """Gradient of the lookup with respect to the table. dout: (..., D). Returns dW (V, D)."""
+    """dout: (..., D) -> dW (V, D)."""
     ids, shape, dtype = cache
     dW = xp.zeros(shape, dtype=dtype)  # (V, D)
     backend.scatter_add(dW, ids.reshape(-1), dout.reshape(-1, shape[1]))  # repeated ids sum
@@ -101,7 +73,7 @@ def embedding_backward(dout, cache: EmbeddingCache):
 
 
 class Embedding(Module):
-    """Lookup table ``weight`` (n, d); ``forward(ids (B, T)) -> (B, T, d)``."""
+    """Lookup table ``weight`` (n, d): ids (...) -> (..., d)."""
 
     def __init__(self, n: int, d: int, init_std: float = 0.02, rng: backend.RNG | None = None):
         rng = backend.as_rng(rng)
@@ -112,26 +84,24 @@ class Embedding(Module):
         return f"{self.n}, {self.d}"
 
     def forward(self, ids):
-        """ids: (...) integer -> (..., d)."""
         check_array(ids, "Embedding")
         out, self.cache = embedding_forward(ids, self.weight.data)
         return out
 
     def backward(self, dout):
-        """Accumulates weight.grad; returns None (integer ids have no gradient)."""
+        """Accumulates weight.grad; ids have no gradient."""
+        cache = self._require_cache()
         if not kernels.fast:  # the reference kernel, the math of this file
-            self.weight.grad += embedding_backward(dout, self._require_cache())
-        else:  # the fast twin (minitransformer/fast/embedding.py) reads the same cache
-            self.weight.grad += fast_embedding.embedding_backward(dout, self._require_cache())
+            self.weight.grad += embedding_backward(dout, cache)
+        else:
+            self.weight.grad += fast_embedding.embedding_backward(dout, cache)
         return None
 
 
 def _check_positions(T: int, offset: int, max_len: int, what: str):
     if offset + T > max_len:
-        raise ValueError(
-            f"{what}: positions {offset}..{offset + T - 1} exceed max_len={max_len}; "
-            "build the model with a larger max_len or feed shorter sequences"
-        )
+        raise ValueError(f"{what}: positions {offset}..{offset + T - 1} exceed max_len={max_len}; "
+                         "build the model with a larger max_len or feed shorter sequences")
 
 
 class PositionalEmbedding(Module):
@@ -146,7 +116,7 @@ class PositionalEmbedding(Module):
         return f"max_len={self.max_len}, d={self.d}"
 
     def forward(self, T: int, offset: int = 0):
-        """The codes of positions offset .. offset+T-1, shape (1, T, d)."""
+        """Positions offset .. offset+T-1: (1, T, d)."""
         _check_positions(T, offset, self.max_len, "PositionalEmbedding")
         self.cache = (T, offset)
         return self.weight.data[None, offset:offset + T]  # (1, T, d), a view
@@ -159,7 +129,7 @@ class PositionalEmbedding(Module):
 
 
 class SinusoidalPositionalEncoding(Module):
-    """Fixed sin/cos positions (base 10000, pair index 2i/D). No parameters."""
+    """The fixed sin/cos code."""
 
     def __init__(self, max_len: int, d: int):
         self.max_len, self.d = max_len, d
@@ -177,8 +147,7 @@ class SinusoidalPositionalEncoding(Module):
     def on_astype(self, dtype):
         self.table = self._table(dtype)
 
-    def extra_repr(self):
-        return f"max_len={self.max_len}, d={self.d}"
+    extra_repr = PositionalEmbedding.extra_repr
 
     def forward(self, T: int, offset: int = 0):
         _check_positions(T, offset, self.max_len, "SinusoidalPositionalEncoding")
@@ -191,37 +160,31 @@ class SinusoidalPositionalEncoding(Module):
 
 
 class TokenEmbedder(Module):
-    """ids (B, T) -> (B, T, D): scaled token embedding plus position code, then dropout.
-    ``pos``: ``"learned"``, ``"sinusoidal"`` or ``"relative"`` (no position code here)."""
+    """ids (B, T) -> :math:`h_0` (B, T, D)."""
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, pos: str, emb_dropout: float,
                  rng: backend.RNG, shared_weight: Parameter | None = None):
         if pos not in ("learned", "sinusoidal", "relative"):
             raise ValueError(f"TokenEmbedder: pos must be 'learned', 'sinusoidal' or 'relative', got {pos!r}")
-        rng = backend.as_rng(rng)
-        if pos == "sinusoidal":
-            self.scale = math.sqrt(d_model)
-            std = 1.0 / math.sqrt(d_model)
-        else:
-            self.scale, std = 1.0, 0.02
-        self.tok = Embedding(vocab_size, d_model, init_std=std, rng=rng)
+        rng, self.kind, sinusoidal = backend.as_rng(rng), pos, pos == "sinusoidal"
+        self.scale = math.sqrt(d_model) if sinusoidal else 1.0
+        self.tok = Embedding(vocab_size, d_model, init_std=1.0 / self.scale if sinusoidal else 0.02, rng=rng)
         if shared_weight is not None:
-            # Share the table, not the module: each lookup keeps its own cache, and both
-            # backward passes add into the one Parameter.grad.
+            # share the table, not the module: each lookup keeps its own cache
             self.tok.weight = shared_weight
         if pos == "learned":
             self.pos = PositionalEmbedding(max_len, d_model, init_std=0.02, rng=rng)
         elif pos == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(max_len, d_model)
         else:
-            self.pos = None  # relative: the attention layers see the positions
+            self.pos = None
         self.drop = Dropout(emb_dropout, rng=rng)
 
     def extra_repr(self):
-        return f"pos={'sinusoidal' if isinstance(self.pos, SinusoidalPositionalEncoding) else 'learned' if self.pos else 'relative'}, scale={self.scale:g}"
+        return f"pos={self.kind}, scale={self.scale:g}"
 
     def forward(self, ids, offset: int = 0):
-        """ids: (B, T) integer; offset: position of the first token (KV-cached decoding)."""
+        """offset: the first token's position."""
         x = self.tok(ids)  # (B, T, D)
         if self.scale != 1.0:
             x *= self.scale
@@ -231,7 +194,6 @@ class TokenEmbedder(Module):
         return self.drop(x)  # (B, T, D)
 
     def backward(self, dout):
-        """dout: (B, T, D). Accumulates the token (and learned position) gradients."""
         self._require_cache()
         dx = self.drop.backward(dout)  # (B, T, D)
         if self.pos is not None:
@@ -241,7 +203,7 @@ class TokenEmbedder(Module):
 
 
 class OutputProjection(Module):
-    """h (..., D) -> logits (..., V), own weights or tied to ``tied_to.weight``."""
+    """h (..., D) -> logits (..., V): own weights or ``tied_to.weight`` transposed."""
 
     def __init__(self, d_model: int, vocab_size: int, bias: bool, rng: backend.RNG,
                  tied_to: Embedding | None = None):

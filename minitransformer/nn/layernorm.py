@@ -1,23 +1,19 @@
-r"""Layer normalisation over the last axis.
-
-Forward, for one row :math:`x \in \mathbb{R}^D`:
+r"""Layer normalisation over the last axis: for a row :math:`x \in \mathbb{R}^D`, with
+bars for means over the row,
 
 .. math::
-    \mu = \tfrac1D \textstyle\sum_i x_i, \quad
-    \sigma^2 = \tfrac1D \textstyle\sum_i (x_i-\mu)^2 \ \text{(biased)}, \quad
-    \hat x = \frac{x-\mu}{\sqrt{\sigma^2+\epsilon}}, \quad
+    \mu = \overline{x},\quad
+    \sigma^2 = \overline{(x-\mu)^2} \ \text{(biased)},\quad
+    r = 1/\sqrt{\sigma^2+\epsilon},\quad
+    \hat x = (x-\mu)\,r,\quad
     y = w \odot \hat x + b .
 
-Backward: with :math:`g = w \odot dy` and :math:`r = 1/\sqrt{\sigma^2+\epsilon}`,
+Backward, with :math:`g = w \odot dy`:
 
 .. math::
     dx = r\left(g - \overline{g} - \hat x\,\overline{g \odot \hat x}\right),\quad
     dw = \textstyle\sum_{\text{rows}} dy \odot \hat x,\quad
-    db = \textstyle\sum_{\text{rows}} dy,
-
-where the bar is the mean over the D features of the row (the derivation is in
-``docs/kernels/layernorm.md``). :class:`LayerNorm` holds ``w`` (starts at 1) and
-``b`` (starts at 0).
+    db = \textstyle\sum_{\text{rows}} dy .
 """
 from __future__ import annotations
 
@@ -30,25 +26,15 @@ from minitransformer.nn.module import Module, Parameter, check_array
 
 
 class LayerNormCache(NamedTuple):
-    """What :func:`layernorm_backward` needs; together these give every backward term."""
+    """What :func:`layernorm_backward` needs."""
 
     xhat: object  # (..., D) the normalised input
-    rstd: object  # (..., 1) 1 / sqrt(var + eps) of each row
+    rstd: object  # (..., 1) 1 / sqrt(var + eps)
     w: object  # (D,) the gain
 
 
 def layernorm_forward(x, w, b, eps: float = 1e-5):
-    """Normalise each row of ``x`` to zero mean and unit (biased) variance, then scale and shift.
-
-    Args:
-        x: (..., D) input.
-        w: (D,) gain.
-        b: (D,) bias.
-        eps: added to the variance *inside* the square root.
-
-    Returns:
-        y: (..., D); cache: :class:`LayerNormCache`.
-    """
+    """x (..., D), w (D,), b (D,) -> y (..., D), cache; ``eps`` goes inside the root."""
     if x.shape[-1] != w.shape[0]:
         raise ValueError(f"layernorm: input has last dimension {x.shape[-1]}, expected {w.shape[0]}")
     mu = x.mean(axis=-1, keepdims=True)  # (..., 1)
@@ -60,15 +46,7 @@ def layernorm_forward(x, w, b, eps: float = 1e-5):
 
 
 def layernorm_backward(dy, cache: LayerNormCache):
-    """Gradients of layer normalisation.
-
-    Args:
-        dy: (..., D) upstream gradient.
-        cache: from :func:`layernorm_forward`.
-
-    Returns:
-        dx: (..., D); dw: (D,); db: (D,).
-    """
+    """dy (..., D) -> dx (..., D), dw (D,), db (D,)."""
     xhat, rstd, w = cache
     D = xhat.shape[-1]
     dw = (dy * xhat).reshape(-1, D).sum(axis=0)  # (D,) summed over every row
@@ -81,7 +59,7 @@ def layernorm_backward(dy, cache: LayerNormCache):
 
 
 class LayerNorm(Module):
-    """``y = weight * (x - mean) / sqrt(var + eps) + bias`` per row (biased variance)."""
+    """The layer, with a learned gain and bias."""
 
     def __init__(self, d: int, eps: float = 1e-5):
         self.d, self.eps = d, eps
@@ -94,14 +72,15 @@ class LayerNorm(Module):
     def forward(self, x):
         """x: (..., d) -> (..., d)."""
         check_array(x, "LayerNorm")
+        w, b = self.weight.data, self.bias.data
         if not kernels.fast:  # the reference kernel, the math of this file
-            y, self.cache = layernorm_forward(x, self.weight.data, self.bias.data, self.eps)
-        else:  # the fast twin (minitransformer/fast/layernorm.py), proven equal in tests/fast
-            y, self.cache = fast_layernorm.layernorm_forward(x, self.weight.data, self.bias.data, self.eps)
+            y, self.cache = layernorm_forward(x, w, b, self.eps)
+        else:  # the fast twin (minitransformer/fast/layernorm.py)
+            y, self.cache = fast_layernorm.layernorm_forward(x, w, b, self.eps)
         return y
 
     def backward(self, dy):
-        """dy: (..., d) -> dx (..., d); adds into weight.grad and bias.grad."""
+        """dy: (..., d) -> dx (..., d); adds into the grads."""
         cache = self._require_cache()
         if isinstance(cache, fast_layernorm.FastLayerNormCache):  # the set that made the cache
             dx, dw, db = fast_layernorm.layernorm_backward(dy, cache)

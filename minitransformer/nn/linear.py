@@ -1,20 +1,8 @@
-r"""The affine map ``y = x W + b``, the workhorse of every transformer layer.
+r"""The affine map :math:`y = xW + b`, for ``x`` (..., D_in) and ``W`` (D_in, D_out),
+stored input-major so the forward is a plain matmul. Backward, with the leading axes
+of ``x`` and ``dy`` flattened into N rows:
 
-Forward, for ``x`` of shape (..., D_in) and ``W`` of shape (D_in, D_out):
-
-.. math:: y = x W + b
-
-Backward, given :math:`dy = \partial L/\partial y`, with the leading axes of
-``x`` and ``dy`` flattened into N rows:
-
-.. math::
-    \frac{\partial L}{\partial x} = dy\, W^\top, \qquad
-    \frac{\partial L}{\partial W} = x^\top dy, \qquad
-    \frac{\partial L}{\partial b} = \textstyle\sum_{n} dy_n .
-
-:class:`Linear` owns ``W`` and ``b`` and calls these kernels, or their fast twins in
-:mod:`minitransformer.fast.linear` while ``kernels.fast`` is set. Initialisation: W ~ U(-1/sqrt(D_in), 1/sqrt(D_in)),
-b = 0.
+.. math:: dx = dy\, W^\top, \qquad dW = x^\top dy, \qquad db = \textstyle\sum_{n} dy_n .
 """
 from __future__ import annotations
 
@@ -28,7 +16,7 @@ from minitransformer.nn.module import Module, Parameter, check_array
 
 
 class LinearCache(NamedTuple):
-    """What :func:`linear_backward` needs from the forward pass."""
+    """What :func:`linear_backward` needs."""
 
     x: object  # (..., D_in) the input: dW = x^T dy
     W: object  # (D_in, D_out) the weight: dx = dy W^T
@@ -36,16 +24,7 @@ class LinearCache(NamedTuple):
 
 
 def linear_forward(x, W, b=None):
-    """``y = x @ W + b``.
-
-    Args:
-        x: (..., D_in) input.
-        W: (D_in, D_out) weight, stored input-major so the forward is a plain matmul.
-        b: (D_out,) bias, or None.
-
-    Returns:
-        y: (..., D_out); cache: :class:`LinearCache`.
-    """
+    """x (..., D_in), W (D_in, D_out), b (D_out,) or None -> y (..., D_out), cache."""
     if x.shape[-1] != W.shape[0]:
         raise ValueError(
             f"linear: input has last dimension {x.shape[-1]} but the weight expects "
@@ -60,15 +39,7 @@ def linear_forward(x, W, b=None):
 
 
 def linear_backward(dy, cache: LinearCache):
-    """Gradients of ``y = x @ W + b``.
-
-    Args:
-        dy: (..., D_out) upstream gradient.
-        cache: from :func:`linear_forward`.
-
-    Returns:
-        dx: (..., D_in); dW: (D_in, D_out); db: (D_out,), or None without a bias.
-    """
+    """dy (..., D_out) -> dx (..., D_in), dW (D_in, D_out), db (D_out,) or None."""
     x, W, has_bias = cache
     D_in, D_out = W.shape
     dy2 = dy.reshape(-1, D_out)  # (N, D_out)
@@ -85,7 +56,7 @@ def uniform_init(shape, bound: float, rng: backend.RNG):
 
 
 class Linear(Module):
-    """``y = x @ weight + bias`` with weight (d_in, d_out) and bias (d_out,)."""
+    """``y = x @ weight + bias``; ``weight`` starts in U(-1/sqrt(d_in), 1/sqrt(d_in)), ``bias`` at 0."""
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True, rng: backend.RNG | None = None):
         rng = backend.as_rng(rng)

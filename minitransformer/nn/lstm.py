@@ -30,14 +30,17 @@ every step. The gate order in :math:`W_x, W_h, b` is ``i, f, g, o``.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 from minitransformer import backend, kernels
 from minitransformer.backend import xp
 from minitransformer.fast import lstm as fast_lstm
+from minitransformer.nn.config import ConfigBase
 from minitransformer.nn.module import Module, Parameter
 
-__all__ = ["lstm_cell_forward", "lstm_cell_backward", "lstm_forward", "lstm_backward", "LSTM"]
+__all__ = ["lstm_cell_forward", "lstm_cell_backward", "lstm_forward", "lstm_backward", "LSTM",
+           "RecurrentOptions"]
 
 
 def _sigmoid(a):
@@ -153,6 +156,30 @@ def lstm_backward(douts, cache: LSTMCache):
         db += db_t
         dxs[t] = dx  # (B, D)
     return xp.stack(dxs, axis=1), dh, dc, dWx, dWh, db  # dx: (B, T, D)
+
+
+@dataclasses.dataclass(kw_only=True)
+class RecurrentOptions(ConfigBase):
+    """The options the recurrent models share (:class:`~minitransformer.models.LSTMLM`,
+    :class:`~minitransformer.models.RNNSeq2Seq`): embedding width D (``d_model``), LSTM state
+    width H (``hidden``), ``n_layers`` LSTM layers (on each side of an encoder-decoder), the
+    longest sequence ``max_len``, the special token ids and the seed. Checked like every
+    config: each field its type, each size at least 1, each id a token of the vocabularies."""
+
+    d_model: int = 64
+    hidden: int = 256
+    n_layers: int = 2
+    max_len: int = 128
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    seed: int = 0
+
+    _POSITIVE = ConfigBase._POSITIVE + ("hidden",)
+
+    def __post_init__(self):
+        self._check_types()
+        self._check_token_ids()
 
 
 class LSTM(Module):

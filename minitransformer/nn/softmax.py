@@ -1,30 +1,22 @@
 r"""Softmax, and the cross-entropy loss built on it.
 
-Softmax turns a row of scores into probabilities:
+.. math:: p_i = \frac{e^{x_i - m}}{\sum_j e^{x_j - m}},\quad m = \max_j x_j
 
-.. math:: p_i = \frac{e^{x_i - m}}{\sum_j e^{x_j - m}},\quad m = \max_j x_j .
-
-Subtracting the row maximum changes nothing mathematically and keeps every
-exponent :math:`\le 0`, so nothing overflows. A row whose entries are all
-:math:`-\infty` (an attention query whose keys are all masked) has no
-probabilities to give: it is defined as a row of zeros, not the NaN of
-:math:`0/0`. The backward never forms the :math:`V\times V` Jacobian
-:math:`\mathrm{diag}(p) - pp^\top`; its product with ``dp`` collapses to
+(every exponent :math:`\le 0`: no overflow). A row of all :math:`-\infty` gives zeros,
+not the NaN of :math:`0/0`. The backward never forms the Jacobian
+:math:`\mathrm{diag}(p) - pp^\top`:
 
 .. math:: dx = p \odot \Big(dp - \textstyle\sum_j dp_j\,p_j\Big).
 
-**Cross-entropy** with label smoothing and ignored (padding) targets. For one row
-of logits :math:`x \in \mathbb{R}^V` with target :math:`t`, the smoothed target
-distribution is :math:`q_t = 1-\varepsilon`, :math:`q_j = \varepsilon/(V-1)`
-(:math:`j \ne t`), and the loss is :math:`\ell = -\sum_j q_j \log p_j`, which with
-:math:`\log p_j = x_j - \mathrm{lse}(x)` needs only two numbers per row:
+**Cross-entropy** with label smoothing :math:`\varepsilon`, for logits
+:math:`x \in \mathbb{R}^V` and target :math:`t`: :math:`q_t = 1-\varepsilon`,
+:math:`q_j = \varepsilon/(V-1)` otherwise, and with :math:`\log p = x - \mathrm{lse}(x)`
 
-.. math:: \ell = -(1-\varepsilon)\log p_t - \frac{\varepsilon}{V-1}\Big(\sum_j \log p_j - \log p_t\Big).
+.. math:: \ell = -\sum_j q_j \log p_j
+          = -(1-\varepsilon)\log p_t - \frac{\varepsilon}{V-1}\Big(\sum_j \log p_j - \log p_t\Big).
 
-Rows whose target is ``ignore_index`` contribute nothing, and with
-``reduction="mean"`` the sum is divided by :math:`N`, the number of *kept* rows
-(dividing by all rows would shrink the loss of padded batches). The backward is
-softmax minus target, never a Jacobian:
+Rows whose target is ``ignore_index`` (padding) count for nothing; the mean divides
+by :math:`N`, the *kept* rows (all rows would shrink a padded batch's loss). Backward:
 
 .. math:: \frac{\partial \ell_{\text{mean}}}{\partial x} = \frac{p - q}{N}
           \ \text{on kept rows, exactly } 0 \text{ on ignored rows}.
@@ -40,16 +32,14 @@ from minitransformer.nn.module import Module
 
 
 class SoftmaxCache(NamedTuple):
-    """What :func:`softmax_backward` needs: the probabilities themselves."""
+    """What :func:`softmax_backward` needs."""
 
     p: object  # (...) the softmax output
-    axis: int  # the axis it normalised
+    axis: int  # the softmax axis
 
 
 def softmax_forward(x, axis: int = -1):
-    """Softmax along ``axis``. x: (...). Returns p (...) and a :class:`SoftmaxCache`.
-
-    A row of all ``-inf`` gives a row of zeros."""
+    """x (...) -> p (...), softmax along ``axis``, and a :class:`SoftmaxCache`."""
     m = x.max(axis=axis, keepdims=True)  # (..., 1, ...) the row maximum
     m = xp.where(xp.isneginf(m), 0.0, m)  # (..., 1, ...) an all -inf row: shift by 0, not -inf
     e = xp.exp(x - m)  # (...) every exponent <= 0; exp(-inf) = 0 exactly
@@ -59,14 +49,14 @@ def softmax_forward(x, axis: int = -1):
 
 
 def softmax_backward(dp, cache: SoftmaxCache):
-    """dx = p * (dp - sum(dp * p)) along the softmax axis. dp: same shape as p."""
+    """dp (...) -> dx (...), along the softmax axis."""
     p, axis = cache
     inner = (dp * p).sum(axis=axis, keepdims=True)  # (..., 1, ...) one number per row
     return p * (dp - inner)  # (...)
 
 
 def log_softmax(x, axis: int = -1):
-    """``log softmax(x)`` computed stably as ``x - m - log sum exp(x - m)``. Forward only. x: (...)."""
+    """x (...) -> ``x - m - log sum exp(x - m)`` along ``axis``. Forward only."""
     z = x - x.max(axis=axis, keepdims=True)  # (...) every entry <= 0
     return z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))  # (...)
 
@@ -74,8 +64,8 @@ def log_softmax(x, axis: int = -1):
 class CrossEntropyCache(NamedTuple):
     """What :func:`cross_entropy_backward` needs."""
 
-    p: object  # (N, V) the softmax of the logits
-    targets: object  # (N,) the target class of each row (0 on ignored rows)
+    p: object  # (N, V) softmax(logits)
+    targets: object  # (N,) target ids (0 on ignored rows)
     weight: object  # (N,) each row's share of the loss: 0 if ignored, 1/N for "mean"
     smoothing: float  # epsilon
     shape: tuple  # the logits' shape (..., V)
@@ -83,19 +73,7 @@ class CrossEntropyCache(NamedTuple):
 
 def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
                           label_smoothing: float = 0.0, reduction: str = "mean"):
-    """Cross-entropy between ``softmax(logits)`` and (smoothed) one-hot targets.
-
-    Args:
-        logits: (..., V) unnormalised scores.
-        targets: (...) integer class ids.
-        ignore_index: rows whose target equals this get zero loss and zero gradient.
-        label_smoothing: epsilon in [0, 1).
-        reduction: ``"mean"`` (over kept rows), ``"sum"``, or ``"none"`` (per-row
-            losses (...), 0 on ignored rows).
-
-    Returns:
-        loss: 0-d array (or (...) for ``"none"``), on the device; cache: :class:`CrossEntropyCache`.
-    """
+    """logits (..., V), targets (...) ids -> loss (0-d, or (...) for "none") and a cache."""
     eps = check_cross_entropy_args(logits, targets, label_smoothing, reduction)
     V = logits.shape[-1]
     x = logits.reshape(-1, V)  # (N, V)
@@ -123,16 +101,7 @@ def cross_entropy_forward(logits, targets, ignore_index: int | None = None,
 
 
 def cross_entropy_backward(dloss, cache: CrossEntropyCache):
-    """Gradient ``(p - q) * weight * dloss`` with respect to the logits.
-
-    Args:
-        dloss: upstream gradient of the loss: a scalar for "mean"/"sum", or a (...)
-            array for "none".
-        cache: from :func:`cross_entropy_forward`.
-
-    Returns:
-        dlogits: (..., V), exactly 0 on ignored rows.
-    """
+    """dloss (a scalar, or (...) for "none") -> dlogits (..., V) = (p - q) * weight * dloss."""
     p, t, weight, eps, shape = cache
     N, V = p.shape
     q = xp.full((N, V), eps / (V - 1) if eps > 0 else 0.0, dtype=p.dtype)  # (N, V) smoothed targets
@@ -144,32 +113,23 @@ def cross_entropy_backward(dloss, cache: CrossEntropyCache):
 
 
 class CrossEntropyLoss(Module):
-    """The loss a model trains on, as a layer: ``loss = ce(logits, targets)``, then
-    ``dlogits = ce.backward()`` for the model's backward. It runs
-    :func:`cross_entropy_forward` and :func:`cross_entropy_backward`, or their fused
-    twins in :mod:`minitransformer.fast.softmax` while ``kernels.fast`` is set.
-
-    Args:
-        ignore_index: the target id that is not scored (padding), or None.
-        label_smoothing: epsilon in [0, 1).
-        reduction: "mean" (over scored rows), "sum", or "none".
-    """
+    """The loss as a layer: ``loss = ce(logits, targets)``, then ``dlogits = ce.backward()``."""
 
     def __init__(self, ignore_index: int | None = None, label_smoothing: float = 0.0, reduction: str = "mean"):
         self.ignore_index, self.label_smoothing, self.reduction = ignore_index, label_smoothing, reduction
 
     def forward(self, logits, targets):
-        """logits (..., V), targets (...) ids. Returns the loss: 0-d, or (...) for "none"."""
+        """logits (..., V), targets (...) ids -> the loss."""
         options = dict(ignore_index=self.ignore_index, label_smoothing=self.label_smoothing,
                        reduction=self.reduction)
         if not kernels.fast:  # the reference kernel, the math of this file
             loss, self.cache = cross_entropy_forward(logits, targets, **options)
-        else:  # the fused twin (minitransformer/fast/softmax.py), proven equal in tests/fast
+        else:  # the fused twin (minitransformer/fast/softmax.py)
             loss, self.cache = fast_softmax.cross_entropy_forward(logits, targets, **options)
         return loss
 
     def backward(self, dloss=1.0):
-        """dloss: the loss's upstream gradient (a scalar, or (...) for "none"). Returns dlogits (..., V)."""
+        """dloss (a scalar, or (...) for "none") -> dlogits (..., V)."""
         cache = self._require_cache()
         if isinstance(cache, fast_softmax.FastCrossEntropyCache):  # the set that made the cache
             return fast_softmax.cross_entropy_backward(dloss, cache)

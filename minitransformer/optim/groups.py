@@ -57,6 +57,23 @@ def _group_pairs(index: int, params, is_parameter) -> list:
     return [(f"{index}.{i}", item) if is_parameter(item) else item for i, item in enumerate(items)]
 
 
+def checked_pairs(items, is_parameter) -> list:
+    """``(name, Parameter)`` pairs from an iterable of them; bare Parameters are refused,
+    since the optimizer keeps its state by name."""
+    pairs = []
+    for item in items:
+        if is_parameter(item):
+            raise TypeError(
+                "optimizers keep their state by parameter name: pass the model itself or "
+                "model.named_parameters(), i.e. (name, Parameter) pairs, not bare Parameters")
+        name, p = item
+        if not isinstance(name, str) or not is_parameter(p):
+            raise TypeError(f"expected (str, Parameter) pairs, got ({type(name).__name__}, "
+                            f"{type(p).__name__})")
+        pairs.append((name, p))
+    return pairs
+
+
 def split_groups(params: list[dict], check_lr, check_setting, is_parameter) -> tuple[list, list[dict]]:
     """``(pairs, groups)`` from a list of group dicts: every ``(name, Parameter)``
     pair in group order, and the groups as the optimizer keeps them (see the

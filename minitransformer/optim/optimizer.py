@@ -1,40 +1,13 @@
-r"""The optimizer base class, the Adam update, and the Adam / AdamW optimizers.
+r"""The Adam update, the :class:`Optimizer` base class, and :class:`Adam` / :class:`AdamW`.
 
-An optimizer turns the gradients that the backward passes left in
-``Parameter.grad`` into an update of ``Parameter.data``. This module holds
-
-* :func:`adam_update`, the Adam step for one tensor written as a pure function
-  (the *reference* kernel: one formula per line, new arrays out), first;
-* :class:`Optimizer`, the bookkeeping every optimizer shares (parameters by
-  name, the step counter, the learning rate or schedule, which parameters are
-  decayed), and :func:`default_no_decay`; its checkpoint state (``state_dict``,
-  ``load_state_dict``) is the mixin :class:`~minitransformer.optim.state.OptimizerState`;
-* :class:`Adam` and :class:`AdamW`, which apply it to every parameter.
-
-SGD and Adamax live in :mod:`minitransformer.optim.sgd_adamax`; the notation
-(:math:`\theta, g_t, \eta_t, \lambda`) is the one of :mod:`minitransformer.optim`.
-
-**Parameters are addressed by name**, each with its state in
-``optimizer.state[name]`` (arrays shaped like the parameter), so a checkpoint is
-readable and a misfit names its tensor. **The step counter** ``optimizer.t``
-moves once at the start of each :meth:`Optimizer.step`, so every parameter of an
-update sees the same :math:`t` (moving it inside the per-parameter loop is a
-classic bug: the bias corrections would run :math:`P` times too fast).
-
-**Learning rate.** ``lr`` is a float or a schedule ``t -> float``
-(:mod:`minitransformer.optim.schedules`), kept in ``optimizer.schedule``;
-``optimizer.lr`` is always the float of the latest step (what a log prints).
-
-**Weight decay** skips exempt parameters: by default (:func:`default_no_decay`) those
-with fewer than two dimensions (biases, LayerNorm gains and shifts); ``no_decay`` may
-be ``()``, a list of names or a predicate ``(name, Parameter) -> bool`` instead.
-**Parameter groups** (:mod:`minitransformer.optim.groups`) give a group its own ``lr``
-and ``weight_decay``. **Frozen parameters** (``requires_grad`` False) are skipped, and
-each parameter counts its own updates (``optimizer.steps[name]``, for Adam's bias
-correction): one unfrozen after 100 steps takes a first step, not a 101st.
-
-Every scalar that meets an array (learning rate, betas, bias corrections) is a
-plain Python float, so a float32 model stays float32.
+Notation as in :mod:`minitransformer.optim`; SGD and Adamax are in
+:mod:`~minitransformer.optim.sgd_adamax`. Parameters are addressed by name, their
+state in ``optimizer.state[name]``, so a misfit checkpoint names its tensor. ``optimizer.t`` moves once per :meth:`Optimizer.step`, before the
+per-parameter loop (inside it, the bias corrections would run :math:`P` times too
+fast). Each parameter counts its own updates in ``optimizer.steps[name]`` (Adam's
+:math:`t`; frozen parameters are skipped), so one unfrozen after 100 steps takes a
+first step, not a 101st. Scalars that meet arrays are Python floats, so a float32
+model stays float32.
 """
 from __future__ import annotations
 
@@ -47,20 +20,15 @@ import numpy as np  # the number types a setting may have
 from minitransformer import kernels
 from minitransformer.backend import xp
 from minitransformer.fast import optimizer as fast_optimizer
-from minitransformer.optim.groups import param_groups, split_groups  # noqa: F401 (param_groups re-exported)
+from minitransformer.optim.groups import checked_pairs, param_groups, split_groups  # noqa: F401 (param_groups re-exported)
 from minitransformer.optim.state import OptimizerState
 
 __all__ = ["Optimizer", "Adam", "AdamW", "adam_update", "default_no_decay", "param_groups"]
 
 
-# ---------------------------------------------------------------------------
-# The Adam update of one tensor (reference kernel)
-# ---------------------------------------------------------------------------
 def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0, decoupled=False):
-    r"""One Adam step for one tensor, as a pure function: new arrays out, inputs untouched.
-
-    With :math:`\theta` = ``param``, :math:`g` = ``grad``, :math:`t` = ``step``,
-    :math:`\eta` = ``lr`` and :math:`\lambda` = ``weight_decay``:
+    r"""One Adam step for one tensor: new arrays out, inputs untouched. With
+    :math:`\theta, g, t, \eta, \lambda` = ``param, grad, step, lr, weight_decay``:
 
     .. math::
 
@@ -78,77 +46,39 @@ def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0
     averages (with :math:`\beta_2 = 0.999`, :math:`v_1` is only
     :math:`0.001\, g^2`); :math:`\epsilon` is added *after* that correction.
 
-    This is the *reference* kernel: one formula per line, readable rather than
-    fast (each line allocates a new array). :mod:`minitransformer.fast.optimizer`
-    has the same function updating its inputs in place, and ``tests/fast``
-    proves the two equal.
-
-    Args:
-        param: :math:`\theta_{t-1}`, a float array of any shape ``S``.
-        grad: :math:`g_t`, shape ``S``.
-        m: :math:`m_{t-1}`, the first-moment average, shape ``S`` (zeros before step 1).
-        v: :math:`v_{t-1}`, the second-moment average, shape ``S`` (zeros before step 1).
-        step: :math:`t \ge 1`, the number of this update (an int).
-        lr: :math:`\eta \ge 0`, a Python float.
-        beta1, beta2: :math:`\beta_1, \beta_2 \in [0, 1)`, Python floats.
-        eps: :math:`\epsilon > 0`, a Python float.
-        weight_decay: :math:`\lambda \ge 0`, a Python float (0 for an exempt parameter).
-        decoupled: False for L2 decay inside the gradient (:class:`Adam`),
-            True for decay applied to the weights directly (:class:`AdamW`).
-
-    Returns:
-        ``(param, m, v)``: :math:`\theta_t, m_t, v_t`, new arrays of shape ``S``
-        and the dtype of ``param``. The scalars are Python floats so that a
-        float32 tensor stays float32.
+    ``param, grad, m, v``: arrays of one shape ``S`` (``m, v`` zeros before step 1);
+    the scalars are Python floats. Returns new (S) arrays :math:`\theta_t, m_t, v_t`.
     """
     dtype = param.dtype
     if weight_decay and not decoupled:
-        g = grad + weight_decay * param                      # (S) L2 decay joins the gradient
+        g = grad + weight_decay * param  # (S) L2 decay joins the gradient
     else:
-        g = grad                                             # (S) read only
-    m = beta1 * m + (1.0 - beta1) * g                        # (S) m_t
-    v = beta2 * v + (1.0 - beta2) * (g * g)                  # (S) v_t
-    m_hat = m / (1.0 - beta1 ** step)                        # (S) bias-corrected m_t
-    v_hat = v / (1.0 - beta2 ** step)                        # (S) bias-corrected v_t
+        g = grad  # (S) read only
+    m = beta1 * m + (1.0 - beta1) * g  # (S) m_t
+    v = beta2 * v + (1.0 - beta2) * (g * g)  # (S) v_t
+    m_hat = m / (1.0 - beta1 ** step)  # (S) bias-corrected m_t
+    v_hat = v / (1.0 - beta2 ** step)  # (S) bias-corrected v_t
     if weight_decay and decoupled:
-        param = param - lr * weight_decay * param            # (S) theta', decoupled decay
-    param = param - lr * m_hat / (xp.sqrt(v_hat) + eps)      # (S) theta_t
-    # NumPy turns 0-d results into scalars; make them arrays of param's dtype again
-    # (a no-op, no copy, for every other shape and backend).
-    return (xp.asarray(param, dtype=dtype),                  # (S)
-            xp.asarray(m, dtype=dtype),                      # (S)
-            xp.asarray(v, dtype=dtype))                      # (S)
+        param = param - lr * weight_decay * param  # (S) theta', decoupled decay
+    param = param - lr * m_hat / (xp.sqrt(v_hat) + eps)  # (S) theta_t
+    # NumPy turns 0-d results into scalars: make them arrays of param's dtype again.
+    return (xp.asarray(param, dtype=dtype),  # (S)
+            xp.asarray(m, dtype=dtype),  # (S)
+            xp.asarray(v, dtype=dtype))  # (S)
 
 
-# ---------------------------------------------------------------------------
-# The bookkeeping every optimizer shares
-# ---------------------------------------------------------------------------
 def is_parameter(obj) -> bool:
-    """True for a Parameter-like object (it has ``data`` and ``grad``)."""
+    """True for anything with ``data`` and ``grad``."""
     return hasattr(obj, "data") and hasattr(obj, "grad")
 
 
 def named_parameters(params) -> list[tuple[str, object]]:
-    """``(name, Parameter)`` pairs from a module or from an iterable of pairs.
-
-    Raises ``TypeError`` for bare Parameters or malformed pairs, and
-    ``ValueError`` for no parameters, a repeated name, or a Parameter listed
-    twice (it would be updated twice per step).
-    """
+    """``(name, Parameter)`` pairs from a module or an iterable of pairs; refuses bare
+    Parameters, no parameters, a repeated name, or a Parameter listed twice."""
     if hasattr(params, "named_parameters"):
         pairs = list(params.named_parameters())
     else:
-        pairs = []
-        for item in params:
-            if is_parameter(item):
-                raise TypeError(
-                    "optimizers keep their state by parameter name: pass the model itself or "
-                    "model.named_parameters(), i.e. (name, Parameter) pairs, not bare Parameters")
-            name, p = item
-            if not isinstance(name, str) or not is_parameter(p):
-                raise TypeError(f"expected (str, Parameter) pairs, got ({type(name).__name__}, "
-                                f"{type(p).__name__})")
-            pairs.append((name, p))
+        pairs = checked_pairs(params, is_parameter)
     if not pairs:
         raise ValueError("the optimizer got no parameters")
     counts = Counter(n for n, _ in pairs)
@@ -165,9 +95,7 @@ def named_parameters(params) -> list[tuple[str, object]]:
 
 
 def default_no_decay(name: str, param) -> bool:
-    """The default weight-decay exemption: True (exempt) for parameters with
-    ``ndim < 2``, i.e. biases, LayerNorm gains and shifts, and scalars.
-    Matrices and embeddings (``ndim >= 2``) are decayed."""
+    """True (exempt from weight decay) for ``ndim < 2``: biases, LayerNorm gains and shifts, scalars."""
     return param.data.ndim < 2
 
 
@@ -179,8 +107,7 @@ def _number(name: str, value) -> float:
 
 
 def check_lr(value, name: str = "lr") -> float:
-    """A learning rate: finite and >= 0 (0 freezes the weights; a negative rate would
-    climb the loss, an infinite one turns every weight into inf or NaN)."""
+    """A learning rate: finite and >= 0 (0 freezes the weights)."""
     lr = _number(name, value)
     if not (math.isfinite(lr) and lr >= 0):
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
@@ -188,10 +115,7 @@ def check_lr(value, name: str = "lr") -> float:
 
 
 def check_hyperparameter(name: str, value):
-    """Validate one setting of the Adam family by name (SGD's momentum: ``optim/sgd_adamax.py``);
-    return it as the optimizer keeps it. Used by every constructor and by ``load_state_dict``,
-    so a checkpoint cannot bring in what the constructor would refuse.
-    """
+    """One setting of the Adam family, checked; ``load_state_dict`` checks a checkpoint with it."""
     if name == "lr":
         return check_lr(value)
     if name == "weight_decay":
@@ -215,37 +139,28 @@ def check_hyperparameter(name: str, value):
 
 
 class Optimizer(OptimizerState):
-    r"""Shared machinery: parameters by name, step counter, lr schedule (state I/O: :class:`OptimizerState`).
+    r"""Parameters by name, the step counter, the learning rate.
 
-    Subclasses define ``_state_keys`` (the names of the per-parameter state
-    arrays, each shaped like the parameter and zero-initialised), ``_hyper``
-    (the hyperparameter attributes saved in a checkpoint) and
-    ``_update(name, p, state, lr)``, which updates one parameter from its
-    gradient ``p.grad``: ``p.data`` and the arrays in ``state``, in place or by
-    assigning new arrays (as :class:`Adam` does with :func:`adam_update`).
+    A subclass defines ``_state_keys`` (per-parameter arrays, zeros shaped like
+    it), ``_hyper`` (the settings a checkpoint saves) and ``_update(name, p, state, lr)``.
 
     Args:
-        params: a module (anything with ``named_parameters()``), an iterable
-            of ``(name, Parameter)`` pairs, or a list of parameter groups
-            (dicts, see :mod:`minitransformer.optim.groups`).
-        lr: a float, or a schedule ``t -> float`` giving the rate of step ``t``
-            (the default of groups that set no ``lr``).
-        weight_decay: the coefficient :math:`\lambda \ge 0`; how it enters the
-            update depends on the optimizer.
-        no_decay: which parameters are exempt from weight decay: ``None`` for
-            :func:`default_no_decay` (exempt ``ndim < 2``), an iterable of
-            names, or a predicate ``(name, Parameter) -> bool``.
+        params: a module, ``(name, Parameter)`` pairs, or parameter groups
+            (:mod:`minitransformer.optim.groups`).
+        lr: a float or a schedule ``t -> float``; ``self.lr`` is the latest step's.
+        weight_decay: :math:`\lambda \ge 0`.
+        no_decay: ``None`` (:func:`default_no_decay`), names, or ``(name, Parameter) -> bool``.
     """
 
     _state_keys: tuple[str, ...] = ()
     _hyper: tuple[str, ...] = ("weight_decay",)
-    _check_setting = staticmethod(check_hyperparameter)  # how load_state_dict (optim/state.py) checks a setting
+    _check_setting = staticmethod(check_hyperparameter)  # how load_state_dict checks a setting
 
     def __init__(self, params, lr, weight_decay: float = 0.0,
                  no_decay: Callable | Iterable[str] | None = None):
         if isinstance(params, (list, tuple)) and params and isinstance(params[0], dict):
             pairs, self.param_groups = split_groups(params, check_lr, check_hyperparameter, is_parameter)
-        else:  # one collection: one group of everything, with the optimizer's settings
+        else:  # one group of everything, with the optimizer's settings
             pairs, self.param_groups = params, [{"names": None, "lr": None, "schedule": None,
                                                   "weight_decay": None}]
         self.params: dict[str, object] = dict(named_parameters(pairs))
@@ -279,19 +194,17 @@ class Optimizer(OptimizerState):
         return {n: n not in exempt for n in self.params}
 
     def decayed_names(self) -> list[str]:
-        """Names of the parameters weight decay applies to: by their group's own
-        ``weight_decay`` (> 0), or else by ``no_decay`` (if ``weight_decay > 0``)."""
+        """The decayed parameters: by their group's ``weight_decay``, else by ``no_decay``."""
         own = {n: self.param_groups[i]["weight_decay"] for n, i in self._group_of.items()}
         return [n for n in self.params if (self._decay[n] if own[n] is None else own[n] > 0)]
 
     def weight_decay_of(self, name: str) -> float:
-        """The weight-decay coefficient of one parameter: its group's, or the
-        optimizer's (0 if ``no_decay`` exempts it)."""
+        """One parameter's coefficient: its group's, else the optimizer's (0 if exempt)."""
         wd = self.param_groups[self._group_of[name]]["weight_decay"]
         return wd if wd is not None else (self.weight_decay if self._decay[name] else 0.0)
 
     def get_lr(self, t: int | None = None) -> float:
-        """The learning rate of step ``t`` (default: the step the next ``step()`` makes)."""
+        """The learning rate of step ``t`` (default: the next step)."""
         if self.schedule is None:
             return self.lr
         return float(self.schedule(self.t + 1 if t is None else t))
@@ -313,14 +226,9 @@ class Optimizer(OptimizerState):
             p.grad.fill(0)
 
     def step(self) -> None:
-        """One update of every parameter from its current ``grad``.
-
-        Increments ``t`` once, takes :math:`\\eta_t` from the schedule if there
-        is one (in ``self.lr``; a group's own in its ``"lr"``), then updates each
-        parameter that is not frozen, counting it in ``steps[name]``. A schedule
-        whose rate is NaN, infinite or negative raises ``ValueError`` before anything changes.
-        """
-        if self.schedule is not None:  # checked before anything changes
+        """One update of every unfrozen parameter from its ``grad``; ``t`` moves once.
+        A schedule's bad rate raises before anything changes."""
+        if self.schedule is not None:
             self.lr = self._scheduled_lr(self.t + 1)
         for g in self.param_groups:
             if g["schedule"] is not None:
@@ -341,24 +249,13 @@ class Optimizer(OptimizerState):
         raise NotImplementedError
 
 
-# ---------------------------------------------------------------------------
-# Adam and AdamW
-# ---------------------------------------------------------------------------
 class Adam(Optimizer):
-    r"""Adam (Kingma & Ba, 2015): :func:`adam_update` with ``decoupled=False`` on
-    every parameter, so L2 weight decay :math:`\lambda\theta` joins the gradient.
+    r"""Adam (Kingma & Ba, 2015): :func:`adam_update` with L2 decay, :math:`\lambda\theta`
+    added to the gradient.
 
-    It then passes through :math:`v_t`, and heavily-updated weights are decayed
-    less: use :class:`AdamW` for decay independent of the gradient scale. State
-    per parameter: ``{"m": m, "v": v}``, both shaped like the parameter.
-
-    Args:
-        params: a module or ``(name, Parameter)`` pairs.
-        lr: float or schedule.
-        betas: :math:`(\beta_1, \beta_2)`.
-        eps: :math:`\epsilon > 0`.
-        weight_decay: L2 coefficient :math:`\lambda`, added to the gradient.
-        no_decay: exemptions from weight decay (see :class:`Optimizer`).
+    The decay then passes through :math:`v_t`, so heavily-updated weights are
+    decayed less; :class:`AdamW` decouples it. State: ``{"m": m, "v": v}``,
+    each shaped like the parameter.
     """
 
     _state_keys = ("m", "v")
@@ -373,27 +270,19 @@ class Adam(Optimizer):
     def _update(self, name, p, state, lr):
         (b1, b2), eps, t = self.betas, self.eps, self.steps[name]  # this parameter's update count
         wd = self.weight_decay_of(name)
-        m, v = state["m"], state["v"]                  # (*p.shape) each
-        if not kernels.fast:  # the reference kernel, the math of this file
+        m, v = state["m"], state["v"]
+        if not kernels.fast:  # the reference kernel
             p.data, state["m"], state["v"] = adam_update(  # (*p.shape) each
                 p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
-        else:  # the in-place twin (minitransformer/fast/optimizer.py), proven equal in tests/fast
+        else:  # its in-place twin in fast/optimizer.py
             p.data, state["m"], state["v"] = fast_optimizer.adam_update(  # (*p.shape) each
                 p.data, p.grad, m, v, t, lr, b1, b2, eps, wd, self._decoupled)
 
 
 class AdamW(Adam):
-    r"""Adam with decoupled weight decay (Loshchilov & Hutter, 2019): :func:`adam_update`
-    with ``decoupled=True``, :math:`\theta' = \theta - \eta_t\lambda\theta` before the
-    Adam step, so the decay never passes through the adaptive denominator.
-
-    The decay is scaled by the scheduled rate :math:`\eta_t`, so it warms up and
-    decays with the schedule. By default (:func:`default_no_decay`) only
-    parameters with ``ndim >= 2`` are decayed; biases and LayerNorm parameters are not.
-
-    Args:
-        params, lr, betas, eps, no_decay: as for :class:`Adam`.
-        weight_decay: decoupled coefficient :math:`\lambda` (default 0.01).
+    r"""Adam with decoupled weight decay (Loshchilov & Hutter, 2019):
+    :math:`\theta' = \theta - \eta_t\lambda\theta` before the Adam step, so the decay
+    never passes through the adaptive denominator, and follows the schedule's :math:`\eta_t`.
     """
 
     _decoupled = True

@@ -7,7 +7,7 @@ Nothing here is needed to read or run the library; the tests use it.
 CuPy arrays do. Code that mixes ``np.`` calls into device arrays then fails on a
 laptop or in CI instead of first failing on a GPU.
 
-Inside ``backend.forbid_host_sync()`` (:func:`refuse_host_reads`) the strict
+Inside ``devices.forbid_host_sync()`` (:func:`refuse_host_reads`) the strict
 arrays also refuse every read of a device value that would make a GPU wait
 (``float(a)``, ``a.item()``, ``to_numpy(a)``, a boolean-mask index ...), so tests
 prove that a training step never waits.
@@ -58,7 +58,7 @@ def refuse_host_reads():
     """Inside the block, strict arrays raise :class:`HostSyncError` on ``float()``,
     ``int()``, ``bool()``, ``.item()``, ``.get()``, ``.tolist()``, ``to_numpy``,
     boolean-mask indexing and ``nonzero``-like functions (their output size depends
-    on the data). ``backend.forbid_host_sync`` uses it on the strict backend."""
+    on the data). ``devices.forbid_host_sync`` uses it on the strict backend."""
     _sync["forbidden"] += 1
     try:
         yield

@@ -11,6 +11,8 @@ read with the deferred losses, and the first bad one stops training with
 """
 from __future__ import annotations
 
+import math
+
 from minitransformer import backend
 
 
@@ -46,3 +48,46 @@ def _first_non_finite_weight(model) -> str | None:
         if not bool(backend.xp.isfinite(p.data).all()):
             return name
     return None
+
+
+class DivergenceChecks:
+    """The trainer's finite checks (a mixin of :class:`~minitransformer.train.trainer.Trainer`,
+    which holds ``model``, ``optimizer``, ``epoch``, ``step``, ``step_losses`` and
+    ``_last_good``): each raises :class:`TrainingDiverged` naming where it happened."""
+
+    def _check_finite(self, value: float, what: str, step: int, deferred: bool = False) -> None:
+        if not math.isfinite(value):
+            how = ("its gradients were dropped (read back later, at step "
+                   f"{self.step})" if deferred else "no update was made with it")
+            raise TrainingDiverged(
+                f"non-finite {what} ({value}) at epoch {self.epoch + 1}, step {step}; {how}. "
+                f"Last good checkpoint: {self._last_good()}. Try a lower learning rate or "
+                "gradient clipping.")
+
+    def _check_weights(self, step: int, deferred: bool = False) -> None:
+        """Stop if a weight is NaN or infinite after the update of ``step``."""
+        name = _first_non_finite_weight(self.model)
+        if name is None:
+            return
+        when = f" (read back later, at step {self.step})" if deferred else ""
+        raise TrainingDiverged(
+            f"non-finite weight {name} after the update of step {step}{when}, epoch {self.epoch + 1}: the "
+            f"optimizer made it NaN or infinite (learning rate {self.optimizer.lr}). The weights in memory "
+            f"are unusable and were not saved. Last good checkpoint: {self._last_good()}. Try a lower "
+            "learning rate or gradient clipping.")
+
+    def _read_back(self, pending) -> list:
+        """Copy the pending losses, norms and weight checks to the host (one sync), record
+        the losses, and stop on the first non-finite one (its step's gradients were
+        dropped, or its update made a weight non-finite)."""
+        values = []
+        for step, loss, norm, weights_ok in pending:
+            loss_value = float(loss)
+            if norm is not None:  # deferred: this step's numbers are seen only now
+                self._check_finite(loss_value, "loss", step, deferred=True)
+                self._check_finite(float(norm), "gradient norm", step, deferred=True)
+                if not bool(weights_ok):
+                    self._check_weights(step, deferred=True)
+            values.append(loss_value)
+        self.step_losses.extend(values)
+        return values

@@ -28,15 +28,17 @@ from minitransformer.train.batches import plan_batches
 from minitransformer.train.checkpointing import Checkpointing
 from minitransformer.train.config import TrainConfig
 from minitransformer.train.divergence import (
-    TrainingDiverged, _drop_gradients_unless_finite, _first_non_finite_weight, _weights_finite,
+    DivergenceChecks, TrainingDiverged, _drop_gradients_unless_finite, _weights_finite,
 )
 
 
-class Trainer(Checkpointing):
+class Trainer(Checkpointing, DivergenceChecks):
     """Holds the loop state; :func:`fit` is the usual entry point.
 
     :meth:`save`, :meth:`resume` and the last good checkpoint that error messages
-    name come from :class:`~minitransformer.train.checkpointing.Checkpointing`."""
+    name come from :class:`~minitransformer.train.checkpointing.Checkpointing`; the
+    finite checks of the losses, norms and weights read back from the device from
+    :class:`~minitransformer.train.divergence.DivergenceChecks`."""
 
     def __init__(self, model, task, optimizer, train_data, val_data=None, config: TrainConfig | None = None,
                  callbacks=(), vocab=None, extra_meta: dict | None = None, fingerprint: dict | None = None,
@@ -250,43 +252,6 @@ class Trainer(Checkpointing):
         (in one process, the decision itself). Ranks that stopped at different steps
         would wait forever for each other in the next all-reduce."""
         return bool(decision) if self.parallel is None else bool(self.parallel.from_rank0(bool(decision)))
-
-    def _check_finite(self, value: float, what: str, step: int, deferred: bool = False) -> None:
-        if not math.isfinite(value):
-            how = ("its gradients were dropped (read back later, at step "
-                   f"{self.step})" if deferred else "no update was made with it")
-            raise TrainingDiverged(
-                f"non-finite {what} ({value}) at epoch {self.epoch + 1}, step {step}; {how}. "
-                f"Last good checkpoint: {self._last_good()}. Try a lower learning rate or "
-                "gradient clipping.")
-
-    def _check_weights(self, step: int, deferred: bool = False) -> None:
-        """Stop if a weight is NaN or infinite after the update of ``step``."""
-        name = _first_non_finite_weight(self.model)
-        if name is None:
-            return
-        when = f" (read back later, at step {self.step})" if deferred else ""
-        raise TrainingDiverged(
-            f"non-finite weight {name} after the update of step {step}{when}, epoch {self.epoch + 1}: the "
-            f"optimizer made it NaN or infinite (learning rate {self.optimizer.lr}). The weights in memory "
-            f"are unusable and were not saved. Last good checkpoint: {self._last_good()}. Try a lower "
-            "learning rate or gradient clipping.")
-
-    def _read_back(self, pending) -> list:
-        """Copy the pending losses, norms and weight checks to the host (one sync), record
-        the losses, and stop on the first non-finite one (its step's gradients were
-        dropped, or its update made a weight non-finite)."""
-        values = []
-        for step, loss, norm, weights_ok in pending:
-            loss_value = float(loss)
-            if norm is not None:  # deferred: this step's numbers are seen only now
-                self._check_finite(loss_value, "loss", step, deferred=True)
-                self._check_finite(float(norm), "gradient norm", step, deferred=True)
-                if not bool(weights_ok):
-                    self._check_weights(step, deferred=True)
-            values.append(loss_value)
-        self.step_losses.extend(values)
-        return values
 
     def _end_epoch(self, t_start: float) -> bool:
         """Evaluate, record, checkpoint; returns True if training should stop."""

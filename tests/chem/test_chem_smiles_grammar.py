@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minitransformer.chem import Vocab, tokenize
-from minitransformer.chem.grammar.smiles_grammar import RING0, SmilesGrammar, _Row
+from minitransformer.chem.grammar.smiles_grammar import SmilesGrammar
+from minitransformer.chem.grammar.smiles_row import RING0, _Row
 from minitransformer.generate import greedy, sample
 from minitransformer.models import DecoderLM, DecoderLMConfig
 

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from minitransformer import kernels
 from minitransformer.fast import compiled, decode as fast_decode
-from minitransformer.generate import decode
+from minitransformer.generate import sampling
 from minitransformer.models import DecoderLM, DecoderLMConfig
 from fast_helpers import count_calls, SETTINGS
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not compiled.AVAILABLE, reason="needs Numba (pip
 def _both(z, u):
     """(the loop's tokens, the reference's) for the same z (N, V) and u (N,)."""
     assert fast_decode.usable(z, u)
-    return fast_decode.inverse_cdf_draw(z, u), decode._inverse_cdf_draw(z, u)
+    return fast_decode.inverse_cdf_draw(z, u), sampling._inverse_cdf_draw(z, u)
 
 
 def _assert_same(z, u):
@@ -114,13 +114,13 @@ def test_sample_takes_the_loop_and_draws_what_the_reference_draw_does(monkeypatc
     model = DecoderLM(DecoderLMConfig(vocab_size=17, max_len=20, d_model=16, n_heads=2, n_layers=2, d_ff=32, seed=3))
     calls = count_calls(monkeypatch, fast_decode, "inverse_cdf_draw")
     with kernels.scope("fast"):
-        looped = decode.sample(model, batch_size=6, rng=11, **options)
+        looped = sampling.sample(model, batch_size=6, rng=11, **options)
         assert len(calls) >= looped.shape[1] - 1  # a draw per step
         monkeypatch.setattr(fast_decode, "usable", lambda z, u: False)
-        drawn = decode.sample(model, batch_size=6, rng=11, **options)
+        drawn = sampling.sample(model, batch_size=6, rng=11, **options)
     np.testing.assert_array_equal(looped, drawn)
     monkeypatch.undo()
     calls = count_calls(monkeypatch, fast_decode, "inverse_cdf_draw")
     with kernels.scope("reference"):
-        decode.sample(model, batch_size=6, rng=11, **options)
+        sampling.sample(model, batch_size=6, rng=11, **options)
     assert calls == []

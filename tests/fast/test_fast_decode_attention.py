@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from minitransformer.fast import compiled, decode_attention
-from minitransformer.nn.attention import KVCache, causal_mask
+from minitransformer.nn.attention import causal_mask
+from minitransformer.nn.kv_cache import KVCache
 from fast_helpers import assert_close, count_calls, FAST, REFERENCE, SETTINGS
 
 pytestmark = pytest.mark.skipif(not compiled.AVAILABLE, reason="needs Numba (pip install numba)")

@@ -203,7 +203,7 @@ def test_filter_logits():
 
 def test_sampling_frequencies():
     """The inverse-CDF draw follows softmax(z / tau) after the filters."""
-    from minitransformer.generate.decode import _inverse_cdf_draw
+    from minitransformer.generate.sampling import _inverse_cdf_draw
     z = filter_logits(xp.asarray(np.tile([[1.0, 0.5, 0.0, -0.5, -2.0]], (20000, 1))), top_k=4)
     tok = backend.to_numpy(_inverse_cdf_draw(z, backend.RNG(0).random((20000,), dtype=xp.float64)))
     p = np.exp([1.0, 0.5, 0.0, -0.5])

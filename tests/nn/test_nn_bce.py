@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minitransformer import backend
+from minitransformer import backend, devices
 from minitransformer.functional import masked_bce_backward, masked_bce_forward
 from minitransformer.gradcheck import check_kernel
 
@@ -317,6 +317,6 @@ def test_device_values_are_not_read_back(randn):
     checks above would stall the device, so they are left to the host batch."""
     backend.use("strict")
     z, y = backend.asarray(np.zeros((3, 4), np.float32)), backend.asarray(TARGETS.astype(np.float32))
-    with backend.forbid_host_sync():
+    with devices.forbid_host_sync():
         loss, cache = masked_bce_forward(z, y, _dev(MASK), pos_weight=backend.asarray(np.ones(4, np.float32)))
         masked_bce_backward(1.0, cache)

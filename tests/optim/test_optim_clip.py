@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minitransformer import backend
+from minitransformer import backend, devices
 from minitransformer.backend import xp
 from minitransformer.nn.module import Module, Parameter
 from minitransformer.optim import Adam, clip_grad_norm, clip_grad_norm_on_device
@@ -66,7 +66,7 @@ def test_clip_grad_norm_nonfinite_leaves_grads(any_backend, bad):
     set_quadratic_grads(pairs, targets)
     pairs[1][1].grad[0] = bad
     g0 = _grads(pairs)
-    with backend.forbid_host_sync():  # the NaN rule is applied on the device, too
+    with devices.forbid_host_sync():  # the NaN rule is applied on the device, too
         norm = clip_grad_norm(pairs, max_norm=0.1)
     assert not math.isfinite(float(norm))
     assert math.isnan(float(norm)) == math.isnan(bad)
@@ -97,12 +97,12 @@ def test_clip_grad_norm_none_measures_only_and_never_syncs(any_backend):
     set_quadratic_grads(pairs, targets)
     g0 = _grads(pairs)
     norm0 = math.sqrt(sum(float((g ** 2).sum()) for g in g0.values()))
-    with backend.forbid_host_sync():  # the strict backend raises at any device-to-host read
+    with devices.forbid_host_sync():  # the strict backend raises at any device-to-host read
         measured = clip_grad_norm(pairs, None)
     assert float(measured) == pytest.approx(norm0, rel=1e-5)
     for name, g in _grads(pairs).items():
         np.testing.assert_array_equal(g, g0[name], err_msg=f"max_norm=None changed grad {name}")
-    with backend.forbid_host_sync():
+    with devices.forbid_host_sync():
         clipped = clip_grad_norm(pairs, 0.5)
     assert float(clipped) == pytest.approx(norm0, rel=1e-5)  # the norm before clipping
     g1 = _grads(pairs)

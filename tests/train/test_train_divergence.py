@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minitransformer import backend
+from minitransformer import backend, devices
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
 from minitransformer.optim import Adam
 from minitransformer.train.tasks import LMTask
@@ -191,7 +191,7 @@ def test_deferred_training_steps_never_read_the_device(monkeypatch):
 
     def guarded(self, batch, rng, check_now):
         assert not check_now
-        with backend.forbid_host_sync():
+        with devices.forbid_host_sync():
             out = orig(self, batch, rng, check_now)
         seen.append(self.step)
         return out

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from minitransformer import backend
+from minitransformer import backend, devices
 from minitransformer.testing.strict import HostSyncError
 from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
 from minitransformer.train.tasks import LMTask, MLMTask, Seq2SeqTask, pad_batch
@@ -374,7 +374,7 @@ def test_training_step_never_reads_the_device(case):
     optimizer = Adam(model, lr=1e-3)
     batch = task.collate(examples)  # host arrays, as the trainer makes them
     for step in range(2):  # the second step also covers Adam's moments being non-zero
-        with backend.forbid_host_sync():
+        with devices.forbid_host_sync():
             loss, n_tokens = task.loss(model, batch, np.random.default_rng(step))
             model.zero_grad()
             task.backward(model)
@@ -391,7 +391,7 @@ def test_forbid_host_sync_catches_each_kind_of_read():
              "int": lambda: int(a[1]), "to_numpy": lambda: backend.to_numpy(a), "get": lambda: a.get(),
              "mask index": lambda: a[a > 2], "nonzero": lambda: backend.xp.flatnonzero(a)}
     for what, read in reads.items():
-        with backend.forbid_host_sync(), pytest.raises(HostSyncError):
+        with devices.forbid_host_sync(), pytest.raises(HostSyncError):
             read()
         read()  # allowed again outside the block
 

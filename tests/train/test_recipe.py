@@ -1,0 +1,39 @@
+"""A training recipe is typed and checked when it is built: a bad field is refused by name."""
+import dataclasses
+
+import pytest
+
+from minitransformer.train.recipe import LMRecipe, PropertyRecipe, Recipe, Seq2SeqRecipe, model
+
+
+@pytest.mark.parametrize("field, value", [("lr", 0.0), ("lr", float("nan")), ("batch_size", 0), ("epochs", 1.5),
+                                          ("augment", 1.5), ("optimizer", "sgd"), ("schedule", "linear"),
+                                          ("arch", "gru"), ("max_time", -1), ("patience", 0), ("model", "big")])
+def test_a_bad_common_field_is_refused_naming_it(field, value):
+    with pytest.raises(ValueError, match=rf"recipe\.{field} "):
+        Recipe(**{"model": model(), field: value})
+
+
+@pytest.mark.parametrize("kind, field, value", [(LMRecipe, "form", "smiles"), (LMRecipe, "grammar", "strict"),
+                                                (LMRecipe, "samples", 0), (LMRecipe, "metric", "val_auc"),
+                                                (PropertyRecipe, "tta", 0), (PropertyRecipe, "pretrain_lr", -1.0),
+                                                (Seq2SeqRecipe, "val_exact", -1),
+                                                (Seq2SeqRecipe, "label_smoothing", 1.5)])
+def test_a_bad_command_field_is_refused_naming_it(kind, field, value):
+    with pytest.raises(ValueError, match=rf"recipe\.{field} "):
+        kind(**{"model": model(), field: value})
+
+
+def test_a_variant_is_checked_again():
+    r = LMRecipe(model=model())
+    assert dataclasses.replace(r, lr=2e-3).lr == 2e-3
+    with pytest.raises(ValueError, match="recipe.batch_size"):
+        dataclasses.replace(r, batch_size=-4)
+
+
+def test_the_record_writes_the_model_as_runs_always_recorded_it():
+    """A stopped run recorded by an earlier version compares equal on --resume."""
+    assert LMRecipe(model={}, arch="tomczak").record()["model"] == "tomczak"
+    assert LMRecipe(model={"hidden": 32}, arch="lstm").record()["model"] == {"kind": "lstm", "hidden": 32}
+    record = LMRecipe(model=model(n_layers=2)).record()
+    assert record["model"]["n_layers"] == 2 and record["lr"] == 1e-3 and "arch" in record
