@@ -30,7 +30,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import common  # noqa: E402
-from minitransformer import devices, functional, kernels  # noqa: E402
+from minitransformer import functional, kernels  # noqa: E402
 
 SHAPE = {"small": (64, 64), "tomczak": (64, 64), "medium": (32, 128)}  # (B, T), as compare_revisions.py
 

@@ -20,8 +20,8 @@ from minitransformer import devices
 
 __all__ = [
     "xp", "use", "name", "is_device_array", "to_numpy", "asarray", "scatter_add", "erf",
-    "get_dtype", "set_dtype", "dtype_scope", "RNG", "BACKENDS", "values_on_host", "as_rng", "check_ids", "check_attention_inputs",
-    "check_cross_entropy_args", "sum_to_shape",
+    "get_dtype", "set_dtype", "dtype_scope", "RNG", "BACKENDS", "values_on_host", "as_rng", "check_ids",
+    "check_attention_inputs", "check_cross_entropy_args", "sum_to_shape",
 ]
 
 BACKENDS = ("numpy", "cupy", "strict")

@@ -55,7 +55,8 @@ def use_from_environment(use) -> Exception | None:
 
 
 def synchronize() -> None:
-    """Wait for queued GPU work (nothing to wait for when CuPy was never loaded). For timing only."""
+    """Wait for queued GPU work. For timing only: it asks CuPy whenever CuPy is loaded (an idle
+    device returns at once), and does nothing when it is not."""
     if "cupy" in sys.modules:
         sys.modules["cupy"].cuda.get_current_stream().synchronize()
 
@@ -64,8 +65,8 @@ def synchronize() -> None:
 def forbid_host_sync():
     """``with forbid_host_sync(): ...`` fails at the first read of a device value back to the
     host: CuPy's through ``cupyx.allow_synchronize(False)``, the strict stand-in's through
-    :func:`minitransformer.testing.strict.refuse_host_reads`. NumPy arrays have no device
-    to wait for, so under the numpy backend nothing is refused."""
+    :func:`minitransformer.testing.strict.refuse_host_reads`. Both guards are set whichever
+    backend is active (each only ever sees its own arrays), so NumPy's arrays are never refused."""
     from minitransformer.testing.strict import refuse_host_reads
     with contextlib.ExitStack() as stack:
         stack.enter_context(refuse_host_reads())  # only the stand-in's arrays look at it

@@ -50,21 +50,18 @@ def test_first_example_runs_code_in_the_twelve_listed_files(capsys):
         f"not listed {sorted(set(ran) - set(listed))}, listed but not run {sorted(set(listed) - ran)}")
 
 
-#: The README path is read in one sitting: at most this many characters, and no file longer than
-#: ``MAX_LINES`` (one concept per file).
+#: The README path is read in one sitting: at most this many characters (and, as every package
+#: file, no file over ``test_structure.MAX_FILE_LINES`` lines).
 MAX_CHARACTERS = 100_000
-MAX_LINES = 400
 
 
-def test_the_listed_files_are_a_book_of_at_most_100000_characters_and_short_files():
+def test_the_listed_files_are_a_book_of_at_most_100000_characters():
     _, listed = _first_example_and_files()
     sizes = {name: (PACKAGE / name).read_text(encoding="utf-8") for name in listed}
     total = sum(len(text) for text in sizes.values())
     largest = max(sizes, key=lambda name: len(sizes[name]))
     assert total <= MAX_CHARACTERS, (f"the {len(listed)} files of the README path hold {total:,} characters, more "
                                      f"than {MAX_CHARACTERS:,}; the largest is {largest} ({len(sizes[largest]):,})")
-    long = {name: text.count("\n") for name, text in sizes.items() if text.count("\n") > MAX_LINES}
-    assert not long, f"files of the README path over {MAX_LINES} lines: {long}"
 
 
 def _package_imports(path: Path) -> set[str]:

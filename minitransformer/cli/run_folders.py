@@ -119,7 +119,7 @@ def data_fingerprint(*splits: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
-_RESUME_IGNORES = ("settings.max_time", "settings.samples")  # a new time budget or sample count is fine
+_RESUME_IGNORES = ("settings.max_time", "settings.fine_tune_time", "settings.samples")  # a new budget or sample count is fine
 
 
 def _flat(obj, prefix: str = "") -> dict:

@@ -1,18 +1,18 @@
 """``minitransformer train property``: predict the 12 Tox21 toxicity assays with a transformer encoder.
 
-The flow, top to bottom (the skeleton is :func:`~minitransformer.cli.training.run_training`): load Tox21 (12 binary labels per molecule, many
-missing) -> split by molecule (random or by scaffold) -> build a vocabulary with
-<cls> and <mask> -> (optionally) pretrain the encoder as a masked language model
-on the training SMILES -> fine-tune it to predict all 12 labels from the final
-state of the <cls> token, with a masked sigmoid cross-entropy that skips missing
-labels -> keep the epoch with the best validation ROC-AUC (the area under the
-ROC curve: the chance that a random active molecule scores above a random
-inactive one; 0.5 is guessing) -> report the test ROC-AUC of every assay and
-their mean.
+The flow, top to bottom (the skeleton is
+:func:`~minitransformer.cli.training.run_training`): load Tox21 (12 binary labels per
+molecule, many missing) -> split by molecule (random or by scaffold) -> build a
+vocabulary with <cls> and <mask> -> (optionally) pretrain the encoder as a masked
+language model on the training SMILES -> fine-tune it to predict all 12 labels from the
+final state of the <cls> token, with a masked sigmoid cross-entropy that skips missing
+labels -> keep the epoch with the best validation ROC-AUC (the area under the ROC curve:
+the chance that a random active molecule scores above a random inactive one; 0.5 is
+guessing) -> report the test ROC-AUC of every assay and their mean.
 
-Molecules are written as a fresh random SMILES each epoch (the same molecule,
-atoms visited in a random order), which multiplies the small training set; at
-test time the predictions of several writings of each molecule are averaged.
+Molecules are written as a fresh random SMILES each epoch (the same molecule, atoms
+visited in a random order), which multiplies the small training set; at test time the
+predictions of several writings of each molecule are averaged.
 """
 from __future__ import annotations
 
@@ -144,6 +144,9 @@ class TrainProperty(TrainingCommand):
         return recipe, Data(vocab, train.smiles, val.smiles, test.smiles, extra, table.description,
                             table.clean_summary, own=(table, train, val, test))
 
+    def describe(self, run):
+        return f"pretraining {'on' if run.recipe.pretrain_epochs else 'off'}"
+
     def build_model(self, recipe, data, seed):
         """An encoder with one output per assay (and a masked-language-model head when it pretrains)."""
         from minitransformer.models import Encoder, EncoderConfig
@@ -212,7 +215,7 @@ class TrainProperty(TrainingCommand):
         from minitransformer import cli
         sizes = " / ".join(str(n) for n in run.info["sizes"])
         pretrained = f"pretraining {cli.format_duration(m['pretrain_time_s'])}, {m['pretrain_epochs']} epochs; " \
-            if m["pretrain_epochs"] else ""
+            if m.get("pretrain_epochs") else ""
         rows = [("wall time", f"{cli.format_duration(m['wall_time_s'])} ({pretrained}fine-tuning {m['epochs']} "
                               f"epochs, best {m['best_epoch']}, stopped: {m['stop_reason']})"),
                 ("split", f"{m['split']}: {sizes}"),

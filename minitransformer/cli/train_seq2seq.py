@@ -31,7 +31,8 @@ PRESETS = {
         model=model(n_enc_layers=4, n_dec_layers=2, pos="sinusoidal"),
         lr=2e-3, warmup=100, batch_size=32, epochs=20, max_time=15 * 60, val_exact=200),
     # MOSES pairs (train seq2seq --data moses --preset moses): the default model, one pass over
-    # 430,000 MOSES molecules, each written at random, in 28 minutes on 2 CPU cores; tested on
+    # 430,000 MOSES molecules, each written at random, within 28 minutes on 2 CPU cores (reading
+    # and pairing the molecules count against them); tested on
     # the first 2,000 molecules of MOSES's test file, and on the Tox21 test molecules
     # (docs/RESULTS.md: greedy top-1 exact match 62.8%).
     "moses": Seq2SeqRecipe(
@@ -120,7 +121,7 @@ class TrainSeq2Seq(TrainingCommand):
 
     def facts(self, run):
         d = run.data
-        return {"preset": run.args.preset, "duplicates_dropped": d.own.duplicates,
+        return {"preset": run.args.preset, "augment": run.args.augment, "duplicates_dropped": d.own.duplicates,
                 "split": [len(d.train), len(d.val), len(d.test)]}
 
     def training(self, run):
@@ -135,7 +136,7 @@ class TrainSeq2Seq(TrainingCommand):
         callbacks = [exact_match_callback(vocab, d.val_src[:k], d.val[:k])] if k else []
         return Phase("train", Seq2SeqTask(vocab.pad_id, r.label_smoothing), train_data, len(d.train), r.epochs,
                      run.budget, val_data=d.pairs("val"), callbacks=callbacks, metric="val_loss",
-                     eval_batch_size=128)
+                     patience=r.patience, eval_batch_size=128)
 
     def evaluate(self, run, trainer):
         """Decode the test sources, greedy and beam search, and judge every answer."""

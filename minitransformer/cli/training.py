@@ -94,7 +94,6 @@ class Run:
     resumed_phase: str | None = None  # the phase it was saved in
     pre_history: list = dataclasses.field(default_factory=list)
     budget: float | None = None  # seconds left for the main phase
-    t0: float = 0.0
 
 
 class TrainingCommand:
@@ -117,6 +116,10 @@ class TrainingCommand:
     def build_model(self, recipe: Recipe, data: Data, seed: int):
         """The model of ``recipe`` for ``data.vocab``, its weights drawn from ``seed``."""
         raise NotImplementedError
+
+    def describe(self, run: Run) -> str:
+        """What the first line says after the model's size (the preset, by default)."""
+        return f"preset {run.args.preset}"
 
     def facts(self, run: Run) -> dict:
         """The command's own entries of the run record (``config.json``'s ``run``)."""
@@ -150,10 +153,10 @@ def run_training(command: TrainingCommand, args) -> int:
     # The folder belongs to one run: reusing it needs --resume (checked below) or --force.
     resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=command.resume_places)
     recipe, data = command.load(args, recipe)
-    run = Run(args, recipe, out, data, resume=resume, t0=t0)
+    run = Run(args, recipe, out, data, resume=resume)
     run.model = command.build_model(recipe, data, args.seed)
-    print(f"model: {type(run.model).__name__}, {run.model.num_parameters():,} weights; "
-          f"preset {getattr(args, 'preset', 'default')}{' (quick)' if args.quick else ''}")
+    print(f"model: {type(run.model).__name__}, {run.model.num_parameters():,} weights; {command.describe(run)}"
+          f"{' (quick)' if args.quick else ''}")
     run.info = {"quick": args.quick, "seed": args.seed, "settings": recipe.record(), "data": data.description,
                 "cleaning": data.cleaning,
                 "data_sha256": data.fingerprint(),
@@ -190,10 +193,11 @@ def run_training(command: TrainingCommand, args) -> int:
         from minitransformer.cli.attention import plot_attention_example
         plot_attention_example(run.model, data.vocab, examples, out)
     metrics.update({"epochs": len(trainer.history), "best_epoch": trainer.best_epoch,
-                    "stop_reason": trainer.stop_reason, "pretrain_epochs": len(run.pre_history),
-                    "pretrain_time_s": t_pre, "train_time_s": t_train, "wall_time_s": time.perf_counter() - t0,
-                    "parameters": run.model.num_parameters(), "preset": getattr(args, "preset", "default"),
-                    "quick": args.quick})
+                    "stop_reason": trainer.stop_reason, "train_time_s": t_train,
+                    "wall_time_s": time.perf_counter() - t0, "parameters": run.model.num_parameters(),
+                    "quick": args.quick, **({"preset": args.preset} if hasattr(args, "preset") else {})})
+    if pretraining is not None:
+        metrics.update(pretrain_epochs=len(run.pre_history), pretrain_time_s=t_pre)
     cli.write_json(out / "metrics.json", metrics)
     command.summary(run, metrics)
     return 0

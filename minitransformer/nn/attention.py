@@ -84,7 +84,8 @@ class AttentionCache(NamedTuple):
 
 def attention_forward(q, k, v, mask=None, scale: float | None = None, dropout_mask=None, bias=None):
     """q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv) -> out (B, H, Tq, Dv), cache.
-    ``mask``, ``bias``, ``dropout_mask`` (divided by 1 - p): (B, H, Tq, Tk) or None."""
+    ``mask``, ``bias``: broadcastable to (B, H, Tq, Tk); ``dropout_mask`` (divided by 1 - p):
+    (B, H, Tq, Tk); each may be None. ``scale`` defaults to 1/sqrt(Dh)."""
     check_attention_inputs(q, k, v, mask, bias)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     s = (q @ k.swapaxes(-1, -2)) * scale  # (B, H, Tq, Tk) the logits
@@ -188,7 +189,8 @@ class MultiHeadAttention(Module):
         return split_heads(q, H), k, v, (q_lin, kv_lin)
 
     def forward(self, x, context=None, mask=None, kv_cache: KVCache | None = None):
-        """x (B, Tq, D) attends to itself or to ``context`` (B, Tk, D) -> (B, Tq, D)."""
+        """x (B, Tq, D) attends to itself or to ``context`` (B, Tk, D) -> (B, Tq, D); with a
+        ``kv_cache``, x holds the positions after the cached ones."""
         self._check_input(x, "x")
         H, inner = self.n_heads, self.n_heads * self.d_head
         pos_bias = None

@@ -3,7 +3,8 @@ r"""Element-wise layers; a backward multiplies by the derivative its forward sav
 **GELU**: :math:`y = x\,\Phi(x)`, :math:`\Phi(x) = \tfrac12(1 + \mathrm{erf}(x/\sqrt2))`,
 :math:`y' = \Phi(x) + x\varphi(x)`, :math:`\varphi(x) = e^{-x^2/2}/\sqrt{2\pi}`; or
 :math:`y = \tfrac12 x(1 + \tanh u)`, :math:`u = \sqrt{2/\pi}\,(x + 0.044715x^3)`,
-:math:`y' = \tfrac12(1 + \tanh u) + \tfrac12 x(1 - \tanh^2 u)\,u'`. Both stay finite:
+:math:`y' = \tfrac12(1 + \tanh u) + \tfrac12 x(1 - \tanh^2 u)\,u'`,
+:math:`u' = \sqrt{2/\pi}\,(1 + 3 \cdot 0.044715x^2)`. Both stay finite:
 far out, :math:`e^{-x^2/2}` and :math:`1 - \tanh^2 u` round to 0.
 
 **ReLU**: :math:`y = \max(x, 0)`, :math:`y' = \mathbb{1}[x > 0]`.

@@ -13,7 +13,9 @@ Backward, with :math:`g = w \odot dy`:
 .. math::
     dx = r\left(g - \overline{g} - \hat x\,\overline{g \odot \hat x}\right),\quad
     dw = \textstyle\sum_{\text{rows}} dy \odot \hat x,\quad
-    db = \textstyle\sum_{\text{rows}} dy .
+    db = \textstyle\sum_{\text{rows}} dy
+
+(derived in ``docs/kernels/layernorm.md``).
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@ r"""The Adam update, the :class:`Optimizer` base class, and :class:`Adam` / :cla
 
 Notation as in :mod:`minitransformer.optim`; SGD and Adamax are in
 :mod:`~minitransformer.optim.sgd_adamax`. Parameters are addressed by name, their
-state in ``optimizer.state[name]``, so a misfit checkpoint names its tensor. ``optimizer.t`` moves once per :meth:`Optimizer.step`, before the
-per-parameter loop (inside it, the bias corrections would run :math:`P` times too
+state in ``optimizer.state[name]``, so a misfit checkpoint names its tensor.
+``optimizer.t`` moves once per :meth:`Optimizer.step`, before the per-parameter loop (inside it, the bias corrections would run :math:`P` times too
 fast). Each parameter counts its own updates in ``optimizer.steps[name]`` (Adam's
 :math:`t`; frozen parameters are skipped), so one unfrozen after 100 steps takes a
 first step, not a 101st. Scalars that meet arrays are Python floats, so a float32

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from minitransformer.chem import Vocab, tokenize
 from minitransformer.chem.grammar.smiles_grammar import SmilesGrammar
-from minitransformer.chem.grammar.smiles_row import RING0, _Row
+from minitransformer.chem.grammar.smiles_row import RING0, Row
 from minitransformer.generate import greedy, sample
 from minitransformer.models import DecoderLM, DecoderLMConfig
 
@@ -99,7 +99,7 @@ def _string_is_balanced(smiles: str) -> bool:
 def test_random_walks_always_finish_balanced(seed, max_len, max_open):
     """Any choice among the allowed tokens ends with EOS within max_len, with balanced
     parentheses and every ring closed; a token never raises the budget count by more
-    than _MAX_RISE, and the count never exceeds what is left."""
+    than MAX_RISE, and the count never exceeds what is left."""
     rng = np.random.default_rng(seed)
     B = 8
     grammar = SmilesGrammar(VOCAB, max_open_rings=max_open)

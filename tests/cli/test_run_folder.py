@@ -174,3 +174,13 @@ def test_one_molecule_names_the_file_and_how_many_are_needed(molecules, tmp_path
     assert code == 2
     line = one_line_error(capsys)
     assert "one.smi" in line and "at least" in line
+
+
+def test_a_new_time_budget_or_sample_count_is_no_reason_to_refuse_a_resume():
+    """``--max-minutes`` changes ``max_time`` and, for a run whose pretraining adds its own time,
+    ``fine_tune_time``: both may change on ``--resume``; another learning rate may not."""
+    from minitransformer.cli.run_folders import _differences
+    then = {"settings": {"max_time": 1560.0, "fine_tune_time": 660.0, "samples": 2000, "lr": 5e-4}}
+    now = {"settings": {"max_time": 1800.0, "fine_tune_time": None, "samples": 100, "lr": 5e-4}}
+    assert _differences(then, now) == []
+    assert _differences(then, {"settings": dict(now["settings"], lr=1e-3)}) == ["settings.lr: 0.0005 then, 0.001 now"]

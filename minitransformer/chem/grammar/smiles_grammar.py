@@ -50,7 +50,7 @@ below show a prefix and the next token (``C(`` + ``)`` means: after ``C(``,
 10. Specials other than EOS (PAD, BOS, UNK, ...) and tokens outside SMILES
     (a lone ``@`` or ``H``) are never written.
 11. **Length budget.** A row must end with EOS within ``max_len`` tokens (BOS
-    included). :meth:`_Row.need` counts the tokens of one way to finish from
+    included). :meth:`Row.need` counts the tokens of one way to finish from
     the current state: at most two more atoms (when a ring cannot close on the
     current atom yet), one label per open ring, one ``)`` per open branch, and
     EOS. A token is banned when the state it leads to needs more tokens than
@@ -80,7 +80,7 @@ import numpy as np
 
 from minitransformer.chem.datasets.vocab import Vocab
 from minitransformer.chem.grammar.smiles_row import (
-    _MAX_RISE, ATOM, BANNED, BOND, CLOSE, DOT, EOS, OPEN, RING0, _Row, is_ring_label, token_class,
+    ATOM, BANNED, BOND, CLOSE, DOT, EOS, MAX_RISE, OPEN, RING0, Row, is_ring_label, token_class,
 )
 from minitransformer.chem.grammar.smiles_valence import Valence, atom_capacity, bond_order
 
@@ -128,7 +128,7 @@ class SmilesGrammar:
     def start(self, prefix: np.ndarray, max_len: int) -> None:
         """New rows for the prefix (B, P); BOS is skipped, other prompt tokens must obey the rules."""
         prefix = np.asarray(prefix)
-        self._rows = [_Row() for _ in range(prefix.shape[0])]
+        self._rows = [Row() for _ in range(prefix.shape[0])]
         self._valences = [Valence() for _ in self._rows] if self.valence else []
         self._length, self._max_len = 0, int(max_len)
         for j in range(prefix.shape[1]):
@@ -171,7 +171,7 @@ class SmilesGrammar:
         self._length += 1
 
     # ------------------------------------------------------------- the rules
-    def _valence_allowed(self, row: _Row, valence: Valence, ok_class, left: int) -> np.ndarray:
+    def _valence_allowed(self, row: Row, valence: Valence, ok_class, left: int) -> np.ndarray:
         """Rules V1-V5 per kind, then the length budget as the cost of a plan to finish
         (:meth:`_finish_cost`) when the row is near its budget."""
         kind_ok = np.array([bool(ok_class[self._kind_class[i] + (kind[1] if kind[0] == "ring" else 0)]) and
@@ -188,12 +188,12 @@ class SmilesGrammar:
                 kind_ok[i] = self._finish_cost(ahead, ahead_valence) <= left  # uses up the copies
         return kind_ok
 
-    def _step(self, row: _Row, valence: Valence, kind: tuple) -> None:
+    def _step(self, row: Row, valence: Valence, kind: tuple) -> None:
         """Write one token of ``kind`` into the row and its valence."""
         valence.advance(row, kind)
         row.advance(_step_class(kind), kind[1] if kind[0] == "ring" else -1)
 
-    def _finish_cost(self, row: _Row, valence: Valence) -> float:
+    def _finish_cost(self, row: Row, valence: Valence) -> float:
         """Tokens of one way to finish under every rule (EOS included), inf if none is found.
 
         The plan, one token at a time: after a bond or ``(``, a new atom; while rings are
@@ -227,11 +227,11 @@ class SmilesGrammar:
             cost += 1
         return cost
 
-    def _allowed(self, row: _Row, left: int) -> list:
+    def _allowed(self, row: Row, left: int) -> list:
         """Rules 1-10, then rule 11 when the row is near its budget."""
         ok = row.allowed(len(self.labels), self.max_open_rings)
         # need <= 2 * rings + branches + 2; far from the budget no token can matter
-        if 2 * len(row.rings) + len(row.bases) + 2 + _MAX_RISE <= left:
+        if 2 * len(row.rings) + len(row.bases) + 2 + MAX_RISE <= left:
             return ok
         for cls in range(self._n_classes):
             if ok[cls]:
@@ -276,7 +276,7 @@ def _step_class(kind: tuple) -> int:
     return _KIND_CLASS[kind[0]]
 
 
-def _rings_open_after(row: _Row, kind: tuple) -> bool:
+def _rings_open_after(row: Row, kind: tuple) -> bool:
     """Whether a ring is still open after a token of ``kind`` is written in ``row``."""
     if kind[0] == "ring":
         return kind[1] not in row.rings or len(row.rings) > 1

@@ -1,9 +1,9 @@
-"""The syntax state of one SMILES row while it is sampled: the token classes and :class:`_Row`.
+"""The syntax state of one SMILES row while it is sampled: the token classes and :class:`Row`.
 
 :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar` keeps one
-:class:`_Row` per sampled row and asks it which token classes rules 1-10 allow next
-(:meth:`_Row.allowed`), moves it on by the token written (:meth:`_Row.advance`), and
-counts the tokens it still needs to finish (:meth:`_Row.need`, rule 11). The rules
+:class:`Row` per sampled row and asks it which token classes rules 1-10 allow next
+(:meth:`Row.allowed`), moves it on by the token written (:meth:`Row.advance`), and
+counts the tokens it still needs to finish (:meth:`Row.need`, rule 11). The rules
 are numbered in :mod:`~minitransformer.chem.grammar.smiles_grammar`.
 """
 from __future__ import annotations
@@ -15,9 +15,9 @@ BANNED, EOS, ATOM, BOND, OPEN, CLOSE, DOT, RING0 = range(8)
 _ORGANIC = {"B", "C", "N", "O", "S", "P", "F", "I", "Cl", "Br", "b", "c", "n", "o", "s", "p", "*"}
 _BONDS = {"-", "=", "#", "$", ":", "/", "\\"}
 _SIMPLE = {"(": OPEN, ")": CLOSE, ".": DOT}
-# How much one allowed token can raise _Row.need: opening a ring on an atom that
+# How much one allowed token can raise Row.need: opening a ring on an atom that
 # opened none adds the label and two atoms (``C`` + ``1`` needs ``CC1``), so 3.
-_MAX_RISE = 3
+MAX_RISE = 3
 
 
 def is_ring_label(token: str) -> bool:
@@ -38,7 +38,7 @@ def token_class(token: str) -> int:
     return _SIMPLE.get(token, BANNED)
 
 
-class _Row:
+class Row:
     """The grammar state of one row.
 
     last: the class of the last token, as a word: "start" (nothing yet, or a
@@ -58,8 +58,8 @@ class _Row:
         self.cur = self.par = -1
         self.n_atoms = 0
 
-    def clone(self) -> "_Row":
-        new = _Row.__new__(_Row)
+    def clone(self) -> "Row":
+        new = Row.__new__(Row)
         new.last, new.bond_after_atom, new.cur, new.par, new.n_atoms = (
             self.last, self.bond_after_atom, self.cur, self.par, self.n_atoms)
         new.bases, new.rings, new.partners = list(self.bases), dict(self.rings), set(self.partners)

@@ -97,7 +97,7 @@ def atom_capacity(token: str) -> float:
 class Valence:
     """The spare valence of the atoms of one row (rules V1-V5 of the module docstring).
 
-    It reads the syntax state (``row``: the grammar's ``_Row``, *before* the token
+    It reads the syntax state (``row``: the grammar's ``Row``, *before* the token
     is written) for ``cur``, the open branches and rings, and keeps its own:
     ``spare`` (one float per atom, in writing order), ``pending`` (the order of
     a bond symbol just written, 0 when none) and ``ring_bond`` (label -> the
