@@ -55,7 +55,7 @@ $(VENV_PY):
 # Stamp files: the editable install is redone only when the packaging changes.
 # The package itself is installed in editable mode, so code edits need no reinstall.
 $(VENV)/.installed-demo: setup.cfg pyproject.toml | $(VENV_PY)
-	$(VENV_PY) -m pip install $(PIP_ARGS) -e '.[fast]'
+	$(VENV_PY) -m pip install $(PIP_ARGS) -e '.[fast,parallel]'
 	@touch $@
 
 $(VENV)/.installed-test: setup.cfg pyproject.toml | $(VENV_PY)

@@ -64,14 +64,16 @@ def _blas() -> list[dict]:
             for info in threadpool_info() if info.get("user_api") == "blas"]
 
 
-def describe() -> dict:
-    """``{"backend", "kernels", "compiled", "compiled_note", "blas": [...], "blas_pins": {...},
-    "blas_thread_timeout"}``: what runs in this process (JSON-ready). ``blas_pins``: the
-    pinning variables that are set; ``blas_thread_timeout``: ``OPENBLAS_THREAD_TIMEOUT``
-    or None (how long idle BLAS threads spin: :mod:`minitransformer.fast.parallel`)."""
+def describe(ranks: int = 1) -> dict:
+    """``{"ranks", "backend", "kernels", "compiled", "compiled_note", "blas": [...], "blas_pins": {...},
+    "blas_thread_timeout"}``: what runs in this process (JSON-ready). ``ranks``: the
+    data-parallel processes this one is part of; ``blas_pins``: the pinning variables that
+    are set; ``blas_thread_timeout``: ``OPENBLAS_THREAD_TIMEOUT`` or None (how long idle
+    BLAS threads spin: :mod:`minitransformer.fast.parallel`)."""
     from minitransformer import backend, kernels
     compiled, note = _compiled()
-    return {"backend": backend.name(), "kernels": kernels.name(), "compiled": compiled, "compiled_note": note,
+    return {"ranks": ranks, "backend": backend.name(), "kernels": kernels.name(), "compiled": compiled,
+            "compiled_note": note,
             "blas": _blas(), "blas_pins": {v: os.environ[v] for v in BLAS_PINS if v in os.environ},
             "blas_thread_timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT")}
 
@@ -86,7 +88,9 @@ def summary_line(d: dict | None = None) -> str:
     blas = "; ".join(f"{b['library']} {b['version']}" + (f", kernel {b['kernel']}" if b.get("kernel") else "")
                      + (f", {b['threads']} thread{'s' * (b['threads'] != 1)}" if b.get("threads") else "")
                      + (f" ({b['note']})" if b.get("note") else "") for b in d["blas"]) or "none found"
-    line = f"backend {d['backend']}; kernels: {kernels}; BLAS: {blas}"
+    ranks = d.get("ranks", 1)
+    line = (f"{ranks} data-parallel ranks, each: " if ranks > 1 else "") + \
+        f"backend {d['backend']}; kernels: {kernels}; BLAS: {blas}"
     timeout = d.get("blas_thread_timeout")
     if d["backend"] != "cupy" and any(b.get("library") == "openblas" for b in d["blas"]):
         line += (f", idle threads sleep after 2^{timeout} cycles" if timeout is not None else

@@ -253,6 +253,11 @@ def add_common_arguments(parser: argparse.ArgumentParser, out: str,
                                      "pretraining); or from the checkpoint named")
     parser.add_argument("--backend", default=None, choices=list(backend.BACKENDS)[:2],
                         help="numpy (default) or cupy")
+    from minitransformer.cli.launch import ranks_argument
+    parser.add_argument("--ranks", type=ranks_argument, default="auto", metavar="N|auto",
+                        help="data-parallel processes to train with (auto: 2 on a machine with 2 or more cores, "
+                             "where MPI is installed and the command can; 1: one process); the command starts "
+                             "them itself")
     parser.add_argument("--seed", type=seed, default=0, help=f"random seed, 0 to {SEED_MAX} (default: 0)")
     parser.add_argument("--plot-attention", action="store_true",
                         help="also write attention heatmaps of a test example to the run folder")

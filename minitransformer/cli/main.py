@@ -69,9 +69,12 @@ def _quiet_rdkit_logs() -> None:
     RDLogger.DisableLog("rdApp.*")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, start_ranks: bool = False) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``), pick the backend, run the subcommand.
-    Errors propagate; :func:`console` turns them into one line and an exit status."""
+    Errors propagate; :func:`console` turns them into one line and an exit status.
+    ``start_ranks``: a training command may start its data-parallel ranks
+    (:mod:`~minitransformer.cli.launch`; the installed command does, a program calling
+    ``main`` does not, and there ``--ranks N`` needs ``mpiexec -n N``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -83,6 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = argv  # for provenance.json
+    if args.command == "train":
+        from minitransformer.cli import launch
+        if start_ranks:
+            launch.launch(args, argv)  # two or more ranks: this process becomes mpiexec
+        launch.check_world(args)
     PROGRESS.reset(command="train" if args.command == "train" else args.command)
     _quiet_rdkit_logs()
     use_backend(args)
@@ -128,4 +136,4 @@ def console(argv: Sequence[str] | None = None) -> int:
     from minitransformer.cli.errors import exit_for_good, run_cli
     argv = list(sys.argv[1:] if argv is None else argv)
     _relaunch_with_prompt_blas_threads(argv)
-    exit_for_good(run_cli(main, argv))
+    exit_for_good(run_cli(lambda a: main(a, start_ranks=True), argv))

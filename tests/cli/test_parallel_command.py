@@ -111,3 +111,49 @@ def test_a_bad_argument_under_mpiexec_is_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.count("error:") == 1 and "--lr" in done.stderr, done.stderr
     done = _mpi(tmp_path, "train", "lm", "--quick", "--out", "run", "--data", str(tmp_path / "none.smi"))
     assert done.returncode == 2 and done.stderr.count("error:") == 1 and "none.smi" in done.stderr, done.stderr
+
+
+def _own(cwd: Path, *argv: str):
+    """The command as a user starts it, without mpiexec: it starts its ranks itself."""
+    env = {k: v for k, v in _env().items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                        "MINITRANSFORMER_THREADS")}
+    return subprocess.run([sys.executable, "-m", "minitransformer", *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _weights(path: Path) -> dict:
+    import numpy as np
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files if not k.startswith("__")}
+
+
+def test_the_command_starts_its_own_ranks_and_trains_as_mpiexec_does(tmp_path):
+    """``--ranks 2`` without mpiexec: the first line says what runs, rank 0 alone prints and
+    writes, provenance.json records two ranks, and the weights are those of the same run
+    started with ``mpiexec -n 2`` (and, the loss being normalised over the global batch, of
+    one process, to rounding)."""
+    import numpy as np
+    args = ["train", "lm", "--quick", "--data", "druglike", "--samples", "20", "--pretrain-data", "none"]
+    own = _own(tmp_path, *args, "--ranks", "2", "--out", "own")
+    assert own.returncode == 0, own.stderr[-3000:]
+    assert own.stdout.startswith("ranks: 2 data-parallel processes x "), own.stdout[:300]
+    assert own.stdout.count("model: ") == 1 and "2 data-parallel ranks, each:" in own.stdout
+    import json
+    assert json.loads((tmp_path / "own" / "provenance.json").read_text())["versions"]["runtime"]["ranks"] == 2
+    typed = _mpi(tmp_path, *args, "--out", "typed")
+    one = _own(tmp_path, *args, "--ranks", "1", "--out", "one")
+    assert typed.returncode == 0 and one.returncode == 0, (typed.stderr + one.stderr)[-3000:]
+    assert one.stdout.startswith("ranks: 1 process, ")
+    a, b, c = (_weights(tmp_path / name / "last.npz") for name in ("own", "typed", "one"))
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-6, atol=1e-7, err_msg=f"{key}: own ranks vs mpiexec")
+        np.testing.assert_allclose(a[key], c[key], rtol=2e-3, atol=2e-4, err_msg=f"{key}: 2 ranks vs 1 process")
+
+
+def test_ranks_that_cannot_run_are_refused_before_work_and_auto_says_why_it_chose_one(tmp_path):
+    done = _own(tmp_path, "train", "property", "--quick", "--ranks", "2", "--out", "prop")
+    assert done.returncode == 2 and done.stderr.count("error:") == 1, done.stderr
+    assert "--ranks 2: train property cannot run data-parallel" in done.stderr and not (tmp_path / "prop").exists()
+    quick = _own(tmp_path, "train", "seq2seq", "--quick", "--out", "s2s", "--examples", "0")
+    assert quick.returncode == 0, quick.stderr[-2000:]
+    assert quick.stdout.splitlines()[0].startswith("ranks: 1 process") and "--quick" in quick.stdout.splitlines()[0]
