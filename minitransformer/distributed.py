@@ -115,6 +115,10 @@ class DataParallel:
         """Rank 0's ``value`` (any picklable object), on every rank."""
         return self.comm.bcast(value, root=0)
 
+    def gather(self, value) -> list:
+        """Every rank's ``value`` (any picklable object), in rank order, on every rank."""
+        return self.comm.allgather(value)
+
     def sum_int(self, value: int) -> int:
         """The sum over ranks of a host integer (a token count)."""
         return int(self.comm.allreduce(int(value), op=self.MPI.SUM))

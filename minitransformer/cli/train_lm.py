@@ -272,7 +272,9 @@ class TrainLM(TrainingCommand):
         test = sequence_metrics(model, batches_of(d.own.encode(d.test), 128, d.vocab.pad_id), d.vocab.pad_id) \
             if d.test else {}
         t1 = time.perf_counter()
-        sets = draw_sample_sets(model, d.vocab, r.samples, r.grammar, args.temperature, args.seed, args.quiet)
+        from minitransformer.cli import parallel
+        sets = draw_sample_sets(model, d.vocab, r.samples, r.grammar, args.temperature, args.seed, args.quiet,
+                                parallel=parallel.current())
         t_sample = time.perf_counter() - t1
         for label, smiles in sets.items():
             cli.write_text(run.out / samples_file(label), "\n".join(smiles) + "\n")

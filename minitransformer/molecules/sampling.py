@@ -14,29 +14,36 @@ import sys
 
 def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | None = None,
                   top_p: float | None = None, seed: int = 0, batch_size: int = 500, quiet: bool = True,
-                  constraint=None) -> list:
+                  constraint=None, parallel=None) -> list:
     """Draw ``n`` SMILES with the KV cache, ``batch_size`` at a time; returns the strings
     (some may be invalid). The same seed gives the same molecules; each batch draws from
     its own stream of the seed (:class:`~minitransformer.backend.RNG` with stream = 1 + the
     batch's first index), so two seeds never share a draw. ``constraint``: None, or e.g.
-    :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar` (see ``sample``)."""
+    :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar` (see ``sample``).
+    ``parallel``: the ranks of a data-parallel command (:class:`~minitransformer.distributed.DataParallel`),
+    which share the batches and each return all ``n``: a batch's molecules depend only on its
+    stream, so the ranks draw what one process would."""
     from minitransformer.backend import RNG
     from minitransformer.generate import sample
-    out = []
+    starts = list(range(0, n, batch_size))
+    mine = starts if parallel is None else starts[parallel.rank::parallel.size]
+    drawn = {}
     bar = None
     if not quiet and sys.stderr.isatty() and n > batch_size:
         from tqdm.auto import tqdm
-        bar = tqdm(total=n, desc="sampling", unit="mol", leave=False)
-    for start in range(0, n, batch_size):
+        bar = tqdm(total=len(mine) * batch_size, desc="sampling", unit="mol", leave=False)
+    for start in mine:
         b = min(batch_size, n - start)
         ids = sample(model, batch_size=b, temperature=temperature, top_k=top_k, top_p=top_p,
                      rng=RNG(seed, stream=1 + start), constraint=constraint)
-        out.extend(vocab.decode(row) for row in ids)
+        drawn[start] = [vocab.decode(row) for row in ids]
         if bar is not None:
             bar.update(b)
     if bar is not None:
         bar.close()
-    return out
+    if parallel is not None:  # every rank gets every batch
+        drawn = {start: part for shares in parallel.gather(drawn) for start, part in shares.items()}
+    return [s for start in starts for s in drawn[start]]
 
 
 def grammar_constraint(vocab, level: str | None):
@@ -54,10 +61,11 @@ def samples_file(label: str) -> str:
 
 
 def draw_sample_sets(model, vocab, n: int, grammar: str | None, temperature: float = 1.0, seed: int = 0,
-                     quiet: bool = True) -> dict:
+                     quiet: bool = True, parallel=None) -> dict:
     """The final samples of ``train lm``, labelled: ``"bare"`` (the model's own distribution) and,
-    with a ``grammar``, as many drawn under it with the same seed (``"valence"`` or ``"syntax"``)."""
-    draw = dict(n=n, temperature=temperature, seed=seed, quiet=quiet)
+    with a ``grammar``, as many drawn under it with the same seed (``"valence"`` or ``"syntax"``).
+    ``parallel``: data-parallel ranks share the drawing (see :func:`sample_smiles`)."""
+    draw = dict(n=n, temperature=temperature, seed=seed, quiet=quiet, parallel=parallel)
     sets = {"bare": sample_smiles(model, vocab, **draw)}
     if grammar:
         sets[grammar] = sample_smiles(model, vocab, constraint=grammar_constraint(vocab, grammar), **draw)
