@@ -20,9 +20,12 @@ from minitransformer.train.recipe import LMRecipe, model, quick_model
 
 PRESETS = {
     # Ours: pre-LN, tied embeddings, AdamW with warmup + cosine, molecules written in
-    # Kekule form, batch 32, and two phases: one pass over 200,000 MOSES molecules (9.5
-    # minutes at most) teaches SMILES and drug-like chemistry, then 30 epochs on Tox21 with
-    # 2,000 of those molecules mixed in. Both phases write every molecule as a fresh random
+    # Kekule form, batch 32, and two phases: one pass over MOSES molecules teaches SMILES and
+    # drug-like chemistry, then 30 epochs on Tox21 (at least 20) with 2,000 of those molecules
+    # mixed in, the whole run planned to end within 15 minutes on the machine it runs on
+    # (time_budget: the speed is measured first, phase 1 gets the molecules the time left
+    # beside phase 2 and the judging covers; with --epochs, --pretrain-limit, --pretrain-epochs
+    # or --pretrain-minutes the counts are as given: 200,000 molecules in 9.5 minutes at most). Both phases write every molecule as a fresh random
     # SMILES each epoch (augment 1): the model sees many writings of each molecule, so it
     # learns the chemistry rather than one string per molecule. The final samples are
     # drawn bare and under the SMILES grammar with valence rules (a sampler feature;
@@ -34,7 +37,7 @@ PRESETS = {
         model=model(n_layers=4, pos="learned", tie_embeddings=True), lr=1.5e-3, warmup=300,
         batch_size=32, epochs=30, augment=1.0, max_time=14.5 * 60, metric="val_nll_token", form="kekule",
         pretrain_data="moses", pretrain_epochs=1, pretrain_limit=200_000, pretrain_max_time=9.5 * 60,
-        pretrain_augment=1.0, pretrain_mix=2000, grammar="valence"),
+        pretrain_augment=1.0, pretrain_mix=2000, grammar="valence", time_budget=15 * 60),
     # J. Tomczak, "ARMs parameterized by Transformers": 10 post-LN blocks, heads as wide
     # as the model, dropout on the embedding sum only, Adamax, patience 10.
     "tomczak": LMRecipe(
@@ -66,7 +69,7 @@ LSTM_QUICK = dict(d_model=16, hidden=32, n_layers=1)
 QUICK = dict(model=quick_model(n_layers=2, tie_embeddings=True),
              pretrain_data="druglike", pretrain_max_time=None, epochs=2, batch_size=32, warmup=10, patience=None,
              max_time=None, augment=0.5, pretrain_epochs=1, pretrain_limit=300, pretrain_mix=50, limit=400,
-             samples=400)
+             samples=400, time_budget=None)
 MAX_LEN = 102  # BOS + up to 100 tokens + EOS
 
 
@@ -140,7 +143,20 @@ def resolve_recipe(args) -> LMRecipe:
         r = dataclasses.replace(r, pretrain_epochs=0)
     if args.grammar is not None:
         r = dataclasses.replace(r, grammar=None if args.grammar == "off" else args.grammar)
-    return set_budgets(r, args, pretraining=r.pretrain_epochs > 0)
+    if r.time_budget is not None:
+        r = _time_budget(r, args)
+    return set_budgets(r, args, pretraining=r.pretrain_epochs > 0 and r.time_budget is None)
+
+
+def _time_budget(r: LMRecipe, args) -> LMRecipe:
+    """The default preset plans its phases in minutes (``time_budget``): ``--max-minutes`` is
+    then the whole run's budget (0: none); options that fix a count turn the plan off."""
+    counts = ("epochs", "pretrain_epochs", "pretrain_limit", "pretrain_minutes")
+    if any(getattr(args, name, None) is not None for name in counts) or r.pretrain_data != "moses":
+        return dataclasses.replace(r, time_budget=None)
+    if args.max_minutes is not None:
+        return dataclasses.replace(r, time_budget=args.max_minutes * 60 if args.max_minutes > 0 else None)
+    return r
 
 
 def _lstm_recipe(r: LMRecipe, args) -> LMRecipe:
@@ -180,6 +196,53 @@ def phase1_molecules(recipe: LMRecipe, held_out, user_chose: bool) -> tuple[LMRe
     return recipe, lm_data.pretraining_smiles("druglike", exclude=exclude, form=recipe.form)
 
 
+#: Scored tokens of a phase-1 molecule (MOSES, Kekule form, EOS included), on average.
+PHASE1_TOKENS = 41.5
+
+
+def time_planned(recipe: LMRecipe, data, args, resume, spent: float) -> tuple[LMRecipe, object]:
+    """``recipe`` with phase 1's molecules, phase 2's epochs and the budgets planned to end the
+    run within ``recipe.time_budget`` on this machine (:mod:`minitransformer.train.time_plan`),
+    and the plan. The speed is measured on the run's own model, rank 0's measurement for every
+    rank; a resumed run keeps the plan it started with (its data depends on it)."""
+    from minitransformer.checkpoint import load_checkpoint
+    from minitransformer.cli import parallel
+    from minitransformer.train.time_plan import plan_phases
+    if resume is not None:
+        kept = load_checkpoint(resume).meta.get("run", {}).get("settings", {})
+        fields = ("pretrain_limit", "epochs", "pretrain_max_time", "max_time")
+        if all(k in kept for k in fields):
+            return dataclasses.replace(recipe, **{k: kept[k] for k in fields}), None
+    dp = parallel.current()
+    ranks = 1 if dp is None else dp.size
+    speed = probe_speed(recipe, data, args.seed, ranks)
+    speed = speed if dp is None else dp.from_rank0(speed)
+    train_tokens = sum(len(ids) - 1 for ids in data.encode(data.train)) + recipe.pretrain_mix * PHASE1_TOKENS
+    judge_s = recipe.judge_time * 36_000 / speed
+    plan = plan_phases(recipe.time_budget, spent, judge_s, speed, PHASE1_TOKENS, train_tokens, recipe.epochs,
+                       recipe.min_epochs, recipe.pretrain_share)
+    print(plan.line())
+    training_s = recipe.time_budget - judge_s  # the deadline of training, counted from the start
+    return dataclasses.replace(recipe, pretrain_limit=max(plan.phase1_molecules, recipe.batch_size),
+                               epochs=plan.phase2_epochs, pretrain_max_time=1.15 * plan.phase1_s,
+                               max_time=training_s), plan
+
+
+def probe_speed(recipe: LMRecipe, data, seed: int, ranks: int) -> float:
+    """Training tokens per second of the recipe's model on this machine, on the main set's
+    molecules: a few steps of a copy of the model, each process on its share of a batch
+    (``ranks`` processes train at about ``ranks`` times one's speed)."""
+    from minitransformer.train.recipe import make_optimizer
+    from minitransformer.train.tasks import LMTask
+    from minitransformer.train.time_plan import measure_speed
+    model = make_model(recipe, data.vocab, seed)
+    task = LMTask(data.vocab.pad_id)
+    B = max(1, recipe.batch_size // ranks)
+    ids = data.encode(data.train[:8 * B])
+    batches = [task.collate(ids[i:i + B]) for i in range(0, len(ids), B)]
+    return ranks * measure_speed(model, task, batches, make_optimizer(recipe, model, 100))
+
+
 def make_model(recipe: LMRecipe, vocab, seed: int):
     """The generator of ``recipe``: a DecoderLM (the recipe's sizes, or Tomczak's), or an LSTMLM."""
     ids = dict(vocab_size=len(vocab), pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
@@ -198,15 +261,20 @@ class TrainLM(TrainingCommand):
     def recipe(self, args):
         return resolve_recipe(args)
 
-    def load(self, args, recipe):
+    def load(self, args, recipe, resume=None):
         from minitransformer.chem import Vocab
         from minitransformer.chem.datasets.lm_data import prepare_smiles
+        t0 = time.perf_counter()
         data = prepare_smiles(args.data, check_rdkit=recipe.check_rdkit, form=recipe.form, limit=recipe.limit,
                               test_limit=recipe.test_limit)
-        extra = []
+        extra, planned = [], None
+        if recipe.time_budget is not None and recipe.pretrain_epochs > 0:
+            recipe, planned = time_planned(recipe, data, args, resume, spent=time.perf_counter() - t0)
         if recipe.pretrain_epochs > 0:
             recipe, extra = phase1_molecules(recipe, data.val + data.test, user_chose=args.pretrain_data is not None)
             data.vocab = Vocab.build(data.train + extra)  # one vocabulary for both phases
+        if planned is not None and recipe.pretrain_data != "moses":  # MOSES could not be had: no plan
+            recipe = dataclasses.replace(recipe, time_budget=None)
         return recipe, Data(data.vocab, data.train, data.val, data.test, extra, data.description,
                             data.clean_summary, own=data)
 

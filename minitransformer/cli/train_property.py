@@ -118,7 +118,7 @@ class TrainProperty(TrainingCommand):
     def recipe(self, args):
         return resolve_recipe(args)
 
-    def load(self, args, recipe):
+    def load(self, args, recipe, resume=None):
         """Tox21 (or the user's table), split by molecule, the pretraining molecules, the vocabulary."""
         from minitransformer.chem import Vocab
         from minitransformer.chem.datasets.properties import load_labelled, split_rows

@@ -110,7 +110,7 @@ class TrainSeq2Seq(TrainingCommand):
     def recipe(self, args):
         return resolve_recipe(args)
 
-    def load(self, args, recipe):
+    def load(self, args, recipe, resume=None):
         from minitransformer.chem.datasets.seq2seq_data import prepare_pairs
         data = prepare_pairs(args.data, seed=args.seed, max_tokens=MAX_TOKENS, limit=recipe.limit)
         return recipe, Data(data.vocab, data.train, data.val, data.test, None, data.description,

@@ -109,8 +109,9 @@ class TrainingCommand:
         """The preset with the command line applied (refusals here come before any work)."""
         raise NotImplementedError
 
-    def load(self, args, recipe: Recipe) -> tuple[Recipe, Data]:
-        """The data; the recipe comes back changed when the data imposes it (a fallback)."""
+    def load(self, args, recipe: Recipe, resume: Path | None = None) -> tuple[Recipe, Data]:
+        """The data; the recipe comes back changed when the data or the machine imposes it (a
+        fallback, a time plan); ``resume``: the checkpoint a resumed run continues from."""
         raise NotImplementedError
 
     def build_model(self, recipe: Recipe, data: Data, seed: int):
@@ -152,7 +153,7 @@ def run_training(command: TrainingCommand, args) -> int:
     out = Path(args.out)
     # The folder belongs to one run: reusing it needs --resume (checked below) or --force.
     resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=command.resume_places)
-    recipe, data = command.load(args, recipe)
+    recipe, data = command.load(args, recipe, resume)
     run = Run(args, recipe, out, data, resume=resume)
     run.model = command.build_model(recipe, data, args.seed)
     print(f"model: {type(run.model).__name__}, {run.model.num_parameters():,} weights; {command.describe(run)}"

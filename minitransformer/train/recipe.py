@@ -145,7 +145,13 @@ class Recipe:
 class LMRecipe(Recipe):
     """``train lm``: form ("as-is", "canonical", "kekule") is how molecules are written;
     metric picks the best epoch; pretrain_mix phase-1 molecules stay in phase 2; samples
-    are drawn at the end, bare and (with ``grammar`` "syntax" or "valence") constrained."""
+    are drawn at the end, bare and (with ``grammar`` "syntax" or "valence") constrained.
+
+    time_budget: seconds from start to summary, planned on the machine
+    (:mod:`minitransformer.train.time_plan`): phase 1's molecules and phase 2's epochs
+    (at least ``min_epochs``; phase 1 keeps at least ``pretrain_share`` of the training time)
+    follow from the measured speed, with ``judge_time`` (the seconds sampling and judging
+    take at 36,000 tokens/s, scaled by the measured speed) reserved. None: the counts as given."""
 
     label_smoothing: float = 0.0
     check_rdkit: bool = True
@@ -156,11 +162,19 @@ class LMRecipe(Recipe):
     samples: int = 2000
     test_limit: int | None = None
     grammar: str | None = "valence"
+    time_budget: float | None = None
+    judge_time: float = 40.0
+    min_epochs: int = 20
+    pretrain_share: float = 0.35
 
     def __post_init__(self):
         super().__post_init__()
         _real("label_smoothing", self.label_smoothing, 0, 1)
         _real("pretrain_augment", self.pretrain_augment, 0, 1)
+        _real("time_budget", self.time_budget, 0, optional=True, low_open=True)
+        _real("judge_time", self.judge_time, 0)
+        _real("pretrain_share", self.pretrain_share, 0, 1)
+        _whole("min_epochs", self.min_epochs, 1)
         _choice("form", self.form, ("as-is", "canonical", "kekule"))
         _choice("metric", self.metric, ("val_nll_token", "val_nll_mol_ref"))
         _choice("grammar", self.grammar, (None, "syntax", "valence"))

@@ -169,3 +169,35 @@ def test_a_pretraining_budget_that_leaves_no_fine_tuning_is_refused_before_work(
     err = capsys.readouterr().err.strip()
     assert "leaves the fine-tuning less than a minute" in err and "raise --max-minutes" in err and "\n" not in err
     assert not out.exists()  # refused before any work
+
+
+def test_the_default_run_plans_its_phases_in_minutes_unless_a_count_is_given():
+    assert _recipe([]).time_budget == 15 * 60
+    assert _recipe(["--max-minutes", "20"]).time_budget == 20 * 60  # the whole run's budget
+    assert _recipe(["--max-minutes", "0"]).time_budget is None
+    for fixed in (["--epochs", "5"], ["--pretrain-limit", "1000"], ["--pretrain-minutes", "3"],
+                  ["--pretrain-data", "druglike"], ["--quick"], ["--preset", "moses"]):
+        assert _recipe(fixed).time_budget is None, fixed
+
+
+def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keeps_them(monkeypatch, tmp_path,
+                                                                                      capsys):
+    from types import SimpleNamespace
+    import minitransformer.cli.train_lm as train_lm
+    from minitransformer.checkpoint import save_checkpoint
+    from minitransformer.chem import Vocab
+    train = ["CCO", "c1ccccc1O", "CC(=O)N"] * 100
+    vocab = Vocab.build(train)
+    data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
+    args = SimpleNamespace(seed=0)
+    monkeypatch.setattr(train_lm, "probe_speed", lambda recipe, data, seed, ranks: 30_000.0)
+    r, plan = train_lm.time_planned(_recipe([]), data, args, None, spent=10.0)
+    assert plan is not None and "time plan at 30,000 tokens/s" in capsys.readouterr().out
+    assert (r.pretrain_limit, r.epochs) == (plan.phase1_molecules, plan.phase2_epochs) and r.epochs == 30
+    assert r.max_time == pytest.approx(15 * 60 - 40 * 36_000 / 30_000)  # the judging is reserved
+    # a resumed run keeps the plan its checkpoint records, whatever the machine measures now
+    model = train_lm.make_model(r, vocab, 0)
+    path = save_checkpoint(tmp_path / "last.npz", model, vocab=vocab, extra={"run": {"settings": r.record()}})
+    monkeypatch.setattr(train_lm, "probe_speed", lambda recipe, data, seed, ranks: 10_000.0)
+    again, _ = train_lm.time_planned(_recipe([]), data, args, path, spent=10.0)
+    assert (again.pretrain_limit, again.epochs, again.max_time) == (r.pretrain_limit, r.epochs, r.max_time)

@@ -1,0 +1,92 @@
+"""A two-phase recipe planned in minutes on the machine it runs on, not in molecules.
+
+A recipe that says "200,000 molecules, then 30 epochs" takes twice as long on a
+machine half as fast, and a time limit then cuts its second phase short. A time plan
+instead measures the machine first (:func:`measure_speed`: a few training steps of
+the run's own model, in tokens per second) and splits a budget between the phases
+(:func:`plan_phases`):
+
+    budget = spent so far + phase 1 + phase 2 + judging (reserved)
+
+Phase 2 (the main set) keeps its epochs when they fit in what is left after phase 1's
+minimum share, and never falls below ``min_epochs``; phase 1 (pretraining on a larger
+set) takes the rest, as a number of molecules that its speed covers in that time, so
+its learning-rate schedule runs to its end. The judging (sampling and every metric) is
+reserved inside the budget, so the run ends within it from start to summary.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+
+@dataclasses.dataclass(frozen=True)
+class PhasePlan:
+    """What a time plan decided: phase 1's molecules, phase 2's epochs, and the seconds
+    each part is expected to take at ``tokens_per_s`` (JSON-ready, for the run's record)."""
+
+    phase1_molecules: int
+    phase2_epochs: int
+    phase1_s: float
+    phase2_s: float
+    judge_s: float
+    tokens_per_s: float
+
+    def line(self) -> str:
+        m = lambda s: f"{s / 60:.1f} min"  # noqa: E731
+        return (f"time plan at {self.tokens_per_s:,.0f} tokens/s: phase 1 {self.phase1_molecules:,} molecules "
+                f"(~{m(self.phase1_s)}), phase 2 {self.phase2_epochs} epochs (~{m(self.phase2_s)}), judging "
+                f"~{m(self.judge_s)} reserved")
+
+
+def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: float, phase1_tokens: float,
+                phase2_tokens: float, epochs: int, min_epochs: int, phase1_share: float,
+                max_phase1_molecules: int | None = None, overhead: float = 1.1) -> PhasePlan:
+    """Split ``budget_s`` (start to summary) between the phases.
+
+    ``spent_s`` have gone already (reading the data); ``judge_s`` are reserved for the
+    judging; the rest, T, is training. One epoch of phase 2 takes ``phase2_tokens /
+    tokens_per_s`` seconds, times ``overhead`` (its validation). Phase 2 gets ``epochs``
+    of them if phase 1 keeps at least ``phase1_share`` of T, else as many as fit beside that
+    share, but at least ``min_epochs`` (phase 1 then gets what remains). Phase 1 gets the
+    rest of T, as the molecules (of ``phase1_tokens`` tokens each, on average) it covers at
+    ``tokens_per_s``, at most ``max_phase1_molecules``. A ValueError when nothing is left for
+    training."""
+    if not tokens_per_s > 0:
+        raise ValueError(f"the measured speed must be > 0 tokens/s, got {tokens_per_s}")
+    T = budget_s - spent_s - judge_s
+    per_epoch = overhead * phase2_tokens / tokens_per_s
+    if T < min_epochs * per_epoch:
+        raise ValueError(f"a {budget_s / 60:g}-minute budget leaves {max(T, 0) / 60:.1f} minutes of training on this "
+                         f"machine ({tokens_per_s:,.0f} tokens/s), less than {min_epochs} epochs of the main set "
+                         f"need ({min_epochs * per_epoch / 60:.1f} minutes); raise --max-minutes")
+    E = epochs
+    if T - E * per_epoch < phase1_share * T:
+        E = max(min_epochs, int((1 - phase1_share) * T // per_epoch))
+    t2 = E * per_epoch
+    t1 = T - t2
+    n1 = int(t1 * tokens_per_s / (overhead * phase1_tokens))
+    if max_phase1_molecules is not None and n1 > max_phase1_molecules:
+        n1 = max_phase1_molecules
+        t1 = n1 * overhead * phase1_tokens / tokens_per_s
+    return PhasePlan(n1, E, t1, t2, judge_s, tokens_per_s)
+
+
+def measure_speed(model, task, batches, optimizer, steps: int = 8, warmup: int = 2) -> float:
+    """Training tokens per second of ``model`` on this machine: ``warmup`` untimed steps, then
+    ``steps`` timed ones over ``batches`` (host batches the task collated), in turn. The model
+    and optimizer are changed: measure on copies made for it."""
+    batches = list(batches)
+    tokens, t0 = 0, None
+    for i in range(warmup + steps):
+        if i == warmup:
+            t0 = time.perf_counter()
+        batch = batches[i % len(batches)]
+        loss, n_tok = task.loss(model, batch)
+        model.zero_grad()
+        task.backward(model)
+        optimizer.step()
+        float(loss)  # wait for the step (a GPU queues its work)
+        if i >= warmup:
+            tokens += int(n_tok)
+    return tokens / max(time.perf_counter() - t0, 1e-9)
