@@ -88,14 +88,24 @@ def plan(args, n_cores: int | None = None, mpi_missing=_mpi_missing) -> Plan:
             refusal = _refusal(args, mpi_missing)
             if refusal:
                 raise ValueError(f"--ranks {asked}: {refusal}; pass --ranks 1 (or leave --ranks out)")
-        return Plan(asked, max(1, n_cores // asked), "--ranks")
+        return Plan(asked, _blas_threads(n_cores) if asked == 1 else max(1, n_cores // asked), "--ranks")
     if n_cores < 2:
         return Plan(1, 1, "one core")
     refusal = _refusal(args, mpi_missing, auto=True)
     if refusal:
-        return Plan(1, n_cores, refusal)
+        return Plan(1, _blas_threads(n_cores), refusal)
     return Plan(AUTO_RANKS, max(1, n_cores // AUTO_RANKS),
                 f"{n_cores} cores: two single-thread processes train faster than one with two threads")
+
+
+def _blas_threads(n_cores: int) -> int:
+    """The BLAS threads one process runs with: ``OPENBLAS_NUM_THREADS`` (or ``OMP_NUM_THREADS``) where
+    set, else one per core."""
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return n_cores
 
 
 def _refusal(args, mpi_missing, auto: bool = False) -> str | None:
@@ -126,7 +136,8 @@ def launch(args, argv: Sequence[str]) -> Plan | None:
     package_root = str(Path(__file__).resolve().parents[2])  # the ranks import this very package
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
-               MINITRANSFORMER_THREADS=threads, PYTHONPATH=path, **{LAUNCHED: str(chosen.ranks)})
+               MINITRANSFORMER_THREADS=threads, MINITRANSFORMER_WORKERS=threads, PYTHONPATH=path,
+               **{LAUNCHED: str(chosen.ranks)})
     mpiexec = find_mpiexec()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -162,6 +162,7 @@ def run_training(command: TrainingCommand, args) -> int:
                 "cleaning": data.cleaning,
                 "data_sha256": data.fingerprint(),
                 **command.facts(run)}
+    _check_ranks_agree(run.info)
     if resume is not None:  # the same data, vocabulary and settings, or a clear refusal
         cli.check_resume(resume, out, run.info, data.vocab)
         run.resumed_phase = load_checkpoint(resume).meta.get("phase", "train")
@@ -202,6 +203,22 @@ def run_training(command: TrainingCommand, args) -> int:
     cli.write_json(out / "metrics.json", metrics)
     command.summary(run, metrics)
     return 0
+
+
+def _check_ranks_agree(info: dict) -> None:
+    """Data-parallel ranks must train on the same data with the same settings (a step pairs
+    their collective calls one for one): refuse, on every rank, a run where they differ."""
+    from minitransformer.cli import parallel
+    from minitransformer.cli.outputs import json_safe
+    dp = parallel.current()
+    if dp is None:
+        return
+    mine = (info["data_sha256"], repr(json_safe(info["settings"])))
+    if any(other != mine for other in dp.gather(mine)):
+        refusal = RuntimeError("the data-parallel ranks read different data or settings (a time plan or a "
+                               "fallback differed between them); run with --ranks 1")
+        refusal.on_every_rank = True
+        raise refusal
 
 
 def _fit(run: Run, phase: Phase, resume: Path | None):

@@ -28,10 +28,14 @@ def test_auto_takes_two_single_thread_ranks_on_two_cores_where_it_can():
     (_args(backend="cupy"), 2, None, "on a GPU"),
     (_args(), 2, "mpi4py is not installed: pip install 'minitransformer[parallel]'", "mpi4py is not installed"),
 ])
-def test_auto_falls_back_to_one_process_and_says_why(args, cores, missing, why):
+def test_auto_falls_back_to_one_process_and_says_why(args, cores, missing, why, monkeypatch):
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
     plan = launch.plan(args, n_cores=cores, mpi_missing=_mpi(missing))
     assert plan.ranks == 1 and why in plan.line(), plan.line()
     assert plan.threads == cores  # one process keeps every core for BLAS
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert launch.plan(args, n_cores=cores, mpi_missing=_mpi(missing)).threads == 1  # unless told otherwise
 
 
 def test_an_explicit_count_that_cannot_run_is_refused_naming_the_fix():

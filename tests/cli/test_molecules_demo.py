@@ -190,7 +190,7 @@ def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keep
     vocab = Vocab.build(train)
     data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
     args = SimpleNamespace(seed=0)
-    monkeypatch.setattr(train_lm, "probe_speed", lambda recipe, data, seed, ranks: 30_000.0)
+    monkeypatch.setattr(train_lm, "probe_speed", lambda recipe, data, seed, ranks: (30_000.0, 0.0))
     r, plan = train_lm.time_planned(_recipe([]), data, args, None, spent=10.0)
     assert plan is not None and "time plan at 30,000 tokens/s" in capsys.readouterr().out
     assert (r.pretrain_limit, r.epochs) == (plan.phase1_molecules, plan.phase2_epochs) and r.epochs == 30
@@ -198,6 +198,6 @@ def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keep
     # a resumed run keeps the plan its checkpoint records, whatever the machine measures now
     model = train_lm.make_model(r, vocab, 0)
     path = save_checkpoint(tmp_path / "last.npz", model, vocab=vocab, extra={"run": {"settings": r.record()}})
-    monkeypatch.setattr(train_lm, "probe_speed", lambda recipe, data, seed, ranks: 10_000.0)
+    monkeypatch.setattr(train_lm, "probe_speed", lambda recipe, data, seed, ranks: (10_000.0, 0.0))
     again, _ = train_lm.time_planned(_recipe([]), data, args, path, spent=10.0)
     assert (again.pretrain_limit, again.epochs, again.max_time) == (r.pretrain_limit, r.epochs, r.max_time)

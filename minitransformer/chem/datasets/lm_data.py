@@ -173,13 +173,15 @@ class RandomizedEpochs:
     never trains on UNK or on sequences it cannot hold. ``encode`` holds keyword
     arguments for :meth:`Vocab.encode` (``dict(cls=True)`` for a classifier's input).
     ``kekule_form`` writes the random strings in Kekule form (for a model trained on
-    that form).
+    that form). ``share``: the ranks of a data-parallel run (``rank``, ``size``, ``gather``),
+    which each write every ``size``-th chunk and gather the rest: each chunk draws from its
+    own stream, so they get what one process writes.
     """
 
     def __init__(self, smiles, vocab: Vocab, seed: int = 0, p: float = 1.0, max_tokens: int | None = None,
-                 encode: dict | None = None, kekule_form: bool = False):
+                 encode: dict | None = None, kekule_form: bool = False, share=None):
         self.smiles, self.vocab, self.seed, self.p, self.max_tokens = list(smiles), vocab, seed, p, max_tokens
-        self.kekule_form = kekule_form
+        self.kekule_form, self.share = kekule_form, share
         self.encode = dict(encode or {})
         self._plain = [vocab.encode(s, **self.encode) for s in self.smiles]
         self._cache: tuple[int, list] | None = None
@@ -191,7 +193,17 @@ class RandomizedEpochs:
         size = RANDOM_CHUNK
         chunks = [(self.smiles[i:i + size], (self.seed, 7919, epoch, i // size), self.p, self.kekule_form)
                   for i in range(0, len(self.smiles), size)]
-        written = [w for part in map_chunks(_random_writings, chunks, len(self.smiles)) for w in part]
+        if self.share is None:
+            parts = map_chunks(_random_writings, chunks, len(self.smiles))
+        else:  # every rank writes its chunks, then all gather every chunk
+            mine = list(range(self.share.rank, len(chunks), self.share.size))
+            done = dict(zip(mine, map_chunks(_random_writings, [chunks[i] for i in mine],
+                                             len(self.smiles) // self.share.size)))
+            parts = [None] * len(chunks)
+            for shared in self.share.gather(done):
+                for i, part in shared.items():
+                    parts[i] = part
+        written = [w for part in parts for w in part]
         out = []
         for s, plain in zip(written, self._plain):
             if s is None:  # kept as given (probability 1 - p)
