@@ -247,7 +247,8 @@ def probe_speed(recipe: LMRecipe, data, seed: int, ranks: int) -> tuple[float, f
     B = max(1, recipe.batch_size // ranks)
     ids = sorted(data.encode(data.train[:10 * B]), key=len)  # batches of like lengths, as training buckets them
     batches = [task.collate(ids[i:i + B]) for i in range(0, len(ids), B)]
-    speed = ranks * measure_speed(model, task, batches, make_optimizer(recipe, model, 100), steps=20, warmup=3)
+    speed = ranks * measure_speed(model, task, batches, make_optimizer(recipe, model, 100), steps=2 * len(batches),
+                                  warmup=len(batches))  # every shape once before the clock starts
     sample = data.train[:300]
     t0 = time.perf_counter()
     _random_writings((sample, (seed, 1), 1.0, recipe.form == "kekule"))
@@ -391,12 +392,14 @@ def run(args) -> int:
 
 
 def phase2_epochs(run, train_data, train_ids) -> int:
-    """How many epochs phase 2 runs: the recipe's, unless the time left for it would cut the
-    learning-rate schedule short. Phase 1's speed (tokens/s) and one epoch's tokens give an
-    epoch's time; if fewer epochs fit the budget, the schedule is planned for those (a cosine
-    stopped half-way leaves the learning rate high and costs more than the missing epochs).
-    A resumed phase 2 keeps the number it started with (config.json)."""
+    """How many epochs phase 2 runs. Phase 1's measured speed (tokens/s) and one epoch's
+    tokens give an epoch's time: if fewer epochs than the recipe's fit the time left, the
+    schedule is planned for those (a cosine stopped half-way leaves the learning rate high and
+    costs more than the missing epochs); a time-planned run whose phase 1 went faster than its
+    plan takes more, up to the preset's. Data-parallel ranks take rank 0's count. A resumed
+    phase 2 keeps the number it started with (config.json)."""
     from minitransformer.atomic import parse_json
+    from minitransformer.cli import parallel
     epochs, budget = run.recipe.epochs, run.budget
     if run.resumed_phase == "train":
         try:
@@ -406,16 +409,18 @@ def phase2_epochs(run, train_data, train_ids) -> int:
     speed = run.pre_history[-1].get("tokens_per_s") if run.pre_history else None
     if budget is None or not speed:
         return epochs
+    most = PRESETS[run.args.preset].epochs if run.recipe.time_budget is not None else epochs
     t0 = time.perf_counter()
     epoch0 = train_data(0) if callable(train_data) else train_ids  # (cached: fit reuses epoch 0's writings)
     rewrite = time.perf_counter() - t0  # the random writings of one epoch, when augmenting
     per_epoch = 1.1 * sum(len(ids) - 1 for ids in epoch0) / speed + rewrite
-    fit = max(1, int(budget // per_epoch))
-    if fit < epochs:
-        print(f"phase 2: {fit} of {epochs} epochs fit the {budget / 60:.1f} minutes left (about "
-              f"{per_epoch:.0f} s each at phase 1's {speed:,.0f} tokens/s); the schedule is planned for {fit}")
-        return fit
-    return epochs
+    chosen = max(1, min(most, int(budget // per_epoch)))
+    dp = parallel.current()
+    chosen = chosen if dp is None else dp.from_rank0(chosen)
+    if chosen != epochs:
+        print(f"phase 2: {chosen} epochs fit the {budget / 60:.1f} minutes left (about {per_epoch:.0f} s each at "
+              f"phase 1's {speed:,.0f} tokens/s; planned {epochs}); the schedule is planned for {chosen}")
+    return chosen
 
 
 def print_summary(m, out) -> None:
