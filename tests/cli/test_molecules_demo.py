@@ -183,6 +183,7 @@ def test_the_default_run_plans_its_phases_in_minutes_unless_a_count_is_given():
 def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keeps_them(monkeypatch, tmp_path,
                                                                                       capsys):
     from types import SimpleNamespace
+    import minitransformer.cli.lm_time_plan as lm_time_plan
     import minitransformer.cli.train_lm as train_lm
     from minitransformer.checkpoint import save_checkpoint
     from minitransformer.chem import Vocab
@@ -190,14 +191,14 @@ def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keep
     vocab = Vocab.build(train)
     data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
     args = SimpleNamespace(seed=0)
-    monkeypatch.setattr(train_lm, "probe_speed", lambda recipe, data, seed, ranks: (30_000.0, 0.0))
-    r, plan = train_lm.time_planned(_recipe([]), data, args, None, spent=10.0)
+    monkeypatch.setattr(lm_time_plan, "probe_speed", lambda model, recipe, data, seed, ranks: (30_000.0, 0.0))
+    r, plan = lm_time_plan.time_planned(_recipe([]), data, args, None, 10.0, train_lm.make_model)
     assert plan is not None and "time plan at 30,000 tokens/s" in capsys.readouterr().out
     assert (r.pretrain_limit, r.epochs) == (plan.phase1_molecules, plan.phase2_epochs) and r.epochs == 30
     assert r.max_time == pytest.approx(15 * 60 - 40 * 36_000 / 30_000)  # the judging is reserved
     # a resumed run keeps the plan its checkpoint records, whatever the machine measures now
     model = train_lm.make_model(r, vocab, 0)
     path = save_checkpoint(tmp_path / "last.npz", model, vocab=vocab, extra={"run": {"settings": r.record()}})
-    monkeypatch.setattr(train_lm, "probe_speed", lambda recipe, data, seed, ranks: (10_000.0, 0.0))
-    again, _ = train_lm.time_planned(_recipe([]), data, args, path, spent=10.0)
+    monkeypatch.setattr(lm_time_plan, "probe_speed", lambda model, recipe, data, seed, ranks: (10_000.0, 0.0))
+    again, _ = lm_time_plan.time_planned(_recipe([]), data, args, path, 10.0, train_lm.make_model)
     assert (again.pretrain_limit, again.epochs, again.max_time) == (r.pretrain_limit, r.epochs, r.max_time)
