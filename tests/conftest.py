@@ -17,6 +17,37 @@ def any_backend(request):
         backend.use("numpy")
 
 
+class _RankNotAllThere(Exception):
+    """A gather of :func:`two_ranks` asked for before both ranks gave their share."""
+
+
+class _OneOfTwoRanks:
+    """Rank ``rank`` of two data-parallel ranks played in one process, one after the other:
+    ``gather`` records this rank's share in ``shares`` and, once both are there, returns them
+    (before that it raises, ending the first rank's call)."""
+
+    def __init__(self, rank: int, shares: list):
+        self.rank, self.size, self.shares = rank, 2, shares
+
+    def gather(self, value):
+        self.shares[self.rank] = value
+        if None in self.shares:
+            raise _RankNotAllThere
+        return self.shares
+
+
+@pytest.fixture
+def two_ranks():
+    """``run(fn)``: ``fn(share)`` as rank 1 (its call stops at its gather), then as rank 0, whose
+    result is returned with both ranks' shares: what two ranks sharing the work give."""
+    def run(fn):
+        shares = [None, None]
+        with pytest.raises(_RankNotAllThere):
+            fn(_OneOfTwoRanks(1, shares))
+        return fn(_OneOfTwoRanks(0, shares)), shares
+    return run
+
+
 @pytest.fixture
 def float64():
     """Build parameters and activations in float64 (for gradient checks)."""

@@ -60,28 +60,12 @@ def test_a_bad_worker_count_is_named(monkeypatch):
     assert workers.worker_count() == 1
 
 
-def test_ranks_that_share_the_random_writing_get_what_one_process_writes(monkeypatch):
+def test_ranks_that_share_the_random_writing_get_what_one_process_writes(monkeypatch, two_ranks):
     """Each rank of a data-parallel run writes every other chunk and gathers the rest: the same
     strings as one process (each chunk draws from its own stream)."""
     _serial(monkeypatch)  # chunks of 50: five of them
     vocab = Vocab.build(MOLECULES)
     alone = RandomizedEpochs(MOLECULES, vocab, seed=4)(1)
 
-    class NotAllThere(Exception):
-        pass
-
-    class Rank:  # two ranks in one process, one after the other: the gather waits for both
-        def __init__(self, rank, shares):
-            self.rank, self.size, self.shares = rank, 2, shares
-
-        def gather(self, value):
-            self.shares[self.rank] = value
-            if None in self.shares:
-                raise NotAllThere
-            return self.shares
-
-    shares = [None, None]
-    with pytest.raises(NotAllThere):
-        RandomizedEpochs(MOLECULES, vocab, seed=4, share=Rank(1, shares))(1)
-    together = RandomizedEpochs(MOLECULES, vocab, seed=4, share=Rank(0, shares))(1)
+    together, shares = two_ranks(lambda rank: RandomizedEpochs(MOLECULES, vocab, seed=4, share=rank)(1))
     assert together == alone and sorted(shares[0]) == [0, 2, 4] and sorted(shares[1]) == [1, 3]

@@ -301,28 +301,12 @@ def test_info_refuses_a_forged_checkpoint_that_sample_refuses(forge, tiny_checkp
     assert len(line.splitlines()) == 1 and str(forged) in line
 
 
-def test_ranks_that_share_the_sampling_draw_what_one_process_draws(tiny_checkpoints):
+def test_ranks_that_share_the_sampling_draw_what_one_process_draws(tiny_checkpoints, two_ranks):
     """Each batch draws from its own stream of the seed, so two ranks that split the batches
     (each drawing its share, then gathering) return exactly one process's molecules."""
     from minitransformer.molecules.sampling import load_generator, sample_smiles
     model, vocab = load_generator(tiny_checkpoints["lm"])
     alone = sample_smiles(model, vocab, 7, seed=3, batch_size=2)
 
-    class NotAllThere(Exception):
-        pass
-
-    class Rank:  # two ranks in one process, one after the other: the gather waits for both shares
-        def __init__(self, rank, shares):
-            self.rank, self.size, self.shares = rank, 2, shares
-
-        def gather(self, value):
-            self.shares[self.rank] = value
-            if None in self.shares:
-                raise NotAllThere
-            return self.shares
-
-    shares = [None, None]
-    with pytest.raises(NotAllThere):
-        sample_smiles(model, vocab, 7, seed=3, batch_size=2, parallel=Rank(1, shares))  # rank 1 draws its share
-    together = sample_smiles(model, vocab, 7, seed=3, batch_size=2, parallel=Rank(0, shares))
+    together, shares = two_ranks(lambda rank: sample_smiles(model, vocab, 7, seed=3, batch_size=2, parallel=rank))
     assert together == alone and len(shares[0]) == 2 and len(shares[1]) == 2  # batches 0, 4 / 2, 6 of 7
