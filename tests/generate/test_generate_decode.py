@@ -84,13 +84,9 @@ def assert_layout(ids, prefix_len=1):
 def test_step_logits_match_forward_lm(norm):
     model = make_lm(norm).eval()
     ids = random_ids(3, 24)
-    cached, uncached = init_decode_state(model), init_decode_state(model, use_cache=False)
     full = backend.to_numpy(model.forward(ids))  # (3, 24, V)
-    for t in range(3, 25):  # the first call feeds a 3-token prefix at once
-        a = backend.to_numpy(decode_step_logits(cached, ids[:, :t]))
-        b = backend.to_numpy(decode_step_logits(uncached, ids[:, :t]))
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-9)
-        np.testing.assert_allclose(a, full[:, t - 1], rtol=0, atol=1e-9)
+    _assert_steps_give_the_forward(init_decode_state(model), init_decode_state(model, use_cache=False), ids, full,
+                                   first=3)  # the first call feeds a 3-token prefix at once
 
 
 @pytest.mark.parametrize("norm", ["pre", "post"])
@@ -98,14 +94,19 @@ def test_step_logits_match_forward_seq2seq(norm):
     model = make_s2s(norm).eval()
     src = device_src()
     ids = random_ids(3, 20, seed=1)
-    cached = init_decode_state(model, src)
-    uncached = init_decode_state(model, src, use_cache=False)
     full = backend.to_numpy(model.forward(src, ids))  # (3, 20, V)
-    for t in range(1, 21):
-        a = backend.to_numpy(decode_step_logits(cached, ids[:, :t]))
-        b = backend.to_numpy(decode_step_logits(uncached, ids[:, :t]))
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-9)
-        np.testing.assert_allclose(a, full[:, t - 1], rtol=0, atol=1e-9)
+    _assert_steps_give_the_forward(init_decode_state(model, src), init_decode_state(model, src, use_cache=False),
+                                   ids, full, first=1)
+
+
+def _assert_steps_give_the_forward(cached, uncached, ids, full, first: int):
+    """Each decoding step's logits, with and without the KV cache, equal the full forward's at
+    the prefix's last position. ids: (B, T); full: (B, T, V)."""
+    for t in range(first, ids.shape[1] + 1):
+        a = backend.to_numpy(decode_step_logits(cached, ids[:, :t]))  # (B, V)
+        b = backend.to_numpy(decode_step_logits(uncached, ids[:, :t]))  # (B, V)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-9, err_msg=f"cached against uncached, prefix {t}")
+        np.testing.assert_allclose(a, full[:, t - 1], rtol=0, atol=1e-9, err_msg=f"step against forward, prefix {t}")
 
 
 @pytest.mark.parametrize("kind", ["lm", "s2s"])
