@@ -83,6 +83,28 @@ def launcher_rank() -> int:
     return 0
 
 
+def launched_by_mpiexec() -> bool:
+    """Whether mpiexec started this process (its environment says so), read without starting MPI."""
+    return any(os.environ.get(var) for var in ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
+
+
+def map_shared(share, fn, items: list) -> list:
+    """``fn(items)`` (a function of a list that returns one result per item), the work shared by
+    data-parallel ranks: each rank maps every ``share.size``-th item, from its own ``share.rank``,
+    and all gather; every rank returns the results of all items, in order. ``share`` is a
+    :class:`DataParallel` (``rank``, ``size``, ``gather``), or None for one process. The result
+    equals one process's when each item's result depends on the item alone."""
+    if share is None:
+        return list(fn(items))
+    mine = list(range(share.rank, len(items), share.size))
+    done = dict(zip(mine, fn([items[i] for i in mine])))
+    results = [None] * len(items)
+    for shared in share.gather(done):
+        for i, result in shared.items():
+            results[i] = result
+    return results
+
+
 class DataParallel:
     """The ranks of one data-parallel run (default: all of ``MPI.COMM_WORLD``).
 

@@ -238,7 +238,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, out: str,
                         help="tiny model, 400 molecules, 2 epochs: a smoke test that takes seconds")
     parser.add_argument("--epochs", type=int_at_least(1), default=None, help="override the preset's number of epochs")
     parser.add_argument("--lr", type=number(0, lo_open=True), default=None,
-                        help="override the peak learning rate (train property: of the fine-tuning; its pretraining has its own)")
+                        help="override the peak learning rate (train property: of the fine-tuning; its "
+                             "pretraining has its own)")
     parser.add_argument("--batch-size", type=int_at_least(1), default=None, help="override the batch size")
     parser.add_argument("--max-minutes", type=number(0), default=None,
                         help="training time budget (the preset's by default; 0 = no limit)")

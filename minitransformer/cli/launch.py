@@ -56,14 +56,6 @@ class Plan:
                 f"{'s' * (self.threads != 1)} ({self.why}; --ranks 1 for one process)")
 
 
-def cores() -> int:
-    """The CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def find_mpiexec() -> str | None:
     """``mpiexec`` beside this Python (a virtual environment with MPICH's wheel) or on PATH."""
     return shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
@@ -81,31 +73,23 @@ def _mpi_missing() -> str | None:
 def plan(args, n_cores: int | None = None, mpi_missing=_mpi_missing) -> Plan:
     """The ranks and threads of the training command ``args`` (parsed); a ValueError (exit
     status 2) for a ``--ranks N`` that cannot run here, naming why and what to do."""
-    n_cores = cores() if n_cores is None else n_cores
+    from minitransformer.fast.parallel import blas_threads_asked, usable_cpus
+    n_cores = usable_cpus() if n_cores is None else n_cores
+    one_process = blas_threads_asked() or n_cores  # a single process's BLAS threads
     asked = getattr(args, "ranks", "auto")
     if asked != "auto":
         if asked > 1:
             refusal = _refusal(args, mpi_missing)
             if refusal:
                 raise ValueError(f"--ranks {asked}: {refusal}; pass --ranks 1 (or leave --ranks out)")
-        return Plan(asked, _blas_threads(n_cores) if asked == 1 else max(1, n_cores // asked), "--ranks")
+        return Plan(asked, one_process if asked == 1 else max(1, n_cores // asked), "--ranks")
     if n_cores < 2:
         return Plan(1, 1, "one core")
     refusal = _refusal(args, mpi_missing, auto=True)
     if refusal:
-        return Plan(1, _blas_threads(n_cores), refusal)
+        return Plan(1, one_process, refusal)
     return Plan(AUTO_RANKS, max(1, n_cores // AUTO_RANKS),
                 f"{n_cores} cores: two single-thread processes train faster than one with two threads")
-
-
-def _blas_threads(n_cores: int) -> int:
-    """The BLAS threads one process runs with: ``OPENBLAS_NUM_THREADS`` (or ``OMP_NUM_THREADS``) where
-    set, else one per core."""
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-        value = os.environ.get(name, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return n_cores
 
 
 def _refusal(args, mpi_missing, auto: bool = False) -> str | None:
@@ -119,22 +103,20 @@ def _refusal(args, mpi_missing, auto: bool = False) -> str | None:
     return mpi_missing()
 
 
-def launch(args, argv: Sequence[str]) -> Plan | None:
+def launch(args, argv: Sequence[str]) -> None:
     """For a ``train`` command started without mpiexec: print its plan and, for more than one
-    rank, replace this process by mpiexec starting the ranks (this call then never returns).
-    Returns the plan of a one-process run; None for other commands and inside ranks."""
-    from minitransformer.distributed import launcher_rank, world_size
-    if getattr(args, "command", None) != "train":
-        return None
-    if os.environ.get(LAUNCHED) or launcher_rank() > 0 or world_size() > 1:
-        return None  # a rank: the plan was printed by the process that started it
+    rank, replace this process by mpiexec starting the ranks (this call then never returns)."""
+    from minitransformer.distributed import launched_by_mpiexec
+    if getattr(args, "command", None) != "train" or os.environ.get(LAUNCHED) or launched_by_mpiexec():
+        return  # another command, or a rank: the plan was printed by the process that started it
     chosen = plan(args)
     print(chosen.line(), flush=True)
     if chosen.ranks == 1:
-        return chosen
+        return
     threads = str(chosen.threads)
-    package_root = str(Path(__file__).resolve().parents[2])  # the ranks import this very package
-    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    root = Path(__file__).resolve().parents[2]  # a checkout run without installing: the ranks need it on the path
+    checkout = (root / "setup.cfg").is_file()
+    path = os.pathsep.join(p for p in (str(root) if checkout else "", os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
                MINITRANSFORMER_THREADS=threads, MINITRANSFORMER_WORKERS=threads, PYTHONPATH=path,
                **{LAUNCHED: str(chosen.ranks)})
@@ -142,7 +124,6 @@ def launch(args, argv: Sequence[str]) -> Plan | None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(mpiexec, [mpiexec, "-n", str(chosen.ranks), sys.executable, "-m", "minitransformer", *argv], env)
-    return None  # not reached
 
 
 def check_world(args) -> None:

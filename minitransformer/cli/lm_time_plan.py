@@ -17,11 +17,11 @@ from minitransformer.train.recipe import LMRecipe
 PHASE1_TOKENS = 41.5
 
 
-def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model) -> tuple[LMRecipe, object]:
+def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model) -> LMRecipe:
     """``recipe`` with phase 1's molecules, phase 2's epochs and the budgets planned to end the
-    run within ``recipe.time_budget`` on this machine (:mod:`minitransformer.train.time_plan`),
-    and the plan. The speed is measured on the run's own model; data-parallel ranks all take
-    rank 0's plan (their data must agree). A resumed run keeps the plan it started with."""
+    run within ``recipe.time_budget`` on this machine (:mod:`minitransformer.train.time_plan`).
+    The speed is measured on the run's own model, every rank side by side; data-parallel ranks
+    all take rank 0's plan (their data must agree). A resumed run keeps the plan it started with."""
     from minitransformer.checkpoint import load_checkpoint
     from minitransformer.cli import parallel
     from minitransformer.train.time_plan import plan_phases
@@ -29,43 +29,45 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model)
         kept = load_checkpoint(resume).meta.get("run", {}).get("settings", {})
         fields = ("pretrain_limit", "epochs", "pretrain_max_time", "max_time")
         if all(k in kept for k in fields):
-            return dataclasses.replace(recipe, **{k: kept[k] for k in fields}), None
+            return dataclasses.replace(recipe, **{k: kept[k] for k in fields})
+    from minitransformer.fast.parallel import usable_cpus
     dp = parallel.current()
     ranks = 1 if dp is None else dp.size
     if dp is not None:
         dp.barrier()  # every rank has read its data: they measure side by side, as they will train
-    speed, write_s = probe_speed(make_model(recipe, data.vocab, args.seed), recipe, data, args.seed, ranks)
-    train_tokens = sum(len(ids) - 1 for ids in data.encode(data.train)) + recipe.pretrain_mix * PHASE1_TOKENS
-    judge_s = recipe.judge_time * 36_000 / speed
-    plan = plan_phases(recipe.time_budget, spent, judge_s, speed, PHASE1_TOKENS, train_tokens, recipe.epochs,
-                       recipe.min_epochs, recipe.pretrain_share, write_s=write_s,
-                       phase2_molecules=len(data.train) + recipe.pretrain_mix)
-    plan = plan if dp is None else dp.from_rank0(plan)
-    judge_s = plan.judge_s
+    encoded = data.encode(data.train)
+    speed, write_s = probe_speed(make_model(recipe, data.vocab, args.seed), recipe, encoded, data.train, args.seed,
+                                 ranks)
+    phase2_tokens = sum(len(ids) - 1 for ids in encoded) + recipe.pretrain_mix * PHASE1_TOKENS
+    plan = parallel.on_rank0(lambda: plan_phases(  # rank 0's plan, or its refusal, on every rank
+        recipe.time_budget, spent, recipe.judge_time * 36_000 / speed, speed, PHASE1_TOKENS, phase2_tokens,
+        recipe.epochs, recipe.min_epochs, recipe.pretrain_share,
+        write_s=write_s / usable_cpus(),  # phase 1's many molecules: written by workers on every core
+        phase2_write_s=write_s / ranks,  # phase 2's few: each rank writes its share itself
+        phase2_molecules=len(data.train) + recipe.pretrain_mix))
     print(plan.line())
-    training_s = recipe.time_budget - judge_s  # the deadline of training, counted from the start
     return dataclasses.replace(recipe, pretrain_limit=max(plan.phase1_molecules, recipe.batch_size),
                                epochs=plan.phase2_epochs, pretrain_max_time=1.15 * plan.phase1_s,
-                               max_time=training_s), plan
+                               max_time=recipe.time_budget - plan.judge_s)  # training ends by then
 
 
-def probe_speed(model, recipe: LMRecipe, data, seed: int, ranks: int) -> tuple[float, float]:
-    """(training tokens per second, seconds of random writing per molecule) of the recipe on
-    this machine: steps of ``model`` (a copy made for it) on the main set's molecules, each process on
-    its share of a batch (``ranks`` processes train at about ``ranks`` times one's speed), and
-    a few hundred molecules written at random, the work spread over every core."""
+def probe_speed(model, recipe: LMRecipe, encoded, smiles, seed: int, ranks: int) -> tuple[float, float]:
+    """(training tokens per second, seconds one core takes to write a molecule at random) of the
+    recipe on this machine: steps of ``model`` (a copy made for it) on the main set's molecules
+    (``encoded``, their id lists; ``smiles``, as written), each process on its share of a batch
+    (``ranks`` processes train at about ``ranks`` times one's speed), and a few hundred of them
+    written at random."""
     from minitransformer.chem.datasets.lm_data import _random_writings
-    from minitransformer.cli.launch import cores
     from minitransformer.train.recipe import make_optimizer
     from minitransformer.train.tasks import LMTask
     from minitransformer.train.time_plan import measure_speed
     task = LMTask(data.vocab.pad_id)
     B = max(1, recipe.batch_size // ranks)
-    ids = sorted(data.encode(data.train[:10 * B]), key=len)  # batches of like lengths, as training buckets them
+    ids = sorted(encoded[:10 * B], key=len)  # batches of like lengths, as training buckets them
     batches = [task.collate(ids[i:i + B]) for i in range(0, len(ids), B)]
     speed = ranks * measure_speed(model, task, batches, make_optimizer(recipe, model, 100), steps=2 * len(batches),
                                   warmup=len(batches))  # every shape once before the clock starts
-    sample = data.train[:300]
+    sample = smiles[:300]
     t0 = time.perf_counter()
     _random_writings((sample, (seed, 1), 1.0, recipe.form == "kekule"))
-    return speed, (time.perf_counter() - t0) / len(sample) / cores()
+    return speed, (time.perf_counter() - t0) / len(sample)

@@ -27,6 +27,7 @@ from typing import Sequence
 
 from minitransformer.cli import (attention, info, optimize, predict, sample, score, train_lm, train_property,
                                  train_seq2seq, translate)
+from minitransformer.cli import launch
 from minitransformer.cli import parallel as cli_parallel
 from minitransformer.cli.arguments import ArgumentParser, add_command, use_backend
 from minitransformer.cli.progress import PROGRESS
@@ -87,17 +88,16 @@ def main(argv: Sequence[str] | None = None, start_ranks: bool = False) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = argv  # for provenance.json
     if args.command == "train":
-        from minitransformer.cli import launch
         if start_ranks:
             launch.launch(args, argv)  # two or more ranks: this process becomes mpiexec
         launch.check_world(args)
     PROGRESS.reset(command="train" if args.command == "train" else args.command)
     _quiet_rdkit_logs()
     use_backend(args)
-    if args.command == "train" and cli_parallel.start() is not None and args.kind == "property":
+    if args.command == "train" and cli_parallel.start() is not None and args.kind not in launch.DATA_PARALLEL_KINDS:
         if cli_parallel.is_follower():
             raise SystemExit(0)  # rank 0 says why
-        refusal = ValueError("train property cannot run data-parallel (its losses are not sums over tokens): "
+        refusal = ValueError(f"train {args.kind} cannot run data-parallel (its losses are not sums over tokens): "
                              "start it without mpiexec; train lm and train seq2seq can")
         refusal.on_every_rank = True  # every rank refused here: rank 0 ends normally, no MPI_Abort
         raise refusal

@@ -119,7 +119,8 @@ def data_fingerprint(*splits: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
-_RESUME_IGNORES = ("settings.max_time", "settings.fine_tune_time", "settings.samples")  # a new budget or sample count is fine
+#: What a resumed run may change: its time budget and its sample count.
+_RESUME_IGNORES = ("settings.max_time", "settings.fine_tune_time", "settings.samples")
 
 
 def _flat(obj, prefix: str = "") -> dict:

@@ -19,20 +19,18 @@ from minitransformer.models import LSTMLM, DecoderLM, DecoderLMConfig, LSTMLMCon
 from minitransformer.train.recipe import LMRecipe, model, quick_model
 
 PRESETS = {
-    # Ours: pre-LN, tied embeddings, AdamW with warmup + cosine, molecules written in
-    # Kekule form, batch 32, and two phases: one pass over MOSES molecules teaches SMILES and
-    # drug-like chemistry, then 30 epochs on Tox21 (at least 20) with 2,000 of those molecules
-    # mixed in, the whole run planned to end within 15 minutes on the machine it runs on
-    # (time_budget: the speed is measured first, phase 1 gets the molecules the time left
-    # beside phase 2 and the judging covers; with --epochs, --pretrain-limit, --pretrain-epochs
-    # or --pretrain-minutes the counts are as given: 200,000 molecules in 9.5 minutes at most). Both phases write every molecule as a fresh random
-    # SMILES each epoch (augment 1): the model sees many writings of each molecule, so it
-    # learns the chemistry rather than one string per molecule. The final samples are
-    # drawn bare and under the SMILES grammar with valence rules (a sampler feature;
-    # --grammar off: the bare model's only). Measured in docs/RESULTS.md (12.8 minutes on 2
-    # cores): bare validity 0.918, FCD 1.44 times the floor of real Tox21 molecules; under
-    # the grammar validity 1.000. Without the MOSES files (offline) phase 1 is
-    # DRUGLIKE_PHASE1 instead.
+    # Ours: pre-LN, tied embeddings, AdamW with warmup + cosine, molecules written in Kekule form, batch
+    # 32, and two phases: one pass over MOSES molecules teaches SMILES and drug-like chemistry, then 30
+    # epochs on Tox21 (at least 20) with 2,000 of those molecules mixed in, the whole run planned to end
+    # within 15 minutes on the machine it runs on (time_budget: the speed is measured first, phase 1 gets
+    # the molecules the time left beside phase 2 and the judging covers; with --epochs, --pretrain-limit,
+    # --pretrain-epochs or --pretrain-minutes the counts are as given: 200,000 molecules in 9.5 minutes at
+    # most). Both phases write every molecule as a fresh random SMILES each epoch (augment 1): the model
+    # sees many writings of each molecule, so it learns the chemistry rather than one string per molecule.
+    # The final samples are drawn bare and under the SMILES grammar with valence rules (a sampler feature;
+    # --grammar off: the bare model's only). Measured in docs/RESULTS.md (13.9 minutes on 2 cores): bare
+    # validity 0.933, FCD 1.46 times the floor of real Tox21 molecules; under the grammar validity 1.000.
+    # Without the MOSES files (offline) phase 1 is DRUGLIKE_PHASE1 instead.
     "default": LMRecipe(
         model=model(n_layers=4, pos="learned", tie_embeddings=True), lr=1.5e-3, warmup=300,
         batch_size=32, epochs=30, augment=1.0, max_time=14.5 * 60, metric="val_nll_token", form="kekule",
@@ -190,9 +188,10 @@ def phase1_molecules(recipe: LMRecipe, held_out, user_chose: bool) -> tuple[LMRe
                                             limit=recipe.pretrain_limit)
     if extra is not None:
         return recipe, extra
-    default = PRESETS["default"]  # the drug-like recipe, except what the user set
-    recipe = dataclasses.replace(recipe, **{k: v for k, v in DRUGLIKE_PHASE1.items() if k.startswith("pretrain")
-                                            or getattr(recipe, k) == getattr(default, k)})
+    default = PRESETS["default"]  # the drug-like recipe, except what the user set, and no time plan
+    kept = {k: v for k, v in DRUGLIKE_PHASE1.items()
+            if k.startswith("pretrain") or getattr(recipe, k) == getattr(default, k)}
+    recipe = dataclasses.replace(recipe, time_budget=None, **kept)
     return recipe, lm_data.pretraining_smiles("druglike", exclude=exclude, form=recipe.form)
 
 
@@ -220,15 +219,13 @@ class TrainLM(TrainingCommand):
         t0 = time.perf_counter()
         data = prepare_smiles(args.data, check_rdkit=recipe.check_rdkit, form=recipe.form, limit=recipe.limit,
                               test_limit=recipe.test_limit)
-        extra, planned = [], None
-        if recipe.time_budget is not None and recipe.pretrain_epochs > 0:
+        extra = []
+        if recipe.time_budget is not None:  # (a plan needs a pretraining phase: resolve_recipe saw to that)
             from minitransformer.cli.lm_time_plan import time_planned
-            recipe, planned = time_planned(recipe, data, args, resume, time.perf_counter() - t0, make_model)
+            recipe = time_planned(recipe, data, args, resume, time.perf_counter() - t0, make_model)
         if recipe.pretrain_epochs > 0:
             recipe, extra = phase1_molecules(recipe, data.val + data.test, user_chose=args.pretrain_data is not None)
             data.vocab = Vocab.build(data.train + extra)  # one vocabulary for both phases
-        if planned is not None and recipe.pretrain_data != "moses":  # MOSES could not be had: no plan
-            recipe = dataclasses.replace(recipe, time_budget=None)
         return recipe, Data(data.vocab, data.train, data.val, data.test, extra, data.description,
                             data.clean_summary, own=data)
 
@@ -291,32 +288,36 @@ class TrainLM(TrainingCommand):
         from minitransformer.chem.datasets.moses import is_moses
         from minitransformer.molecules.likelihood import batches_of, sequence_metrics
         from minitransformer.molecules.sampling import draw_sample_sets, samples_file
-        args, r, d, model = run.args, run.recipe, run.data, run.model
-        test = sequence_metrics(model, batches_of(d.own.encode(d.test), 128, d.vocab.pad_id), d.vocab.pad_id) \
-            if d.test else {}
-        t1 = time.perf_counter()
         from minitransformer.cli import parallel
+        args, r, d, model = run.args, run.recipe, run.data, run.model
+        t1 = time.perf_counter()
         sets = draw_sample_sets(model, d.vocab, r.samples, r.grammar, args.temperature, args.seed, args.quiet,
-                                parallel=parallel.current())
+                                parallel=parallel.current())  # data-parallel ranks share the drawing
         t_sample = time.perf_counter() - t1
-        for label, smiles in sets.items():
-            cli.write_text(run.out / samples_file(label), "\n".join(smiles) + "\n")
-        report, table = judge_sample_sets(sets, d.train, d.val + d.test, d.extra, moses=is_moses(args.data),
-                                          seed=args.seed)
-        if table is not None:
-            cli.write_text(run.out / "moses_table.md", table)
-            print(table)
         valid = [s for s in sets["bare"] if canonical(s) is not None]
-        try:
-            png, drawn = molecule_grid_png(valid, n=24)
-        except DrawingUnavailable as exc:  # the run's results stay; only the picture is missing
-            png, drawn = None, None
-            print(f"molecules.png not drawn: {exc}")
-        if drawn:
-            cli.write_bytes(run.out / "molecules.png", png)
-        elif drawn == 0:
-            print(f"no valid molecule among the {len(sets['bare'])} bare samples, so there is no molecules.png "
-                  "to draw")
+
+        def judged():  # rank 0 alone judges (and writes); every rank gets its figures
+            test = sequence_metrics(model, batches_of(d.own.encode(d.test), 128, d.vocab.pad_id),
+                                    d.vocab.pad_id) if d.test else {}
+            for label, smiles in sets.items():
+                cli.write_text(run.out / samples_file(label), "\n".join(smiles) + "\n")
+            report, table = judge_sample_sets(sets, d.train, d.val + d.test, d.extra, moses=is_moses(args.data),
+                                              seed=args.seed)
+            if table is not None:
+                cli.write_text(run.out / "moses_table.md", table)
+                print(table)
+            try:
+                png, drawn = molecule_grid_png(valid, n=24)
+            except DrawingUnavailable as exc:  # the run's results stay; only the picture is missing
+                png, drawn = None, None
+                print(f"molecules.png not drawn: {exc}")
+            if drawn:
+                cli.write_bytes(run.out / "molecules.png", png)
+            elif drawn == 0:
+                print(f"no valid molecule among the {len(sets['bare'])} bare samples, so there is no molecules.png "
+                      "to draw")
+            return test, report
+        test, report = parallel.on_rank0(judged)
         metrics = {f"test_{k}": v for k, v in test.items()}
         metrics.update(report)
         metrics.update(sample_time_s=t_sample, temperature=args.temperature, grammar=r.grammar)
@@ -343,26 +344,25 @@ def phase2_epochs(run, train_data, train_ids) -> int:
     from minitransformer.atomic import parse_json
     from minitransformer.cli import parallel
     epochs, budget = run.recipe.epochs, run.budget
+    speed = run.pre_history[-1].get("tokens_per_s") if run.pre_history else None
+    chosen = epochs
     if run.resumed_phase == "train":
         try:
-            return int(parse_json((run.out / "config.json").read_text(encoding="utf-8"))["train"]["epochs"])
+            chosen = int(parse_json((run.out / "config.json").read_text(encoding="utf-8"))["train"]["epochs"])
         except (OSError, ValueError, KeyError, TypeError):
-            return epochs
-    speed = run.pre_history[-1].get("tokens_per_s") if run.pre_history else None
-    if budget is None or not speed:
-        return epochs
-    most = PRESETS[run.args.preset].epochs if run.recipe.time_budget is not None else epochs
-    t0 = time.perf_counter()
-    epoch0 = train_data(0) if callable(train_data) else train_ids  # (cached: fit reuses epoch 0's writings)
-    rewrite = time.perf_counter() - t0  # the random writings of one epoch, when augmenting
-    per_epoch = 1.1 * sum(len(ids) - 1 for ids in epoch0) / speed + rewrite
-    chosen = max(1, min(most, int(budget // per_epoch)))
+            pass
+    elif budget is not None and speed:
+        most = PRESETS[run.args.preset].epochs if run.recipe.time_budget is not None else epochs
+        t0 = time.perf_counter()
+        epoch0 = train_data(0) if callable(train_data) else train_ids  # (cached: fit reuses epoch 0's writings)
+        rewrite = time.perf_counter() - t0  # the random writings of one epoch, when augmenting
+        per_epoch = 1.1 * sum(len(ids) - 1 for ids in epoch0) / speed + rewrite
+        chosen = max(1, min(most, int(budget // per_epoch)))
+        if chosen != epochs:
+            print(f"phase 2: {chosen} epochs fit the {budget / 60:.1f} minutes left (about {per_epoch:.0f} s each "
+                  f"at phase 1's {speed:,.0f} tokens/s; planned {epochs}); the schedule is planned for {chosen}")
     dp = parallel.current()
-    chosen = chosen if dp is None else dp.from_rank0(chosen)
-    if chosen != epochs:
-        print(f"phase 2: {chosen} epochs fit the {budget / 60:.1f} minutes left (about {per_epoch:.0f} s each at "
-              f"phase 1's {speed:,.0f} tokens/s; planned {epochs}); the schedule is planned for {chosen}")
-    return chosen
+    return chosen if dp is None else dp.from_rank0(chosen)  # every rank the same schedule
 
 
 def print_summary(m, out) -> None:

@@ -87,6 +87,16 @@ def usable_cpus() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def blas_threads_asked() -> int | None:
+    """The BLAS threads the environment asks for (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
+    ``MKL_NUM_THREADS``, the first set), or None."""
+    for var in _THREAD_VARIABLES:
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+    return None
+
+
 def _default_threads() -> int:
     value = os.environ.get("MINITRANSFORMER_THREADS", "").strip()
     if value:
@@ -96,12 +106,7 @@ def _default_threads() -> int:
                 "set it to the number of CPU threads to use (e.g. 2), or unset it"
             )
         return int(value)
-    blas_threads = usable_cpus()
-    for var in _THREAD_VARIABLES:
-        value = os.environ.get(var, "").strip()
-        if value.isdigit() and int(value) >= 1:
-            blas_threads = int(value)
-            break
+    blas_threads = blas_threads_asked() or usable_cpus()
     if blas_threads > 1 and not _blas_sleeps_promptly():
         return 1  # spinning BLAS threads would take the pool's cores (module notes)
     return blas_threads

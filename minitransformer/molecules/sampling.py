@@ -24,26 +24,27 @@ def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | N
     which share the batches and each return all ``n``: a batch's molecules depend only on its
     stream, so the ranks draw what one process would."""
     from minitransformer.backend import RNG
+    from minitransformer.distributed import map_shared
     from minitransformer.generate import sample
-    starts = list(range(0, n, batch_size))
-    mine = starts if parallel is None else starts[parallel.rank::parallel.size]
-    drawn = {}
-    bar = None
-    if not quiet and sys.stderr.isatty() and n > batch_size:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(mine) * batch_size, desc="sampling", unit="mol", leave=False)
-    for start in mine:
-        b = min(batch_size, n - start)
-        ids = sample(model, batch_size=b, temperature=temperature, top_k=top_k, top_p=top_p,
-                     rng=RNG(seed, stream=1 + start), constraint=constraint)
-        drawn[start] = [vocab.decode(row) for row in ids]
+
+    def draw(starts):  # the batches beginning at ``starts``, each from its own stream
+        bar = None
+        if not quiet and sys.stderr.isatty() and n > batch_size:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=sum(min(batch_size, n - s) for s in starts), desc="sampling", unit="mol", leave=False)
+        out = []
+        for start in starts:
+            b = min(batch_size, n - start)
+            ids = sample(model, batch_size=b, temperature=temperature, top_k=top_k, top_p=top_p,
+                         rng=RNG(seed, stream=1 + start), constraint=constraint)
+            out.append([vocab.decode(row) for row in ids])
+            if bar is not None:
+                bar.update(b)
         if bar is not None:
-            bar.update(b)
-    if bar is not None:
-        bar.close()
-    if parallel is not None:  # every rank gets every batch
-        drawn = {start: part for shares in parallel.gather(drawn) for start, part in shares.items()}
-    return [s for start in starts for s in drawn[start]]
+            bar.close()
+        return out
+
+    return [s for part in map_shared(parallel, draw, list(range(0, n, batch_size))) for s in part]
 
 
 def grammar_constraint(vocab, level: str | None):

@@ -41,7 +41,7 @@ class PhasePlan:
 
 def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: float, phase1_tokens: float,
                 phase2_tokens: float, epochs: int, min_epochs: int, phase1_share: float,
-                max_phase1_molecules: int | None = None, overhead: float = 1.1, write_s: float = 0.0,
+                overhead: float = 1.1, write_s: float = 0.0, phase2_write_s: float = 0.0,
                 phase2_molecules: int = 0) -> PhasePlan:
     """Split ``budget_s`` (start to summary) between the phases.
 
@@ -51,13 +51,13 @@ def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: f
     of them if phase 1 keeps at least ``phase1_share`` of T, else as many as fit beside that
     share, but at least ``min_epochs`` (phase 1 then gets what remains). Phase 1 gets the
     rest of T, as the molecules (of ``phase1_tokens`` tokens each, on average) it covers at
-    ``tokens_per_s``, at most ``max_phase1_molecules``. ``write_s``: the seconds writing one
-    molecule as a random SMILES costs (every epoch, before its steps; phase 2 writes
+    ``tokens_per_s``. ``write_s`` / ``phase2_write_s``: the seconds writing one molecule as a
+    random SMILES costs in phase 1 / phase 2 (every epoch, before its steps; phase 2 writes
     ``phase2_molecules``). A ValueError when nothing is left for training."""
     if not tokens_per_s > 0:
         raise ValueError(f"the measured speed must be > 0 tokens/s, got {tokens_per_s}")
     T = budget_s - spent_s - judge_s
-    per_epoch = overhead * phase2_tokens / tokens_per_s + write_s * phase2_molecules
+    per_epoch = overhead * phase2_tokens / tokens_per_s + phase2_write_s * phase2_molecules
     per_molecule = overhead * phase1_tokens / tokens_per_s + write_s  # phase 1
     if T < min_epochs * per_epoch:
         raise ValueError(f"a {budget_s / 60:g}-minute budget leaves {max(T, 0) / 60:.1f} minutes of training on this "
@@ -68,14 +68,10 @@ def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: f
         E = max(min_epochs, int((1 - phase1_share) * T // per_epoch))
     t2 = E * per_epoch
     t1 = T - t2
-    n1 = int(t1 / per_molecule)
-    if max_phase1_molecules is not None and n1 > max_phase1_molecules:
-        n1 = max_phase1_molecules
-        t1 = n1 * per_molecule
-    return PhasePlan(n1, E, t1, t2, judge_s, tokens_per_s)
+    return PhasePlan(int(t1 / per_molecule), E, t1, t2, judge_s, tokens_per_s)
 
 
-def measure_speed(model, task, batches, optimizer, steps: int = 8, warmup: int = 2) -> float:
+def measure_speed(model, task, batches, optimizer, steps: int, warmup: int) -> float:
     """Training tokens per second of ``model`` on this machine: ``warmup`` untimed steps, then
     ``steps`` timed ones over ``batches`` (host batches the task collated), in turn. The model
     and optimizer are changed: measure on copies made for it."""

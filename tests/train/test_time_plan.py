@@ -30,6 +30,10 @@ def test_a_budget_that_cannot_hold_the_minimum_epochs_is_refused_naming_the_fix(
         plan_phases(tokens_per_s=5_000, **RUN)
 
 
-def test_phase_1_is_capped_by_the_molecules_there_are():
-    plan = plan_phases(tokens_per_s=400_000, max_phase1_molecules=1000, **RUN)
-    assert plan.phase1_molecules == 1000 and plan.phase1_s == pytest.approx(1000 * 1.1 * 41.5 / 400_000)
+def test_random_writing_is_paid_in_each_phase_at_its_own_rate():
+    """Phase 2's few molecules are written by each rank itself, phase 1's many by workers on every
+    core: each cost shortens its own phase's share."""
+    plain = plan_phases(tokens_per_s=40_000, **RUN)
+    costly = plan_phases(tokens_per_s=40_000, write_s=1e-4, phase2_write_s=5e-4, phase2_molecules=8_600, **RUN)
+    assert costly.phase2_epochs == plain.phase2_epochs and costly.phase2_s == pytest.approx(plain.phase2_s + 30 * 4.3)
+    assert costly.phase1_molecules < plain.phase1_molecules

@@ -193,16 +193,10 @@ class RandomizedEpochs:
         size = RANDOM_CHUNK
         chunks = [(self.smiles[i:i + size], (self.seed, 7919, epoch, i // size), self.p, self.kekule_form)
                   for i in range(0, len(self.smiles), size)]
-        if self.share is None:
-            parts = map_chunks(_random_writings, chunks, len(self.smiles))
-        else:  # every rank writes its chunks, then all gather every chunk
-            mine = list(range(self.share.rank, len(chunks), self.share.size))
-            done = dict(zip(mine, map_chunks(_random_writings, [chunks[i] for i in mine],
-                                             len(self.smiles) // self.share.size)))
-            parts = [None] * len(chunks)
-            for shared in self.share.gather(done):
-                for i, part in shared.items():
-                    parts[i] = part
+        from minitransformer.distributed import map_shared
+        ranks = 1 if self.share is None else self.share.size
+        parts = map_shared(self.share, lambda mine: map_chunks(_random_writings, mine, len(self.smiles) // ranks),
+                           chunks)  # with ranks: each writes its chunks, then all gather
         written = [w for part in parts for w in part]
         out = []
         for s, plain in zip(written, self._plain):
