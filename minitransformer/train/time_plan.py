@@ -11,8 +11,9 @@ the run's own model, in tokens per second) and splits a budget between the phase
 Phase 2 (the main set) keeps its epochs when they fit in what is left after phase 1's
 minimum share, and never falls below ``min_epochs``; phase 1 (pretraining on a larger
 set) takes the rest, as a number of molecules that its speed covers in that time, so
-its learning-rate schedule runs to its end. The judging (sampling and every metric) is
-reserved inside the budget, so the run ends within it from start to summary.
+its learning-rate schedule runs to its end. The judging (sampling and every metric, whose
+novelty canonicalizes every phase-1 molecule) is reserved inside the budget, so the run
+ends within it from start to summary.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class PhasePlan:
 def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: float, phase1_tokens: float,
                 phase2_tokens: float, epochs: int, min_epochs: int, phase1_share: float,
                 overhead: float = 1.1, write_s: float = 0.0, phase2_write_s: float = 0.0,
-                phase2_molecules: int = 0) -> PhasePlan:
+                phase2_molecules: int = 0, judge_per_molecule: float = 0.0) -> PhasePlan:
     """Split ``budget_s`` (start to summary) between the phases.
 
     ``spent_s`` have gone already (reading the data); ``judge_s`` are reserved for the
@@ -53,12 +54,14 @@ def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: f
     rest of T, as the molecules (of ``phase1_tokens`` tokens each, on average) it covers at
     ``tokens_per_s``. ``write_s`` / ``phase2_write_s``: the seconds writing one molecule as a
     random SMILES costs in phase 1 / phase 2 (every epoch, before its steps; phase 2 writes
-    ``phase2_molecules``). A ValueError when nothing is left for training."""
+    ``phase2_molecules``). ``judge_per_molecule``: the seconds the judging spends on each
+    phase-1 molecule (canonicalizing it, for novelty against every training molecule), reserved
+    beside ``judge_s``. A ValueError when nothing is left for training."""
     if not tokens_per_s > 0:
         raise ValueError(f"the measured speed must be > 0 tokens/s, got {tokens_per_s}")
     T = budget_s - spent_s - judge_s
     per_epoch = overhead * phase2_tokens / tokens_per_s + phase2_write_s * phase2_molecules
-    per_molecule = overhead * phase1_tokens / tokens_per_s + write_s  # phase 1
+    per_molecule = overhead * phase1_tokens / tokens_per_s + write_s  # phase 1's training
     if T < min_epochs * per_epoch:
         raise ValueError(f"a {budget_s / 60:g}-minute budget leaves {max(T, 0) / 60:.1f} minutes of training on this "
                          f"machine ({tokens_per_s:,.0f} tokens/s), less than {min_epochs} epochs of the main set "
@@ -67,8 +70,8 @@ def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: f
     if T - E * per_epoch < phase1_share * T:
         E = max(min_epochs, int((1 - phase1_share) * T // per_epoch))
     t2 = E * per_epoch
-    t1 = T - t2
-    return PhasePlan(int(t1 / per_molecule), E, t1, t2, judge_s, tokens_per_s)
+    t1 = (T - t2) * per_molecule / (per_molecule + judge_per_molecule)  # each trained, later judged against
+    return PhasePlan(int(t1 / per_molecule), E, t1, t2, judge_s + (T - t2 - t1), tokens_per_s)
 
 
 def measure_speed(model, task, batches, optimizer, steps: int, warmup: int) -> float:

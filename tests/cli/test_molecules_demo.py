@@ -123,7 +123,7 @@ def _recipe(argv):
 def test_default_preset_pretrains_on_moses_and_samples_under_the_valence_grammar():
     r = _recipe([])
     assert r.pretrain_data == "moses" and r.grammar == "valence" and r.pretrain_limit == 200_000
-    assert (r.augment, r.pretrain_augment, r.pretrain_mix, r.epochs) == (1.0, 1.0, 2000, 30)
+    assert (r.augment, r.pretrain_augment, r.pretrain_mix, r.epochs) == (1.0, 1.0, 2000, 60)
     assert _recipe(["--augment", "0", "--pretrain-augment", "0"]).pretrain_augment == 0.0
     assert _recipe(["--grammar", "off"]).grammar is None and _recipe(["--grammar"]).grammar == "syntax"
     assert _recipe(["--preset", "tomczak"]).grammar == "valence" and _recipe(["--quick"]).pretrain_data == \
@@ -180,6 +180,25 @@ def test_the_default_run_plans_its_phases_in_minutes_unless_a_count_is_given():
         assert _recipe(fixed).time_budget is None, fixed
 
 
+def test_the_time_plan_measures_the_runs_own_model_on_this_machine(capsys):
+    """The plan with its real speed probe: training steps of the run's model and random writing, timed."""
+    from types import SimpleNamespace
+    import minitransformer.cli.lm_time_plan as lm_time_plan
+    import minitransformer.cli.train_lm as train_lm
+    from minitransformer.chem import Vocab
+    train = ["CCO", "c1ccccc1O", "CC(=O)NC1=CC=CC=C1"] * 40
+    vocab = Vocab.build(train)
+    encoded = [vocab.encode(x) for x in train]
+    speed, write_s, canon_s = lm_time_plan.probe_speed(train_lm.make_model(_recipe([]), vocab, 0), _recipe([]),
+                                                       encoded, train, vocab.pad_id, 0, 1)
+    assert 100 < speed < 1e8 and 0 < write_s < 0.1 and 0 < canon_s < 0.1, (speed, write_s, canon_s)
+    data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
+    r = lm_time_plan.time_planned(_recipe([]), data, SimpleNamespace(seed=0), None, 1.0, train_lm.make_model)
+    said = capsys.readouterr().out
+    assert said.startswith("time plan at ") and f"phase 1 {r.pretrain_limit:,} molecules" in said
+    assert 20 <= r.epochs <= 60 and 0 < r.max_time < 15 * 60
+
+
 def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keeps_them(monkeypatch, tmp_path,
                                                                                       capsys):
     from types import SimpleNamespace
@@ -191,15 +210,15 @@ def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keep
     vocab = Vocab.build(train)
     data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
     args = SimpleNamespace(seed=0)
-    monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: (30_000.0, 0.0))
+    monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: (30_000.0, 0.0, 0.0))
     r = lm_time_plan.time_planned(_recipe([]), data, args, None, 10.0, train_lm.make_model)
     said = capsys.readouterr().out
     assert "time plan at 30,000 tokens/s" in said and f"phase 1 {r.pretrain_limit:,} molecules" in said
-    assert r.epochs == 30 and r.pretrain_limit > 100_000
+    assert r.epochs == 60 and r.pretrain_limit > 100_000
     assert r.max_time == pytest.approx(15 * 60 - 40 * 36_000 / 30_000)  # the judging is reserved
     # a resumed run keeps the plan its checkpoint records, whatever the machine measures now
     model = train_lm.make_model(r, vocab, 0)
     path = save_checkpoint(tmp_path / "last.npz", model, vocab=vocab, extra={"run": {"settings": r.record()}})
-    monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: (10_000.0, 0.0))
+    monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: (10_000.0, 0.0, 0.0))
     again = lm_time_plan.time_planned(_recipe([]), data, args, path, 10.0, train_lm.make_model)
     assert (again.pretrain_limit, again.epochs, again.max_time) == (r.pretrain_limit, r.epochs, r.max_time)

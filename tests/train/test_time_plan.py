@@ -37,3 +37,14 @@ def test_random_writing_is_paid_in_each_phase_at_its_own_rate():
     costly = plan_phases(tokens_per_s=40_000, write_s=1e-4, phase2_write_s=5e-4, phase2_molecules=8_600, **RUN)
     assert costly.phase2_epochs == plain.phase2_epochs and costly.phase2_s == pytest.approx(plain.phase2_s + 30 * 4.3)
     assert costly.phase1_molecules < plain.phase1_molecules
+
+
+def test_the_judging_of_each_phase_1_molecule_is_reserved_beside_the_fixed_judging():
+    """Novelty against every training molecule canonicalizes each phase-1 molecule at the end:
+    phase 1 gets fewer molecules, and the reserve grows by their canonicalizing."""
+    plain = plan_phases(tokens_per_s=40_000, **RUN)
+    judged = plan_phases(tokens_per_s=40_000, judge_per_molecule=1e-4, **RUN)
+    assert judged.phase2_epochs == plain.phase2_epochs and judged.phase2_s == plain.phase2_s
+    assert judged.phase1_molecules < plain.phase1_molecules
+    assert judged.judge_s == pytest.approx(40 + judged.phase1_molecules * 1e-4, abs=1e-3)
+    assert judged.phase1_s + judged.phase2_s + judged.judge_s == pytest.approx(900 - 20)
