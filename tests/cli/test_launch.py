@@ -63,3 +63,34 @@ def test_a_program_calling_main_with_ranks_is_told_to_use_mpiexec(tmp_path, caps
     err = capsys.readouterr().err
     assert "--ranks 2, but 1 rank runs this command" in err and err.count("\n") == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_one_rank_trains_the_weights_of_the_run_where_mpi_is_absent(tmp_path):
+    """``--ranks 1`` is the single process the command runs without MPI: the same weights, bit for
+    bit, as the run in a Python that cannot import mpi4py."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    blocked = tmp_path / "no_mpi" / "mpi4py"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('mpi4py is hidden for this test')\n")
+    argv = ["train", "lm", "--quick", "--data", "druglike", "--samples", "10", "--pretrain-data", "none"]
+
+    def run(out, *extra, path=None):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p))
+        done = subprocess.run([sys.executable, "-m", "minitransformer", *argv, *extra, "--out", out], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with np.load(tmp_path / out / "last.npz") as z:
+            return {k: z[k] for k in z.files if not k.startswith("__")}, done.stdout
+    one, said = run("one", "--ranks", "1")
+    plain, _ = run("plain", path=str(blocked.parent))
+    hidden = subprocess.run([sys.executable, "-c", "import mpi4py"], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(blocked.parent)))
+    assert hidden.returncode != 0 and "hidden for this test" in hidden.stderr  # the second run had no MPI
+    assert said.startswith("ranks: 1 process")
+    assert one.keys() == plain.keys()
+    for key in one:
+        np.testing.assert_array_equal(one[key], plain[key], err_msg=f"{key}: --ranks 1 against the run without MPI")
