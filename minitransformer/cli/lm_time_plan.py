@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import NamedTuple
 
 from minitransformer.train.recipe import LMRecipe
 
 
 #: Scored tokens of a phase-1 molecule (MOSES, Kekule form, EOS included), on average.
 PHASE1_TOKENS = 41.5
+#: The probe reads 5-25 % below the speed training reaches (its few steps come first in a
+#: process, on a few hundred molecules): phase 1 is handed this many times the molecules its
+#: share covers at the probe's speed, and stops at its share of the time.
+PROBE_MARGIN = 1.3
 
 
 def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model) -> LMRecipe:
@@ -35,44 +40,57 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model)
     ranks = 1 if dp is None else dp.size
     if dp is not None:
         dp.barrier()  # every rank has read its data: they measure side by side, as they will train
-    encoded = data.encode(data.train)
-    speed, write_s, canon_s = probe_speed(make_model(recipe, data.vocab, args.seed), recipe, encoded, data.train,
-                                          data.vocab.pad_id, args.seed, ranks)
-    phase2_tokens = sum(len(ids) - 1 for ids in encoded) + recipe.pretrain_mix * PHASE1_TOKENS
+    probe = probe_speed(make_model(recipe, data.vocab, args.seed), recipe, data.train, data.vocab, args.seed, ranks)
+    speed = probe.tokens_per_s
+    phase2_tokens = (probe.stretch * sum(len(ids) - 1 for ids in data.encode(data.train))  # as written at random
+                     + recipe.pretrain_mix * PHASE1_TOKENS)
     plan = parallel.on_rank0(lambda: plan_phases(  # rank 0's plan, or its refusal, on every rank
         recipe.time_budget, spent, recipe.judge_time * 36_000 / speed, speed, PHASE1_TOKENS, phase2_tokens,
         recipe.epochs, recipe.min_epochs, recipe.pretrain_share,
-        write_s=write_s / usable_cpus(),  # phase 1's many molecules: written by workers on every core
-        phase2_write_s=write_s / ranks,  # phase 2's few: each rank writes its share itself
+        write_s=probe.write_s / usable_cpus(),  # phase 1's many molecules: written by workers on every core
+        phase2_write_s=probe.write_s / ranks,  # phase 2's few: each rank writes its share itself
         phase2_molecules=len(data.train) + recipe.pretrain_mix,
-        judge_per_molecule=canon_s))  # novelty canonicalizes every phase-1 molecule, on rank 0
+        judge_per_molecule=probe.canon_s,  # novelty canonicalizes every phase-1 molecule, on rank 0
+        margin=PROBE_MARGIN))
     print(plan.line())
     return dataclasses.replace(recipe, pretrain_limit=max(plan.phase1_molecules, recipe.batch_size),
-                               epochs=plan.phase2_epochs, pretrain_max_time=1.15 * plan.phase1_s,
+                               epochs=plan.phase2_epochs, pretrain_max_time=plan.phase1_s,
                                max_time=recipe.time_budget - plan.judge_s)  # training ends by then
 
 
-def probe_speed(model, recipe: LMRecipe, encoded, smiles, pad_id: int, seed: int,
-                ranks: int) -> tuple[float, float, float]:
-    """(training tokens per second, seconds one core takes to write a molecule at random, and to
-    canonicalize one) of the recipe on this machine: steps of ``model`` (a copy made for it) on
-    the main set's molecules (``encoded``, their id lists, padded with ``pad_id``; ``smiles``, as
-    written), each process on its share of a batch (``ranks`` processes train at about ``ranks``
-    times one's speed), and a few hundred of them written at random and canonicalized."""
+class Probe(NamedTuple):
+    """What :func:`probe_speed` measured."""
+
+    tokens_per_s: float  # training, all ranks together
+    write_s: float  # one core writing a molecule as a random SMILES
+    canon_s: float  # one core canonicalizing a molecule
+    stretch: float  # tokens of a random writing / tokens of the molecule as given
+
+
+def probe_speed(model, recipe: LMRecipe, smiles, vocab, seed: int, ranks: int) -> Probe:
+    """The recipe's speed on this machine, measured on the strings training sees: the first few
+    hundred of the main set's molecules (``smiles``) written at random and encoded with ``vocab``
+    (each write and a canonicalization of each timed), then training steps of ``model`` (a copy
+    made for it) on them, in batches of like lengths as training buckets them, each process on
+    its share of a batch (``ranks`` processes train at about ``ranks`` times one's speed)."""
     from minitransformer.chem.datasets.data import canonical
-    from minitransformer.chem.datasets.lm_data import _random_writings
+    from minitransformer.chem.datasets.lm_data import RandomizedEpochs
+    from minitransformer.cli.train_lm import MAX_LEN
     from minitransformer.train.recipe import make_optimizer
     from minitransformer.train.tasks import LMTask
     from minitransformer.train.time_plan import measure_speed
-    task = LMTask(pad_id)
     B = max(1, recipe.batch_size // ranks)
-    ids = sorted(encoded[:10 * B], key=len)  # batches of like lengths, as training buckets them
-    batches = [task.collate(ids[i:i + B]) for i in range(0, len(ids), B)]
-    speed = ranks * measure_speed(model, task, batches, make_optimizer(recipe, model, 100), steps=2 * len(batches),
-                                  warmup=len(batches))  # every shape once before the clock starts
-    sample = smiles[:300]
+    sample = smiles[:max(300, 10 * B)]
     t0 = time.perf_counter()
-    _random_writings((sample, (seed, 1), 1.0, recipe.form == "kekule"))
+    written = RandomizedEpochs(sample, vocab, seed=seed, max_tokens=MAX_LEN, kekule_form=recipe.form == "kekule")(0)
     t1 = time.perf_counter()
     [canonical(s) for s in sample]
-    return speed, (t1 - t0) / len(sample), (time.perf_counter() - t1) / len(sample)
+    t2 = time.perf_counter()
+    stretch = sum(len(w) - 1 for w in written) / max(sum(len(vocab.encode(s)) - 1 for s in sample), 1)
+    task = LMTask(vocab.pad_id)
+    ids = sorted(written[:10 * B], key=len)  # batches of like lengths, as training buckets them
+    batches = [task.collate(ids[i:i + B]) for i in range(0, len(ids), B)]
+    optimizer = make_optimizer(recipe, model, 10_000)  # a run's schedule: early on, the rates training has
+    speed = ranks * measure_speed(model, task, batches, optimizer, steps=3 * len(batches),
+                                  warmup=3 * len(batches))  # a process's first steps run slower
+    return Probe(speed, (t1 - t0) / len(sample), (t2 - t1) / len(sample), stretch)

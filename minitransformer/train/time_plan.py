@@ -10,8 +10,9 @@ the run's own model, in tokens per second) and splits a budget between the phase
 
 Phase 2 (the main set) keeps its epochs when they fit in what is left after phase 1's
 minimum share, and never falls below ``min_epochs``; phase 1 (pretraining on a larger
-set) takes the rest, as a number of molecules that its speed covers in that time, so
-its learning-rate schedule runs to its end. The judging (sampling and every metric, whose
+set) takes the rest: handed more molecules than its measured speed covers in that time,
+it stops when its time is up (its learning rate then ends a little above its floor, and
+phase 2 warms up from there anyway). The judging (sampling and every metric, whose
 novelty canonicalizes every phase-1 molecule) is reserved inside the budget, so the run
 ends within it from start to summary.
 """
@@ -35,15 +36,15 @@ class PhasePlan:
 
     def line(self) -> str:
         m = lambda s: f"{s / 60:.1f} min"  # noqa: E731
-        return (f"time plan at {self.tokens_per_s:,.0f} tokens/s: phase 1 {self.phase1_molecules:,} molecules "
-                f"(~{m(self.phase1_s)}), phase 2 {self.phase2_epochs} epochs (~{m(self.phase2_s)}), judging "
+        return (f"time plan at {self.tokens_per_s:,.0f} tokens/s: phase 1 ~{m(self.phase1_s)} (up to "
+                f"{self.phase1_molecules:,} molecules), phase 2 {self.phase2_epochs} epochs (~{m(self.phase2_s)}), judging "
                 f"~{m(self.judge_s)} reserved")
 
 
 def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: float, phase1_tokens: float,
                 phase2_tokens: float, epochs: int, min_epochs: int, phase1_share: float,
                 overhead: float = 1.1, write_s: float = 0.0, phase2_write_s: float = 0.0,
-                phase2_molecules: int = 0, judge_per_molecule: float = 0.0) -> PhasePlan:
+                phase2_molecules: int = 0, judge_per_molecule: float = 0.0, margin: float = 1.0) -> PhasePlan:
     """Split ``budget_s`` (start to summary) between the phases.
 
     ``spent_s`` have gone already (reading the data); ``judge_s`` are reserved for the
@@ -56,7 +57,9 @@ def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: f
     random SMILES costs in phase 1 / phase 2 (every epoch, before its steps; phase 2 writes
     ``phase2_molecules``). ``judge_per_molecule``: the seconds the judging spends on each
     phase-1 molecule (canonicalizing it, for novelty against every training molecule), reserved
-    beside ``judge_s``. A ValueError when nothing is left for training."""
+    beside ``judge_s``. ``margin``: phase 1 is handed that many times the molecules its time
+    covers at ``tokens_per_s`` and stops at its time (a probe that reads low then costs no
+    time; the reserve counts every molecule handed). A ValueError when nothing is left for training."""
     if not tokens_per_s > 0:
         raise ValueError(f"the measured speed must be > 0 tokens/s, got {tokens_per_s}")
     T = budget_s - spent_s - judge_s
@@ -70,8 +73,8 @@ def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: f
     if T - E * per_epoch < phase1_share * T:
         E = max(min_epochs, int((1 - phase1_share) * T // per_epoch))
     t2 = E * per_epoch
-    t1 = (T - t2) * per_molecule / (per_molecule + judge_per_molecule)  # each trained, later judged against
-    return PhasePlan(int(t1 / per_molecule), E, t1, t2, judge_s + (T - t2 - t1), tokens_per_s)
+    t1 = (T - t2) * per_molecule / (per_molecule + margin * judge_per_molecule)  # trained, later judged against
+    return PhasePlan(int(margin * t1 / per_molecule), E, t1, t2, judge_s + (T - t2 - t1), tokens_per_s)
 
 
 def measure_speed(model, task, batches, optimizer, steps: int, warmup: int) -> float:

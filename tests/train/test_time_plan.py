@@ -48,3 +48,15 @@ def test_the_judging_of_each_phase_1_molecule_is_reserved_beside_the_fixed_judgi
     assert judged.phase1_molecules < plain.phase1_molecules
     assert judged.judge_s == pytest.approx(40 + judged.phase1_molecules * 1e-4, abs=1e-3)
     assert judged.phase1_s + judged.phase2_s + judged.judge_s == pytest.approx(900 - 20)
+
+
+def test_phase_1_is_handed_a_margin_of_molecules_and_the_reserve_counts_them_all():
+    """A probe that reads low must not leave time unused: phase 1 gets more molecules than its time
+    covers (it stops at its time), and the judging reserve canonicalizes every one handed."""
+    exact = plan_phases(tokens_per_s=40_000, judge_per_molecule=1e-4, **RUN)
+    handed = plan_phases(tokens_per_s=40_000, judge_per_molecule=1e-4, margin=1.3, **RUN)
+    assert handed.phase2_epochs == exact.phase2_epochs
+    covered = handed.phase1_s * 40_000 / (1.1 * 41.5)
+    assert handed.phase1_molecules == pytest.approx(1.3 * covered, abs=1)
+    assert handed.judge_s == pytest.approx(40 + handed.phase1_molecules * 1e-4, abs=1e-3)
+    assert handed.phase1_s + handed.phase2_s + handed.judge_s == pytest.approx(900 - 20)
