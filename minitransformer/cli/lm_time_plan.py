@@ -16,17 +16,18 @@ from minitransformer.train.recipe import LMRecipe
 
 #: Scored tokens of a phase-1 molecule (MOSES, Kekule form, EOS included), on average.
 PHASE1_TOKENS = 41.5
-#: The probe reads 5-25 % below the speed training reaches (its few steps come first in a
+#: The probe reads 5-33 % below the speed training reaches (its few steps come first in a
 #: process, on a few hundred molecules): phase 1 is handed this many times the molecules its
 #: share covers at the probe's speed, and stops at its share of the time.
 PROBE_MARGIN = 1.3
 
 
-def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model) -> LMRecipe:
+def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model, max_len: int) -> LMRecipe:
     """``recipe`` with phase 1's molecules, phase 2's epochs and the budgets planned to end the
     run within ``recipe.time_budget`` on this machine (:mod:`minitransformer.train.time_plan`).
-    The speed is measured on the run's own model, every rank side by side; data-parallel ranks
-    all take rank 0's plan (their data must agree). A resumed run keeps the plan it started with."""
+    The speed is measured on the run's own model (at most ``max_len`` tokens a sequence), every
+    rank side by side; data-parallel ranks all take rank 0's plan (their data must agree). A
+    resumed run keeps the plan it started with."""
     from minitransformer.checkpoint import load_checkpoint
     from minitransformer.cli import parallel
     from minitransformer.train.time_plan import plan_phases
@@ -40,7 +41,8 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model)
     ranks = 1 if dp is None else dp.size
     if dp is not None:
         dp.barrier()  # every rank has read its data: they measure side by side, as they will train
-    probe = probe_speed(make_model(recipe, data.vocab, args.seed), recipe, data.train, data.vocab, args.seed, ranks)
+    probe = probe_speed(make_model(recipe, data.vocab, args.seed), recipe, data.train, data.vocab, args.seed, ranks,
+                        max_len)
     speed = probe.tokens_per_s
     phase2_tokens = (probe.stretch * sum(len(ids) - 1 for ids in data.encode(data.train))  # as written at random
                      + recipe.pretrain_mix * PHASE1_TOKENS)
@@ -67,22 +69,22 @@ class Probe(NamedTuple):
     stretch: float  # tokens of a random writing / tokens of the molecule as given
 
 
-def probe_speed(model, recipe: LMRecipe, smiles, vocab, seed: int, ranks: int) -> Probe:
+def probe_speed(model, recipe: LMRecipe, smiles, vocab, seed: int, ranks: int, max_len: int) -> Probe:
     """The recipe's speed on this machine, measured on the strings training sees: the first few
     hundred of the main set's molecules (``smiles``) written at random and encoded with ``vocab``
-    (each write and a canonicalization of each timed), then training steps of ``model`` (a copy
-    made for it) on them, in batches of like lengths as training buckets them, each process on
-    its share of a batch (``ranks`` processes train at about ``ranks`` times one's speed)."""
+    (at most ``max_len`` tokens; each write and a canonicalization of each timed), then training
+    steps of ``model`` (a copy made for it) on them, in batches of like lengths as training
+    buckets them, each process on its share of a batch (``ranks`` processes train at about
+    ``ranks`` times one's speed)."""
     from minitransformer.chem.datasets.data import canonical
     from minitransformer.chem.datasets.lm_data import RandomizedEpochs
-    from minitransformer.cli.train_lm import MAX_LEN
     from minitransformer.train.recipe import make_optimizer
     from minitransformer.train.tasks import LMTask
     from minitransformer.train.time_plan import measure_speed
     B = max(1, recipe.batch_size // ranks)
     sample = smiles[:max(300, 10 * B)]
     t0 = time.perf_counter()
-    written = RandomizedEpochs(sample, vocab, seed=seed, max_tokens=MAX_LEN, kekule_form=recipe.form == "kekule")(0)
+    written = RandomizedEpochs(sample, vocab, seed=seed, max_tokens=max_len, kekule_form=recipe.form == "kekule")(0)
     t1 = time.perf_counter()
     [canonical(s) for s in sample]
     t2 = time.perf_counter()

@@ -28,8 +28,8 @@ PRESETS = {
     # most). Both phases write every molecule as a fresh random SMILES each epoch (augment 1): the model
     # sees many writings of each molecule, so it learns the chemistry rather than one string per molecule.
     # The final samples are drawn bare and under the SMILES grammar with valence rules (a sampler feature;
-    # --grammar off: the bare model's only). Measured in docs/RESULTS.md (13.9 minutes on 2 cores): bare
-    # validity 0.933, FCD 1.46 times the floor of real Tox21 molecules; under the grammar validity 1.000.
+    # --grammar off: the bare model's only). Measured in docs/RESULTS.md (14.9 minutes on 2 cores): bare
+    # validity 0.951, FCD 1.38 times the floor of real Tox21 molecules; under the grammar validity 1.000.
     # Without the MOSES files (offline) phase 1 is DRUGLIKE_PHASE1 instead.
     "default": LMRecipe(
         model=model(n_layers=4, pos="learned", tie_embeddings=True), lr=1.5e-3, warmup=300,
@@ -222,7 +222,7 @@ class TrainLM(TrainingCommand):
         extra = []
         if recipe.time_budget is not None:  # (a plan needs a pretraining phase: resolve_recipe saw to that)
             from minitransformer.cli.lm_time_plan import time_planned
-            recipe = time_planned(recipe, data, args, resume, time.perf_counter() - t0, make_model)
+            recipe = time_planned(recipe, data, args, resume, time.perf_counter() - t0, make_model, MAX_LEN)
         if recipe.pretrain_epochs > 0:
             recipe, extra = phase1_molecules(recipe, data.val + data.test, user_chose=args.pretrain_data is not None)
             data.vocab = Vocab.build(data.train + extra)  # one vocabulary for both phases

@@ -37,8 +37,8 @@ class PhasePlan:
     def line(self) -> str:
         m = lambda s: f"{s / 60:.1f} min"  # noqa: E731
         return (f"time plan at {self.tokens_per_s:,.0f} tokens/s: phase 1 ~{m(self.phase1_s)} (up to "
-                f"{self.phase1_molecules:,} molecules), phase 2 {self.phase2_epochs} epochs (~{m(self.phase2_s)}), judging "
-                f"~{m(self.judge_s)} reserved")
+                f"{self.phase1_molecules:,} molecules), phase 2 {self.phase2_epochs} epochs "
+                f"(~{m(self.phase2_s)}), judging ~{m(self.judge_s)} reserved")
 
 
 def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: float, phase1_tokens: float,

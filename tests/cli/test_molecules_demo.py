@@ -188,11 +188,13 @@ def test_the_time_plan_measures_the_runs_own_model_on_this_machine(capsys):
     from minitransformer.chem import Vocab
     train = ["CCO", "c1ccccc1O", "CC(=O)NC1=CC=CC=C1"] * 40
     vocab = Vocab.build(train)
-    probe = lm_time_plan.probe_speed(train_lm.make_model(_recipe([]), vocab, 0), _recipe([]), train, vocab, 0, 1)
+    probe = lm_time_plan.probe_speed(train_lm.make_model(_recipe([]), vocab, 0), _recipe([]), train, vocab, 0, 1,
+                                     train_lm.MAX_LEN)
     assert 100 < probe.tokens_per_s < 1e8 and 0 < probe.write_s < 0.1 and 0 < probe.canon_s < 0.1, probe
     assert 1 <= probe.stretch < 2, probe  # these, written at random in Kekule form, take as many tokens or more
     data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
-    r = lm_time_plan.time_planned(_recipe([]), data, SimpleNamespace(seed=0), None, 1.0, train_lm.make_model)
+    r = lm_time_plan.time_planned(_recipe([]), data, SimpleNamespace(seed=0), None, 1.0, train_lm.make_model,
+                                  train_lm.MAX_LEN)
     said = capsys.readouterr().out
     assert said.startswith("time plan at ") and f"(up to {r.pretrain_limit:,} molecules)" in said
     assert 20 <= r.epochs <= 60 and 0 < r.max_time < 15 * 60
@@ -210,7 +212,7 @@ def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keep
     data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
     args = SimpleNamespace(seed=0)
     monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: lm_time_plan.Probe(30_000.0, 0.0, 0.0, 1.0))
-    r = lm_time_plan.time_planned(_recipe([]), data, args, None, 10.0, train_lm.make_model)
+    r = lm_time_plan.time_planned(_recipe([]), data, args, None, 10.0, train_lm.make_model, train_lm.MAX_LEN)
     said = capsys.readouterr().out
     assert "time plan at 30,000 tokens/s" in said and f"(up to {r.pretrain_limit:,} molecules)" in said
     assert r.epochs == 60 and r.pretrain_limit > 100_000
@@ -219,5 +221,5 @@ def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keep
     model = train_lm.make_model(r, vocab, 0)
     path = save_checkpoint(tmp_path / "last.npz", model, vocab=vocab, extra={"run": {"settings": r.record()}})
     monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: lm_time_plan.Probe(10_000.0, 0.0, 0.0, 1.0))
-    again = lm_time_plan.time_planned(_recipe([]), data, args, path, 10.0, train_lm.make_model)
+    again = lm_time_plan.time_planned(_recipe([]), data, args, path, 10.0, train_lm.make_model, train_lm.MAX_LEN)
     assert (again.pretrain_limit, again.epochs, again.max_time) == (r.pretrain_limit, r.epochs, r.max_time)
