@@ -175,3 +175,20 @@ def test_a_fifo_or_an_oversized_file_is_refused_before_reading(tmp_path, monkeyp
         read_user_file(tmp_path / "big.smi")
     with pytest.raises(ValueError, match="bomb.smi.gz inflates to more than 300 bytes"):
         read_user_file(tmp_path / "bomb.smi.gz")
+
+
+def test_a_salt_and_its_parent_train_as_one_molecule(tmp_path):
+    """Standardizing makes a salt its parent: the training split keeps each molecule once (the
+    log says how many repeats went), while validation and test are left as split."""
+    pytest.importorskip("rdkit")
+    from minitransformer.chem.datasets.lm_data import prepare_smiles
+    parents = [f"{'C' * (8 + i)}C(=O)O" for i in range(16)]
+    salts = [s[:-1] + "[O-].[Na+]" for s in parents[:4]]
+    smi = tmp_path / "mols.smi"
+    smi.write_text("\n".join(parents[:8] + salts + parents[8:]) + "\n")
+    said = []
+    data = prepare_smiles(str(smi), form="canonical", log=said.append)
+    assert len(data.train) == len(set(data.train)) == 12, data.train
+    assert any("(4 repeats of a training molecule dropped)" in line for line in said), said
+    plain = prepare_smiles(str(smi), form="as-is", check_rdkit=False, log=lambda *_: None)
+    assert len(plain.train) == 16  # unstandardized strings are kept as the file has them

@@ -126,7 +126,8 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
             no aromatic lowercase atoms). Rewriting needs the RDKit check.
         standardize: replace each molecule by its standardized parent (largest organic
             fragment, neutralised, metals handled; :mod:`minitransformer.chem.datasets.standardize`)
-            and log what changed. On by default; it needs RDKit, so it is skipped when
+            and log what changed; a training molecule written twice (a salt and its parent,
+            say) is then kept once, so that training does not weigh it double. On by default; it needs RDKit, so it is skipped when
             ``check_rdkit`` is False (a run that keeps the file's strings untouched).
     """
     kept, loaded, report = load_and_clean(data, min_len, max_len, check_rdkit, limit, download, log)
@@ -154,13 +155,18 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
         train, val, test = split_random(kept, fractions, seed)
     else:
         raise ValueError(f"split must be 'ordered' or 'random', got {split!r}")
+    repeats = 0
+    if standardize and check_rdkit and not is_moses(data):  # (as standardized above)
+        distinct = list(dict.fromkeys(train))  # a salt and its parent are one molecule once standardized
+        repeats, train = len(train) - len(distinct), distinct
     if not train or not val:
         from minitransformer.chem.datasets.data import min_split_size
         need = 2 if split == "ordered" else min_split_size(fractions)
         raise ValueError(f"{loaded.description}: not enough molecules to split: {len(kept)} usable SMILES after "
                          f"cleaning, and the {split} split needs at least {need}; add molecules to the data")
     vocab = Vocab.build(train)
-    log(f"split: {len(train)} train / {len(val)} val / {len(test)} test; vocabulary of {len(vocab)} tokens")
+    dropped = f" ({repeats} repeats of a training molecule dropped)" if repeats else ""
+    log(f"split: {len(train)} train{dropped} / {len(val)} val / {len(test)} test; vocabulary of {len(vocab)} tokens")
     return SmilesSplits(train, val, test, vocab, loaded.description, report.summary())
 
 
