@@ -20,8 +20,8 @@ from minitransformer.train.recipe import LMRecipe, model, quick_model
 
 PRESETS = {
     # Ours: pre-LN, tied embeddings, AdamW with warmup + cosine, molecules written in Kekule form, batch
-    # 32, and two phases: one pass over MOSES molecules teaches SMILES and drug-like chemistry, then up to 60
-    # epochs on Tox21 (at least 20) with 2,000 of those molecules mixed in, the whole run planned to end
+    # 32, and two phases: one pass over MOSES molecules teaches SMILES and drug-like chemistry, then up to
+    # 60 epochs on Tox21 (at least 20) with 2,000 of those molecules mixed in, the whole run planned to end
     # within 15 minutes on the machine it runs on (time_budget: the speed is measured first, phase 1 gets
     # the molecules the time left beside phase 2 and the judging covers; with --epochs, --pretrain-limit,
     # --pretrain-epochs or --pretrain-minutes the counts are as given: 200,000 molecules in 9.5 minutes at

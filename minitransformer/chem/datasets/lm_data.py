@@ -127,8 +127,9 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
         standardize: replace each molecule by its standardized parent (largest organic
             fragment, neutralised, metals handled; :mod:`minitransformer.chem.datasets.standardize`)
             and log what changed; a training molecule written twice (a salt and its parent,
-            say) is then kept once, so that training does not weigh it double. On by default; it needs RDKit, so it is skipped when
-            ``check_rdkit`` is False (a run that keeps the file's strings untouched).
+            say) is then kept once, so that training does not weigh it double. On by default;
+            it needs RDKit, so it is skipped when ``check_rdkit`` is False (a run that keeps
+            the file's strings untouched).
     """
     kept, loaded, report = load_and_clean(data, min_len, max_len, check_rdkit, limit, download, log)
     test = None
