@@ -86,7 +86,8 @@ def probe_speed(model, recipe: LMRecipe, smiles, vocab, seed: int, ranks: int, m
     t0 = time.perf_counter()
     written = RandomizedEpochs(sample, vocab, seed=seed, max_tokens=max_len, kekule_form=recipe.form == "kekule")(0)
     t1 = time.perf_counter()
-    [canonical(s) for s in sample]
+    for s in sample:  # as the judging's novelty does with every phase-1 molecule
+        canonical(s)
     t2 = time.perf_counter()
     stretch = sum(len(w) - 1 for w in written) / max(sum(len(vocab.encode(s)) - 1 for s in sample), 1)
     task = LMTask(vocab.pad_id)
