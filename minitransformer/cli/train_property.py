@@ -17,6 +17,7 @@ predictions of several writings of each molecule are averaged.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
@@ -73,6 +74,9 @@ def add_parser(kinds):
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--tta", type=cli.int_at_least(1, 256, "each is a full pass of the model"), default=None,
                    help="random SMILES averaged per test molecule (1 = the SMILES as written in the file)")
+    p.add_argument("--descriptors", choices=("on", "off"), default=None,
+                   help="the head also reads RDKit's 2D descriptors of each molecule, scaled on the training split "
+                        "(default: the preset's)")
     p.set_defaults(run=run)
     return p
 
@@ -85,6 +89,8 @@ def resolve_recipe(args) -> PropertyRecipe:
         r = dataclasses.replace(r, **QUICK)
     r = apply_overrides(r, args, ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta",
                                   "pretrain_limit"))
+    if args.descriptors is not None:
+        r = dataclasses.replace(r, descriptors=args.descriptors == "on")
     if not args.pretrain:  # no first phase (whatever its options say)
         r = dataclasses.replace(r, pretrain_epochs=0)
     return set_budgets(r, args, pretraining=args.pretrain, pretraining_adds_time=args.pretrain)
@@ -141,8 +147,9 @@ class TrainProperty(TrainingCommand):
                              f"e.g. {too_long[0][:60]}...; shorten them or raise max_len")
         print(f"split ({args.split}): {len(train.smiles)} train / {len(val.smiles)} val / {len(test.smiles)} test; "
               f"{len(table.tasks)} tasks; vocabulary of {len(vocab)} tokens")
+        features = molecule_features(train, val, test) if recipe.descriptors else None
         return recipe, Data(vocab, train.smiles, val.smiles, test.smiles, extra, table.description,
-                            table.clean_summary, own=(table, train, val, test))
+                            table.clean_summary, own=(table, train, val, test, features))
 
     def describe(self, run):
         return f"pretraining {'on' if run.recipe.pretrain_epochs else 'off'}"
@@ -150,17 +157,19 @@ class TrainProperty(TrainingCommand):
     def build_model(self, recipe, data, seed):
         """An encoder with one output per assay (and a masked-language-model head when it pretrains)."""
         from minitransformer.models import Encoder, EncoderConfig
-        vocab, table = data.vocab, data.own[0]
+        vocab, table, features = data.vocab, data.own[0], data.own[4]
         return Encoder(EncoderConfig(vocab_size=len(vocab), max_len=recipe.max_len, pad_id=vocab.pad_id, seed=seed,
                                      mlm_head=recipe.pretrain_epochs > 0, n_outputs=len(table.tasks),
+                                     n_features=0 if features is None else features.train.shape[1],
                                      **recipe.model))
 
     def facts(self, run):
-        table, train, val, test = run.data.own
+        table, train, val, test, features = run.data.own
         pretrained = len(run.data.extra) or (len(train.smiles) if run.args.pretrain else 0)
         return {"split": run.args.split, "pretrain": run.args.pretrain, "pretrain_data": run.recipe.pretrain_data,
                 "pretrain_molecules": pretrained, "tasks": table.tasks,
-                "sizes": [len(train.smiles), len(val.smiles), len(test.smiles)]}
+                "sizes": [len(train.smiles), len(val.smiles), len(test.smiles)],
+                **({} if features is None else {"descriptors": features.scale.to_json()})}
 
     def pretraining(self, run):
         """A masked language model on the pretraining molecules (the training split's, or
@@ -183,14 +192,16 @@ class TrainProperty(TrainingCommand):
         """Fine-tuning: all the assays at once from the <cls> state, rare positives weighted up."""
         from minitransformer.chem.datasets.lm_data import LabelledEpochs
         from minitransformer.train.tasks import PropertyTask
-        r, vocab, (table, train, val, test) = run.recipe, run.data.vocab, run.data.own
+        r, vocab, (table, train, val, test, features) = run.recipe, run.data.vocab, run.data.own
         # Positives are rare (2-16% per assay); weighting them by sqrt(#neg/#pos) balances each task.
         present = ~np.isnan(train.labels)  # (N, K)
         pos = np.nansum(train.labels, axis=0)  # (K,)
         neg = present.sum(axis=0) - pos  # (K,)
         pos_weight = np.sqrt(neg / np.maximum(pos, 1)) if r.pos_weight else None  # (K,)
-        train_data = LabelledEpochs(train.smiles, train.labels, vocab, run.args.seed, r.augment, r.max_len)
-        val_data = list(zip([vocab.encode(x, cls=True) for x in val.smiles], val.labels))
+        train_data = LabelledEpochs(train.smiles, train.labels, vocab, run.args.seed, r.augment, r.max_len,
+                                    features=None if features is None else features.train)
+        val_data = list(zip([vocab.encode(x, cls=True) for x in val.smiles], val.labels,
+                            *([] if features is None else [features.val])))
         return Phase("train", PropertyTask(vocab.pad_id, pos_weight=pos_weight), train_data, len(train.smiles),
                      r.epochs, run.budget, val_data=val_data, metric="val_auc", mode="max", patience=r.patience,
                      eval_batch_size=128)
@@ -199,9 +210,9 @@ class TrainProperty(TrainingCommand):
         """Test ROC-AUC of every assay, the predictions averaged over several writings of each molecule."""
         from minitransformer.metrics import multilabel_roc_auc
         from minitransformer.molecules.predicting import view_probabilities
-        r, (table, train, val, test) = run.recipe, run.data.own
-        per_view = view_probabilities(run.model, run.data.vocab, test.smiles, r.tta, run.args.seed,
-                                      r.max_len)  # tta x (N, K)
+        r, (table, train, val, test, features) = run.recipe, run.data.own
+        per_view = view_probabilities(run.model, run.data.vocab, test.smiles, r.tta, run.args.seed, r.max_len,
+                                      features=None if features is None else features.test)  # tta x (N, K)
         probs = np.mean(per_view, axis=0)  # (N, K): the average over the writings
         auc = multilabel_roc_auc(test.labels, probs, mask=~np.isnan(test.labels), names=table.tasks)
         single = multilabel_roc_auc(test.labels, per_view[0], mask=~np.isnan(test.labels))
@@ -229,6 +240,27 @@ class TrainProperty(TrainingCommand):
 
 
 COMMAND = TrainProperty()
+
+
+class MoleculeFeatures(NamedTuple):
+    """RDKit's descriptors of the three splits, on the scale fitted to the training split."""
+
+    scale: object  # DescriptorScale
+    train: np.ndarray  # (N_train, F) float32
+    val: np.ndarray  # (N_val, F)
+    test: np.ndarray  # (N_test, F)
+
+
+def molecule_features(train, val, test) -> MoleculeFeatures:
+    """Compute the descriptors of every molecule, fit their scale on ``train`` alone and put all three on it."""
+    import time
+    from minitransformer.chem.descriptors import DescriptorScale, compute_descriptors, descriptor_names
+    t0 = time.perf_counter()
+    raw = [compute_descriptors(part.smiles) for part in (train, val, test)]
+    scale = DescriptorScale.fit(raw[0], descriptor_names())
+    print(f"descriptors: {len(scale.names)} of RDKit's per molecule, scaled on the training split "
+          f"({time.perf_counter() - t0:.0f} s)")
+    return MoleculeFeatures(scale, *(scale.transform(x) for x in raw))
 
 
 def run(args) -> int:

@@ -16,7 +16,11 @@ Heads (chosen per call with ``forward(ids, head=...)``):
   corrupted inputs and targets (the usual 80/10/10 rule).
 * ``"cls"``: a pooled head on the first token (the CLS / BOS position):
   :math:`y = h_{:,0} W_c + b_c`, shape (B, n_outputs), for classification
-  (feed to a cross-entropy or sigmoid loss) or regression.
+  (feed to a cross-entropy or sigmoid loss) or regression. With ``n_features`` > 0
+  the head also reads a vector of F numbers given per molecule (such as RDKit's
+  descriptors, :mod:`minitransformer.chem.descriptors`), side by side with the
+  first token's state: :math:`y = [h_{:,0}; f] W_c + b_c`, :math:`W_c` of shape
+  (D + F, n_outputs). The features are inputs: they get no gradient.
 * ``None``: the hidden states (B, T, D) themselves.
 """
 from __future__ import annotations
@@ -36,14 +40,22 @@ from minitransformer.nn import LayerNorm, Linear, Module, ModuleList, set_rng
 
 @dataclasses.dataclass(kw_only=True)
 class EncoderConfig(TransformerOptions):
-    """Options of :class:`Encoder`. ``n_outputs`` > 0 adds the pooled CLS head;
-    ``mlm_head`` adds the masked-LM head (tied to the embedding if ``tie_embeddings``)."""
+    """Options of :class:`Encoder`. ``n_outputs`` > 0 adds the pooled CLS head, which
+    reads ``n_features`` numbers per molecule beside the CLS state; ``mlm_head`` adds
+    the masked-LM head (tied to the embedding if ``tie_embeddings``)."""
 
     vocab_size: int = dataclasses.field(kw_only=False)
     n_layers: int = 2
     tie_embeddings: bool = True
     mlm_head: bool = True
     n_outputs: int = 0
+    n_features: int = 0
+
+    def __post_init__(self):
+        super().__post_init__()  # types and ranges: n_features >= 0
+        if self.n_features and not self.n_outputs:
+            raise ValueError(f"EncoderConfig: n_features={self.n_features} needs n_outputs > 0, the cls head that "
+                             "reads them")
 
 
 class Encoder(Module):
@@ -58,7 +70,8 @@ class Encoder(Module):
         self.mlm = (OutputProjection(c.d_model, c.vocab_size, c.bias, self.rng,
                                      tied_to=self.embed.tok if c.tie_embeddings else None)
                     if c.mlm_head else None)
-        self.cls = Linear(c.d_model, c.n_outputs, bias=True, rng=self.rng) if c.n_outputs > 0 else None
+        self.cls = (Linear(c.d_model + c.n_features, c.n_outputs, bias=True, rng=self.rng)
+                    if c.n_outputs > 0 else None)
         self.stack = Stack(self.embed, self.blocks, self.ln_f)  # embed -> blocks -> ln_f, and back
         set_rng(self, self.rng)
 
@@ -72,8 +85,9 @@ class Encoder(Module):
         """dh: (B, T, D) gradient of the hidden states; accumulates parameter gradients."""
         self.stack.backward(dh)
 
-    def forward(self, ids, head: str | None = None):
-        """Hidden states (head=None), MLM logits (B, T, V) or pooled outputs (B, n_outputs)."""
+    def forward(self, ids, head: str | None = None, features=None):
+        """Hidden states (head=None), MLM logits (B, T, V) or pooled outputs (B, n_outputs);
+        ``features`` (B, n_features): the cls head's extra inputs (only and always with n_features > 0)."""
         h = self.encode(ids)  # (B, T, D)
         self.cache = (head, h.shape)
         if head is None:
@@ -85,7 +99,7 @@ class Encoder(Module):
         if head == "cls":
             if self.cls is None:
                 raise ValueError("Encoder: built with n_outputs=0; there is no 'cls' head")
-            return self.cls(h[:, 0])  # (B, n_outputs)
+            return self.cls(self._pooled(h, features))  # (B, n_outputs)
         raise ValueError(f"Encoder: head must be None, 'mlm' or 'cls', got {head!r}")
 
     def backward(self, dout):
@@ -97,9 +111,22 @@ class Encoder(Module):
             dh = self.mlm.backward(dout)  # (B, T, D)
         else:
             dh = xp.zeros(shape, dtype=dout.dtype)  # (B, T, D): only the first position is used
-            dh[:, 0] = self.cls.backward(dout)
+            dh[:, 0] = self.cls.backward(dout)[:, :shape[-1]]  # the features' columns get no gradient
         self.encode_backward(dh)
         return None
+
+    def _pooled(self, h, features):
+        """The cls head's input: the first token's state (B, D), then the features (B, D + F)."""
+        F = self.config.n_features
+        if F == 0:
+            if features is not None:
+                raise ValueError("Encoder: features given, but the model was built with n_features=0")
+            return h[:, 0]  # (B, D)
+        if features is None or tuple(features.shape) != (h.shape[0], F):
+            got = "none" if features is None else f"shape {tuple(features.shape)}"
+            raise ValueError(f"Encoder: the cls head reads {F} features per molecule, (B, F) = ({h.shape[0]}, {F}); "
+                             f"got {got}")
+        return xp.concatenate([h[:, 0], features.astype(h.dtype, copy=False)], axis=1)  # (B, D + F)
 
 
 def mask_tokens(ids, mask_id: int, vocab_size: int, rng: np.random.Generator, p: float = 0.15,

@@ -66,12 +66,14 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def view_probabilities(model, vocab: Vocab, smiles: Sequence[str], n_views: int, seed: int,
-                       max_tokens: int, batch_size: int = 128) -> list[np.ndarray]:
+                       max_tokens: int, batch_size: int = 128, features=None) -> list[np.ndarray]:
     """Sigmoid probabilities of every view: a list of ``n_views`` host arrays (N, K).
 
-    ``model`` is an Encoder with a ``cls`` head, in eval mode. Each view runs in
-    batches of similar length (sorted by length, then put back in input order), so
-    little work goes into padding. The mean over the list is the prediction.
+    ``model`` is an Encoder with a ``cls`` head, in eval mode; ``features`` (N, F): what
+    its head reads beside the SMILES (the same for every view of a molecule), for a
+    model built with ``n_features`` = F. Each view runs in batches of similar length
+    (sorted by length, then put back in input order), so little work goes into
+    padding. The mean over the list is the prediction.
     """
     from minitransformer.backend import to_numpy, xp
     from minitransformer.train.tasks import pad_batch
@@ -82,7 +84,8 @@ def view_probabilities(model, vocab: Vocab, smiles: Sequence[str], n_views: int,
         for i in range(0, len(ids), batch_size):
             rows = order[i:i + batch_size]
             batch = pad_batch([ids[j] for j in rows], vocab.pad_id)  # (B, T)
-            z[rows] = to_numpy(model(xp.asarray(batch), head="cls"))  # (B, K)
+            f = None if features is None else xp.asarray(features[rows])  # (B, F)
+            z[rows] = to_numpy(model(xp.asarray(batch), head="cls", features=f))  # (B, K)
         out.append(_sigmoid(z))
     return out
 
@@ -90,9 +93,11 @@ def view_probabilities(model, vocab: Vocab, smiles: Sequence[str], n_views: int,
 class PropertyPredictor:
     """A trained property model, its vocabulary and assay names, ready to predict."""
 
-    def __init__(self, model, vocab: Vocab, task_names: Sequence[str], max_len: int, source: str = ""):
+    def __init__(self, model, vocab: Vocab, task_names: Sequence[str], max_len: int, source: str = "",
+                 descriptors=None):
         self.model, self.vocab, self.task_names = model.eval(), vocab, list(task_names)
         self.max_len, self.source = int(max_len), source
+        self.descriptors = descriptors  # the DescriptorScale of a model whose head reads RDKit's descriptors
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike) -> "PropertyPredictor":
@@ -119,10 +124,22 @@ class PropertyPredictor:
             raise ValueError(f"{path}: its vocabulary has no <cls> token; {need}")
         model, _ = model_from_checkpoint(ckpt)
         k = int(config["n_outputs"])
-        tasks = (ckpt.meta.get("run") or {}).get("tasks")
+        run = ckpt.meta.get("run") or {}
+        tasks = run.get("tasks")
         if not tasks or len(tasks) != k:
             tasks = list(TOX21_TASKS) if k == len(TOX21_TASKS) else [f"task_{i}" for i in range(k)]
-        return cls(model, vocab, tasks, config["max_len"], source=str(path))
+        scale = None
+        if config.get("n_features"):
+            from minitransformer.chem.descriptors import DescriptorScale, descriptor_names
+            if not run.get("descriptors"):
+                raise ValueError(f"{path}: its model reads {config['n_features']} descriptors but the checkpoint "
+                                 "holds no descriptor scale; it is damaged: use the run's best.npz as saved")
+            scale = DescriptorScale.from_json(run["descriptors"])
+            if list(scale.names) != descriptor_names():
+                raise ValueError(f"{path} was trained on the {len(scale.names)} descriptors of another RDKit "
+                                 f"version (this one computes {len(descriptor_names())}); predict with the "
+                                 "RDKit it was trained with")
+        return cls(model, vocab, tasks, config["max_len"], source=str(path), descriptors=scale)
 
     def unreadable_reason(self, smiles: str) -> str | None:
         """Why the model cannot read ``smiles``, or None when it can (:meth:`Vocab.unreadable_reason`)."""
@@ -143,7 +160,12 @@ class PropertyPredictor:
         probs = np.full((len(smiles), len(self.task_names)), np.nan)  # (N, K)
         readable = [s for s, good in zip(smiles, ok) if good]
         if readable:
-            per_view = view_probabilities(self.model, self.vocab, readable, views, seed, self.max_len, batch_size)
+            features = None
+            if self.descriptors is not None:
+                from minitransformer.chem.descriptors import compute_descriptors
+                features = self.descriptors.transform(compute_descriptors(readable))  # (N, F)
+            per_view = view_probabilities(self.model, self.vocab, readable, views, seed, self.max_len, batch_size,
+                                          features=features)
             probs[ok] = np.mean(per_view, axis=0)
         return probs, ok, reasons
 

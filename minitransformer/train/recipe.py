@@ -187,12 +187,15 @@ class LMRecipe(Recipe):
 class PropertyRecipe(Recipe):
     """``train property``: max_len tokens at most per molecule (<cls> and <eos> included);
     tta random writings averaged per test molecule; pos_weight balances each assay's rare
-    positives; pretrain_lr is the masked-language-model phase's peak learning rate."""
+    positives; pretrain_lr is the masked-language-model phase's peak learning rate;
+    descriptors: the head also reads RDKit's 2D descriptors of each molecule
+    (:mod:`minitransformer.chem.descriptors`)."""
 
     max_len: int = 256
     tta: int = 8
     pos_weight: bool = True
     pretrain_lr: float = 1e-3
+    descriptors: bool = False
 
     def __post_init__(self):
         super().__post_init__()

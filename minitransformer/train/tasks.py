@@ -266,7 +266,9 @@ class PropertyTask:
     with a pooled ``"cls"`` head (one logit per task, read at the ``<cls>`` position).
 
     An example is a pair ``(ids, labels)``: token ids starting with ``<cls>``, and a
-    float vector (K,) of 0/1 labels with NaN where a label is missing. The loss is the
+    float vector (K,) of 0/1 labels with NaN where a label is missing; or a triple
+    ``(ids, labels, features)`` for a model whose head reads F extra numbers per
+    molecule (``EncoderConfig.n_features``), every example then with its (F,) vector. The loss is the
     masked sigmoid binary cross-entropy averaged over the labels present in the batch
     (:func:`~minitransformer.functional.masked_bce_forward`); missing labels get exactly
     zero gradient. ``pos_weight`` (K,) optionally up-weights the rare positives.
@@ -289,7 +291,11 @@ class PropertyTask:
         where = _where(self, what)
         _check_lengths(where, [e[0] for e in examples], 1, "an example needs at least 1 token (<cls>)")
         k0 = None
-        for i, (_, labels) in enumerate(examples):
+        widths = {len(e) for e in examples}
+        if not widths <= {2, 3} or len(widths) > 1:
+            raise ValueError(f"{where}: examples must all be (ids, labels) or all (ids, labels, features); got "
+                             f"tuples of {sorted(widths)} items")
+        for i, (_, labels, *_) in enumerate(examples):
             k = int(np.size(labels)) if np.ndim(labels) == 1 else None
             if k is None:
                 raise ValueError(f"{where}: example {i} has labels of shape {np.shape(labels)}; give a flat list "
@@ -299,21 +305,32 @@ class PropertyTask:
             elif k != k0:
                 raise ValueError(f"{where}: example {i} has {k} label(s), example 0 has {k0}; every example "
                                  "needs the same K labels (NaN for a missing one)")
+        if widths == {3}:
+            f = [np.asarray(e[2], dtype=np.float64) for e in examples]
+            bad = next((i for i, v in enumerate(f) if v.shape != f[0].shape or v.ndim != 1
+                        or not np.isfinite(v).all()), None)
+            if bad is not None:
+                raise ValueError(f"{where}: example {bad} has features of shape {f[bad].shape} (example 0: "
+                                 f"{f[0].shape}) or a non-finite one; give every example the same F finite numbers")
 
     def collate(self, examples):
         self.validate(examples)
         ids = pad_batch([e[0] for e in examples], self.pad_id)  # (B, T)
         labels = np.stack([np.asarray(e[1], dtype=np.float64) for e in examples])  # (B, K), NaN = missing
-        return ids, labels
+        if len(examples[0]) == 2:
+            return ids, labels
+        return ids, labels, np.stack([np.asarray(e[2], dtype=np.float32) for e in examples])  # (B, F)
 
     def _forward(self, model, batch):
-        ids, labels = batch
+        ids, labels, *features = batch
         _check_batch("PropertyTask", ids, 1)
         present = labels[~np.isnan(labels)]  # host: checked here, not on the device (module notes)
         if present.size and not ((present >= 0) & (present <= 1)).all():
             bad = present[(present < 0) | (present > 1)][0]
             raise ValueError(f"PropertyTask: labels must lie in [0, 1] (NaN = missing), got {bad!r}")
-        logits = model(ids_to_device(ids, model.config.vocab_size, "PropertyTask batch"), head="cls")  # (B, K)
+        f = backend.asarray(features[0]) if features else None  # (B, F)
+        logits = model(ids_to_device(ids, model.config.vocab_size, "PropertyTask batch"), head="cls",
+                       features=f)  # (B, K)
         y = backend.asarray(labels.astype(logits.dtype))  # (B, K), NaN = missing
         pw = None
         if self.pos_weight is not None:

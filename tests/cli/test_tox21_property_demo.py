@@ -175,3 +175,29 @@ def test_a_stopped_run_resumed_in_each_phase_ends_exactly_as_a_straight_run(labe
     assert a_arrays.keys() == b_arrays.keys()
     for key, value in a_arrays.items():
         assert np.array_equal(value, b_arrays[key]), f"{key} differs after two resumes"
+
+
+def test_a_model_that_reads_descriptors_predicts_new_molecules_as_its_run_did(labelled_csv, load_demo, tmp_path):
+    """--descriptors on: the head reads RDKit's descriptors, the checkpoint carries their scale,
+    and `predict` gives the run's own test predictions back (same writings, same seed)."""
+    from minitransformer.checkpoint import load_checkpoint
+    from minitransformer.chem.descriptors import descriptor_names
+    from minitransformer.molecules.predicting import PropertyPredictor
+    demo = load_demo("tox21_property")
+    out = tmp_path / "run"
+    assert demo.main(["--quick", "--quiet", "--descriptors", "on", "--data", str(labelled_csv), "--out", str(out)]) == 0
+    ckpt = load_checkpoint(out / "best.npz")
+    assert ckpt.config["n_features"] == len(descriptor_names())
+    assert ckpt.meta["run"]["descriptors"]["names"] == descriptor_names()
+    lines = (out / "predictions.csv").read_text().splitlines()[1:]
+    smiles = [line.split(",")[0] for line in lines]
+    expected = np.array([[float(v) for v in line.split(",")[1:4]] for line in lines])  # (N, 3), 4 decimals
+    predictor = PropertyPredictor.from_checkpoint(out / "best.npz")
+    probs, ok, _ = predictor.predict(smiles, views=json.loads((out / "metrics.json").read_text())["tta"], seed=0)
+    assert ok.all()
+    np.testing.assert_allclose(probs, expected, atol=5.1e-5)
+    # the features matter: reading all-zero descriptors moves the predictions
+    predictor.descriptors = type(predictor.descriptors)(predictor.descriptors.names,
+                                                        predictor.descriptors.quantiles * np.nan)
+    moved, _, _ = predictor.predict(smiles, views=2, seed=0)
+    assert np.abs(moved - probs).max() > 1e-4

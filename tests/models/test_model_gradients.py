@@ -147,6 +147,32 @@ def test_encoder_gradcheck(any_backend, float64, head, opts):
         assert _checked_names(report) == {n for n, _ in model.named_parameters()}
 
 
+def test_encoder_cls_head_with_features_gradcheck(any_backend, float64):
+    """The head reads [h_cls; f]: every weight, the features' rows of W_c included, has the
+    gradient of the finite differences, and the features themselves take none."""
+    cfg = EncoderConfig(vocab_size=V, n_layers=1, seed=5, n_outputs=2, n_features=3, mlm_head=False, **SMALL)
+    model = Encoder(cfg)
+    _perturb(model, seed=2)
+    features = _dev(np.random.default_rng(4).standard_normal((3, 3)))  # (B, F)
+    report = check_module(model, _dev(ENC_BATCH), None, kwargs={"head": "cls", "features": features}, **_how())
+    assert _checked_names(report) == {n for n, _ in model.named_parameters()}
+    assert model.cls.weight.shape == (SMALL["d_model"] + 3, 2)
+
+
+def test_encoder_features_change_the_cls_output_only_through_their_rows(float64):
+    model = Encoder(EncoderConfig(vocab_size=V, n_layers=1, n_outputs=2, n_features=3, mlm_head=False, **SMALL))
+    f = np.zeros((3, 3))
+    base = _host(model(_dev(ENC_BATCH), head="cls", features=_dev(f)))
+    f[:, 1] = 1.0
+    moved = _host(model(_dev(ENC_BATCH), head="cls", features=_dev(f)))
+    np.testing.assert_allclose(moved - base, np.broadcast_to(_host(model.cls.weight.data)[SMALL["d_model"] + 1],
+                                                             (3, 2)), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="reads 3 features per molecule"):
+        model(_dev(ENC_BATCH), head="cls")
+    with pytest.raises(ValueError, match="needs n_outputs > 0"):
+        EncoderConfig(vocab_size=V, n_features=2, **SMALL)
+
+
 def test_encoder_cls_head_leaves_mlm_projection_without_gradient(float64):
     model = Encoder(EncoderConfig(vocab_size=V, n_layers=1, n_outputs=2, tie_embeddings=False, **SMALL))
     model(_dev(ENC_BATCH), head="cls")

@@ -220,14 +220,17 @@ class RandomizedEpochs:
 class LabelledEpochs:
     """Callable ``epoch -> [(ids, labels), ...]``: a classifier's training pairs, each molecule
     written as a fresh random SMILES each epoch (:class:`RandomizedEpochs`, with the ``<cls>``
-    token first), its labels unchanged."""
+    token first), its labels unchanged; with ``features`` (N, F), triples ``(ids, labels,
+    features)``: a molecule's features do not depend on how it is written."""
 
-    def __init__(self, smiles, labels, vocab: Vocab, seed: int, p: float, max_tokens: int):
+    def __init__(self, smiles, labels, vocab: Vocab, seed: int, p: float, max_tokens: int, features=None):
         self.ids = RandomizedEpochs(smiles, vocab, seed=seed, p=p, max_tokens=max_tokens, encode=dict(cls=True))
-        self.labels = labels
+        self.labels, self.features = labels, features
 
     def __call__(self, epoch: int):
-        return list(zip(self.ids(epoch), self.labels))
+        if self.features is None:
+            return list(zip(self.ids(epoch), self.labels))
+        return list(zip(self.ids(epoch), self.labels, self.features))
 
 
 #: Molecules per chunk of random writings; each chunk draws from its own stream (seed, epoch, chunk).
