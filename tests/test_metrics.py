@@ -204,3 +204,26 @@ def test_multilabel_errors_name_the_label():
         multilabel_roc_auc(y, np.zeros((2, 3)))
     with pytest.raises(ValueError, match=r"scores\[:, 0\] \('label_0'\) must not be NaN"):
         multilabel_roc_auc(np.array([[0, 1], [1, 0]]), np.array([[np.nan, 0], [0, 0]]))
+
+
+def test_bootstrap_interval_holds_the_mean_auc_and_narrows_with_more_molecules():
+    from minitransformer.metrics import bootstrap_mean_auc
+    rng = np.random.default_rng(0)
+
+    def data(n):
+        y = (rng.random((n, 3)) < 0.3).astype(float)  # (n, 3)
+        s = y + rng.standard_normal((n, 3))  # informative scores: AUC about 0.76
+        y[rng.random((n, 3)) < 0.1] = np.nan
+        return y, s
+
+    y, s = data(300)
+    full = multilabel_roc_auc(y, s, mask=~np.isnan(y))["mean"]
+    small = bootstrap_mean_auc(y, s, mask=~np.isnan(y), resamples=300)
+    assert small["low"] < full < small["high"]
+    y2, s2 = data(3000)
+    large = bootstrap_mean_auc(y2, s2, mask=~np.isnan(y2), resamples=300)
+    assert large["std"] < 0.5 * small["std"]  # 10x the molecules: about 1/sqrt(10) the spread
+    assert bootstrap_mean_auc(y, s, mask=~np.isnan(y), resamples=50, seed=3) == \
+        bootstrap_mean_auc(y, s, mask=~np.isnan(y), resamples=50, seed=3)
+    with pytest.raises(ValueError, match="resamples must be >= 2"):
+        bootstrap_mean_auc(y, s, resamples=1)

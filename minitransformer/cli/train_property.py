@@ -208,7 +208,7 @@ class TrainProperty(TrainingCommand):
 
     def evaluate(self, run, trainer):
         """Test ROC-AUC of every assay, the predictions averaged over several writings of each molecule."""
-        from minitransformer.metrics import multilabel_roc_auc
+        from minitransformer.metrics import bootstrap_mean_auc, multilabel_roc_auc
         from minitransformer.molecules.predicting import view_probabilities
         r, (table, train, val, test, features) = run.recipe, run.data.own
         per_view = view_probabilities(run.model, run.data.vocab, test.smiles, r.tta, run.args.seed, r.max_len,
@@ -216,9 +216,11 @@ class TrainProperty(TrainingCommand):
         probs = np.mean(per_view, axis=0)  # (N, K): the average over the writings
         auc = multilabel_roc_auc(test.labels, probs, mask=~np.isnan(test.labels), names=table.tasks)
         single = multilabel_roc_auc(test.labels, per_view[0], mask=~np.isnan(test.labels))
+        interval = bootstrap_mean_auc(test.labels, probs, mask=~np.isnan(test.labels), seed=run.args.seed)
         write_predictions(run.out / "predictions.csv", test, probs)
         per_task = {name: None if np.isnan(v) else v for name, v in auc["per_label"].items()}  # JSON: no NaN
         return {"test_auc_mean": auc["mean"], "test_auc_mean_single_view": single["mean"], "test_auc": per_task,
+                "test_auc_bootstrap": interval,
                 "test_skipped": auc["skipped"], "val_auc_best": trainer.best, "split": run.args.split,
                 "pretrain": run.args.pretrain, "tta": r.tta, "augmentation": augmentation(r)}, test.smiles
 
@@ -234,8 +236,11 @@ class TrainProperty(TrainingCommand):
                 ("best validation ROC-AUC", f"{m['val_auc_best']:.4f}")]
         rows += [(f"  test ROC-AUC {name}", "n/a (one class)" if value is None else f"{value:.4f}")
                  for name, value in m["test_auc"].items()]
+        boot = m["test_auc_bootstrap"]
         rows += [("test ROC-AUC, mean", f"{m['test_auc_mean']:.4f} ({m['tta']} SMILES per molecule; "
-                                        f"{m['test_auc_mean_single_view']:.4f} with one)")]
+                                        f"{m['test_auc_mean_single_view']:.4f} with one)"),
+                 ("  95 % interval", f"{boot['low']:.4f} - {boot['high']:.4f} (bootstrap over the test molecules, "
+                                     f"{boot['resamples']} draws; std {boot['std']:.4f})")]
         cli.print_table(rows, footer=cli.outputs_line(run.out))
 
 

@@ -64,6 +64,8 @@ def test_quick_run_metrics(quick_run):
     for name, value in m["test_auc"].items():
         assert value is None or 0.0 <= value <= 1.0, f"test AUC of {name} = {value}"
     assert m["pretrain"] is True and m["pretrain_epochs"] == 1
+    boot = m["test_auc_bootstrap"]  # the test set's own sampling noise
+    assert 0.0 <= boot["low"] < boot["high"] <= 1.0 and boot["std"] > 0 and boot["resamples"] == 1000
     assert m["augmentation"].startswith("training: a fresh random SMILES of each training molecule every epoch")
     assert math.isfinite(m["wall_time_s"])
     history = json.loads((out / "history.json").read_text())
