@@ -74,6 +74,9 @@ def add_parser(kinds):
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--tta", type=cli.int_at_least(1, 256, "each is a full pass of the model"), default=None,
                    help="random SMILES averaged per test molecule (1 = the SMILES as written in the file)")
+    p.add_argument("--encoder", default=None, type=cli.existing_file("encoder checkpoint"),
+                   help="fine-tune this pretrained encoder instead of pretraining (the pretrain/last.npz of an earlier "
+                        "train property --pretrain run on the same --data): its pretraining cost is paid once")
     p.add_argument("--descriptors", choices=("on", "off"), default=None,
                    help="the head also reads RDKit's 2D descriptors of each molecule, scaled on the training split "
                         "(default: the preset's)")
@@ -91,13 +94,16 @@ def resolve_recipe(args) -> PropertyRecipe:
                                   "pretrain_limit"))
     if args.descriptors is not None:
         r = dataclasses.replace(r, descriptors=args.descriptors == "on")
+    if args.encoder and args.pretrain:
+        raise ValueError("--encoder and --pretrain: the encoder given is pretrained already; drop one of them")
     if not args.pretrain:  # no first phase (whatever its options say)
         r = dataclasses.replace(r, pretrain_epochs=0)
     return set_budgets(r, args, pretraining=args.pretrain, pretraining_adds_time=args.pretrain)
 
 
 def pretraining_molecules(recipe: PropertyRecipe, held_out, user_chose: bool) -> tuple[PropertyRecipe, list]:
-    """The molecules of ``recipe.pretrain_data`` without the ``held_out`` ones. When the
+    """The molecules of ``recipe.pretrain_data`` without the ``held_out`` ones (every molecule of
+    the labelled table, so that the encoder serves every split: :mod:`.pretrained_encoder`). When the
     default MOSES cannot be had (no files, offline), the training split's own molecules
     take its place (``[]`` comes back, with the recipe of that shorter pretraining), said
     in one line; a --pretrain-data the user named is never replaced."""
@@ -125,9 +131,11 @@ class TrainProperty(TrainingCommand):
         return resolve_recipe(args)
 
     def load(self, args, recipe, resume=None):
-        """Tox21 (or the user's table), split by molecule, the pretraining molecules, the vocabulary."""
+        """Tox21 (or the user's table), split by molecule, the pretraining molecules (or a pretrained
+        encoder), the vocabulary."""
         from minitransformer.chem import Vocab
         from minitransformer.chem.datasets.properties import load_labelled, split_rows
+        from minitransformer.cli.pretrained_encoder import load_encoder
         table = load_labelled(args.data)
         if args.quick:
             table = table.take(range(min(QUICK_MOLECULES, len(table.smiles))))
@@ -136,11 +144,14 @@ class TrainProperty(TrainingCommand):
             raise ValueError(f"{table.description}: not enough molecules to split three ways: {len(table.smiles)} "
                              "usable; the split needs at least 10 labelled molecules (more for --split scaffold); "
                              "add molecules to the data")
-        extra = []  # other molecules to pretrain on (--pretrain-data), never the held-out ones
+        extra = []  # other molecules to pretrain on (--pretrain-data), none of the table's
         if args.pretrain and recipe.pretrain_data != "train":
-            recipe, extra = pretraining_molecules(recipe, val.smiles + test.smiles,
-                                                  user_chose=args.pretrain_data is not None)
-        vocab = Vocab.build(train.smiles + extra, extras=(Vocab.CLS, Vocab.MASK))
+            recipe, extra = pretraining_molecules(recipe, table.smiles, user_chose=args.pretrain_data is not None)
+        encoder = load_encoder(args.encoder, table.smiles) if args.encoder else None
+        if encoder is not None:  # its vocabulary and length
+            vocab, recipe = encoder.vocab, dataclasses.replace(recipe, max_len=encoder.config["max_len"])
+        else:  # pretraining elsewhere: tokens of the whole table, so that the encoder serves any split
+            vocab = Vocab.build((table.smiles if extra else train.smiles) + extra, extras=(Vocab.CLS, Vocab.MASK))
         too_long = [x for x in table.smiles if len(vocab.encode(x, cls=True)) > recipe.max_len]
         if too_long:
             raise ValueError(f"{len(too_long)} molecules need more than max_len={recipe.max_len} tokens, "
@@ -149,25 +160,35 @@ class TrainProperty(TrainingCommand):
               f"{len(table.tasks)} tasks; vocabulary of {len(vocab)} tokens")
         features = molecule_features(train, val, test) if recipe.descriptors else None
         return recipe, Data(vocab, train.smiles, val.smiles, test.smiles, extra, table.description,
-                            table.clean_summary, own=(table, train, val, test, features))
+                            table.clean_summary, own=PropertyData(table, train, val, test, features, encoder))
 
     def describe(self, run):
+        if run.data.own.encoder is not None:
+            return f"fine-tuning the pretrained encoder {run.data.own.encoder.path}"
         return f"pretraining {'on' if run.recipe.pretrain_epochs else 'off'}"
 
     def build_model(self, recipe, data, seed):
-        """An encoder with one output per assay (and a masked-language-model head when it pretrains)."""
+        """An encoder with one output per assay (and a masked-language-model head when it pretrains),
+        or the pretrained encoder given with a fresh head."""
+        from minitransformer.cli.pretrained_encoder import fine_tuning_config, load_weights
         from minitransformer.models import Encoder, EncoderConfig
-        vocab, table, features = data.vocab, data.own[0], data.own[4]
-        return Encoder(EncoderConfig(vocab_size=len(vocab), max_len=recipe.max_len, pad_id=vocab.pad_id, seed=seed,
-                                     mlm_head=recipe.pretrain_epochs > 0, n_outputs=len(table.tasks),
-                                     n_features=0 if features is None else features.train.shape[1],
-                                     **recipe.model))
+        vocab, own = data.vocab, data.own
+        n_features = 0 if own.features is None else own.features.train.shape[1]
+        head = dict(n_outputs=len(own.table.tasks), n_features=n_features, seed=seed)
+        if own.encoder is not None:
+            model = Encoder(fine_tuning_config(own.encoder, recipe.model, **head))
+            load_weights(model, own.encoder)
+            return model
+        return Encoder(EncoderConfig(vocab_size=len(vocab), max_len=recipe.max_len, pad_id=vocab.pad_id,
+                                     mlm_head=recipe.pretrain_epochs > 0, **head, **recipe.model))
 
     def facts(self, run):
-        table, train, val, test, features = run.data.own
+        from minitransformer.cli.pretrained_encoder import EXCLUDES_TABLE, table_fingerprint
+        table, train, val, test, features, encoder = run.data.own
         pretrained = len(run.data.extra) or (len(train.smiles) if run.args.pretrain else 0)
         return {"split": run.args.split, "pretrain": run.args.pretrain, "pretrain_data": run.recipe.pretrain_data,
-                "pretrain_molecules": pretrained, "tasks": table.tasks,
+                "pretrain_molecules": pretrained, EXCLUDES_TABLE: bool(run.data.extra), "tasks": table.tasks,
+                "table_sha256": table_fingerprint(table.smiles), "encoder": None if encoder is None else encoder.path,
                 "sizes": [len(train.smiles), len(val.smiles), len(test.smiles)],
                 **({} if features is None else {"descriptors": features.scale.to_json()})}
 
@@ -192,7 +213,7 @@ class TrainProperty(TrainingCommand):
         """Fine-tuning: all the assays at once from the <cls> state, rare positives weighted up."""
         from minitransformer.chem.datasets.lm_data import LabelledEpochs
         from minitransformer.train.tasks import PropertyTask
-        r, vocab, (table, train, val, test, features) = run.recipe, run.data.vocab, run.data.own
+        r, vocab, (table, train, val, test, features, _) = run.recipe, run.data.vocab, run.data.own
         # Positives are rare (2-16% per assay); weighting them by sqrt(#neg/#pos) balances each task.
         present = ~np.isnan(train.labels)  # (N, K)
         pos = np.nansum(train.labels, axis=0)  # (K,)
@@ -210,7 +231,7 @@ class TrainProperty(TrainingCommand):
         """Test ROC-AUC of every assay, the predictions averaged over several writings of each molecule."""
         from minitransformer.metrics import bootstrap_mean_auc, multilabel_roc_auc
         from minitransformer.molecules.predicting import view_probabilities
-        r, (table, train, val, test, features) = run.recipe, run.data.own
+        r, (table, train, val, test, features, _) = run.recipe, run.data.own
         per_view = view_probabilities(run.model, run.data.vocab, test.smiles, r.tta, run.args.seed, r.max_len,
                                       features=None if features is None else features.test)  # tta x (N, K)
         probs = np.mean(per_view, axis=0)  # (N, K): the average over the writings
@@ -245,6 +266,18 @@ class TrainProperty(TrainingCommand):
 
 
 COMMAND = TrainProperty()
+
+
+class PropertyData(NamedTuple):
+    """The command's own data: the table, its three splits, their descriptors (or None) and the
+    pretrained encoder given with --encoder (or None)."""
+
+    table: object  # LabelledSmiles
+    train: object
+    val: object
+    test: object
+    features: object  # MoleculeFeatures | None
+    encoder: object  # PretrainedEncoder | None
 
 
 class MoleculeFeatures(NamedTuple):

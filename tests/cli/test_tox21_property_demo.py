@@ -96,11 +96,48 @@ def test_pretraining_on_other_molecules_leaves_the_held_out_ones_out(labelled_cs
     assert demo.main(["--quick", "--pretrain", "--pretrain-data", "druglike", "--pretrain-limit", "500",
                       "--data", str(labelled_csv), "--out", str(out), "--quiet"]) == 0
     said = capsys.readouterr().out
-    assert "masked language model on 500 molecules" in said and "held-out molecules removed" in said
+    assert "masked language model on 500 molecules" in said and "molecules removed" in said
     run = json.loads((out / "config.json").read_text())["run"]
     assert run["pretrain_data"] == "druglike" and run["pretrain_molecules"] == 500
     rows = [line.split(",")[0] for line in (out / "history.csv").read_text().splitlines()[1:]]
     assert rows[0] == "pretrain" and rows[-1] == "train"
+
+
+def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_where_it_saw_held_out_molecules(
+        labelled_csv, load_demo, tmp_path, capsys):
+    """--pretrain on other molecules leaves the whole table out, so its encoder serves any split
+    and seed: --encoder starts a run from its weights; an encoder that may have seen a split's
+    held-out molecules, or another table's, is refused in one line."""
+    from minitransformer.cli import run_cli
+    demo = load_demo("tox21_property")
+    first = tmp_path / "pretrained"
+    assert demo.main(["--quick", "--pretrain", "--pretrain-data", "druglike", "--pretrain-limit", "500",
+                      "--data", str(labelled_csv), "--out", str(first), "--quiet"]) == 0
+    run = json.loads((first / "config.json").read_text())["run"]
+    assert run["pretrain_excludes_table"] is True and run["encoder"] is None
+    encoder = first / "pretrain" / "last.npz"
+    later = tmp_path / "later"
+    assert demo.main(["--quick", "--quiet", "--encoder", str(encoder), "--split", "scaffold", "--seed", "3",
+                      "--lr", "1e-12", "--data", str(labelled_csv), "--out", str(later)]) == 0
+    assert "fine-tuning the pretrained encoder" in capsys.readouterr().out
+    assert json.loads((later / "config.json").read_text())["run"]["encoder"] == str(encoder)
+    with np.load(encoder) as a, np.load(later / "best.npz") as b:  # a step of 1e-12 leaves the body as loaded
+        body = [k for k in a.files if k.startswith("weights/") and not k.startswith(("weights/mlm.", "weights/cls."))]
+        assert body and all(np.allclose(a[k], b[k], atol=1e-8) for k in body)
+        assert not any(k.startswith("weights/mlm.") for k in b.files)
+    assert run_cli(demo.main, ["--quick", "--pretrain", "--encoder", str(encoder), "--data", str(labelled_csv),
+                               "--out", str(tmp_path / "both")]) == 2
+    assert "drop one of them" in capsys.readouterr().err
+    own_split = tmp_path / "own_split"  # pretrained on the training split's molecules: refused
+    assert demo.main(["--quick", "--pretrain", "--data", str(labelled_csv), "--out", str(own_split), "--quiet"]) == 0
+    assert run_cli(demo.main, ["--quick", "--encoder", str(own_split / "pretrain" / "last.npz"), "--data",
+                               str(labelled_csv), "--out", str(tmp_path / "refused")]) == 2
+    assert "may have seen molecules a split holds out" in capsys.readouterr().err
+    other = tmp_path / "other.csv"
+    other.write_text("\n".join(labelled_csv.read_text().splitlines()[:-5]) + "\n")
+    assert run_cli(demo.main, ["--quick", "--encoder", str(encoder), "--data", str(other),
+                               "--out", str(tmp_path / "other_run")]) == 2
+    assert "another labelled table" in capsys.readouterr().err
 
 
 def _property_recipe(argv):

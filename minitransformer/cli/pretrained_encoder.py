@@ -1,0 +1,76 @@
+"""``train property --encoder PATH``: fine-tune an encoder pretrained once, in an earlier run.
+
+Masked-language-model pretraining on MOSES costs 15 minutes or more, and a property model is
+measured over several seeds and splits: pretraining once and reusing the encoder makes each
+later run cost its fine-tuning alone. The encoder is the pretraining checkpoint of a
+``train property --pretrain`` run (``OUT/pretrain/last.npz``). Such a run pretrains on
+molecules from elsewhere (MOSES, a file) with every molecule of the labelled table removed,
+and builds its vocabulary over the whole table, so its encoder has seen no molecule of any
+split and reads every one of them: it serves every split and every seed of that table.
+
+What is refused, each in one line: a checkpoint that is not such an encoder; one pretrained on
+the training split's own molecules (``--pretrain-data train``, or a quick run), which has seen
+molecules another split holds out; one made from another table (its fingerprint differs).
+The fine-tuned model takes the encoder's architecture and vocabulary; the head, the
+descriptors and the dropouts are this run's.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+#: The run-record entry that marks a pretraining which left out every molecule of the labelled table.
+EXCLUDES_TABLE = "pretrain_excludes_table"
+
+
+class PretrainedEncoder(NamedTuple):
+    """What a fine-tuning run takes from the checkpoint: its path, config, vocabulary and weights."""
+
+    path: str
+    config: dict  # the Encoder's config as saved
+    vocab: object  # Vocab
+    weights: dict  # name -> array
+
+
+def table_fingerprint(smiles) -> str:
+    """The labelled table's molecules, in file order, as one short hash."""
+    from minitransformer.cli.run_folders import data_fingerprint
+    return data_fingerprint(smiles)
+
+
+def load_encoder(path: str, table_smiles) -> PretrainedEncoder:
+    """Read the encoder at ``path`` and check it may be fine-tuned on this table (module notes)."""
+    from minitransformer.checkpoint import load_checkpoint
+    from minitransformer.chem import Vocab
+    ckpt = load_checkpoint(path)
+    run = ckpt.meta.get("run") or {}
+    if ckpt.model_type != "Encoder" or not ckpt.vocab:
+        raise ValueError(f"--encoder {path} holds a {ckpt.model_type} model; give the pretraining checkpoint of a "
+                         "train property --pretrain run (OUT/pretrain/last.npz)")
+    if not run.get(EXCLUDES_TABLE):
+        raise ValueError(f"--encoder {path} was not pretrained on other molecules with this table left out (it was "
+                         f"pretrained on {run.get('pretrain_data', 'unknown molecules')!r}), so it may have seen "
+                         "molecules a split holds out; pretrain one with train property --pretrain (MOSES)")
+    if run.get("table_sha256") != table_fingerprint(table_smiles):
+        raise ValueError(f"--encoder {path} was pretrained beside another labelled table (its fingerprint "
+                         f"{run.get('table_sha256')} differs from this one's {table_fingerprint(table_smiles)}); "
+                         "pretrain an encoder for this --data")
+    vocab = Vocab.from_json(ckpt.vocab)
+    if Vocab.CLS not in vocab.extras:
+        raise ValueError(f"--encoder {path}: its vocabulary has no <cls> token; it is not a property encoder")
+    return PretrainedEncoder(str(path), dict(ckpt.config), vocab, dict(ckpt.weights))
+
+
+def fine_tuning_config(encoder: PretrainedEncoder, recipe_model: dict, **head):
+    """The encoder's architecture with this run's dropouts and ``head`` (n_outputs, n_features, seed)."""
+    from minitransformer.models import EncoderConfig
+    dropouts = {k: v for k, v in recipe_model.items() if k.endswith("dropout")}
+    return EncoderConfig.from_dict({**encoder.config, **dropouts, "mlm_head": False, **head})
+
+
+def load_weights(model, encoder: PretrainedEncoder) -> None:
+    """Copy every weight of the encoder but its heads into ``model``; the head stays as drawn."""
+    body = {k: v for k, v in encoder.weights.items() if not k.startswith(("mlm.", "cls."))}
+    missing, _ = model.load_state_dict(body, strict=False)
+    if any(not name.startswith("cls.") for name in missing):
+        raise ValueError(f"--encoder {encoder.path} lacks weights the model needs: "
+                         f"{', '.join(n for n in missing if not n.startswith('cls.'))}")
