@@ -21,7 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minitransformer.cli.training import Data, Phase, TrainingCommand, apply_overrides, run_training, set_budgets
+from minitransformer.cli.property_runs import PROBABILITIES
+from minitransformer.cli.training import Data, Phase, TrainingCommand, apply_overrides, set_budgets
 from minitransformer.train.recipe import PropertyRecipe, model, quick_model
 
 PRESET = PropertyRecipe(
@@ -47,6 +48,7 @@ QUICK_MOLECULES = 400
 
 def add_parser(kinds):
     from minitransformer import cli
+    from minitransformer.cli.property_runs import seeds_list
     p = cli.add_command(kinds, "property", help="a property model: the 12 Tox21 assays (encoder + classifier)",
                         example="minitransformer train property --quick\n"
                                 "minitransformer train property --pretrain --split scaffold --out runs/scaffold")
@@ -77,6 +79,11 @@ def add_parser(kinds):
     p.add_argument("--encoder", default=None, type=cli.existing_file("encoder checkpoint"),
                    help="fine-tune this pretrained encoder instead of pretraining (the pretrain/last.npz of an earlier "
                         "train property --pretrain run on the same --data): its pretraining cost is paid once")
+    p.add_argument("--seeds", type=seeds_list, default=None,
+                   help="one run per seed (e.g. 0,1,2; on the random split each seed also draws the split), then "
+                        "their mean test ROC-AUC and its standard deviation over seeds (OUT/seed-S, OUT/metrics.json)")
+    p.add_argument("--ensemble", type=cli.int_at_least(1, 32, "each is a whole training run"), default=1,
+                   help="train N models per seed on the same split and average their test probabilities")
     p.add_argument("--descriptors", choices=("on", "off"), default=None,
                    help="the head also reads RDKit's 2D descriptors of each molecule, scaled on the training split "
                         "(default: the preset's)")
@@ -139,7 +146,8 @@ class TrainProperty(TrainingCommand):
         table = load_labelled(args.data)
         if args.quick:
             table = table.take(range(min(QUICK_MOLECULES, len(table.smiles))))
-        train, val, test = (table.take(rows) for rows in split_rows(table.smiles, args.split, args.seed))
+        split_seed = args.seed if getattr(args, "split_seed", None) is None else args.split_seed
+        train, val, test = (table.take(rows) for rows in split_rows(table.smiles, args.split, split_seed))
         if not train.smiles or not val.smiles or not test.smiles:
             raise ValueError(f"{table.description}: not enough molecules to split three ways: {len(table.smiles)} "
                              "usable; the split needs at least 10 labelled molecules (more for --split scaffold); "
@@ -186,7 +194,9 @@ class TrainProperty(TrainingCommand):
         from minitransformer.cli.pretrained_encoder import EXCLUDES_TABLE, table_fingerprint
         table, train, val, test, features, encoder = run.data.own
         pretrained = len(run.data.extra) or (len(train.smiles) if run.args.pretrain else 0)
-        return {"split": run.args.split, "pretrain": run.args.pretrain, "pretrain_data": run.recipe.pretrain_data,
+        split_seed = run.args.seed if getattr(run.args, "split_seed", None) is None else run.args.split_seed
+        return {"split": run.args.split, "split_seed": split_seed if run.args.split == "random" else None,
+                "pretrain": run.args.pretrain, "pretrain_data": run.recipe.pretrain_data,
                 "pretrain_molecules": pretrained, EXCLUDES_TABLE: bool(run.data.extra), "tasks": table.tasks,
                 "table_sha256": table_fingerprint(table.smiles), "encoder": None if encoder is None else encoder.path,
                 "sizes": [len(train.smiles), len(val.smiles), len(test.smiles)],
@@ -239,6 +249,8 @@ class TrainProperty(TrainingCommand):
         single = multilabel_roc_auc(test.labels, per_view[0], mask=~np.isnan(test.labels))
         interval = bootstrap_mean_auc(test.labels, probs, mask=~np.isnan(test.labels), seed=run.args.seed)
         write_predictions(run.out / "predictions.csv", test, probs)
+        write_array(run.out / PROBABILITIES, probs)  # full precision, for an ensemble's average
+        write_array(run.out / "test_labels.npy", test.labels)
         per_task = {name: None if np.isnan(v) else v for name, v in auc["per_label"].items()}  # JSON: no NaN
         return {"test_auc_mean": auc["mean"], "test_auc_mean_single_view": single["mean"], "test_auc": per_task,
                 "test_auc_bootstrap": interval,
@@ -302,7 +314,8 @@ def molecule_features(train, val, test) -> MoleculeFeatures:
 
 
 def run(args) -> int:
-    return run_training(COMMAND, args)
+    from minitransformer.cli.property_runs import run_seeds
+    return run_seeds(COMMAND, args)
 
 
 def augmentation(r: PropertyRecipe) -> str:
@@ -311,6 +324,15 @@ def augmentation(r: PropertyRecipe) -> str:
              f"a fresh random SMILES of each training molecule every epoch (probability {r.augment:g})")
     return f"training: {train}; test: the predictions of {r.tta} random SMILES averaged per molecule" \
         if r.tta > 1 else f"training: {train}; test: the file's SMILES"
+
+
+def write_array(path, a: np.ndarray) -> None:
+    """``a`` as a .npy file, written atomically."""
+    import io
+    from minitransformer.atomic import write_bytes
+    buffer = io.BytesIO()
+    np.save(buffer, a, allow_pickle=False)
+    write_bytes(path, buffer.getvalue())
 
 
 def write_predictions(path, test, probs) -> None:

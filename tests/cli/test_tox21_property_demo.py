@@ -240,3 +240,37 @@ def test_a_model_that_reads_descriptors_predicts_new_molecules_as_its_run_did(la
                                                         predictor.descriptors.quantiles * np.nan)
     moved, _, _ = predictor.predict(smiles, views=2, seed=0)
     assert np.abs(moved - probs).max() > 1e-4
+
+
+def test_seeds_and_ensembles_report_the_mean_and_spread_of_what_each_seed_scored(labelled_csv, load_demo, tmp_path,
+                                                                                   capsys):
+    """--seeds 0,1 --ensemble 2: four runs; each seed's members share its split and their averaged
+    probabilities are its score; the summary's mean and spread are those of the seeds' scores;
+    --resume reads finished runs back instead of training them again."""
+    from minitransformer.cli import run_cli
+    from minitransformer.metrics import multilabel_roc_auc
+    demo = load_demo("tox21_property")
+    out = tmp_path / "seeds"
+    argv = ["--quick", "--quiet", "--seeds", "0,1", "--ensemble", "2", "--data", str(labelled_csv), "--out", str(out)]
+    assert demo.main(argv) == 0
+    summary = json.loads((out / "metrics.json").read_text())
+    assert summary["seeds"] == [0, 1] and summary["ensemble"] == 2
+    scores = []
+    for seed in (0, 1):
+        members = [out / f"seed-{seed}" / f"member-{k}" for k in (0, 1)]
+        runs = [json.loads((m / "config.json").read_text())["run"] for m in members]
+        assert [r["seed"] for r in runs] == [seed, seed + 1000] and {r["split_seed"] for r in runs} == {seed}
+        labels = np.load(members[0] / "test_labels.npy")
+        assert np.array_equal(labels, np.load(members[1] / "test_labels.npy"), equal_nan=True)
+        p = [np.load(m / "test_probabilities.npy") for m in members]
+        assert not np.allclose(p[0], p[1])  # two draws of the model
+        scores.append(multilabel_roc_auc(labels, (p[0] + p[1]) / 2, mask=~np.isnan(labels))["mean"])
+    assert summary["test_auc_per_seed"] == pytest.approx(scores, abs=1e-12)
+    assert summary["test_auc_mean"] == pytest.approx(np.mean(scores))
+    assert summary["test_auc_std"] == pytest.approx(np.std(scores, ddof=1))
+    assert "mean over 2 seeds" in capsys.readouterr().out
+    assert run_cli(demo.main, argv) == 2  # the folder holds these runs: --resume or --force
+    assert "--resume" in capsys.readouterr().err
+    assert demo.main(argv + ["--resume"]) == 0
+    assert capsys.readouterr().out.count("finished earlier, read back") == 4
+    assert json.loads((out / "metrics.json").read_text())["test_auc_per_seed"] == summary["test_auc_per_seed"]

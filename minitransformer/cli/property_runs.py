@@ -1,0 +1,130 @@
+r"""``train property --seeds 0,1,2 --ensemble N``: a property model measured as the field measures one.
+
+One run's mean test ROC-AUC moves with its seed: over 783 test molecules the bootstrap standard
+deviation of a mean AUC is about 0.015, and two seeds of one recipe differ by about as much. So a
+figure worth comparing is a mean over seeds, with its spread:
+
+* ``--seeds S1,S2,...``: one run per seed, in ``OUT/seed-S``. On the random split the seed draws
+  the split *and* the model (each seed a different split, as MoleculeNet reports); the scaffold
+  split is the same for every seed, so there only the model and the order of its data change.
+* ``--ensemble N``: each seed's model is N models (``OUT/seed-S/member-k``), trained on the same
+  split from different draws (member k of seed S has model seed :math:`S + 1000k`), whose test
+  probabilities are averaged: :math:`\hat p = \frac1N \sum_k \hat p^{(k)}`.
+
+``OUT/metrics.json`` then holds every seed's mean test AUC, their mean and standard deviation
+(:math:`n-1` in the denominator), each seed's bootstrap interval over the test molecules, and
+the per-assay means; the summary prints the same. ``--resume`` skips the runs that finished
+(their ``metrics.json`` is read back) and continues the one that stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+#: Member k of seed S draws its model from seed S + MEMBER_STRIDE * k (member 0 is the plain run of S).
+MEMBER_STRIDE = 1000
+#: Each run's test probabilities at full precision (predictions.csv keeps 4 decimals), for the ensemble.
+PROBABILITIES = "test_probabilities.npy"
+
+
+def run_seeds(command, args) -> int:
+    """Every run of ``args.seeds`` x ``args.ensemble``, then their summary (module notes)."""
+    from minitransformer import cli
+    from minitransformer.atomic import FileExistsRefusal
+    from minitransformer.cli.training import run_training
+    seeds, n = args.seeds or [args.seed], args.ensemble
+    if len(seeds) == 1 and n == 1:
+        return run_training(command, args)
+    out = Path(args.out)
+    earlier = [p.name for p in out.glob("seed-*")] + (["metrics.json"] if (out / "metrics.json").exists() else [])
+    if earlier and args.resume is None and not args.force:
+        raise FileExistsRefusal(f"{out} holds the runs of an earlier --seeds/--ensemble command ({earlier[0]}, ...); "
+                              "continue it with --resume, or start afresh with --force")
+    results = []
+    for s in seeds:
+        members = [_run(command, args, s, k, out / f"seed-{s}" / (f"member-{k}" if n > 1 else "")) for k in range(n)]
+        results.append(_seed_result(s, members))
+    summary = summarize(results, n, args.split)
+    cli.write_json(out / "metrics.json", summary)
+    _print(summary, out)
+    return 0
+
+
+def _run(command, args, seed: int, member: int, out: Path) -> Path:
+    """One run (its folder comes back); a finished one is read back under --resume."""
+    from minitransformer.cli.training import run_training
+    if args.resume is not None and (out / "metrics.json").exists() and (out / PROBABILITIES).exists():
+        print(f"seed {seed}, member {member}: finished earlier, read back from {out}")
+        return out
+    sub = copy.copy(args)
+    sub.seed, sub.split_seed, sub.out, sub.seeds, sub.ensemble = seed + MEMBER_STRIDE * member, seed, str(out), None, 1
+    if args.resume is not None and not (out / "last.npz").exists() and not (out / "pretrain" / "last.npz").exists():
+        sub.resume = None  # this run never started: start it
+    print(f"--- seed {seed}" + (f", member {member + 1} of {args.ensemble}" if args.ensemble > 1 else "")
+          + f" -> {out}")
+    code = run_training(command, sub)
+    if code != 0:
+        raise RuntimeError(f"the run in {out} ended with status {code}")
+    return out
+
+
+def read_json(path: Path) -> dict:
+    from minitransformer.atomic import parse_json
+    return parse_json(path.read_text(encoding="utf-8"))
+
+
+def _seed_result(seed: int, folders) -> dict:
+    """One seed's test AUC: its run's, or its members' averaged probabilities'."""
+    from minitransformer.metrics import bootstrap_mean_auc, multilabel_roc_auc
+    first = read_json(Path(folders[0]) / "metrics.json")
+    labels = np.load(Path(folders[0]) / "test_labels.npy")  # (N, K), NaN = missing
+    probs = np.mean([np.load(Path(f) / PROBABILITIES) for f in folders], axis=0)  # (N, K)
+    names = list(first["test_auc"])
+    auc = multilabel_roc_auc(labels, probs, mask=~np.isnan(labels), names=names)
+    members = [read_json(Path(f) / "metrics.json")["test_auc_mean"] for f in folders]
+    return {"seed": seed, "test_auc_mean": auc["mean"],
+            "test_auc": {k: None if np.isnan(v) else v for k, v in auc["per_label"].items()},
+            "bootstrap": bootstrap_mean_auc(labels, probs, mask=~np.isnan(labels), seed=seed),
+            "members_test_auc_mean": members, "val_auc_best": [read_json(Path(f) / "metrics.json")["val_auc_best"]
+                                                               for f in folders]}
+
+
+def summarize(results: list, ensemble: int, split: str) -> dict:
+    """Mean and standard deviation over seeds of the mean test AUC, and per assay."""
+    means = [r["test_auc_mean"] for r in results]
+    names = list(results[0]["test_auc"])
+    per_task = {}
+    for name in names:
+        values = [r["test_auc"][name] for r in results if r["test_auc"][name] is not None]
+        per_task[name] = float(np.mean(values)) if values else None
+    return {"split": split, "seeds": [r["seed"] for r in results], "ensemble": ensemble,
+            "test_auc_mean": float(np.mean(means)), "test_auc_std": statistics.stdev(means) if len(means) > 1 else None,
+            "test_auc_per_seed": means, "test_auc_per_task": per_task, "runs": results}
+
+
+def _print(summary: dict, out: Path) -> None:
+    from minitransformer import cli
+    what = f"an ensemble of {summary['ensemble']} models" if summary["ensemble"] > 1 else "one model"
+    rows = [(f"seed {r['seed']}", f"{r['test_auc_mean']:.4f} (95 % interval {r['bootstrap']['low']:.4f} - "
+                                  f"{r['bootstrap']['high']:.4f})") for r in summary["runs"]]
+    std = summary["test_auc_std"]
+    rows.append((f"mean over {len(summary['runs'])} seeds", f"{summary['test_auc_mean']:.4f}"
+                 + ("" if std is None else f" +- {std:.4f} (standard deviation over seeds)")))
+    print(f"test ROC-AUC, {summary['split']} split, {what} per seed:")
+    cli.print_table(rows, footer=f"summary: {out / 'metrics.json'}")
+
+
+def seeds_list(text: str) -> list[int]:
+    """``--seeds 0,1,2``: distinct seeds, each a valid ``--seed``."""
+    from minitransformer.cli.arguments import seed
+    try:
+        values = [seed(part.strip()) for part in text.split(",") if part.strip()]
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: {e}") from None
+    if not values or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give distinct seeds separated by commas, e.g. 0,1,2")
+    return values
