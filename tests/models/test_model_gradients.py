@@ -167,6 +167,8 @@ def test_encoder_features_change_the_cls_output_only_through_their_rows(float64)
     moved = _host(model(_dev(ENC_BATCH), head="cls", features=_dev(f)))
     np.testing.assert_allclose(moved - base, np.broadcast_to(_host(model.cls.weight.data)[SMALL["d_model"] + 1],
                                                              (3, 2)), rtol=1e-12, atol=1e-12)
+    from minitransformer.checkpoint.limits import declared_parameters
+    assert declared_parameters("Encoder", model.config.to_dict()) >= model.num_parameters()  # the head's F rows too
     with pytest.raises(ValueError, match="reads 3 features per molecule"):
         model(_dev(ENC_BATCH), head="cls")
     with pytest.raises(ValueError, match="needs n_outputs > 0"):
