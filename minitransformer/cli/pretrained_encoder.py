@@ -61,16 +61,18 @@ def load_encoder(path: str, table_smiles) -> PretrainedEncoder:
 
 
 def fine_tuning_config(encoder: PretrainedEncoder, recipe_model: dict, **head):
-    """The encoder's architecture with this run's dropouts and ``head`` (n_outputs, n_features, seed)."""
+    """The encoder's architecture with this run's dropouts and head width, and ``head``
+    (n_outputs, n_features, seed)."""
     from minitransformer.models import EncoderConfig
-    dropouts = {k: v for k, v in recipe_model.items() if k.endswith("dropout")}
+    dropouts = {k: v for k, v in recipe_model.items() if k.endswith("dropout") or k == "head_hidden"}
     return EncoderConfig.from_dict({**encoder.config, **dropouts, "mlm_head": False, **head})
 
 
 def load_weights(model, encoder: PretrainedEncoder) -> None:
     """Copy every weight of the encoder but its heads into ``model``; the head stays as drawn."""
-    body = {k: v for k, v in encoder.weights.items() if not k.startswith(("mlm.", "cls."))}
+    heads = ("mlm.", "cls.", "cls_hidden.")
+    body = {k: v for k, v in encoder.weights.items() if not k.startswith(heads)}
     missing, _ = model.load_state_dict(body, strict=False)
-    if any(not name.startswith("cls.") for name in missing):
+    if any(not name.startswith(heads) for name in missing):
         raise ValueError(f"--encoder {encoder.path} lacks weights the model needs: "
-                         f"{', '.join(n for n in missing if not n.startswith('cls.'))}")
+                         f"{', '.join(n for n in missing if not n.startswith(heads))}")

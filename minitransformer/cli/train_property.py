@@ -84,6 +84,8 @@ def add_parser(kinds):
                         "their mean test ROC-AUC and its standard deviation over seeds (OUT/seed-S, OUT/metrics.json)")
     p.add_argument("--ensemble", type=cli.int_at_least(1, 32, "each is a whole training run"), default=1,
                    help="train N models per seed on the same split and average their test probabilities")
+    p.add_argument("--head-hidden", type=cli.int_at_least(0), default=None,
+                   help="a hidden layer of this many units in the classifier head (0: one linear layer, the preset)")
     p.add_argument("--descriptors", choices=("on", "off"), default=None,
                    help="the head also reads RDKit's 2D descriptors of each molecule, scaled on the training split "
                         "(default: the preset's)")
@@ -99,6 +101,8 @@ def resolve_recipe(args) -> PropertyRecipe:
         r = dataclasses.replace(r, **QUICK)
     r = apply_overrides(r, args, ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta",
                                   "pretrain_limit"))
+    if args.head_hidden is not None:
+        r = dataclasses.replace(r, model=dict(r.model, head_hidden=args.head_hidden))
     if args.descriptors is not None:
         r = dataclasses.replace(r, descriptors=args.descriptors == "on")
     if args.encoder and args.pretrain:

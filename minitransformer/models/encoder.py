@@ -20,7 +20,10 @@ Heads (chosen per call with ``forward(ids, head=...)``):
   the head also reads a vector of F numbers given per molecule (such as RDKit's
   descriptors, :mod:`minitransformer.chem.descriptors`), side by side with the
   first token's state: :math:`y = [h_{:,0}; f] W_c + b_c`, :math:`W_c` of shape
-  (D + F, n_outputs). The features are inputs: they get no gradient.
+  (D + F, n_outputs). The features are inputs: they get no gradient. With
+  ``head_hidden`` = H > 0 the head is a two-layer network, as Chemprop's:
+  :math:`y = \mathrm{drop}(\mathrm{act}([h_{:,0}; f] W_1 + b_1)) W_c + b_c`, :math:`W_1` of shape
+  (D + F, H), the block's activation and ``resid_dropout``.
 * ``None``: the hidden states (B, T, D) themselves.
 """
 from __future__ import annotations
@@ -35,14 +38,15 @@ from minitransformer.nn.attention import padding_mask
 from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_token_batch
 from minitransformer.nn.blocks import EncoderBlock, Stack
 from minitransformer.nn.config import TransformerOptions
-from minitransformer.nn import LayerNorm, Linear, Module, ModuleList, set_rng
+from minitransformer.nn import Dropout, LayerNorm, Linear, Module, ModuleList, make_activation, set_rng
 
 
 @dataclasses.dataclass(kw_only=True)
 class EncoderConfig(TransformerOptions):
     """Options of :class:`Encoder`. ``n_outputs`` > 0 adds the pooled CLS head, which
-    reads ``n_features`` numbers per molecule beside the CLS state; ``mlm_head`` adds
-    the masked-LM head (tied to the embedding if ``tie_embeddings``)."""
+    reads ``n_features`` numbers per molecule beside the CLS state, through a hidden
+    layer of ``head_hidden`` units when that is > 0; ``mlm_head`` adds the masked-LM
+    head (tied to the embedding if ``tie_embeddings``)."""
 
     vocab_size: int = dataclasses.field(kw_only=False)
     n_layers: int = 2
@@ -50,12 +54,14 @@ class EncoderConfig(TransformerOptions):
     mlm_head: bool = True
     n_outputs: int = 0
     n_features: int = 0
+    head_hidden: int = 0
 
     def __post_init__(self):
-        super().__post_init__()  # types and ranges: n_features >= 0
-        if self.n_features and not self.n_outputs:
-            raise ValueError(f"EncoderConfig: n_features={self.n_features} needs n_outputs > 0, the cls head that "
-                             "reads them")
+        super().__post_init__()  # types and ranges: n_features, head_hidden >= 0
+        for name in ("n_features", "head_hidden"):
+            if getattr(self, name) and not self.n_outputs:
+                raise ValueError(f"EncoderConfig: {name}={getattr(self, name)} needs n_outputs > 0, the cls head "
+                                 "it belongs to")
 
 
 class Encoder(Module):
@@ -70,8 +76,13 @@ class Encoder(Module):
         self.mlm = (OutputProjection(c.d_model, c.vocab_size, c.bias, self.rng,
                                      tied_to=self.embed.tok if c.tie_embeddings else None)
                     if c.mlm_head else None)
-        self.cls = (Linear(c.d_model + c.n_features, c.n_outputs, bias=True, rng=self.rng)
-                    if c.n_outputs > 0 else None)
+        width = c.d_model + c.n_features  # what the cls head reads: [h_cls; f]
+        self.cls_hidden = self.cls_act = self.cls_drop = None
+        if c.n_outputs and c.head_hidden:
+            self.cls_hidden = Linear(width, c.head_hidden, bias=True, rng=self.rng)
+            self.cls_act, self.cls_drop = make_activation(c.activation), Dropout(c.resid_dropout, rng=self.rng)
+            width = c.head_hidden
+        self.cls = Linear(width, c.n_outputs, bias=True, rng=self.rng) if c.n_outputs > 0 else None
         self.stack = Stack(self.embed, self.blocks, self.ln_f)  # embed -> blocks -> ln_f, and back
         set_rng(self, self.rng)
 
@@ -99,7 +110,10 @@ class Encoder(Module):
         if head == "cls":
             if self.cls is None:
                 raise ValueError("Encoder: built with n_outputs=0; there is no 'cls' head")
-            return self.cls(self._pooled(h, features))  # (B, n_outputs)
+            z = self._pooled(h, features)  # (B, D + F)
+            if self.cls_hidden is not None:
+                z = self.cls_drop(self.cls_act(self.cls_hidden(z)))  # (B, head_hidden)
+            return self.cls(z)  # (B, n_outputs)
         raise ValueError(f"Encoder: head must be None, 'mlm' or 'cls', got {head!r}")
 
     def backward(self, dout):
@@ -111,7 +125,10 @@ class Encoder(Module):
             dh = self.mlm.backward(dout)  # (B, T, D)
         else:
             dh = xp.zeros(shape, dtype=dout.dtype)  # (B, T, D): only the first position is used
-            dh[:, 0] = self.cls.backward(dout)[:, :shape[-1]]  # the features' columns get no gradient
+            dz = self.cls.backward(dout)  # (B, D + F) or (B, head_hidden)
+            if self.cls_hidden is not None:
+                dz = self.cls_hidden.backward(self.cls_act.backward(self.cls_drop.backward(dz)))  # (B, D + F)
+            dh[:, 0] = dz[:, :shape[-1]]  # the features' columns get no gradient
         self.encode_backward(dh)
         return None
 

@@ -159,6 +159,20 @@ def test_encoder_cls_head_with_features_gradcheck(any_backend, float64):
     assert model.cls.weight.shape == (SMALL["d_model"] + 3, 2)
 
 
+def test_encoder_two_layer_cls_head_gradcheck(any_backend, float64):
+    """head_hidden > 0: [h_cls; f] -> Linear -> GELU -> Linear; every weight checked."""
+    cfg = EncoderConfig(vocab_size=V, n_layers=1, seed=6, n_outputs=2, n_features=3, head_hidden=5,
+                        mlm_head=False, **SMALL)
+    model = Encoder(cfg)
+    _perturb(model, seed=3)
+    features = _dev(np.random.default_rng(5).standard_normal((3, 3)))  # (B, F)
+    report = check_module(model, _dev(ENC_BATCH), None, kwargs={"head": "cls", "features": features}, **_how())
+    assert _checked_names(report) == {n for n, _ in model.named_parameters()}
+    assert model.cls_hidden.weight.shape == (SMALL["d_model"] + 3, 5) and model.cls.weight.shape == (5, 2)
+    from minitransformer.checkpoint.limits import declared_parameters
+    assert declared_parameters("Encoder", cfg.to_dict()) >= model.num_parameters()
+
+
 def test_encoder_features_change_the_cls_output_only_through_their_rows(float64):
     model = Encoder(EncoderConfig(vocab_size=V, n_layers=1, n_outputs=2, n_features=3, mlm_head=False, **SMALL))
     f = np.zeros((3, 3))
