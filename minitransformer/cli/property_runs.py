@@ -29,6 +29,7 @@ import numpy as np
 MEMBER_STRIDE = 1000
 #: Each run's test probabilities at full precision (predictions.csv keeps 4 decimals), for the ensemble.
 PROBABILITIES = "test_probabilities.npy"
+VAL_PROBABILITIES = "val_probabilities.npy"  # the same on the validation molecules, with the test's writings
 
 
 def run_seeds(command, args) -> int:
@@ -86,7 +87,12 @@ def _seed_result(seed: int, folders) -> dict:
     names = list(first["test_auc"])
     auc = multilabel_roc_auc(labels, probs, mask=~np.isnan(labels), names=names)
     members = [read_json(Path(f) / "metrics.json")["test_auc_mean"] for f in folders]
-    return {"seed": seed, "test_auc_mean": auc["mean"],
+    val = None  # the validation AUC of the averaged probabilities: what chooses between recipes
+    if all((Path(f) / VAL_PROBABILITIES).exists() for f in folders):
+        val_labels = np.load(Path(folders[0]) / "val_labels.npy")  # (N_val, K)
+        val_probs = np.mean([np.load(Path(f) / VAL_PROBABILITIES) for f in folders], axis=0)  # (N_val, K)
+        val = multilabel_roc_auc(val_labels, val_probs, mask=~np.isnan(val_labels))["mean"]
+    return {"seed": seed, "test_auc_mean": auc["mean"], "val_auc_mean": val,
             "test_auc": {k: None if np.isnan(v) else v for k, v in auc["per_label"].items()},
             "bootstrap": bootstrap_mean_auc(labels, probs, mask=~np.isnan(labels), seed=seed),
             "members_test_auc_mean": members, "val_auc_best": [read_json(Path(f) / "metrics.json")["val_auc_best"]
@@ -96,6 +102,7 @@ def _seed_result(seed: int, folders) -> dict:
 def summarize(results: list, ensemble: int, split: str) -> dict:
     """Mean and standard deviation over seeds of the mean test AUC, and per assay."""
     means = [r["test_auc_mean"] for r in results]
+    vals = [r["val_auc_mean"] for r in results]
     names = list(results[0]["test_auc"])
     per_task = {}
     for name in names:
@@ -103,7 +110,8 @@ def summarize(results: list, ensemble: int, split: str) -> dict:
         per_task[name] = float(np.mean(values)) if values else None
     return {"split": split, "seeds": [r["seed"] for r in results], "ensemble": ensemble,
             "test_auc_mean": float(np.mean(means)), "test_auc_std": statistics.stdev(means) if len(means) > 1 else None,
-            "test_auc_per_seed": means, "test_auc_per_task": per_task, "runs": results}
+            "test_auc_per_seed": means, "test_auc_per_task": per_task,
+            "val_auc_mean": float(np.mean(vals)) if None not in vals else None, "runs": results}
 
 
 def _print(summary: dict, out: Path) -> None:

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minitransformer.cli.property_runs import PROBABILITIES
+from minitransformer.cli.property_runs import PROBABILITIES, VAL_PROBABILITIES
 from minitransformer.cli.training import Data, Phase, TrainingCommand, apply_overrides, set_budgets
 from minitransformer.train.recipe import PropertyRecipe, model, quick_model
 
@@ -255,6 +255,10 @@ class TrainProperty(TrainingCommand):
         write_predictions(run.out / "predictions.csv", test, probs)
         write_array(run.out / PROBABILITIES, probs)  # full precision, for an ensemble's average
         write_array(run.out / "test_labels.npy", test.labels)
+        val_views = view_probabilities(run.model, run.data.vocab, val.smiles, r.tta, run.args.seed, r.max_len,
+                                       features=None if features is None else features.val)  # tta x (N_val, K)
+        write_array(run.out / VAL_PROBABILITIES, np.mean(val_views, axis=0))  # an ensemble is judged on these
+        write_array(run.out / "val_labels.npy", val.labels)
         per_task = {name: None if np.isnan(v) else v for name, v in auc["per_label"].items()}  # JSON: no NaN
         return {"test_auc_mean": auc["mean"], "test_auc_mean_single_view": single["mean"], "test_auc": per_task,
                 "test_auc_bootstrap": interval,

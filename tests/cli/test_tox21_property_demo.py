@@ -269,6 +269,13 @@ def test_seeds_and_ensembles_report_the_mean_and_spread_of_what_each_seed_scored
     assert summary["test_auc_per_seed"] == pytest.approx(scores, abs=1e-12)
     assert summary["test_auc_mean"] == pytest.approx(np.mean(scores))
     assert summary["test_auc_std"] == pytest.approx(np.std(scores, ddof=1))
+    vals = []
+    for seed in (0, 1):
+        members = [out / f"seed-{seed}" / f"member-{k}" for k in (0, 1)]
+        labels = np.load(members[0] / "val_labels.npy")
+        p = np.mean([np.load(m / "val_probabilities.npy") for m in members], axis=0)
+        vals.append(multilabel_roc_auc(labels, p, mask=~np.isnan(labels))["mean"])
+    assert summary["val_auc_mean"] == pytest.approx(np.mean(vals))  # what chooses between recipes
     assert "mean over 2 seeds" in capsys.readouterr().out
     assert run_cli(demo.main, argv) == 2  # the folder holds these runs: --resume or --force
     assert "--resume" in capsys.readouterr().err
