@@ -95,12 +95,9 @@ def scatter_add(target, indices, values) -> None:
     .. math:: \mathrm{target}_i \mathrel{+}= \textstyle\sum_{n:\ \mathrm{indices}_n = i} \mathrm{values}_n
 
     target (V, ...), indices (N,), values (N, ...). Plain ``target[indices] += values``
-    would keep one of several rows with the same index; ``add.at`` sums them all."""
-    if _state["name"] == "cupy":
-        import cupyx
-        cupyx.scatter_add(target, indices, values)
-    else:
-        xp.add.at(target, indices, values)
+    would keep one of several rows with the same index; ``add.at`` sums them all (NumPy's, or
+    CuPy's, which replaced the deprecated ``cupyx.scatter_add``)."""
+    xp.add.at(target, indices, values)
 
 
 def erf(x):

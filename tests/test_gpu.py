@@ -57,7 +57,7 @@ def test_cross_entropy_and_embedding_match_numpy():
 
 
 def test_relative_position_bias_matches_numpy():
-    """The lookup (fancy indexing) and its scatter-add (cupyx.scatter_add), and attention
+    """The lookup (fancy indexing) and its scatter-add (cupy.add.at), and attention
     with the bias, on the GPU."""
     def fn():
         pos = backend.xp.arange(6)

@@ -7,7 +7,7 @@ several times faster at D = 64:
 
 .. math:: dW_i = \textstyle\sum_{n:\ \mathrm{ids}_n = i} \mathrm{dout}_n .
 
-On a GPU (and its strict stand-in) the reference's ``cupyx.scatter_add`` is used.
+On a GPU (and its strict stand-in) the reference's ``add.at`` is used.
 """
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def test_float_ids_raise(any_backend, float64, randn):
 
 @pytest.mark.parametrize("n", [0, 1, 7, 500])
 def test_scatter_add_matches_add_at(any_backend, float64, n):
-    """backend.scatter_add (sort + reduceat on the CPU) sums repeated rows like np.add.at."""
+    """backend.scatter_add (add.at of the active backend) sums repeated rows like np.add.at."""
     rng = np.random.default_rng(n)
     ids = rng.integers(0, 9, size=n)  # (n,) with repeats, some rows never hit
     vals = rng.standard_normal((n, 4))  # (n, 4)
