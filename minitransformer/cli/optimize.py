@@ -20,7 +20,7 @@ import io
 from pathlib import Path
 
 SETTINGS = ("steps", "batch_size", "sigma", "lr", "replay", "replay_k", "scaffold_limit", "temperature", "seed",
-            "grammar", "score_repeats")
+            "grammar", "score_repeats", "memory", "augment_rounds")
 
 
 def add_parser(commands):
@@ -48,6 +48,12 @@ def add_parser(commands):
                    help="rewards per Bemis-Murcko scaffold before it scores 0 (default: 25; 0: no diversity filter)")
     p.add_argument("--score-repeats", action="store_true",
                    help="a molecule drawn again gets its score again (PMO's REINVENT); default: it scores 0")
+    p.add_argument("--memory", choices=("replay", "augmented"), default="replay",
+                   help="replay: REINVENT's experience replay (default); augmented: augmented memory, more steps on "
+                        "random writings of the scored and replayed molecules, and the memory purged of closed "
+                        "scaffolds (Guo and Schwaller, 2024)")
+    p.add_argument("--augment-rounds", type=cli.int_at_least(0, 16, "each is a step of the agent"), default=2,
+                   help="with --memory augmented: extra steps per scoring (default: 2)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0, help="sampling temperature")
     p.add_argument("--seed", type=cli.seed, default=0)
     p.add_argument("--grammar", choices=("syntax", "valence"), default=None,
@@ -175,6 +181,16 @@ def _saved_note(out: Path, t: int) -> str:
     return f"steps 1-{t} are saved in {out} (last.npz at step {t}); continue with --resume"
 
 
+def prior_writes_kekule(path, vocab) -> bool:
+    """Whether the prior was trained on Kekule writings (its run's ``form``; without a record, whether
+    its vocabulary lacks aromatic atoms): augmented memory writes its random writings that way."""
+    from minitransformer.checkpoint import load_checkpoint
+    settings = (load_checkpoint(path).meta.get("run") or {}).get("settings") or {}
+    if "form" in settings:
+        return settings["form"] == "kekule"
+    return not any(t in vocab for t in ("c", "n", "o", "s"))
+
+
 def run(args) -> int:
     from minitransformer import cli
     from minitransformer.chem.judge.draw import DrawingUnavailable, molecule_grid_png
@@ -187,7 +203,8 @@ def run(args) -> int:
     spec = check_spec(args.score)  # every mistake in the score refused before any work
     objective = objective_from_spec(spec)
     prior, vocab = load_generator(args.prior)
-    config = SteeringConfig(**{k: getattr(args, k) for k in SETTINGS if k != "steps"})
+    config = SteeringConfig(**{k: getattr(args, k) for k in SETTINGS if k != "steps"},
+                            kekule=prior_writes_kekule(args.prior, vocab))
     out = Path(args.out)
     resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=("last.npz",))
     run_info = {"prior_sha256": file_sha256(args.prior), "score": score_fingerprint(spec),

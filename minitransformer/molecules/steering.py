@@ -16,7 +16,14 @@ the *agent* starts as its copy. Each :meth:`Steering.step`:
 4. takes one Adam step on REINVENT's augmented-likelihood loss
    (:mod:`minitransformer.train.augmented_likelihood`, where its gradient is derived):
    the agent's log-likelihood of each sequence is pulled toward the prior's plus
-   :math:`\sigma` times its score.
+   :math:`\sigma` times its score;
+5. with **augmented memory** (``memory="augmented"``, Guo and Schwaller, 2024), takes
+   ``augment_rounds`` more Adam steps on the same loss, each on new random writings
+   (SMILES enumeration) of the step's valid molecules and of the replayed ones, with
+   the scores they already have: more learning from every scoring call, which is what
+   a budget of scoring calls counts. And a **selective memory purge**: once the
+   diversity filter has closed a scaffold, the memory forgets its molecules, so that
+   replay does not keep pulling the agent back to it.
 
 The state (agent weights, optimizer, random stream, memory, scaffold counts, the
 molecules seen, the step) is :meth:`Steering.state_dict`, so a run resumes exactly.
@@ -54,13 +61,20 @@ class SteeringConfig:
     seed: int = 0
     grammar: str | None = None  # None (the bare agent), "syntax" or "valence": a constrained sampler
     score_repeats: bool = False  # a molecule drawn again gets its score again instead of 0
+    memory: str = "replay"  # "replay" (REINVENT's experience replay) or "augmented" (augmented memory)
+    augment_rounds: int = 2  # with memory="augmented": extra steps on random writings, per scoring
+    kekule: bool = False  # write the random writings in Kekule form (as the prior was trained)
 
     def __post_init__(self):
         if not isinstance(self.score_repeats, bool):
             raise ValueError(f"score_repeats must be True or False, got {self.score_repeats!r}")
+        if self.memory not in ("replay", "augmented"):
+            raise ValueError(f"memory must be 'replay' or 'augmented', got {self.memory!r}")
+        if not isinstance(self.kekule, bool):
+            raise ValueError(f"kekule must be True or False, got {self.kekule!r}")
         if self.grammar not in (None, "syntax", "valence"):
             raise ValueError(f"grammar must be None, 'syntax' or 'valence', got {self.grammar!r}")
-        for name in ("batch_size", "replay", "replay_k", "scaffold_limit", "seed"):
+        for name in ("batch_size", "replay", "replay_k", "scaffold_limit", "seed", "augment_rounds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "batch_size" else 0):
                 raise ValueError(f"{name} must be a whole number >= {1 if name == 'batch_size' else 0}, got {value!r}")
@@ -123,13 +137,28 @@ class Steering:
                 self.memory.append((float(s), c, list(map(int, row))))
         self.memory.sort(key=lambda m: -m[0])
         del self.memory[self.config.replay:]
+        if self.config.memory == "augmented" and self.config.scaffold_limit:  # the selective purge
+            limit = self.config.scaffold_limit
+            self.memory = [m for m in self.memory if self.scaffold_counts.get(murcko_scaffold(m[1]), 0) < limit]
 
-    def _replayed(self) -> tuple[list, np.ndarray]:
+    def _replayed(self) -> tuple[list, np.ndarray, list]:
+        """k molecules of the memory: (token rows, scores, canonical SMILES)."""
         if not self.config.replay or not self.memory:
-            return [], np.zeros(0)
+            return [], np.zeros(0), []
         k = min(self.config.replay_k, len(self.memory))
         pick = self.rng.host().choice(len(self.memory), size=k, replace=False)
-        return [self.memory[i][2] for i in pick], np.array([self.memory[i][0] for i in pick])
+        return ([self.memory[i][2] for i in pick], np.array([self.memory[i][0] for i in pick]),
+                [self.memory[i][1] for i in pick])
+
+    def _rewritten(self, canon: list, rows: list) -> list:
+        """A new random writing of each molecule as token rows (<bos> ... <eos>); a molecule
+        whose writing needs a token the vocabulary lacks, or more than max_len ids, keeps its row."""
+        from minitransformer.chem.datasets.data import randomize_smiles
+        rng, max_len, out = self.rng.host(), self.agent.config.max_len, []
+        for c, row in zip(canon, rows):
+            ids = self.vocab.encode(randomize_smiles(c, rng, self.config.kekule))
+            out.append(ids if len(ids) <= max_len and self.vocab.unk_id not in ids else list(map(int, row)))
+        return out
 
     # ------------------------------------------------------------------ resuming
     def state_dict(self) -> dict:
@@ -160,8 +189,27 @@ class Steering:
         smiles = [self.vocab.decode(row) for row in ids]
         scores, canon, parts = self.score(smiles)
         self._remember(scores, canon, ids)
-        rows, replay_scores = self._replayed()
-        all_rows = [list(map(int, r)) for r in ids] + rows
+        rows, replay_scores, replay_canon = self._replayed()
+        loss = self._update([list(map(int, r)) for r in ids] + rows, np.concatenate([scores, replay_scores]))
+        if cfg.memory == "augmented":  # more steps on new writings of the same scored molecules
+            valid = [i for i, c in enumerate(canon) if c is not None]
+            again = [canon[i] for i in valid] + replay_canon
+            again_scores = np.concatenate([scores[valid], replay_scores])
+            for _ in range(cfg.augment_rounds):
+                if again:
+                    self._update(self._rewritten(again, [ids[i] for i in valid] + rows), again_scores)
+        self.t += 1
+        valid = sum(c is not None for c in canon)
+        return {"step": self.t, "loss": loss, "mean_score": float(scores.mean()),
+                "mean_raw_score": float(np.mean(parts["raw"])), "validity": valid / len(smiles),
+                "top10": float(np.mean(sorted(scores)[-10:])), "best": self.memory[0][:2] if self.memory else None,
+                "smiles": smiles, "scores": scores.tolist(), "canonical": canon,
+                "parts": {k: np.asarray(v, dtype=np.float64).tolist() for k, v in parts.items() if k != "raw"},
+                "rewarded_scaffolds": len(self.scaffold_counts)}
+
+    def _update(self, all_rows: list, scores: np.ndarray) -> float:
+        """One Adam step of the agent on the augmented likelihood of these token rows and scores."""
+        cfg = self.config
         T = max(len(r) for r in all_rows)
         batch = np.full((len(all_rows), T), self.vocab.pad_id, dtype=np.int64)  # (B + k, T)
         for i, r in enumerate(all_rows):
@@ -171,7 +219,7 @@ class Steering:
         prior_logp, _ = sequence_log_likelihood_forward(self.prior(inputs), targets, self.vocab.pad_id)  # (N,)
         logits = self.agent(inputs)  # (N, T-1, V)
         agent_logp, lcache = sequence_log_likelihood_forward(logits, targets, self.vocab.pad_id)  # (N,)
-        all_scores = backend.asarray(np.concatenate([scores, replay_scores]).astype(logits.dtype))  # (N,)
+        all_scores = backend.asarray(scores.astype(logits.dtype))  # (N,)
         loss, acache = augmented_likelihood_forward(agent_logp, prior_logp, all_scores, cfg.sigma)
         self._refuse_divergence("loss", float(loss))
         self.agent.zero_grad()
@@ -179,14 +227,7 @@ class Steering:
         self._refuse_divergence("gradient", _first_non_finite(self.agent, "grad"))
         self.optimizer.step()
         self._refuse_divergence("weights", _first_non_finite(self.agent, "data"))
-        self.t += 1
-        valid = sum(c is not None for c in canon)
-        return {"step": self.t, "loss": float(loss), "mean_score": float(scores.mean()),
-                "mean_raw_score": float(np.mean(parts["raw"])), "validity": valid / len(smiles),
-                "top10": float(np.mean(sorted(scores)[-10:])), "best": self.memory[0][:2] if self.memory else None,
-                "smiles": smiles, "scores": scores.tolist(), "canonical": canon,
-                "parts": {k: np.asarray(v, dtype=np.float64).tolist() for k, v in parts.items() if k != "raw"},
-                "rewarded_scaffolds": len(self.scaffold_counts)}
+        return float(loss)
 
 
     def _refuse_divergence(self, what: str, value) -> None:

@@ -31,6 +31,20 @@ def test_a_run_writes_every_output_and_resumes_exactly(tiny_checkpoints, tmp_pat
     assert (tmp_path / "halves" / "scored.csv").read_text() == (tmp_path / "straight" / "scored.csv").read_text()
 
 
+def test_augmented_memory_runs_and_resumes_exactly_from_the_command_line(tiny_checkpoints, tmp_path, capsys):
+    lm = tiny_checkpoints["lm"]
+    extra = ("--memory", "augmented", "--augment-rounds", "1")
+    code, said = _go(lm, tmp_path / "straight", capsys, "--steps", "3", *extra)
+    assert code == 0, said.err
+    settings = json.loads((tmp_path / "straight" / "config.json").read_text())
+    assert "augmented" in json.dumps(settings) and '"augment_rounds": 1' in json.dumps(settings)
+    assert _go(lm, tmp_path / "halves", capsys, "--steps", "2", *extra)[0] == 0
+    assert _go(lm, tmp_path / "halves", capsys, "--steps", "3", "--resume", *extra)[0] == 0
+    assert (tmp_path / "halves" / "scored.csv").read_text() == (tmp_path / "straight" / "scored.csv").read_text()
+    code, said = _go(lm, tmp_path / "halves", capsys, "--steps", "4", "--resume")  # another memory: refused
+    assert code == 2 and "memory" in said.err
+
+
 def test_a_resume_with_another_score_is_refused(tiny_checkpoints, tmp_path, capsys):
     lm = tiny_checkpoints["lm"]
     assert _go(lm, tmp_path / "r", capsys, "--steps", "1")[0] == 0

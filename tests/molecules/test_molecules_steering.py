@@ -75,7 +75,7 @@ def test_the_memory_keeps_the_best_and_replays_them():
     for _ in range(3):
         run.step()
     assert 0 < len(run.memory) <= 5 and [m[0] for m in run.memory] == sorted((m[0] for m in run.memory), reverse=True)
-    rows, scores = run._replayed()
+    rows, scores, _ = run._replayed()
     assert len(rows) == min(3, len(run.memory)) and all(s > 0 for s in scores)
 
 
@@ -113,3 +113,77 @@ def test_the_grammar_sampler_gives_valid_molecules_only():
     assert run.step()["validity"] == 1.0
     with pytest.raises(ValueError, match="grammar must be"):
         SteeringConfig(grammar="strict")
+
+
+def _counting(function):
+    calls = []
+
+    def scored(smiles):
+        calls.append(len(smiles))
+        return function(smiles)
+    return scored, calls
+
+
+def test_augmented_memory_learns_more_from_each_scoring_on_new_writings():
+    """memory="augmented": one scoring call a step, 1 + augment_rounds Adam steps, the extra ones
+    on other writings of the same molecules, with the scores they already had."""
+    from minitransformer.chem.datasets.data import canonical
+    scored, calls = _counting(_carbon_share)
+    prior, vocab = _prior()
+    run = Steering(prior, vocab, Objective([Component("user", params={"function": scored})]),
+                   SteeringConfig(batch_size=8, replay=6, replay_k=3, scaffold_limit=0, memory="augmented",
+                                  augment_rounds=2, seed=2))
+    seen_rows = []
+    real = run._update
+
+    def spy(rows, scores):
+        seen_rows.append((rows, scores))
+        return real(rows, scores)
+    run._update = spy
+    for _ in range(3):
+        run.step()
+    assert calls == [8, 8, 8], "the objective is called once a step"
+    assert run.optimizer.t == 9, "three Adam steps a scoring step"
+    rows, scores = seen_rows[-1]  # an augmentation round: every row a writing of a scored molecule
+    decoded = [canonical(vocab.decode(r)) for r in rows]
+    assert None not in decoded and len(decoded) == len(scores)
+    step_rows, step_scores = seen_rows[-3]
+    by_molecule = {canonical(vocab.decode(r)): s for r, s in zip(step_rows, step_scores)}
+    assert all(by_molecule[c] == s for c, s in zip(decoded, scores)), "the scores they already had"
+
+
+def test_augmented_memory_purges_closed_scaffolds_from_the_memory():
+    prior, vocab = _prior()
+    run = Steering(prior, vocab, Objective([Component("user", params={"function": lambda s: [1.0] * len(s)})]),
+                   SteeringConfig(batch_size=4, replay=10, scaffold_limit=2, memory="augmented"))
+    smiles = ["Cc1ccccc1", "CCc1ccccc1", "C1CCCCC1"]
+    scores, canon, _ = run.score(smiles)
+    run._remember(scores, canon, [[1]] * 3)
+    assert {m[1] for m in run.memory} == {"C1CCCCC1"}, "the benzene scaffold reached its limit: forgotten"
+    keep = Steering(prior, vocab, Objective([Component("user", params={"function": lambda s: [1.0] * len(s)})]),
+                    SteeringConfig(batch_size=4, replay=10, scaffold_limit=2))
+    scores, canon, _ = keep.score(smiles)
+    keep._remember(scores, canon, [[1]] * 3)
+    assert len(keep.memory) == 3, "REINVENT's replay keeps them"
+
+
+def test_an_augmented_run_resumes_bit_exactly():
+    objective = Objective([Component("user", params={"function": _carbon_share})])
+    config = SteeringConfig(batch_size=8, sigma=20.0, lr=3e-3, replay=4, replay_k=2, scaffold_limit=0, seed=3,
+                            memory="augmented", augment_rounds=1)
+    prior, vocab = _prior()
+    straight = Steering(prior, vocab, objective, config)
+    for _ in range(4):
+        last = straight.step()
+    first = Steering(prior, vocab, objective, config)
+    for _ in range(2):
+        first.step()
+    resumed = Steering(prior, vocab, objective, config)
+    resumed.load_state_dict(first.state_dict())
+    for _ in range(2):
+        again = resumed.step()
+    assert again["smiles"] == last["smiles"] and again["scores"] == last["scores"]
+    for (name, a), (_, b) in zip(straight.agent.named_parameters(), resumed.agent.named_parameters()):
+        assert np.array_equal(a.data, b.data), name
+    with pytest.raises(ValueError, match="memory must be"):
+        SteeringConfig(memory="fifo")
