@@ -59,7 +59,8 @@ def run_task(prior, vocab, name: str, seed: int, args) -> dict:
     oracle = OracleBudget(get_task(name), budget=args.budget, log_every=100)
     config = SteeringConfig(batch_size=args.batch_size, sigma=args.sigma, lr=args.lr, replay=args.replay,
                             replay_k=args.replay_k, scaffold_limit=args.scaffold_limit, seed=seed,
-                            grammar=args.grammar, score_repeats=args.score_repeats)
+                            grammar=args.grammar, score_repeats=args.score_repeats, memory=args.memory,
+                            augment_rounds=args.augment_rounds, kekule=args.kekule)
     steering = Steering(prior, vocab, lambda smiles: (oracle(smiles), {}), config)
     start, stale, validity = time.perf_counter(), 0, []
     while not oracle.exhausted and steering.t < args.max_steps and stale < args.patience:
@@ -110,6 +111,9 @@ def main() -> None:
     p.add_argument("--replay-k", type=int, default=24, help="molecules replayed per step")
     p.add_argument("--scaffold-limit", type=int, default=0, help="diversity filter (0: off, as in PMO's REINVENT)")
     p.add_argument("--grammar", choices=("syntax", "valence"), default=None, help="a constrained sampler")
+    p.add_argument("--memory", choices=("replay", "augmented"), default="replay",
+                   help="REINVENT's replay (default, PMO's baseline) or augmented memory")
+    p.add_argument("--augment-rounds", type=int, default=2, help="with --memory augmented: extra steps per scoring")
     p.add_argument("--score-repeats", action="store_true",
                    help="a molecule drawn again scores again, as in PMO's REINVENT (default: 0, as `optimize`)")
     p.add_argument("--max-steps", type=int, default=2000)
@@ -127,6 +131,8 @@ def main() -> None:
     from minitransformer.cli.provenance import file_sha256
     from minitransformer.molecules.sampling import load_generator
     prior, vocab = load_generator(args.prior)
+    from minitransformer.cli.optimize import prior_writes_kekule
+    args.kekule = prior_writes_kekule(args.prior, vocab)  # augmented memory writes molecules as the prior learnt
     runs = []
     for name in args.tasks:
         for seed in args.seeds:

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("MINITRANSFORMER_KERNELS", "fast"
 
 
 def test_the_pmo_benchmark_runs_a_small_budget(tmp_path):
+    """With augmented memory (the replay baseline shares every other line)."""
     pytest.importorskip("rdkit")
     from minitransformer.checkpoint import save_checkpoint
     from minitransformer.chem import Vocab
@@ -26,7 +27,8 @@ def test_the_pmo_benchmark_runs_a_small_budget(tmp_path):
     out = tmp_path / "pmo.json"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pmo.py"), "--prior", str(tmp_path / "prior.npz"),
                            "--tasks", "qed,isomers_c7h8n2o2", "--budget", "40", "--batch-size", "16",
-                           "--patience", "3", "--max-steps", "30", "--json", str(out), "--threads", "1"],
+                           "--patience", "3", "--max-steps", "30", "--json", str(out), "--threads", "1",
+                           "--memory", "augmented"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
