@@ -235,8 +235,10 @@ def bootstrap_mean_auc(y_true, scores, mask=None, resamples: int = 1000, seed: i
         resamples: :math:`R`, the draws. seed: their random stream.
 
     Returns:
-        ``{"low", "high", "std", "resamples", "level"}``: the interval, the draws' standard
-        deviation, and the settings.
+        ``{"low", "high", "std", "resamples", "used", "level"}``: the interval, the draws'
+        standard deviation, the draws asked for and those with a mean (a draw in which no
+        label holds both classes has none), and the level. With fewer than two such draws
+        (a handful of test molecules) the interval and spread are None.
     """
     y = _host(y_true, "bootstrap_mean_auc: y_true")
     s = _host(scores, "bootstrap_mean_auc: scores")
@@ -253,5 +255,8 @@ def bootstrap_mean_auc(y_true, scores, mask=None, resamples: int = 1000, seed: i
         means[r] = multilabel_roc_auc(y[rows], s[rows], mask=present[rows])["mean"]
     means = means[np.isfinite(means)]
     tail = 100 * (1 - level) / 2
+    if means.size < 2:
+        return {"low": None, "high": None, "std": None, "resamples": resamples, "used": int(means.size),
+                "level": level}
     return {"low": float(np.percentile(means, tail)), "high": float(np.percentile(means, 100 - tail)),
-            "std": float(np.std(means, ddof=1)), "resamples": resamples, "level": level}
+            "std": float(np.std(means, ddof=1)), "resamples": resamples, "used": int(means.size), "level": level}

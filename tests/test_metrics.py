@@ -227,3 +227,5 @@ def test_bootstrap_interval_holds_the_mean_auc_and_narrows_with_more_molecules()
         bootstrap_mean_auc(y, s, mask=~np.isnan(y), resamples=50, seed=3)
     with pytest.raises(ValueError, match="resamples must be >= 2"):
         bootstrap_mean_auc(y, s, resamples=1)
+    one_class = bootstrap_mean_auc(np.zeros((5, 2)), rng.random((5, 2)), resamples=20)  # no draw has a mean
+    assert one_class["low"] is None and one_class["std"] is None and one_class["used"] == 0

@@ -8,11 +8,13 @@ molecules from elsewhere (MOSES, a file) with every molecule of the labelled tab
 and builds its vocabulary over the whole table, so its encoder has seen no molecule of any
 split and reads every one of them: it serves every split and every seed of that table.
 
-What is refused, each in one line: a checkpoint that is not such an encoder; one pretrained on
-the training split's own molecules (``--pretrain-data train``, or a quick run), which has seen
-molecules another split holds out; one made from another table (its fingerprint differs).
-The fine-tuned model takes the encoder's architecture and vocabulary; the head, the
-descriptors and the dropouts are this run's.
+What is refused, each in one line, before the run folder is touched: a checkpoint that is not
+such an encoder; one saved after fine-tuning (``OUT/best.npz``, ``OUT/last.npz``), which has
+learnt one split's training labels, test molecules of another split among them; one pretrained
+on the training split's own molecules (``--pretrain-data train``, or a quick run), which has
+seen molecules another split holds out; one made from another table (its fingerprint differs).
+The fine-tuned model takes the encoder's architecture and vocabulary; the head (its width
+included), the descriptors and the dropouts are this run's.
 """
 from __future__ import annotations
 
@@ -37,19 +39,31 @@ def table_fingerprint(smiles) -> str:
     return data_fingerprint(smiles)
 
 
-def load_encoder(path: str, table_smiles) -> PretrainedEncoder:
-    """Read the encoder at ``path`` and check it may be fine-tuned on this table (module notes)."""
+def check_encoder(path: str):
+    """The checks that need only the checkpoint (made before any work): an Encoder, saved while
+    pretraining, on other molecules with the table left out. Returns the checkpoint."""
     from minitransformer.checkpoint import load_checkpoint
-    from minitransformer.chem import Vocab
     ckpt = load_checkpoint(path)
     run = ckpt.meta.get("run") or {}
     if ckpt.model_type != "Encoder" or not ckpt.vocab:
         raise ValueError(f"--encoder {path} holds a {ckpt.model_type} model; give the pretraining checkpoint of a "
                          "train property --pretrain run (OUT/pretrain/last.npz)")
+    if ckpt.meta.get("phase") != "pretrain":
+        raise ValueError(f"--encoder {path} was saved after fine-tuning on one split's labels (phase "
+                         f"{ckpt.meta.get('phase')!r}), test molecules of another split among them; give that run's "
+                         "pretrain/last.npz")
     if not run.get(EXCLUDES_TABLE):
         raise ValueError(f"--encoder {path} was not pretrained on other molecules with this table left out (it was "
                          f"pretrained on {run.get('pretrain_data', 'unknown molecules')!r}), so it may have seen "
                          "molecules a split holds out; pretrain one with train property --pretrain (MOSES)")
+    return ckpt
+
+
+def load_encoder(path: str, table_smiles) -> PretrainedEncoder:
+    """Read the encoder at ``path`` and check it may be fine-tuned on this table (module notes)."""
+    from minitransformer.chem import Vocab
+    ckpt = check_encoder(path)
+    run = ckpt.meta.get("run") or {}
     if run.get("table_sha256") != table_fingerprint(table_smiles):
         raise ValueError(f"--encoder {path} was pretrained beside another labelled table (its fingerprint "
                          f"{run.get('table_sha256')} differs from this one's {table_fingerprint(table_smiles)}); "
@@ -64,8 +78,9 @@ def fine_tuning_config(encoder: PretrainedEncoder, recipe_model: dict, **head):
     """The encoder's architecture with this run's dropouts and head width, and ``head``
     (n_outputs, n_features, seed)."""
     from minitransformer.models import EncoderConfig
-    dropouts = {k: v for k, v in recipe_model.items() if k.endswith("dropout") or k == "head_hidden"}
-    return EncoderConfig.from_dict({**encoder.config, **dropouts, "mlm_head": False, **head})
+    dropouts = {k: v for k, v in recipe_model.items() if k.endswith("dropout")}
+    return EncoderConfig.from_dict({**encoder.config, **dropouts, "head_hidden": recipe_model.get("head_hidden", 0),
+                                    "mlm_head": False, **head})
 
 
 def load_weights(model, encoder: PretrainedEncoder) -> None:

@@ -14,7 +14,8 @@ figure worth comparing is a mean over seeds, with its spread:
 ``OUT/metrics.json`` then holds every seed's mean test AUC, their mean and standard deviation
 (:math:`n-1` in the denominator), each seed's bootstrap interval over the test molecules, and
 the per-assay means; the summary prints the same. ``--resume`` skips the runs that finished
-(their ``metrics.json`` is read back) and continues the one that stopped.
+(their ``metrics.json`` is read back, after their recorded settings are compared with this
+command's) and continues the one that stopped.
 """
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ def run_seeds(command, args) -> int:
     from minitransformer import cli
     from minitransformer.atomic import FileExistsRefusal
     from minitransformer.cli.training import run_training
-    seeds, n = args.seeds or [args.seed], args.ensemble
-    if len(seeds) == 1 and n == 1:
+    if args.seeds is None and args.ensemble == 1:
         return run_training(command, args)
+    seeds, n = args.seeds or [args.seed], args.ensemble
+    check_seeds(seeds, n, args.resume)
     out = Path(args.out)
     earlier = [p.name for p in out.glob("seed-*")] + (["metrics.json"] if (out / "metrics.json").exists() else [])
     if earlier and args.resume is None and not args.force:
@@ -49,28 +51,57 @@ def run_seeds(command, args) -> int:
     for s in seeds:
         members = [_run(command, args, s, k, out / f"seed-{s}" / (f"member-{k}" if n > 1 else "")) for k in range(n)]
         results.append(_seed_result(s, members))
+        if results[-1] is None:
+            return 1  # a run ended without its results (its own message said why)
     summary = summarize(results, n, args.split)
     cli.write_json(out / "metrics.json", summary)
     _print(summary, out)
     return 0
 
 
-def _run(command, args, seed: int, member: int, out: Path) -> Path:
-    """One run (its folder comes back); a finished one is read back under --resume."""
+def check_seeds(seeds, n: int, resume) -> None:
+    """Refuse, before any work, what the runs could not honour: a checkpoint path for --resume (each run
+    resumes from its own folder), a member seed past the largest seed, two runs with one model seed."""
+    from minitransformer.cli.arguments import SEED_MAX
+    from minitransformer.cli.arguments import Auto
+    if resume is not None and not isinstance(resume, Auto):
+        raise ValueError(f"--resume {resume}: with --seeds or --ensemble each run resumes from its own folder; "
+                         "give --resume without a path")
+    model_seeds = [s + MEMBER_STRIDE * k for s in seeds for k in range(n)]
+    if max(model_seeds) > SEED_MAX:
+        raise ValueError(f"--seeds {max(seeds)} with --ensemble {n}: member seeds reach {max(model_seeds)}, past "
+                         f"{SEED_MAX}; choose smaller seeds")
+    if len(set(model_seeds)) != len(model_seeds):
+        raise ValueError(f"--seeds {','.join(map(str, seeds))} with --ensemble {n}: member k of seed S draws seed "
+                         f"S + {MEMBER_STRIDE}k, so two runs would be one model; choose seeds that differ by less "
+                         f"than {MEMBER_STRIDE}")
+
+
+def _run(command, args, seed: int, member: int, out: Path) -> Path | None:
+    """One run (its folder comes back, None if it was stopped); a finished one is read back under --resume."""
     from minitransformer.cli.training import run_training
-    if args.resume is not None and (out / "metrics.json").exists() and (out / PROBABILITIES).exists():
-        print(f"seed {seed}, member {member}: finished earlier, read back from {out}")
-        return out
     sub = copy.copy(args)
     sub.seed, sub.split_seed, sub.out, sub.seeds, sub.ensemble = seed + MEMBER_STRIDE * member, seed, str(out), None, 1
+    name = f"seed {seed}" + (f", member {member}" if args.ensemble > 1 else "")
+    if args.resume is not None and (out / "metrics.json").exists() and (out / PROBABILITIES).exists():
+        _check_same_recipe(command, sub, out)
+        print(f"{name}: finished earlier, read back from {out}")
+        return out
     if args.resume is not None and not (out / "last.npz").exists() and not (out / "pretrain" / "last.npz").exists():
         sub.resume = None  # this run never started: start it
-    print(f"--- seed {seed}" + (f", member {member + 1} of {args.ensemble}" if args.ensemble > 1 else "")
-          + f" -> {out}")
-    code = run_training(command, sub)
-    if code != 0:
-        raise RuntimeError(f"the run in {out} ended with status {code}")
-    return out
+    print(f"--- {name} (model seed {sub.seed}) -> {out}")
+    return out if run_training(command, sub) == 0 else None
+
+
+def _check_same_recipe(command, sub, out: Path) -> None:
+    """A finished run is averaged with this command's only if it was trained the same way."""
+    from minitransformer.cli.outputs import json_safe
+    then = read_json(out / "config.json")["run"]
+    now = {"settings": json_safe(command.recipe(sub).record()), "split": sub.split, "encoder": sub.encoder}
+    differ = [k for k, v in now.items() if json_safe(then.get(k)) != v]
+    if differ:
+        raise ValueError(f"{out} was trained with other {', '.join(differ)} than this command's; continue with the "
+                         "same options, or start afresh with --force")
 
 
 def read_json(path: Path) -> dict:
@@ -78,11 +109,17 @@ def read_json(path: Path) -> dict:
     return parse_json(path.read_text(encoding="utf-8"))
 
 
-def _seed_result(seed: int, folders) -> dict:
-    """One seed's test AUC: its run's, or its members' averaged probabilities'."""
+def _seed_result(seed: int, folders) -> dict | None:
+    """One seed's test AUC: its run's, or its members' averaged probabilities' (None: a run was stopped)."""
     from minitransformer.metrics import bootstrap_mean_auc, multilabel_roc_auc
+    if None in folders:
+        return None
     first = read_json(Path(folders[0]) / "metrics.json")
     labels = np.load(Path(folders[0]) / "test_labels.npy")  # (N, K), NaN = missing
+    for f in folders[1:]:
+        if not np.array_equal(np.load(Path(f) / "test_labels.npy"), labels, equal_nan=True):
+            raise ValueError(f"{f} was tested on other molecules than {folders[0]}: members of one seed share its "
+                             "split; start afresh with --force")
     probs = np.mean([np.load(Path(f) / PROBABILITIES) for f in folders], axis=0)  # (N, K)
     names = list(first["test_auc"])
     auc = multilabel_roc_auc(labels, probs, mask=~np.isnan(labels), names=names)
@@ -117,8 +154,9 @@ def summarize(results: list, ensemble: int, split: str) -> dict:
 def _print(summary: dict, out: Path) -> None:
     from minitransformer import cli
     what = f"an ensemble of {summary['ensemble']} models" if summary["ensemble"] > 1 else "one model"
-    rows = [(f"seed {r['seed']}", f"{r['test_auc_mean']:.4f} (95 % interval {r['bootstrap']['low']:.4f} - "
-                                  f"{r['bootstrap']['high']:.4f})") for r in summary["runs"]]
+    def interval(b):
+        return "" if b["low"] is None else f" (95 % interval {b['low']:.4f} - {b['high']:.4f})"
+    rows = [(f"seed {r['seed']}", f"{r['test_auc_mean']:.4f}{interval(r['bootstrap'])}") for r in summary["runs"]]
     std = summary["test_auc_std"]
     rows.append((f"mean over {len(summary['runs'])} seeds", f"{summary['test_auc_mean']:.4f}"
                  + ("" if std is None else f" +- {std:.4f} (standard deviation over seeds)")))

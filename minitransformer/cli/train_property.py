@@ -12,7 +12,11 @@ guessing) -> report the test ROC-AUC of every assay and their mean.
 
 Molecules are written as a fresh random SMILES each epoch (the same molecule, atoms
 visited in a random order), which multiplies the small training set; at test time the
-predictions of several writings of each molecule are averaged.
+predictions of several writings of each molecule are averaged. Beside the <cls> state the
+head reads RDKit's 2D descriptors of the molecule (:mod:`minitransformer.chem.descriptors`;
+``--descriptors off`` drops them). ``--encoder`` starts from an encoder pretrained once
+(:mod:`.pretrained_encoder`); ``--seeds`` and ``--ensemble`` measure over several runs
+(:mod:`.property_runs`).
 """
 from __future__ import annotations
 
@@ -66,8 +70,8 @@ def add_parser(kinds):
     p.add_argument("--pretrain-epochs", type=cli.int_at_least(0), default=None)
     p.add_argument("--pretrain-data", default=None, type=cli.data_source(("train", "moses", "druglike")),
                    help="molecules for --pretrain: moses (the default; the training split's when MOSES cannot be "
-                        "had), train (the training split's), druglike or a file (the validation and test "
-                        "molecules are removed from it)")
+                        "had), train (the training split's), druglike or a file (every molecule of the labelled "
+                        "table is removed from it)")
     p.add_argument("--pretrain-limit", type=cli.int_at_least(1), default=None,
                    help="pretrain on at most this many molecules of --pretrain-data")
     p.add_argument("--pretrain-minutes", type=cli.number(0), default=None,
@@ -108,6 +112,9 @@ def resolve_recipe(args) -> PropertyRecipe:
         r = dataclasses.replace(r, descriptors=args.descriptors == "on")
     if args.encoder and args.pretrain:
         raise ValueError("--encoder and --pretrain: the encoder given is pretrained already; drop one of them")
+    if args.encoder:  # refused before the run folder is claimed (the table's own check comes with the data)
+        from minitransformer.cli.pretrained_encoder import check_encoder
+        check_encoder(args.encoder)
     if not args.pretrain:  # no first phase (whatever its options say)
         r = dataclasses.replace(r, pretrain_epochs=0)
     return set_budgets(r, args, pretraining=args.pretrain, pretraining_adds_time=args.pretrain)
@@ -281,8 +288,9 @@ class TrainProperty(TrainingCommand):
         boot = m["test_auc_bootstrap"]
         rows += [("test ROC-AUC, mean", f"{m['test_auc_mean']:.4f} ({m['tta']} SMILES per molecule; "
                                         f"{m['test_auc_mean_single_view']:.4f} with one)"),
-                 ("  95 % interval", f"{boot['low']:.4f} - {boot['high']:.4f} (bootstrap over the test molecules, "
-                                     f"{boot['resamples']} draws; std {boot['std']:.4f})")]
+                 ("  95 % interval", "none: too few test molecules" if boot["low"] is None else
+                  f"{boot['low']:.4f} - {boot['high']:.4f} (bootstrap over the test molecules, {boot['used']} "
+                  f"draws; std {boot['std']:.4f})")]
         cli.print_table(rows, footer=cli.outputs_line(run.out))
 
 

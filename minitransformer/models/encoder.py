@@ -99,6 +99,8 @@ class Encoder(Module):
     def forward(self, ids, head: str | None = None, features=None):
         """Hidden states (head=None), MLM logits (B, T, V) or pooled outputs (B, n_outputs);
         ``features`` (B, n_features): the cls head's extra inputs (only and always with n_features > 0)."""
+        if features is not None and head != "cls":
+            raise ValueError(f"Encoder: features are read by the 'cls' head only, not by head={head!r}")
         h = self.encode(ids)  # (B, T, D)
         self.cache = (head, h.shape)
         if head is None:

@@ -135,6 +135,9 @@ class PropertyPredictor:
                 raise ValueError(f"{path}: its model reads {config['n_features']} descriptors but the checkpoint "
                                  "holds no descriptor scale; it is damaged: use the run's best.npz as saved")
             scale = DescriptorScale.from_json(run["descriptors"])
+            if len(scale.names) != config["n_features"]:
+                raise ValueError(f"{path}: its model reads {config['n_features']} features but its descriptor scale "
+                                 f"has {len(scale.names)}; it is damaged: use the run's best.npz as saved")
             if list(scale.names) != descriptor_names():
                 raise ValueError(f"{path} was trained on the {len(scale.names)} descriptors of another RDKit "
                                  f"version (this one computes {len(descriptor_names())}); predict with the "

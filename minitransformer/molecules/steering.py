@@ -19,7 +19,7 @@ the *agent* starts as its copy. Each :meth:`Steering.step`:
    :math:`\sigma` times its score;
 5. with **augmented memory** (``memory="augmented"``, Guo and Schwaller, 2024), takes
    ``augment_rounds`` more Adam steps on the same loss, each on new random writings
-   (SMILES enumeration) of the step's valid molecules and of the replayed ones, with
+   (SMILES enumeration) of the step's valid molecules and of the whole memory, with
    the scores they already have: more learning from every scoring call, which is what
    a budget of scoring calls counts. And a **selective memory purge**: once the
    diversity filter has closed a scaffold, the memory forgets its molecules, so that
@@ -135,30 +135,32 @@ class Steering:
             if c is not None and s > 0 and c not in kept:  # each molecule once (a repeat may score again)
                 kept.add(c)
                 self.memory.append((float(s), c, list(map(int, row))))
-        self.memory.sort(key=lambda m: -m[0])
-        del self.memory[self.config.replay:]
-        if self.config.memory == "augmented" and self.config.scaffold_limit:  # the selective purge
+        if self.config.memory == "augmented" and self.config.scaffold_limit:  # the selective purge, before the cut
             limit = self.config.scaffold_limit
             self.memory = [m for m in self.memory if self.scaffold_counts.get(murcko_scaffold(m[1]), 0) < limit]
+        self.memory.sort(key=lambda m: -m[0])
+        del self.memory[self.config.replay:]
 
-    def _replayed(self) -> tuple[list, np.ndarray, list]:
-        """k molecules of the memory: (token rows, scores, canonical SMILES)."""
+    def _replayed(self) -> tuple[list, np.ndarray]:
+        """k molecules of the memory: (token rows, scores)."""
         if not self.config.replay or not self.memory:
-            return [], np.zeros(0), []
+            return [], np.zeros(0)
         k = min(self.config.replay_k, len(self.memory))
         pick = self.rng.host().choice(len(self.memory), size=k, replace=False)
-        return ([self.memory[i][2] for i in pick], np.array([self.memory[i][0] for i in pick]),
-                [self.memory[i][1] for i in pick])
+        return [self.memory[i][2] for i in pick], np.array([self.memory[i][0] for i in pick])
 
-    def _rewritten(self, canon: list, rows: list) -> list:
-        """A new random writing of each molecule as token rows (<bos> ... <eos>); a molecule
-        whose writing needs a token the vocabulary lacks, or more than max_len ids, keeps its row."""
+    def _rewritten(self, canon: list, rows: list) -> tuple[list, int]:
+        """A new random writing of each molecule as token rows (<bos> ... <eos>), and how many were
+        rewritten: a molecule whose writing needs a token the vocabulary lacks, or more than max_len
+        ids, keeps its row."""
         from minitransformer.chem.datasets.data import randomize_smiles
-        rng, max_len, out = self.rng.host(), self.agent.config.max_len, []
+        rng, max_len, out, fresh = self.rng.host(), self.agent.config.max_len, [], 0
         for c, row in zip(canon, rows):
             ids = self.vocab.encode(randomize_smiles(c, rng, self.config.kekule))
-            out.append(ids if len(ids) <= max_len and self.vocab.unk_id not in ids else list(map(int, row)))
-        return out
+            ok = len(ids) <= max_len and self.vocab.unk_id not in ids
+            out.append(ids if ok else list(map(int, row)))
+            fresh += ok
+        return out, fresh
 
     # ------------------------------------------------------------------ resuming
     def state_dict(self) -> dict:
@@ -181,7 +183,8 @@ class Steering:
 
     # ------------------------------------------------------------------ one step
     def step(self) -> dict:
-        """Sample, score, replay, and one Adam step on the augmented likelihood. Returns the step's numbers."""
+        """Sample, score, replay, and one Adam step on the augmented likelihood (1 + augment_rounds with
+        augmented memory). Returns the step's numbers."""
         from minitransformer.generate import sample
         cfg = self.config
         ids = sample(self.agent, batch_size=cfg.batch_size, temperature=cfg.temperature, rng=self.rng,
@@ -189,18 +192,23 @@ class Steering:
         smiles = [self.vocab.decode(row) for row in ids]
         scores, canon, parts = self.score(smiles)
         self._remember(scores, canon, ids)
-        rows, replay_scores, replay_canon = self._replayed()
+        rows, replay_scores = self._replayed()
         loss = self._update([list(map(int, r)) for r in ids] + rows, np.concatenate([scores, replay_scores]))
-        if cfg.memory == "augmented":  # more steps on new writings of the same scored molecules
-            valid = [i for i, c in enumerate(canon) if c is not None]
-            again = [canon[i] for i in valid] + replay_canon
-            again_scores = np.concatenate([scores[valid], replay_scores])
+        rewritten, written = 0, 0
+        if cfg.memory == "augmented":  # more steps on new writings of this step's molecules and the whole memory
+            parsed = [i for i, c in enumerate(canon) if c is not None]
+            again = [canon[i] for i in parsed] + [m[1] for m in self.memory]
+            again_rows = [ids[i] for i in parsed] + [m[2] for m in self.memory]
+            again_scores = np.concatenate([scores[parsed], [m[0] for m in self.memory]])
             for _ in range(cfg.augment_rounds):
                 if again:
-                    self._update(self._rewritten(again, [ids[i] for i in valid] + rows), again_scores)
+                    new_rows, fresh = self._rewritten(again, again_rows)
+                    self._update(new_rows, again_scores)
+                    rewritten, written = rewritten + fresh, written + len(again)
         self.t += 1
         valid = sum(c is not None for c in canon)
         return {"step": self.t, "loss": loss, "mean_score": float(scores.mean()),
+                "rewritten": rewritten / written if written else None,
                 "mean_raw_score": float(np.mean(parts["raw"])), "validity": valid / len(smiles),
                 "top10": float(np.mean(sorted(scores)[-10:])), "best": self.memory[0][:2] if self.memory else None,
                 "smiles": smiles, "scores": scores.tolist(), "canonical": canon,

@@ -129,6 +129,11 @@ def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_wher
     assert run_cli(demo.main, ["--quick", "--pretrain", "--encoder", str(encoder), "--data", str(labelled_csv),
                                "--out", str(tmp_path / "both")]) == 2
     assert "drop one of them" in capsys.readouterr().err
+    for fine_tuned in ("best.npz", "last.npz"):  # it learnt one split's labels: refused, its folder untouched
+        assert run_cli(demo.main, ["--quick", "--encoder", str(first / fine_tuned), "--data", str(labelled_csv),
+                                   "--out", str(later), "--force"]) == 2
+        assert "saved after fine-tuning" in capsys.readouterr().err
+    assert (later / "best.npz").exists() and not list(later.glob("old-*")), "refused before --force moved anything"
     own_split = tmp_path / "own_split"  # pretrained on the training split's molecules: refused
     assert demo.main(["--quick", "--pretrain", "--data", str(labelled_csv), "--out", str(own_split), "--quiet"]) == 0
     assert run_cli(demo.main, ["--quick", "--encoder", str(own_split / "pretrain" / "last.npz"), "--data",
@@ -282,3 +287,19 @@ def test_seeds_and_ensembles_report_the_mean_and_spread_of_what_each_seed_scored
     assert demo.main(argv + ["--resume"]) == 0
     assert capsys.readouterr().out.count("finished earlier, read back") == 4
     assert json.loads((out / "metrics.json").read_text())["test_auc_per_seed"] == summary["test_auc_per_seed"]
+    assert run_cli(demo.main, argv + ["--resume", "--descriptors", "off"]) == 2  # not averaged with another recipe
+    assert "trained with other settings" in capsys.readouterr().err
+    for bad, said in ((["--seeds", "0,1000", "--ensemble", "2"], "two runs would be one model"),
+                      (["--seeds", "4294967295", "--ensemble", "2"], "past"),
+                      (["--seeds", "0,1", "--resume", str(out / "seed-0" / "member-0" / "last.npz")], "own folder")):
+        assert run_cli(demo.main, ["--quick", "--data", str(labelled_csv), "--out", str(tmp_path / "x"), *bad]) == 2
+        assert said in capsys.readouterr().err
+
+
+def test_one_seed_given_with_seeds_is_the_seed_that_runs(labelled_csv, load_demo, tmp_path):
+    demo = load_demo("tox21_property")
+    out = tmp_path / "one"
+    assert demo.main(["--quick", "--quiet", "--seeds", "3", "--data", str(labelled_csv), "--out", str(out)]) == 0
+    assert json.loads((out / "seed-3" / "config.json").read_text())["run"]["seed"] == 3
+    summary = json.loads((out / "metrics.json").read_text())
+    assert summary["seeds"] == [3] and summary["test_auc_std"] is None

@@ -149,7 +149,7 @@ def test_encoder_gradcheck(any_backend, float64, head, opts):
 
 def test_encoder_cls_head_with_features_gradcheck(any_backend, float64):
     """The head reads [h_cls; f]: every weight, the features' rows of W_c included, has the
-    gradient of the finite differences, and the features themselves take none."""
+    gradient of the finite differences (the features are inputs, not weights)."""
     cfg = EncoderConfig(vocab_size=V, n_layers=1, seed=5, n_outputs=2, n_features=3, mlm_head=False, **SMALL)
     model = Encoder(cfg)
     _perturb(model, seed=2)

@@ -75,7 +75,7 @@ def test_the_memory_keeps_the_best_and_replays_them():
     for _ in range(3):
         run.step()
     assert 0 < len(run.memory) <= 5 and [m[0] for m in run.memory] == sorted((m[0] for m in run.memory), reverse=True)
-    rows, scores, _ = run._replayed()
+    rows, scores = run._replayed()
     assert len(rows) == min(3, len(run.memory)) and all(s > 0 for s in scores)
 
 
@@ -126,7 +126,7 @@ def _counting(function):
 
 def test_augmented_memory_learns_more_from_each_scoring_on_new_writings():
     """memory="augmented": one scoring call a step, 1 + augment_rounds Adam steps, the extra ones
-    on other writings of the same molecules, with the scores they already had."""
+    on other writings of the step's molecules and of the whole memory, with the scores they already had."""
     from minitransformer.chem.datasets.data import canonical
     scored, calls = _counting(_carbon_share)
     prior, vocab = _prior()
@@ -148,8 +148,15 @@ def test_augmented_memory_learns_more_from_each_scoring_on_new_writings():
     decoded = [canonical(vocab.decode(r)) for r in rows]
     assert None not in decoded and len(decoded) == len(scores)
     step_rows, step_scores = seen_rows[-3]
-    by_molecule = {canonical(vocab.decode(r)): s for r, s in zip(step_rows, step_scores)}
-    assert all(by_molecule[c] == s for c, s in zip(decoded, scores)), "the scores they already had"
+    known = {}  # molecule -> the scores it holds: in this step's batch, in the memory
+    for r, s in zip(step_rows, step_scores):
+        known.setdefault(canonical(vocab.decode(r)), set()).add(float(s))
+    for s, c, _ in run.memory:
+        known.setdefault(c, set()).add(s)
+    assert all(float(s) in known[c] for c, s in zip(decoded, scores)), "the scores they already had"
+    assert set(decoded) >= {m[1] for m in run.memory}, "the whole memory is rewritten"
+    written = [vocab.decode(r) for r in rows]
+    assert any(w != vocab.decode(r) for w, r in zip(written, seen_rows[-2][0])), "new writings each round"
 
 
 def test_augmented_memory_purges_closed_scaffolds_from_the_memory():
@@ -160,6 +167,11 @@ def test_augmented_memory_purges_closed_scaffolds_from_the_memory():
     scores, canon, _ = run.score(smiles)
     run._remember(scores, canon, [[1]] * 3)
     assert {m[1] for m in run.memory} == {"C1CCCCC1"}, "the benzene scaffold reached its limit: forgotten"
+    small = Steering(prior, vocab, Objective([Component("user", params={"function": lambda s: [1.0] * len(s)})]),
+                     SteeringConfig(batch_size=4, replay=2, scaffold_limit=2, memory="augmented"))
+    scores, canon, _ = small.score(["Cc1ccccc1", "CCc1ccccc1", "C1CCCCC1"])
+    small._remember(np.array([0.9, 0.8, 0.5]), canon, [[1]] * 3)
+    assert [m[1] for m in small.memory] == ["C1CCCCC1"], "purged before the memory is cut to its size"
     keep = Steering(prior, vocab, Objective([Component("user", params={"function": lambda s: [1.0] * len(s)})]),
                     SteeringConfig(batch_size=4, replay=10, scaffold_limit=2))
     scores, canon, _ = keep.score(smiles)

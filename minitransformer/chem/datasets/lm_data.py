@@ -286,7 +286,7 @@ def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, 
             kept, _ = rewrite_smiles(kept, form, max_len)
         out = [s for s in kept if canonical(s) not in exclude]
         removed, out = len(kept) - len(out), out[:limit]
-    log(f"pretraining: {removed} held-out molecules removed; {len(out)} left"
+    log(f"pretraining: {removed} excluded molecules removed; {len(out)} left"
         + ((f" ({limit} drawn at random)" if is_moses(data) else f" (the first {limit} kept)")
            if limit is not None and len(out) == limit else ""))
     if not out:
