@@ -114,16 +114,15 @@ def _seed_result(seed: int, folders) -> dict | None:
     from minitransformer.metrics import bootstrap_mean_auc, multilabel_roc_auc
     if None in folders:
         return None
-    first = read_json(Path(folders[0]) / "metrics.json")
+    runs = [read_json(Path(f) / "metrics.json") for f in folders]
     labels = np.load(Path(folders[0]) / "test_labels.npy")  # (N, K), NaN = missing
     for f in folders[1:]:
         if not np.array_equal(np.load(Path(f) / "test_labels.npy"), labels, equal_nan=True):
             raise ValueError(f"{f} was tested on other molecules than {folders[0]}: members of one seed share its "
                              "split; start afresh with --force")
     probs = np.mean([np.load(Path(f) / PROBABILITIES) for f in folders], axis=0)  # (N, K)
-    names = list(first["test_auc"])
+    names = list(runs[0]["test_auc"])
     auc = multilabel_roc_auc(labels, probs, mask=~np.isnan(labels), names=names)
-    members = [read_json(Path(f) / "metrics.json")["test_auc_mean"] for f in folders]
     val = None  # the validation AUC of the averaged probabilities: what chooses between recipes
     if all((Path(f) / VAL_PROBABILITIES).exists() for f in folders):
         val_labels = np.load(Path(folders[0]) / "val_labels.npy")  # (N_val, K)
@@ -132,8 +131,8 @@ def _seed_result(seed: int, folders) -> dict | None:
     return {"seed": seed, "test_auc_mean": auc["mean"], "val_auc_mean": val,
             "test_auc": {k: None if np.isnan(v) else v for k, v in auc["per_label"].items()},
             "bootstrap": bootstrap_mean_auc(labels, probs, mask=~np.isnan(labels), seed=seed),
-            "members_test_auc_mean": members, "val_auc_best": [read_json(Path(f) / "metrics.json")["val_auc_best"]
-                                                               for f in folders]}
+            "members_test_auc_mean": [m["test_auc_mean"] for m in runs],
+            "val_auc_best": [m["val_auc_best"] for m in runs]}
 
 
 def summarize(results: list, ensemble: int, split: str) -> dict:

@@ -345,11 +345,8 @@ def augmentation(r: PropertyRecipe) -> str:
 
 def write_array(path, a: np.ndarray) -> None:
     """``a`` as a .npy file, written atomically."""
-    import io
-    from minitransformer.atomic import write_bytes
-    buffer = io.BytesIO()
-    np.save(buffer, a, allow_pickle=False)
-    write_bytes(path, buffer.getvalue())
+    from minitransformer.atomic import atomic_write
+    atomic_write(path, lambda f: np.save(f, a, allow_pickle=False))
 
 
 def write_predictions(path, test, probs) -> None:
