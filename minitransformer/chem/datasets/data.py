@@ -8,7 +8,9 @@ The pipeline a training script runs, in order:
    ``"druglike"`` (10,000 drug-like SMILES from the WEHI screening library that
    ship inside RDKit, so they need no network; see :func:`druglike_path`) and
    ``"moses"`` (the 1.58M training molecules of the MOSES benchmark, see
-   :mod:`minitransformer.chem.datasets.moses`).
+   :mod:`minitransformer.chem.datasets.moses`) and ``"recombined"`` (300,000 heavier
+   drug-like molecules, 400-550 Da, made from MOSES molecules, see
+   :mod:`minitransformer.chem.datasets.recombined`).
 2. :func:`clean_smiles` drops empty strings, strings outside a length window
    (in characters) and strings RDKit cannot parse, and reports how many went
    for each reason. It keeps the input order.
@@ -88,7 +90,8 @@ def load_source(data: str | os.PathLike | None = None, data_dir: str | os.PathLi
     """Read the raw SMILES of a named source or file.
 
     ``data`` is ``"tox21"``, ``"druglike"``, ``"moses"`` (the MOSES training split,
-    see :mod:`minitransformer.chem.datasets.moses`), or the path of a SMILES file (see
+    see :mod:`minitransformer.chem.datasets.moses`), ``"recombined"`` (made once from
+    MOSES, :mod:`minitransformer.chem.datasets.recombined`), or the path of a SMILES file (see
     :func:`read_smiles`). ``None`` means Tox21 when it can be found or
     downloaded, and otherwise prints one line saying why and uses the
     drug-like set. ``data_dir``, ``download`` and ``timeout`` are passed to
@@ -108,6 +111,10 @@ def load_source(data: str | os.PathLike | None = None, data_dir: str | os.PathLi
         from minitransformer.chem.datasets.moses import find_moses, read_moses_file
         path = find_moses("train", data_dir=data_dir, download=download, timeout=timeout)
         return LoadedSmiles(read_moses_file(path), f"MOSES train split, {path}")
+    if isinstance(data, str) and data.lower() == "recombined":
+        from minitransformer.chem.datasets.recombined import recombined_moses
+        smiles, path = recombined_moses(data_dir=data_dir, download=download, timeout=timeout)
+        return LoadedSmiles(smiles, f"MOSES molecules joined at BRICS bonds, 400-550 Da, {path}")
     if isinstance(data, str) and data.lower() == "druglike":
         path = druglike_path()
         return LoadedSmiles(read_smiles(path, header=False),
