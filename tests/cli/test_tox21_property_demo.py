@@ -163,6 +163,12 @@ def test_pretrain_defaults_to_moses_with_its_own_minutes_on_top_of_the_fine_tuni
     assert _property_recipe([]).max_time == 11 * 60 and _property_recipe([]).pretrain_epochs == 0
 
 
+def test_pretraining_on_the_whole_set_is_asked_for_by_name():
+    r = _property_recipe(["--pretrain", "--pretrain-limit", "all", "--pretrain-minutes", "0", "--max-minutes", "0"])
+    assert (r.pretrain_data, r.pretrain_limit, r.pretrain_max_time, r.max_time) == ("moses", None, None, None)
+    assert _property_recipe(["--pretrain", "--pretrain-limit", "5000"]).pretrain_limit == 5000
+
+
 def test_without_moses_pretraining_falls_back_to_the_training_split(monkeypatch, capsys):
     import minitransformer.chem.datasets.lm_data as lm_data
     from minitransformer.chem.datasets.download import DownloadError
