@@ -302,8 +302,9 @@ def default_path(name: str, suffix: str = "json") -> Path:
     return RESULTS_DIR / f"{name}-{stamp:%Y%m%d-%H%M%S}.{suffix}"
 
 
-def write_result(args, name: str, machine: dict, payload: dict) -> Path:
-    """Write machine description, settings and ``payload`` as JSON (``--json`` or a new file)."""
+def write_result(args, name: str, machine: dict, payload: dict, quiet: bool = False) -> Path:
+    """Write machine description, settings and ``payload`` as JSON (``--json`` or a new file), atomically
+    (a script that saves after every part never leaves half a file); ``quiet``: without the line saying where."""
     machine["load_average_at_end"] = os.getloadavg()
     path = args.json or default_path(name)
     result = {"benchmark": name, "command": " ".join(["python", f"benchmarks/{name}.py"] + sys.argv[1:]),
@@ -311,9 +312,10 @@ def write_result(args, name: str, machine: dict, payload: dict) -> Path:
               "settings": {"repeats": getattr(args, "repeats", None), "warmup": getattr(args, "warmup", None),
                            "vocab_size": VOCAB},
               **payload}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"results: {path}")
+    from minitransformer.atomic import atomic_write
+    atomic_write(path, lambda f: f.write(json.dumps(result, indent=1)), binary=False)
+    if not quiet:
+        print(f"results: {path}")
     return path
 
 

@@ -14,9 +14,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("MINITRANSFORMER_KERNELS", "fast"
                                 reason="the benchmark script is checked once, in the fast-kernel pass")
 
 
-def test_the_pmo_benchmark_runs_a_small_budget(tmp_path):
-    """With augmented memory (the replay baseline shares every other line)."""
-    pytest.importorskip("rdkit")
+def _tiny_prior(tmp_path):
     from minitransformer.checkpoint import save_checkpoint
     from minitransformer.chem import Vocab
     from minitransformer.models import DecoderLM, DecoderLMConfig
@@ -24,17 +22,46 @@ def test_the_pmo_benchmark_runs_a_small_budget(tmp_path):
     prior = DecoderLM(DecoderLMConfig(len(vocab), n_layers=1, d_model=16, n_heads=2, d_ff=32, max_len=24,
                                       pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id, seed=0))
     save_checkpoint(tmp_path / "prior.npz", prior, vocab=vocab)
+    return tmp_path / "prior.npz"
+
+
+def _pmo(tmp_path, *argv):
+    small = ["--budget", "40", "--batch-size", "16", "--patience", "3", "--max-steps", "30", "--threads", "1"]
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pmo.py"), "--prior", str(tmp_path / "prior.npz"),
+                           *small, *argv], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+
+def test_the_pmo_benchmark_runs_a_small_budget(tmp_path):
+    """With augmented memory (the replay baseline shares every other line)."""
+    pytest.importorskip("rdkit")
+    _tiny_prior(tmp_path)
     out = tmp_path / "pmo.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pmo.py"), "--prior", str(tmp_path / "prior.npz"),
-                           "--tasks", "qed,isomers_c7h8n2o2", "--budget", "40", "--batch-size", "16",
-                           "--patience", "3", "--max-steps", "30", "--json", str(out), "--threads", "1",
-                           "--memory", "augmented"],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    done = _pmo(tmp_path, "--tasks", "qed,isomers_c7h8n2o2", "--json", str(out), "--memory", "augmented")
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert [r["task"] for r in report["runs"]] == ["qed", "isomers_c7h8n2o2"]
+    assert [r["task"] for r in report["runs"]] == ["isomers_c7h8n2o2", "qed"]  # PMO's order
     for r in report["runs"]:
         assert 0 < r["calls"] <= 40 and r["stop"] in ("budget", "patience", "max_steps")
         assert 0.0 <= r["auc_top10"] <= r["top10_mean"] <= r["top1"] <= 1.0
         assert r["curve"] == [], "the top-10 mean is logged every 100 calls: none within 40"
     assert "REINVENT (PMO)" in report["table"] and "0.941" in report["table"], "qed's published REINVENT row"
+    fair, isomer = report["table"].split("tasks with an isomer term")
+    assert "qed" in fair and "isomers_c7h8n2o2" not in fair and "isomers_c7h8n2o2" in isomer
+    assert "at or above REINVENT's published mean on" in fair
+
+
+def test_two_processes_give_the_runs_of_one_and_a_resumed_run_does_only_the_rest(tmp_path):
+    pytest.importorskip("rdkit")
+    _tiny_prior(tmp_path)
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", "--json", str(one)).returncode == 0
+    done = _pmo(tmp_path, "--tasks", "qed", "--seeds", "0", "--json", str(two), "--processes", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", "--json", str(two), "--processes", "2", "--resume")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "1 runs to do (1 read back" in done.stdout
+    a, b = (json.loads(p.read_text())["runs"] for p in (one, two))
+    assert [(r["seed"], r["auc_top10"], r["best"]) for r in a] == [(r["seed"], r["auc_top10"], r["best"]) for r in b]
+    assert "± " in json.loads(two.read_text())["table"], "the spread over two seeds"
+    refused = _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", "--json", str(two), "--resume", "--sigma", "60")
+    assert refused.returncode != 0 and "other sigma" in refused.stderr
