@@ -129,7 +129,8 @@ def declared_parameters(model_type: str, config: dict) -> int:
         return embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D + head(c["vocab_size"])
     if model_type == "Encoder":
         return (embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D + head(c["vocab_size"])
-                + (D + c["n_features"] + 1) * (c["head_hidden"] or c["n_outputs"])
+                + (D * (2 if c.get("pooling") == "cls+mean" else 1) + c["n_features"] + 1)
+                * (c["head_hidden"] or c["n_outputs"])
                 + (c["head_hidden"] + 1) * c["n_outputs"])
     return (embedder(c["src_vocab_size"]) + embedder(c["tgt_vocab_size"]) + c["n_enc_layers"] * block
             + c["n_dec_layers"] * (block + attention + 2 * D) + 4 * D + head(c["tgt_vocab_size"]))

@@ -75,12 +75,12 @@ def load_encoder(path: str, table_smiles) -> PretrainedEncoder:
 
 
 def fine_tuning_config(encoder: PretrainedEncoder, recipe_model: dict, **head):
-    """The encoder's architecture with this run's dropouts and head width, and ``head``
+    """The encoder's architecture with this run's dropouts, head width and pooling, and ``head``
     (n_outputs, n_features, seed)."""
     from minitransformer.models import EncoderConfig
     dropouts = {k: v for k, v in recipe_model.items() if k.endswith("dropout")}
     return EncoderConfig.from_dict({**encoder.config, **dropouts, "head_hidden": recipe_model.get("head_hidden", 0),
-                                    "mlm_head": False, **head})
+                                    "pooling": recipe_model.get("pooling", "cls"), "mlm_head": False, **head})
 
 
 def load_weights(model, encoder: PretrainedEncoder) -> None:

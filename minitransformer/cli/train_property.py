@@ -92,6 +92,9 @@ def add_parser(kinds):
                    help="train N models per seed on the same split and average their test probabilities")
     p.add_argument("--head-hidden", type=cli.int_at_least(0), default=None,
                    help="a hidden layer of this many units in the classifier head (0: one linear layer, the preset)")
+    p.add_argument("--pooling", choices=("cls", "cls+mean"), default=None,
+                   help="what the head reads of the encoder's states: the <cls> token's (the preset), or also their "
+                        "mean over the molecule's tokens")
     p.add_argument("--descriptors", choices=("on", "off"), default=None,
                    help="the head also reads RDKit's 2D descriptors of each molecule, scaled on the training split "
                         "(default: on)")
@@ -121,8 +124,9 @@ def resolve_recipe(args) -> PropertyRecipe:
     r = apply_overrides(r, args, ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta"))
     if args.pretrain_limit is not None:
         r = dataclasses.replace(r, pretrain_limit=None if args.pretrain_limit == "all" else args.pretrain_limit)
-    if args.head_hidden is not None:
-        r = dataclasses.replace(r, model=dict(r.model, head_hidden=args.head_hidden))
+    for name in ("head_hidden", "pooling"):
+        if getattr(args, name) is not None:
+            r = dataclasses.replace(r, model=dict(r.model, **{name: getattr(args, name)}))
     if args.descriptors is not None:
         r = dataclasses.replace(r, descriptors=args.descriptors == "on")
     if args.encoder and args.pretrain:

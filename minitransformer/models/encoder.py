@@ -23,7 +23,12 @@ Heads (chosen per call with ``forward(ids, head=...)``):
   (D + F, n_outputs). The features are inputs: they get no gradient. With
   ``head_hidden`` = H > 0 the head is a two-layer network, as Chemprop's:
   :math:`y = \mathrm{drop}(\mathrm{act}([h_{:,0}; f] W_1 + b_1)) W_c + b_c`, :math:`W_1` of shape
-  (D + F, H), the block's activation and ``resid_dropout``.
+  (D + F, H), the block's activation and ``resid_dropout``. With ``pooling="cls+mean"``
+  the head reads the mean of the final states over the molecule's tokens (every
+  non-padding position) beside the first token's: :math:`[h_{:,0}; \bar h; f]`, the mean's
+  gradient shared equally by those positions. A masked-language model trains every
+  position's state but never scores the first token's, so the mean carries what
+  pretraining taught.
 * ``None``: the hidden states (B, T, D) themselves.
 """
 from __future__ import annotations
@@ -41,6 +46,10 @@ from minitransformer.nn.config import TransformerOptions
 from minitransformer.nn import Dropout, LayerNorm, Linear, Module, ModuleList, make_activation, set_rng
 
 
+#: What the cls head may read of the final states (``EncoderConfig.pooling``).
+POOLINGS = ("cls", "cls+mean")
+
+
 @dataclasses.dataclass(kw_only=True)
 class EncoderConfig(TransformerOptions):
     """Options of :class:`Encoder`. ``n_outputs`` > 0 adds the pooled CLS head, which
@@ -55,9 +64,12 @@ class EncoderConfig(TransformerOptions):
     n_outputs: int = 0
     n_features: int = 0
     head_hidden: int = 0
+    pooling: str = "cls"  # what the cls head reads of the states: "cls" (h_0) or "cls+mean" ([h_0; mean])
 
     def __post_init__(self):
         super().__post_init__()  # types and ranges: n_features, head_hidden >= 0
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"EncoderConfig: pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
         for name in ("n_features", "head_hidden"):
             if getattr(self, name) and not self.n_outputs:
                 raise ValueError(f"EncoderConfig: {name}={getattr(self, name)} needs n_outputs > 0, the cls head "
@@ -76,7 +88,7 @@ class Encoder(Module):
         self.mlm = (OutputProjection(c.d_model, c.vocab_size, c.bias, self.rng,
                                      tied_to=self.embed.tok if c.tie_embeddings else None)
                     if c.mlm_head else None)
-        width = c.d_model + c.n_features  # what the cls head reads: [h_cls; f]
+        width = c.d_model * (2 if c.pooling == "cls+mean" else 1) + c.n_features  # [h_cls; (mean;) f]
         self.cls_hidden = self.cls_act = self.cls_drop = None
         if c.n_outputs and c.head_hidden:
             self.cls_hidden = Linear(width, c.head_hidden, bias=True, rng=self.rng)
@@ -112,7 +124,7 @@ class Encoder(Module):
         if head == "cls":
             if self.cls is None:
                 raise ValueError("Encoder: built with n_outputs=0; there is no 'cls' head")
-            z = self._pooled(h, features)  # (B, D + F)
+            z = self._pooled(h, features, ids)  # (B, D + F) or (B, 2D + F)
             if self.cls_hidden is not None:
                 z = self.cls_drop(self.cls_act(self.cls_hidden(z)))  # (B, head_hidden)
             return self.cls(z)  # (B, n_outputs)
@@ -126,26 +138,37 @@ class Encoder(Module):
         elif head == "mlm":
             dh = self.mlm.backward(dout)  # (B, T, D)
         else:
-            dh = xp.zeros(shape, dtype=dout.dtype)  # (B, T, D): only the first position is used
-            dz = self.cls.backward(dout)  # (B, D + F) or (B, head_hidden)
+            D = shape[-1]
+            dh = xp.zeros(shape, dtype=dout.dtype)  # (B, T, D): the first position, and with the mean every token
+            dz = self.cls.backward(dout)  # (B, D (+ D) + F) or (B, head_hidden)
             if self.cls_hidden is not None:
-                dz = self.cls_hidden.backward(self.cls_act.backward(self.cls_drop.backward(dz)))  # (B, D + F)
-            dh[:, 0] = dz[:, :shape[-1]]  # the features' columns get no gradient
+                dz = self.cls_hidden.backward(self.cls_act.backward(self.cls_drop.backward(dz)))  # (B, D (+ D) + F)
+            if self.config.pooling == "cls+mean":
+                share = self._token_share  # (B, T, 1): 1/n at the molecule's n positions, 0 at padding
+                dh += share * dz[:, None, D:2 * D]  # (B, T, D)
+            dh[:, 0] += dz[:, :D]  # the features' columns get no gradient
         self.encode_backward(dh)
         return None
 
-    def _pooled(self, h, features):
-        """The cls head's input: the first token's state (B, D), then the features (B, D + F)."""
+    def _pooled(self, h, features, ids):
+        """The cls head's input: the first token's state (B, D), with ``pooling="cls+mean"`` the
+        mean state over the non-padding positions (B, D) beside it, then the features (B, F)."""
         F = self.config.n_features
+        parts = [h[:, 0]]  # (B, D)
+        if self.config.pooling == "cls+mean":
+            keep = (ids != self.config.pad_id).astype(h.dtype)[:, :, None]  # (B, T, 1)
+            self._token_share = keep / keep.sum(axis=1, keepdims=True)  # (B, T, 1), each row sums to 1
+            parts.append((h * self._token_share).sum(axis=1))  # (B, D)
         if F == 0:
             if features is not None:
                 raise ValueError("Encoder: features given, but the model was built with n_features=0")
-            return h[:, 0]  # (B, D)
-        if features is None or tuple(features.shape) != (h.shape[0], F):
+        elif features is None or tuple(features.shape) != (h.shape[0], F):
             got = "none" if features is None else f"shape {tuple(features.shape)}"
             raise ValueError(f"Encoder: the cls head reads {F} features per molecule, (B, F) = ({h.shape[0]}, {F}); "
                              f"got {got}")
-        return xp.concatenate([h[:, 0], features.astype(h.dtype, copy=False)], axis=1)  # (B, D + F)
+        else:
+            parts.append(features.astype(h.dtype, copy=False))  # (B, F)
+        return parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=1)  # (B, D (+ D) + F)
 
 
 def mask_tokens(ids, mask_id: int, vocab_size: int, rng: np.random.Generator, p: float = 0.15,

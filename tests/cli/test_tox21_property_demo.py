@@ -118,7 +118,8 @@ def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_wher
     encoder = first / "pretrain" / "last.npz"
     later = tmp_path / "later"
     assert demo.main(["--quick", "--quiet", "--encoder", str(encoder), "--split", "scaffold", "--seed", "3",
-                      "--lr", "1e-12", "--head-hidden", "8", "--data", str(labelled_csv), "--out", str(later)]) == 0
+                      "--lr", "1e-12", "--head-hidden", "8", "--pooling", "cls+mean", "--data", str(labelled_csv),
+                      "--out", str(later)]) == 0
     assert "fine-tuning the pretrained encoder" in capsys.readouterr().out
     assert json.loads((later / "config.json").read_text())["run"]["encoder"] == str(encoder)
     with np.load(encoder) as a, np.load(later / "best.npz") as b:  # a step of 1e-12 leaves the body as loaded
@@ -126,6 +127,9 @@ def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_wher
         assert body and all(np.allclose(a[k], b[k], atol=1e-8) for k in body)
         assert not any(k.startswith("weights/mlm.") for k in b.files)
         assert b["weights/cls_hidden.weight"].shape[1] == 8  # this run's head, on the encoder's body
+        D, F = a["weights/ln_f.weight"].shape[0], len(json.loads((later / "config.json").read_text())["run"]
+                                                          ["descriptors"]["names"])
+        assert b["weights/cls_hidden.weight"].shape[0] == 2 * D + F  # [h_cls; mean; descriptors]
     assert run_cli(demo.main, ["--quick", "--pretrain", "--encoder", str(encoder), "--data", str(labelled_csv),
                                "--out", str(tmp_path / "both")]) == 2
     assert "drop one of them" in capsys.readouterr().err
