@@ -118,7 +118,7 @@ def table(runs: list) -> str:
     return "\n".join(out)
 
 
-#: Settings that change what a run measures: a --resume must match them (the tasks, seeds, threads and processes may differ).
+#: Settings that change what a run measures: a --resume must match them (tasks, seeds, threads, processes may differ).
 MEASURED = ("budget", "batch_size", "sigma", "lr", "replay", "replay_k", "scaffold_limit", "grammar", "memory",
             "augment_rounds", "score_repeats", "max_steps", "patience", "backend", "kernels", "kekule")
 _PRIORS: dict = {}
