@@ -110,3 +110,11 @@ def test_the_pmo_preset_trains_on_the_recombined_set_after_moses():
     given = build_parser().parse_args(["train", "lm", "--preset", "pmo", "--data", "druglike"])
     resolve_recipe(given)
     assert given.data == "druglike"  # the user's --data is kept
+
+
+def test_the_recombined_set_trains_on_all_but_its_held_out_molecules(druglike, monkeypatch):
+    from minitransformer.chem.datasets import lm_data
+    monkeypatch.setattr(recombined, "recombined_moses", lambda **kw: (druglike[:40], "cache file"))
+    monkeypatch.setattr(lm_data, "RECOMBINED_HELD_OUT", 5)
+    splits = lm_data.prepare_smiles("recombined", log=lambda *_: None)
+    assert (len(splits.val), len(splits.test)) == (5, 5) and len(splits.train) >= 25  # (repeats once standardized)

@@ -101,6 +101,10 @@ def standardized(smiles, min_len: int | None, max_len: int | None, log=print) ->
     return fits
 
 
+#: Validation and test molecules each of the ``"recombined"`` set (its 300,000 are nearly all for training).
+RECOMBINED_HELD_OUT = 10_000
+
+
 def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit: bool = True,
                    split: str = "ordered", n_train: int = 6600, n_val: int = 400,
                    fractions=(0.8, 0.1, 0.1), seed: int = 0, limit: int | None = None,
@@ -117,6 +121,8 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
         min_len, max_len: character-length limits (the reference keeps 10..100).
         check_rdkit: drop strings RDKit cannot parse.
         split: ``"ordered"`` (first n_train, next n_val, rest) or ``"random"`` (fractions).
+            The ``"recombined"`` set (made in random order) is split in order with
+            :data:`RECOMBINED_HELD_OUT` molecules each for validation and test, the rest training.
         limit: keep only the first ``limit`` cleaned SMILES (quick runs).
         test_limit: MOSES only: at most this many of its test molecules (drawn at random), for
             the test NLL (176,074 molecules take minutes to score; the benchmark's own metrics
@@ -146,6 +152,9 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
         train, val = split_moses(kept)
         log(f"split: MOSES's test split as test, the last {len(val)} training molecules as validation")
     elif split == "ordered":
+        if isinstance(data, str) and data.lower() == "recombined":  # made in random order: all but 20,000 train
+            n_val = RECOMBINED_HELD_OUT
+            n_train = max(len(kept) - 2 * n_val, 0)
         if len(kept) <= n_train + n_val:  # a small file: keep the 80/10/10 proportions instead
             n_train, n_val = int(0.8 * len(kept)), max(1, int(0.1 * len(kept)))
             why = (f"the first {limit} cleaned SMILES (a quick run)" if limit is not None and len(kept) == limit
