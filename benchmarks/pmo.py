@@ -138,6 +138,19 @@ def run_job(job) -> dict:
     return run_task(prior, vocab, name, seed, args)
 
 
+def exit_with_parent(parent: int) -> None:
+    """A worker's initializer: end the worker when the process that started it is gone (stopped by a
+    signal, or killed), so that stopping the benchmark stops its runs too."""
+    import os
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def finished_runs(args, prior_sha: str) -> list:
     """With --resume, the runs already in --json, when they were measured the same way; else []."""
     if not args.resume:
@@ -225,7 +238,9 @@ def main() -> None:
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
-        with ProcessPoolExecutor(args.processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        import os
+        with ProcessPoolExecutor(args.processes, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
             for future in as_completed([pool.submit(run_job, job) for job in jobs]):
                 finished(future.result())
     text = table(runs)

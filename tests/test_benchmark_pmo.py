@@ -65,3 +65,45 @@ def test_two_processes_give_the_runs_of_one_and_a_resumed_run_does_only_the_rest
     assert "± " in json.loads(two.read_text())["table"], "the spread over two seeds"
     refused = _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", "--json", str(two), "--resume", "--sigma", "60")
     assert refused.returncode != 0 and "other sigma" in refused.stderr
+
+
+def test_stopping_the_benchmark_stops_its_worker_processes(tmp_path):
+    """A worker outlives a killed parent only until its watcher notices (about a second)."""
+    import signal
+    import time
+    script = tmp_path / "parent.py"
+    script.write_text(f"""
+import multiprocessing, os, sys, time
+sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
+from concurrent.futures import ProcessPoolExecutor
+from pmo import exit_with_parent
+
+def work(path):
+    open(path, "w").write(str(os.getpid()))
+    time.sleep(120)
+
+if __name__ == "__main__":
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=exit_with_parent,
+                             initargs=(os.getpid(),)) as pool:
+        pool.submit(work, {str(tmp_path / 'worker.pid')!r}).result()
+""")
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    pid_file = tmp_path / "worker.pid"
+    for _ in range(600):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=30)
+    status = Path(f"/proc/{worker}/status")
+    for _ in range(100):
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        if status.exists() and "\nState:\tZ" in status.read_text():
+            return  # exited; its new parent has not reaped it yet
+        time.sleep(0.1)
+    os.kill(worker, signal.SIGKILL)
+    pytest.fail("the worker ran on after its parent was killed")
