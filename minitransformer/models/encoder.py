@@ -114,7 +114,7 @@ class Encoder(Module):
         if features is not None and head != "cls":
             raise ValueError(f"Encoder: features are read by the 'cls' head only, not by head={head!r}")
         h = self.encode(ids)  # (B, T, D)
-        self.cache = (head, h.shape)
+        self.cache = (head, h.shape, None)  # (head, (B, T, D), token_share (B, T, 1) when the head reads the mean)
         if head is None:
             return h
         if head == "mlm":
@@ -124,7 +124,9 @@ class Encoder(Module):
         if head == "cls":
             if self.cls is None:
                 raise ValueError("Encoder: built with n_outputs=0; there is no 'cls' head")
-            z = self._pooled(h, features, ids)  # (B, D + F) or (B, 2D + F)
+            share = token_share(ids, self.config.pad_id, h.dtype) if self.config.pooling == "cls+mean" else None
+            self.cache = (head, h.shape, share)
+            z = self._pooled(h, features, ids, share)  # (B, D + F) or (B, 2D + F)
             if self.cls_hidden is not None:
                 z = self.cls_drop(self.cls_act(self.cls_hidden(z)))  # (B, head_hidden)
             return self.cls(z)  # (B, n_outputs)
@@ -132,7 +134,7 @@ class Encoder(Module):
 
     def backward(self, dout):
         """Gradient of whatever the last forward returned; returns None."""
-        head, shape = self._require_cache()
+        head, shape, share = self._require_cache()
         if head is None:
             dh = dout
         elif head == "mlm":
@@ -143,22 +145,21 @@ class Encoder(Module):
             dz = self.cls.backward(dout)  # (B, D (+ D) + F) or (B, head_hidden)
             if self.cls_hidden is not None:
                 dz = self.cls_hidden.backward(self.cls_act.backward(self.cls_drop.backward(dz)))  # (B, D (+ D) + F)
-            if self.config.pooling == "cls+mean":
-                share = self._token_share  # (B, T, 1): 1/n at the molecule's n positions, 0 at padding
+            if share is not None:  # the mean's gradient, shared by the molecule's positions
                 dh += share * dz[:, None, D:2 * D]  # (B, T, D)
             dh[:, 0] += dz[:, :D]  # the features' columns get no gradient
         self.encode_backward(dh)
         return None
 
-    def _pooled(self, h, features, ids):
+    def _pooled(self, h, features, ids, share=None):
         """The cls head's input: the first token's state (B, D), with ``pooling="cls+mean"`` the
-        mean state over the non-padding positions (B, D) beside it, then the features (B, F)."""
+        mean state over the non-padding positions (B, D) beside it (``share``: :func:`token_share`
+        of ``ids``, computed here when not given), then the features (B, F)."""
         F = self.config.n_features
         parts = [h[:, 0]]  # (B, D)
         if self.config.pooling == "cls+mean":
-            keep = (ids != self.config.pad_id).astype(h.dtype)[:, :, None]  # (B, T, 1)
-            self._token_share = keep / keep.sum(axis=1, keepdims=True)  # (B, T, 1), each row sums to 1
-            parts.append((h * self._token_share).sum(axis=1))  # (B, D)
+            share = token_share(ids, self.config.pad_id, h.dtype) if share is None else share
+            parts.append((h * share).sum(axis=1))  # (B, D)
         if F == 0:
             if features is not None:
                 raise ValueError("Encoder: features given, but the model was built with n_features=0")
@@ -169,6 +170,13 @@ class Encoder(Module):
         else:
             parts.append(features.astype(h.dtype, copy=False))  # (B, F)
         return parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=1)  # (B, D (+ D) + F)
+
+
+def token_share(ids, pad_id: int, dtype):
+    """Each position's weight in the mean over a molecule's tokens: 1/n at its n non-padding
+    positions, 0 at padding. ids (B, T) -> (B, T, 1), each row summing to 1."""
+    keep = (ids != pad_id).astype(dtype)[:, :, None]  # (B, T, 1)
+    return keep / keep.sum(axis=1, keepdims=True)  # (B, T, 1)
 
 
 def mask_tokens(ids, mask_id: int, vocab_size: int, rng: np.random.Generator, p: float = 0.15,
