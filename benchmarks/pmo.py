@@ -6,8 +6,12 @@
     python benchmarks/pmo.py --prior runs/moses/best.npz --quick      # 2 tasks, 300 calls: a smoke test
     python benchmarks/pmo.py --prior runs/pmo/best.npz --seeds 0,1,2,3,4 --processes 2 --threads 1 \\
         --json pmo5.json [--resume]                                     # PMO's five seeds, two runs at once
+    python benchmarks/pmo.py --prior runs/pmo/best.npz --seeds 0,1,2,3,4 --json pmo5.json \\
+        --merge seed0.json seed1.json                                   # the runs made elsewhere kept
 
-The results file is written after every run, so ``--resume`` continues a long run that stopped.
+The results file is written after every run, so ``--resume`` continues a long run that stopped;
+``--merge`` keeps the runs of results files made elsewhere (another machine, another process), so
+one table can gather a benchmark run in parts.
 
 The protocol is PMO's (Gao et al., "Sample Efficiency Matters", NeurIPS 2022), kept by
 ``chem.goals.oracle_budget.OracleBudget``: only distinct valid molecules (by canonical SMILES) count
@@ -151,21 +155,37 @@ def exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def finished_runs(args, prior_sha: str) -> list:
-    """With --resume, the runs already in --json, when they were measured the same way; else []."""
-    if not args.resume:
-        return []
-    if args.json is None or not args.json.is_file():
-        raise SystemExit(f"pmo.py: --resume needs the --json file of the earlier run ({args.json} not found)")
+def earlier_runs(path: Path, args, prior_sha: str) -> list:
+    """The runs in the results file ``path``, refused unless measured as this run measures."""
     import json
-    earlier = json.loads(args.json.read_text())
+    earlier = json.loads(path.read_text())
     changed = [k for k in MEASURED if earlier["pmo_settings"].get(k) != getattr(args, k)]
     if earlier.get("prior_sha256") != prior_sha:
         changed.append("prior")
     if changed:
-        raise SystemExit(f"pmo.py: --resume: {args.json} was measured with other {', '.join(changed)}; "
+        raise SystemExit(f"pmo.py: {path} was measured with other {', '.join(changed)}; "
                          "give a new --json or the same settings")
     return earlier["runs"]
+
+
+def finished_runs(args, prior_sha: str) -> list:
+    """The runs already made: those in --json (with --resume) and in each --merge file, one per
+    (task, seed); two files holding the same run are refused."""
+    if args.resume and (args.json is None or not args.json.is_file()):
+        raise SystemExit(f"pmo.py: --resume needs the --json file of the earlier run ({args.json} not found)")
+    paths = ([args.json] if args.resume else []) + list(args.merge)
+    runs, source = [], {}
+    for path in paths:
+        if not path.is_file():
+            raise SystemExit(f"pmo.py: --merge: {path} not found")
+        for r in earlier_runs(path, args, prior_sha):
+            key = (r["task"], r["seed"])
+            if key in source:
+                raise SystemExit(f"pmo.py: {r['task']} seed {r['seed']} is in both {source[key]} and {path}; "
+                                 "merge files with different runs")
+            source[key] = path
+            runs.append(r)
+    return sorted(runs, key=lambda x: (TASKS.index(x["task"]), x["seed"]))
 
 
 def main() -> None:
@@ -193,6 +213,8 @@ def main() -> None:
                         "--threads 1 on 2 cores)")
     p.add_argument("--resume", action="store_true",
                    help="keep the runs already in --json (written after every run) and do the rest")
+    p.add_argument("--merge", type=Path, nargs="+", default=[], metavar="FILE",
+                   help="also keep the runs in these results files (measured with the same settings and prior)")
     p.add_argument("--markdown", type=Path, default=None, help="also write the table here")
     args = p.parse_args()
     args.budget = args.budget or (300 if args.quick else 10_000)
@@ -214,8 +236,7 @@ def main() -> None:
     runs = finished_runs(args, prior_sha)
     done = {(r["task"], r["seed"]) for r in runs}
     jobs = [(args, name, seed) for name in args.tasks for seed in args.seeds if (name, seed) not in done]
-    print(f"{len(jobs)} runs to do ({len(done)} read back from {args.json})" if args.resume else
-          f"{len(jobs)} runs", flush=True)
+    print(f"{len(jobs)} runs to do ({len(done)} read back)" if done else f"{len(jobs)} runs", flush=True)
 
     def finished(r: dict) -> None:
         runs.append(r)
@@ -226,7 +247,8 @@ def main() -> None:
         save(runs, quiet=True)
 
     def save(runs: list, quiet: bool = False) -> None:
-        settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        settings = {k: (str(v) if isinstance(v, Path) else [str(f) for f in v] if k == "merge" else v)
+                    for k, v in vars(args).items()}
         common.write_result(args, "pmo", dict(machine), {
             "pmo_settings": settings, "prior_sha256": prior_sha, "runs": runs,
             "published_source": "PMO leaderboard Mol_Opt.xlsx (Gao et al. 2022)", "table": table(runs)},

@@ -67,6 +67,26 @@ def test_two_processes_give_the_runs_of_one_and_a_resumed_run_does_only_the_rest
     assert refused.returncode != 0 and "other sigma" in refused.stderr
 
 
+def test_runs_made_in_parts_merge_into_the_table_of_one_run(tmp_path):
+    pytest.importorskip("rdkit")
+    _tiny_prior(tmp_path)
+    whole, part0, part1, merged = (tmp_path / f"{n}.json" for n in ("whole", "part0", "part1", "merged"))
+    assert _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", "--json", str(whole)).returncode == 0
+    assert _pmo(tmp_path, "--tasks", "qed", "--seeds", "0", "--json", str(part0)).returncode == 0
+    assert _pmo(tmp_path, "--tasks", "qed", "--seeds", "1", "--json", str(part1)).returncode == 0
+    done = _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", "--json", str(merged), "--merge", str(part0), str(part1))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "0 runs to do (2 read back)" in done.stdout
+    a, b = (json.loads(p.read_text()) for p in (whole, merged))
+    assert [(r["seed"], r["auc_top10"], r["best"]) for r in a["runs"]] == \
+        [(r["seed"], r["auc_top10"], r["best"]) for r in b["runs"]]
+    assert a["table"] == b["table"]
+    twice = _pmo(tmp_path, "--tasks", "qed", "--json", str(tmp_path / "x.json"), "--merge", str(part0), str(whole))
+    assert twice.returncode != 0 and "qed seed 0 is in both" in twice.stderr
+    other = _pmo(tmp_path, "--tasks", "qed", "--json", str(tmp_path / "y.json"), "--sigma", "60", "--merge", str(part1))
+    assert other.returncode != 0 and "other sigma" in other.stderr
+
+
 def test_stopping_the_benchmark_stops_its_worker_processes(tmp_path):
     """A worker outlives a killed parent only until its watcher notices (about a second)."""
     import signal
