@@ -74,7 +74,7 @@ def add_parser(kinds):
                         "table is removed from it)")
     p.add_argument("--pretrain-limit", type=count_or_all, default=None,
                    help="pretrain on at most this many molecules of --pretrain-data, or all (on MOSES: 1.58 million; "
-                        "give --pretrain-minutes 0 too for the whole pass, about 95 minutes on 2 cores)")
+                        "give --pretrain-minutes 0 too for the whole pass, about 55 minutes on one thread)")
     p.add_argument("--pretrain-minutes", type=cli.number(0), default=None,
                    help="time budget of the pretraining (default: 15 minutes on MOSES, else 5; 0 = none); it "
                         "counts against --max-minutes, whose default grows by it")
