@@ -231,11 +231,13 @@ def cpu_model() -> str | None:
 
 
 def blas_info():
-    """NumPy's BLAS as ``np.show_config(mode='dicts')`` reports it (NumPy >= 1.26)."""
+    """NumPy's BLAS as ``np.show_config(mode='dicts')`` reports it (NumPy >= 1.26), without the
+    directories of the machine that built NumPy."""
     try:
-        return np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     except Exception:  # older NumPy: no dict mode
         return None
+    return {k: v for k, v in blas.items() if not k.endswith("directory")}
 
 
 def gpu_info() -> dict | None:
