@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 29's device run: run from the repository root on the GPU machine; writes under $OUT
+# The GPU device run: run from the repository root on the GPU machine; writes under $OUT
 # (default ./gpu-out). The parts and what they measure: benchmarks/gpu/device_run.py. Its dry
 # run on any CPU: python benchmarks/gpu/device_run.py --backend strict --quick --out out
 set -u
