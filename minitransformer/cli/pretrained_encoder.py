@@ -80,12 +80,13 @@ def fine_tuning_config(encoder: PretrainedEncoder, recipe_model: dict, **head):
     from minitransformer.models import EncoderConfig
     dropouts = {k: v for k, v in recipe_model.items() if k.endswith("dropout")}
     return EncoderConfig.from_dict({**encoder.config, **dropouts, "head_hidden": recipe_model.get("head_hidden", 0),
-                                    "pooling": recipe_model.get("pooling", "cls"), "mlm_head": False, **head})
+                                    "pooling": recipe_model.get("pooling", "cls"), "mlm_head": False, "n_aux": 0,
+                                    **head})
 
 
 def load_weights(model, encoder: PretrainedEncoder) -> None:
     """Copy every weight of the encoder but its heads into ``model``; the head stays as drawn."""
-    heads = ("mlm.", "cls.", "cls_hidden.")
+    heads = ("mlm.", "cls.", "cls_hidden.", "aux.")
     body = {k: v for k, v in encoder.weights.items() if not k.startswith(heads)}
     missing, _ = model.load_state_dict(body, strict=False)
     if any(not name.startswith(heads) for name in missing):

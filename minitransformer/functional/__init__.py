@@ -20,7 +20,8 @@ from minitransformer.fast import linear as _fast_linear
 from minitransformer.fast import lstm as _fast_lstm
 from minitransformer.fast import optimizer as _fast_optimizer
 from minitransformer.fast import softmax as _fast_softmax
-from minitransformer.nn import attention, bce, elementwise, embedding, layernorm, linear, lstm, relative_position, softmax
+from minitransformer.nn import attention, bce, elementwise, embedding, layernorm, linear, lstm, mse, relative_position
+from minitransformer.nn import softmax
 from minitransformer.nn import rnn_attention
 from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
 from minitransformer.nn.elementwise import make_dropout_mask
@@ -43,6 +44,7 @@ REFERENCE = {
     "relu_forward": elementwise.relu_forward, "relu_backward": elementwise.relu_backward,
     "dropout_forward": elementwise.dropout_forward, "dropout_backward": elementwise.dropout_backward,
     "masked_bce_forward": bce.masked_bce_forward, "masked_bce_backward": bce.masked_bce_backward,
+    "mse_forward": mse.mse_forward, "mse_backward": mse.mse_backward,
     "lstm_forward": lstm.lstm_forward, "lstm_backward": lstm.lstm_backward,
     "additive_keys_forward": rnn_attention.additive_keys_forward,
     "additive_keys_backward": rnn_attention.additive_keys_backward,

@@ -29,6 +29,12 @@ Heads (chosen per call with ``forward(ids, head=...)``):
   gradient shared equally by those positions. A masked-language model trains every
   position's state but never scores the first token's, so the mean carries what
   pretraining taught.
+* ``"mlm+aux"``: pretraining with a second target, both from one pass: the MLM logits
+  (B, T, V) and, with ``n_aux`` = A > 0, a linear regression head on the first token's
+  state, :math:`a = h_{:,0} W_a + b_a` of shape (B, A), trained to predict numbers known
+  of each molecule (RDKit's descriptors, :mod:`minitransformer.train.mlm_descriptors`).
+  ``backward`` then takes the pair of gradients (dlogits, da), and the first token's state
+  gets both: the MLM head alone never scores it.
 * ``None``: the hidden states (B, T, D) themselves.
 """
 from __future__ import annotations
@@ -55,7 +61,8 @@ class EncoderConfig(TransformerOptions):
     """Options of :class:`Encoder`. ``n_outputs`` > 0 adds the pooled CLS head, which
     reads ``n_features`` numbers per molecule beside the CLS state, through a hidden
     layer of ``head_hidden`` units when that is > 0; ``mlm_head`` adds the masked-LM
-    head (tied to the embedding if ``tie_embeddings``)."""
+    head (tied to the embedding if ``tie_embeddings``); ``n_aux`` > 0 adds the auxiliary
+    regression head on the first token that pretraining trains beside the MLM head."""
 
     vocab_size: int = dataclasses.field(kw_only=False)
     n_layers: int = 2
@@ -65,6 +72,7 @@ class EncoderConfig(TransformerOptions):
     n_features: int = 0
     head_hidden: int = 0
     pooling: str = "cls"  # what the cls head reads of the states: "cls" (h_0) or "cls+mean" ([h_0; mean])
+    n_aux: int = 0  # outputs of the auxiliary regression head read with head="mlm+aux"
 
     def __post_init__(self):
         super().__post_init__()  # types and ranges: n_features, head_hidden >= 0
@@ -74,6 +82,8 @@ class EncoderConfig(TransformerOptions):
             if getattr(self, name) and not self.n_outputs:
                 raise ValueError(f"EncoderConfig: {name}={getattr(self, name)} needs n_outputs > 0, the cls head "
                                  "it belongs to")
+        if self.n_aux and not self.mlm_head:
+            raise ValueError(f"EncoderConfig: n_aux={self.n_aux} needs mlm_head=True, the head it is trained beside")
 
 
 class Encoder(Module):
@@ -95,6 +105,7 @@ class Encoder(Module):
             self.cls_act, self.cls_drop = make_activation(c.activation), Dropout(c.resid_dropout, rng=self.rng)
             width = c.head_hidden
         self.cls = Linear(width, c.n_outputs, bias=True, rng=self.rng) if c.n_outputs > 0 else None
+        self.aux = Linear(c.d_model, c.n_aux, bias=True, rng=self.rng) if c.n_aux > 0 else None
         self.stack = Stack(self.embed, self.blocks, self.ln_f)  # embed -> blocks -> ln_f, and back
         set_rng(self, self.rng)
 
@@ -109,7 +120,8 @@ class Encoder(Module):
         self.stack.backward(dh)
 
     def forward(self, ids, head: str | None = None, features=None):
-        """Hidden states (head=None), MLM logits (B, T, V) or pooled outputs (B, n_outputs);
+        """Hidden states (head=None), MLM logits (B, T, V), pooled outputs (B, n_outputs) or, with
+        head="mlm+aux", the pair (MLM logits, auxiliary outputs (B, n_aux));
         ``features`` (B, n_features): the cls head's extra inputs (only and always with n_features > 0)."""
         if features is not None and head != "cls":
             raise ValueError(f"Encoder: features are read by the 'cls' head only, not by head={head!r}")
@@ -121,6 +133,10 @@ class Encoder(Module):
             if self.mlm is None:
                 raise ValueError("Encoder: built with mlm_head=False; there is no 'mlm' head")
             return self.mlm(h)  # (B, T, V)
+        if head == "mlm+aux":
+            if self.aux is None:
+                raise ValueError("Encoder: built with n_aux=0; there is no 'mlm+aux' head")
+            return self.mlm(h), self.aux(h[:, 0])  # (B, T, V), (B, n_aux)
         if head == "cls":
             if self.cls is None:
                 raise ValueError("Encoder: built with n_outputs=0; there is no 'cls' head")
@@ -130,15 +146,19 @@ class Encoder(Module):
             if self.cls_hidden is not None:
                 z = self.cls_drop(self.cls_act(self.cls_hidden(z)))  # (B, head_hidden)
             return self.cls(z)  # (B, n_outputs)
-        raise ValueError(f"Encoder: head must be None, 'mlm' or 'cls', got {head!r}")
+        raise ValueError(f"Encoder: head must be None, 'mlm', 'mlm+aux' or 'cls', got {head!r}")
 
     def backward(self, dout):
-        """Gradient of whatever the last forward returned; returns None."""
+        """Gradient of whatever the last forward returned (a pair for head="mlm+aux"); returns None."""
         head, shape, share = self._require_cache()
         if head is None:
             dh = dout
         elif head == "mlm":
             dh = self.mlm.backward(dout)  # (B, T, D)
+        elif head == "mlm+aux":
+            dlogits, daux = dout
+            dh = self.mlm.backward(dlogits)  # (B, T, D)
+            dh[:, 0] += self.aux.backward(daux)  # (B, D): the first token's share of the auxiliary loss
         else:
             D = shape[-1]
             dh = xp.zeros(shape, dtype=dout.dtype)  # (B, T, D): the first position, and with the mean every token

@@ -150,6 +150,32 @@ def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_wher
     assert "another labelled table" in capsys.readouterr().err
 
 
+def test_an_encoder_pretrained_to_predict_descriptors_too_is_fine_tuned_without_that_head(
+        labelled_csv, load_demo, tmp_path, capsys):
+    from minitransformer.cli import run_cli
+    from minitransformer.chem.descriptors import descriptor_names
+    demo = load_demo("tox21_property")
+    first = tmp_path / "pretrained"
+    assert demo.main(["--quick", "--pretrain", "--pretrain-descriptors", "2", "--pretrain-data", "druglike",
+                      "--pretrain-limit", "200", "--data", str(labelled_csv), "--out", str(first)]) == 0
+    assert "RDKit descriptors of each of the 200 molecules as a second target" in capsys.readouterr().out
+    config = json.loads((first / "config.json").read_text())
+    assert config["run"]["settings"]["pretrain_descriptors"] == 2 and config["model"]["n_aux"] == len(descriptor_names())
+    encoder = first / "pretrain" / "last.npz"
+    with np.load(encoder) as a:
+        assert a["weights/aux.weight"].shape == (a["weights/ln_f.weight"].shape[0], len(descriptor_names()))
+    later = tmp_path / "later"
+    assert demo.main(["--quick", "--quiet", "--encoder", str(encoder), "--data", str(labelled_csv),
+                      "--out", str(later)]) == 0
+    assert json.loads((later / "config.json").read_text())["model"]["n_aux"] == 0
+    with np.load(later / "best.npz") as b:
+        assert not any(k.startswith(("weights/aux.", "weights/mlm.")) for k in b.files)
+    assert run_cli(demo.main, ["--quick", "--pretrain-descriptors", "1", "--data", str(labelled_csv),
+                               "--out", str(tmp_path / "no_pretraining")]) == 2
+    assert "give --pretrain too" in capsys.readouterr().err
+    assert not (tmp_path / "no_pretraining").exists()
+
+
 def _property_recipe(argv):
     from minitransformer.cli.main import build_parser
     from minitransformer.cli.train_property import resolve_recipe
