@@ -155,6 +155,12 @@ def exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def refuse(message: str) -> None:
+    """A usage error found after parsing (a results file that does not fit): one line, exit 2."""
+    print(f"pmo.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def earlier_runs(path: Path, args, prior_sha: str) -> list:
     """The runs in the results file ``path``, refused unless measured as this run measures."""
     import json
@@ -163,7 +169,7 @@ def earlier_runs(path: Path, args, prior_sha: str) -> list:
     if earlier.get("prior_sha256") != prior_sha:
         changed.append("prior")
     if changed:
-        raise SystemExit(f"pmo.py: {path} was measured with other {', '.join(changed)}; "
+        refuse(f"{path} was measured with other {', '.join(changed)}; "
                          "give a new --json or the same settings")
     return earlier["runs"]
 
@@ -172,16 +178,16 @@ def finished_runs(args, prior_sha: str) -> list:
     """The runs already made: those in --json (with --resume) and in each --merge file, one per
     (task, seed); two files holding the same run are refused."""
     if args.resume and (args.json is None or not args.json.is_file()):
-        raise SystemExit(f"pmo.py: --resume needs the --json file of the earlier run ({args.json} not found)")
+        refuse(f"--resume needs the --json file of the earlier run ({args.json} not found)")
     paths = ([args.json] if args.resume else []) + list(args.merge)
     runs, source = [], {}
     for path in paths:
         if not path.is_file():
-            raise SystemExit(f"pmo.py: --merge: {path} not found")
+            refuse(f"--merge: {path} not found")
         for r in earlier_runs(path, args, prior_sha):
             key = (r["task"], r["seed"])
             if key in source:
-                raise SystemExit(f"pmo.py: {r['task']} seed {r['seed']} is in both {source[key]} and {path}; "
+                refuse(f"{r['task']} seed {r['seed']} is in both {source[key]} and {path}; "
                                  "merge files with different runs")
             source[key] = path
             runs.append(r)

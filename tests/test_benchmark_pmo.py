@@ -64,7 +64,7 @@ def test_two_processes_give_the_runs_of_one_and_a_resumed_run_does_only_the_rest
     assert [(r["seed"], r["auc_top10"], r["best"]) for r in a] == [(r["seed"], r["auc_top10"], r["best"]) for r in b]
     assert "± " in json.loads(two.read_text())["table"], "the spread over two seeds"
     refused = _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", "--json", str(two), "--resume", "--sigma", "60")
-    assert refused.returncode != 0 and "other sigma" in refused.stderr
+    assert refused.returncode == 2 and "other sigma" in refused.stderr
 
 
 def test_runs_made_in_parts_merge_into_the_table_of_one_run(tmp_path):
@@ -82,9 +82,9 @@ def test_runs_made_in_parts_merge_into_the_table_of_one_run(tmp_path):
         [(r["seed"], r["auc_top10"], r["best"]) for r in b["runs"]]
     assert a["table"] == b["table"]
     twice = _pmo(tmp_path, "--tasks", "qed", "--json", str(tmp_path / "x.json"), "--merge", str(part0), str(whole))
-    assert twice.returncode != 0 and "qed seed 0 is in both" in twice.stderr
+    assert twice.returncode == 2 and "qed seed 0 is in both" in twice.stderr
     other = _pmo(tmp_path, "--tasks", "qed", "--json", str(tmp_path / "y.json"), "--sigma", "60", "--merge", str(part1))
-    assert other.returncode != 0 and "other sigma" in other.stderr
+    assert other.returncode == 2 and "other sigma" in other.stderr
 
 
 def test_stopping_the_benchmark_stops_its_worker_processes(tmp_path):
