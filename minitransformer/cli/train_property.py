@@ -80,8 +80,8 @@ def add_parser(kinds):
                         "counts against --max-minutes, whose default grows by it")
     p.add_argument("--pretrain-descriptors", type=cli.number(0), default=None, metavar="WEIGHT",
                    help="with --pretrain: the <cls> state also learns to predict each pretraining molecule's RDKit "
-                        "descriptors, their squared error at this weight beside the masked tokens' loss (e.g. 1; "
-                        "default 0: not at all). Computing them takes about 5 ms a molecule and core")
+                        "descriptors, their squared error at this weight beside the masked tokens' loss (default 0: not "
+                        "at all; 1 lost on Tox21's validation sets, docs/RESULTS.md). About 5 ms a molecule and core")
     p.add_argument("--augment", type=cli.number(0, 1), default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--tta", type=cli.int_at_least(1, 256, "each is a full pass of the model"), default=None,
