@@ -27,13 +27,16 @@ nothing; RDKit's values are properties of the graph).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
 
-__all__ = ["descriptor_names", "compute_descriptors", "DescriptorScale", "LEVELS"]
+__all__ = ["descriptor_names", "compute_descriptors", "DescriptorScale", "LEVELS", "SplitDescriptors",
+           "split_descriptors"]
 
 #: Quantiles kept per descriptor: the CDF at 0, 1/32, ..., 1.
 LEVELS = 33
@@ -138,3 +141,23 @@ class DescriptorScale:
             raise ValueError(f"a descriptor scale of shape {q.shape} for {len(d['names'])} names; expected "
                              f"({len(d['names'])}, {LEVELS}): the checkpoint is damaged")
         return cls(tuple(d["names"]), q)
+
+
+class SplitDescriptors(NamedTuple):
+    """The descriptors of a data set's three splits, on the scale fitted to the training split."""
+
+    scale: DescriptorScale
+    train: np.ndarray  # (N_train, F) float32
+    val: np.ndarray  # (N_val, F)
+    test: np.ndarray  # (N_test, F)
+
+
+def split_descriptors(train, val, test, log=print) -> SplitDescriptors:
+    """Compute the descriptors of every molecule of the three splits (each with a ``smiles`` list),
+    fit their scale on ``train`` alone and put all three on it."""
+    t0 = time.perf_counter()
+    raw = [compute_descriptors(part.smiles) for part in (train, val, test)]  # 3 x (N, F) float64
+    scale = DescriptorScale.fit(raw[0], descriptor_names())
+    log(f"descriptors: {len(scale.names)} of RDKit's per molecule, scaled on the training split "
+        f"({time.perf_counter() - t0:.0f} s)")
+    return SplitDescriptors(scale, *(scale.transform(x) for x in raw))

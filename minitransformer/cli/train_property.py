@@ -80,8 +80,9 @@ def add_parser(kinds):
                         "counts against --max-minutes, whose default grows by it")
     p.add_argument("--pretrain-descriptors", type=cli.number(0), default=None, metavar="WEIGHT",
                    help="with --pretrain: the <cls> state also learns to predict each pretraining molecule's RDKit "
-                        "descriptors, their squared error at this weight beside the masked tokens' loss (default 0: not "
-                        "at all; 1 lost on Tox21's validation sets, docs/RESULTS.md). About 5 ms a molecule and core")
+                        "descriptors, their squared error at this weight beside the masked tokens' loss (default 0: "
+                        "not at all; 1 lost on Tox21's validation sets, docs/RESULTS.md). Computing them (about 5 ms "
+                        "a molecule and core) comes on top of the time budgets")
     p.add_argument("--augment", type=cli.number(0, 1), default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--tta", type=cli.int_at_least(1, 256, "each is a full pass of the model"), default=None,
@@ -170,7 +171,7 @@ class TrainProperty(TrainingCommand):
     """``train property``: what differs from the other training commands."""
 
     kind = "property"
-    panels = (("loss (MLM cross-entropy, then BCE)", ("train_loss", "val_loss")),
+    panels = (("loss (MLM cross-entropy [+ descriptors' squared error], then BCE)", ("train_loss", "val_loss")),
               ("validation ROC-AUC", ("val_auc",)))
 
     def recipe(self, args):
@@ -181,6 +182,7 @@ class TrainProperty(TrainingCommand):
         encoder), the vocabulary."""
         from minitransformer.chem import Vocab
         from minitransformer.chem.datasets.properties import load_labelled, split_rows
+        from minitransformer.chem.descriptors import split_descriptors
         from minitransformer.cli.pretrained_encoder import load_encoder
         table = load_labelled(args.data)
         if args.quick:
@@ -205,7 +207,7 @@ class TrainProperty(TrainingCommand):
                              f"e.g. {too_long[0][:60]}...; shorten them or raise max_len")
         print(f"split ({args.split}): {len(train.smiles)} train / {len(val.smiles)} val / {len(test.smiles)} test; "
               f"{len(table.tasks)} tasks; vocabulary of {len(vocab)} tokens")
-        features = molecule_features(train, val, test) if recipe.descriptors else None
+        features = split_descriptors(train, val, test) if recipe.descriptors else None
         return recipe, Data(vocab, train.smiles, val.smiles, test.smiles, extra, table.description,
                             table.clean_summary, own=PropertyData(table, train, val, test, features, encoder))
 
@@ -259,8 +261,9 @@ class TrainProperty(TrainingCommand):
             print(f"pretraining: masked language model on {len(smiles)} molecules, {r.pretrain_epochs} epochs "
                   "at most")
         ids = dict(mask_id=vocab.mask_id, vocab_size=len(vocab), pad_id=vocab.pad_id, special_ids=vocab.special_ids)
-        if r.pretrain_descriptors:  # and the molecules' descriptors (computed when the phase starts)
+        if r.pretrain_descriptors:  # and the molecules' descriptors, computed here, on top of the time budgets
             data = DescriptorEpochs(smiles, vocab, run.args.seed + 1, r.max_len)
+            run.untimed_s += data.prepare() if run.resumed_phase != "train" else 0.0
             task = MLMDescriptorTask(n_targets=len(descriptor_names()), weight=r.pretrain_descriptors, **ids)
         else:
             data = RandomizedEpochs(smiles, vocab, seed=run.args.seed + 1, p=1.0, max_tokens=r.max_len,
@@ -342,29 +345,8 @@ class PropertyData(NamedTuple):
     train: object
     val: object
     test: object
-    features: object  # MoleculeFeatures | None
+    features: object  # SplitDescriptors | None
     encoder: object  # PretrainedEncoder | None
-
-
-class MoleculeFeatures(NamedTuple):
-    """RDKit's descriptors of the three splits, on the scale fitted to the training split."""
-
-    scale: object  # DescriptorScale
-    train: np.ndarray  # (N_train, F) float32
-    val: np.ndarray  # (N_val, F)
-    test: np.ndarray  # (N_test, F)
-
-
-def molecule_features(train, val, test) -> MoleculeFeatures:
-    """Compute the descriptors of every molecule, fit their scale on ``train`` alone and put all three on it."""
-    from minitransformer.chem.descriptors import DescriptorScale, compute_descriptors, descriptor_names
-    import time
-    t0 = time.perf_counter()
-    raw = [compute_descriptors(part.smiles) for part in (train, val, test)]
-    scale = DescriptorScale.fit(raw[0], descriptor_names())
-    print(f"descriptors: {len(scale.names)} of RDKit's per molecule, scaled on the training split "
-          f"({time.perf_counter() - t0:.0f} s)")
-    return MoleculeFeatures(scale, *(scale.transform(x) for x in raw))
 
 
 def run(args) -> int:

@@ -94,6 +94,7 @@ class Run:
     resumed_phase: str | None = None  # the phase it was saved in
     pre_history: list = dataclasses.field(default_factory=list)
     budget: float | None = None  # seconds left for the main phase
+    untimed_s: float = 0.0  # one-off preparation the time budgets leave out (the pretraining targets' descriptors)
 
 
 class TrainingCommand:
@@ -179,7 +180,7 @@ def run_training(command: TrainingCommand, args) -> int:
         run.pre_history = tagged(trainer.history, "pretrain")
     elif pretraining is not None:  # resuming the main phase: the pretraining rows come from its folder
         run.pre_history = tagged(cli.read_history(out / "pretrain"), "pretrain")
-    t_pre = time.perf_counter() - t0
+    t_pre = time.perf_counter() - t0 - run.untimed_s
     run.budget = None if recipe.max_time is None else max(60.0, recipe.max_time - t_pre)
 
     trainer = _fit(run, command.training(run), resume=resume if run.resumed_phase == "train" else None)

@@ -36,26 +36,36 @@ def descriptor_targets(smiles) -> np.ndarray:
     variance: (N, A) float32, 0 where RDKit gives no value."""
     from minitransformer.chem.descriptors import DescriptorScale, compute_descriptors, descriptor_names
     raw = compute_descriptors(smiles)  # (N, A) float64, NaN where none
-    return (DescriptorScale.fit(raw, descriptor_names()).transform(raw) * UNIT_VARIANCE).astype(np.float32)
+    targets = DescriptorScale.fit(raw, descriptor_names()).transform(raw)  # (N, A) float32 in [-1/2, 1/2]
+    targets *= np.float32(UNIT_VARIANCE)
+    return targets
 
 
 class DescriptorEpochs:
     """Callable ``epoch -> [(ids, targets), ...]``: each molecule written as a fresh random SMILES
-    each epoch, ``<cls>`` first, beside its :func:`descriptor_targets`. Those are computed at the
-    first call, not before: a run resumed after its pretraining never pays for them."""
+    each epoch, ``<cls>`` first, beside its :func:`descriptor_targets`. Those are computed by
+    :meth:`prepare` (or at the first call), not before: a run resumed after its pretraining never
+    pays for them."""
 
     def __init__(self, smiles, vocab, seed: int, max_tokens: int):
         self.smiles, self.vocab, self.seed, self.max_tokens = list(smiles), vocab, seed, max_tokens
         self._epochs = None  # LabelledEpochs, once the targets are known
 
+    def prepare(self) -> float:
+        """Compute the descriptors (once); returns the seconds it took (0 when done already)."""
+        if self._epochs is not None:
+            return 0.0
+        from minitransformer.chem.datasets.lm_data import LabelledEpochs
+        t0 = time.perf_counter()
+        targets = descriptor_targets(self.smiles)  # (N, A)
+        spent = time.perf_counter() - t0
+        print(f"pretraining: {targets.shape[1]} RDKit descriptors of each of the {len(self.smiles)} molecules "
+              f"as a second target ({spent:.0f} s to compute)")
+        self._epochs = LabelledEpochs(self.smiles, targets, self.vocab, self.seed, 1.0, self.max_tokens)
+        return spent
+
     def __call__(self, epoch: int):
-        if self._epochs is None:
-            from minitransformer.chem.datasets.lm_data import LabelledEpochs
-            t0 = time.perf_counter()
-            targets = descriptor_targets(self.smiles)  # (N, A)
-            print(f"pretraining: {targets.shape[1]} RDKit descriptors of each of the {len(self.smiles)} molecules "
-                  f"as a second target ({time.perf_counter() - t0:.0f} s to compute)")
-            self._epochs = LabelledEpochs(self.smiles, targets, self.vocab, self.seed, 1.0, self.max_tokens)
+        self.prepare()
         return self._epochs(epoch)
 
 
@@ -88,7 +98,8 @@ class MLMDescriptorTask(MLMTask):
     def collate(self, examples):
         self.validate(examples)
         ids = pad_batch([e[0] for e in examples], self.pad_id)  # (B, T)
-        return ids, np.stack([np.asarray(e[1], dtype=np.float32) for e in examples])  # (B, A)
+        targets = np.stack([np.asarray(e[1], dtype=np.float32) for e in examples])  # (B, A)
+        return ids, targets
 
     def loss(self, model, batch, rng):
         ids, targets = batch

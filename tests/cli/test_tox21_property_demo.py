@@ -160,7 +160,8 @@ def test_an_encoder_pretrained_to_predict_descriptors_too_is_fine_tuned_without_
                       "--pretrain-limit", "200", "--data", str(labelled_csv), "--out", str(first)]) == 0
     assert "RDKit descriptors of each of the 200 molecules as a second target" in capsys.readouterr().out
     config = json.loads((first / "config.json").read_text())
-    assert config["run"]["settings"]["pretrain_descriptors"] == 2 and config["model"]["n_aux"] == len(descriptor_names())
+    assert config["run"]["settings"]["pretrain_descriptors"] == 2
+    assert config["model"]["n_aux"] == len(descriptor_names())
     encoder = first / "pretrain" / "last.npz"
     with np.load(encoder) as a:
         assert a["weights/aux.weight"].shape == (a["weights/ln_f.weight"].shape[0], len(descriptor_names()))
@@ -174,6 +175,37 @@ def test_an_encoder_pretrained_to_predict_descriptors_too_is_fine_tuned_without_
                                "--out", str(tmp_path / "no_pretraining")]) == 2
     assert "give --pretrain too" in capsys.readouterr().err
     assert not (tmp_path / "no_pretraining").exists()
+
+
+def test_computing_the_descriptor_targets_is_left_out_of_the_pretraining_time_budget(
+        labelled_csv, load_demo, tmp_path, monkeypatch):
+    """The descriptors of the pretraining molecules take minutes (5 ms a molecule): that time comes
+    on top of the budgets, so a 1-minute pretraining still makes all its steps after a computation
+    that the clock sees as 1,000 seconds."""
+    import time
+
+    import minitransformer.train.mlm_descriptors as module
+    jump = [0.0]
+    real_clock, real_targets = time.perf_counter, module.descriptor_targets
+    monkeypatch.setattr(time, "perf_counter", lambda: real_clock() + jump[0])
+
+    def slow_targets(smiles):
+        jump[0] += 1000.0
+        return real_targets(smiles)
+    monkeypatch.setattr(module, "descriptor_targets", slow_targets)
+    from minitransformer.cli.train_property import TrainProperty
+    budgets, fine_tuning = [], TrainProperty.training
+    monkeypatch.setattr(TrainProperty, "training",
+                        lambda self, run: budgets.append(run.budget) or fine_tuning(self, run))
+    out = tmp_path / "run"
+    assert load_demo("tox21_property").main([
+        "--quick", "--quiet", "--pretrain", "--pretrain-descriptors", "1", "--pretrain-data", "druglike",
+        "--pretrain-limit", "200", "--pretrain-minutes", "1", "--max-minutes", "5", "--data", str(labelled_csv),
+        "--out", str(out)]) == 0
+    assert jump[0] == 1000.0
+    rows = json.loads((out / "pretrain" / "history.json").read_text())
+    assert rows[-1]["step"] == math.ceil(200 / 32) and rows[-1]["time_s"] < 1000  # every step, none of the jump
+    assert 240 < budgets[0] < 300  # the fine-tuning gets 5 minutes less what the run itself took
 
 
 def _property_recipe(argv):
