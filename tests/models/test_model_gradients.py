@@ -147,38 +147,6 @@ def test_encoder_gradcheck(any_backend, float64, head, opts):
         assert _checked_names(report) == {n for n, _ in model.named_parameters()}
 
 
-@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
-def test_encoder_mlm_and_auxiliary_heads_in_one_pass_gradcheck(any_backend, float64, tie):
-    """head="mlm+aux": the masked tokens' cross-entropy plus the squared error of the first token's
-    regression head, from one pass; every weight (the auxiliary head's, and the first token's path,
-    which only the auxiliary loss reaches) has the gradient of the finite differences of the sum."""
-    from minitransformer.checkpoint.limits import declared_parameters
-    from minitransformer.functional import mse_backward, mse_forward
-    cfg = EncoderConfig(vocab_size=V, n_layers=2, seed=8, n_aux=4, tie_embeddings=tie, **SMALL)
-    model = Encoder(cfg)
-    _perturb(model, seed=3)
-    targets = _dev(MLM_TARGETS)
-    y = _dev(np.random.default_rng(7).standard_normal((3, 4)))  # (B, A)
-
-    def loss_fn(outputs):
-        logits, aux = outputs
-        mlm, mlm_cache = cross_entropy_forward(logits, targets, ignore_index=IGNORE)
-        sq, sq_cache = mse_forward(aux, y)
-        return mlm + 0.7 * sq, (cross_entropy_backward(1.0, mlm_cache), mse_backward(0.7, sq_cache))
-    report = check_module(model, _dev(ENC_BATCH), loss_fn, kwargs={"head": "mlm+aux"}, **_how())
-    assert _checked_names(report) == {n for n, _ in model.named_parameters()}
-    assert {"aux.weight", "aux.bias"} <= _checked_names(report)
-    assert declared_parameters("Encoder", cfg.to_dict()) >= model.num_parameters()
-
-
-def test_the_auxiliary_head_needs_the_mlm_head_and_a_model_without_it_has_no_such_head(float64):
-    with pytest.raises(ValueError, match="n_aux=3 needs mlm_head=True"):
-        EncoderConfig(vocab_size=V, n_aux=3, mlm_head=False, n_outputs=2, **SMALL)
-    model = Encoder(EncoderConfig(vocab_size=V, n_layers=1, **SMALL))
-    with pytest.raises(ValueError, match="no 'mlm\\+aux' head"):
-        model(_dev(ENC_BATCH), head="mlm+aux")
-
-
 def test_encoder_cls_head_with_features_gradcheck(any_backend, float64):
     """The head reads [h_cls; f]: every weight, the features' rows of W_c included, has the
     gradient of the finite differences (the features are inputs, not weights)."""
