@@ -32,6 +32,7 @@ which ``isomers_c9h10n2o2pf2cl`` needs).
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 from blas_threads import configure_from_argv
 
@@ -155,7 +156,7 @@ def exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def refuse(message: str) -> None:
+def refuse(message: str) -> NoReturn:
     """A usage error found after parsing (a results file that does not fit): one line, exit 2."""
     print(f"pmo.py: error: {message}", file=sys.stderr)
     raise SystemExit(2)
@@ -164,14 +165,18 @@ def refuse(message: str) -> None:
 def earlier_runs(path: Path, args, prior_sha: str) -> list:
     """The runs in the results file ``path``, refused unless measured as this run measures."""
     import json
-    earlier = json.loads(path.read_text())
-    changed = [k for k in MEASURED if earlier["pmo_settings"].get(k) != getattr(args, k)]
+    try:
+        earlier = json.loads(path.read_text())
+        settings, runs = earlier["pmo_settings"], earlier["runs"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        refuse(f"{path} is not a results file of pmo.py ({type(e).__name__}: {str(e)[:80]}); "
+               "give the --json of a run")
+    changed = [k for k in MEASURED if settings.get(k) != getattr(args, k)]
     if earlier.get("prior_sha256") != prior_sha:
         changed.append("prior")
     if changed:
-        refuse(f"{path} was measured with other {', '.join(changed)}; "
-                         "give a new --json or the same settings")
-    return earlier["runs"]
+        refuse(f"{path} was measured with other {', '.join(changed)}; give a new --json or the same settings")
+    return runs
 
 
 def finished_runs(args, prior_sha: str) -> list:
@@ -188,7 +193,7 @@ def finished_runs(args, prior_sha: str) -> list:
             key = (r["task"], r["seed"])
             if key in source:
                 refuse(f"{r['task']} seed {r['seed']} is in both {source[key]} and {path}; "
-                                 "merge files with different runs")
+                       "merge files with different runs")
             source[key] = path
             runs.append(r)
     return sorted(runs, key=lambda x: (TASKS.index(x["task"]), x["seed"]))

@@ -85,6 +85,11 @@ def test_runs_made_in_parts_merge_into_the_table_of_one_run(tmp_path):
     assert twice.returncode == 2 and "qed seed 0 is in both" in twice.stderr
     other = _pmo(tmp_path, "--tasks", "qed", "--json", str(tmp_path / "y.json"), "--sigma", "60", "--merge", str(part1))
     assert other.returncode == 2 and "other sigma" in other.stderr
+    junk = tmp_path / "junk.json"
+    junk.write_text("not a results file")
+    refused = _pmo(tmp_path, "--tasks", "qed", "--json", str(tmp_path / "z.json"), "--merge", str(junk))
+    assert refused.returncode == 2 and "is not a results file of pmo.py" in refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def test_stopping_the_benchmark_stops_its_worker_processes(tmp_path):
