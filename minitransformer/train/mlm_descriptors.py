@@ -24,7 +24,6 @@ import numpy as np
 
 from minitransformer import backend
 from minitransformer import functional as F
-from minitransformer.nn.softmax import CrossEntropyLoss
 from minitransformer.train.tasks import MLMTask, _check_lengths, _where, pad_batch
 
 #: The centred CDF scale is uniform on [-1/2, 1/2], of variance 1/12: this factor makes it 1.
@@ -105,10 +104,9 @@ class MLMDescriptorTask(MLMTask):
         ids, targets = batch
         corrupted, tokens = self._corrupt(ids, rng)  # (B, T) each, host
         logits, pred = model(backend.asarray(corrupted), head="mlm+aux")  # (B, T, V), (B, A)
-        self._ce = CrossEntropyLoss(ignore_index=self.IGNORE, label_smoothing=self.label_smoothing)
-        mlm = self._ce(logits, backend.asarray(tokens))  # ()
+        mlm, n_scored = self._masked_token_loss(logits, tokens)  # ()
         aux, self._mse = F.mse_forward(pred, backend.asarray(targets))  # ()
-        return mlm + self.weight * aux, int((tokens != self.IGNORE).sum())
+        return mlm + self.weight * aux, n_scored
 
     def backward(self, model):
         model.backward((self._ce.backward(1.0), F.mse_backward(self.weight, self._mse)))  # (B, T, V), (B, A)

@@ -237,12 +237,16 @@ class MLMTask(_TokenLossTask):
         return mask_tokens(batch, self.mask_id, self.vocab_size, rng, p=self.p,
                            special_ids=self.special_ids, ignore_index=self.IGNORE)
 
+    def _masked_token_loss(self, logits, targets):
+        """(loss, scored positions): the cross-entropy of ``logits`` (B, T, V) at the positions
+        whose host ``targets`` (B, T) are not IGNORE; keeps the loss for :meth:`backward`."""
+        self._ce = CrossEntropyLoss(ignore_index=self.IGNORE, label_smoothing=self.label_smoothing)
+        return self._ce(logits, backend.asarray(targets)), int((targets != self.IGNORE).sum())
+
     def loss(self, model, batch, rng):
         corrupted, targets = self._corrupt(batch, rng)  # (B, T) each, host
         logits = model(backend.asarray(corrupted), head="mlm")  # (B, T, V)
-        self._ce = CrossEntropyLoss(ignore_index=self.IGNORE, label_smoothing=self.label_smoothing)
-        loss = self._ce(logits, backend.asarray(targets))
-        return loss, int((targets != self.IGNORE).sum())
+        return self._masked_token_loss(logits, targets)
 
     EVAL_SEED = 12345  # the same corruption at every evaluation
 
