@@ -66,7 +66,10 @@ def test_two_processes_give_the_runs_of_one_and_a_resumed_run_does_only_the_rest
     assert "1 runs to do (1 read back" in done.stdout
     a, b = (json.loads(p.read_text())["runs"] for p in (one, two))
     assert [(r["seed"], r["auc_top10"], r["best"]) for r in a] == [(r["seed"], r["auc_top10"], r["best"]) for r in b]
-    assert "± " in json.loads(two.read_text())["table"], "the spread over two seeds"
+    shown = json.loads(two.read_text())["table"]
+    assert "± " in shown, "the spread over two seeds"
+    by_seed = [r["auc_top10"] for r in b]  # one task: each seed's sum is its AUC
+    assert f"sum by seed (0: {by_seed[0]:.3f}, 1: {by_seed[1]:.3f}): {sum(by_seed) / 2:.3f} ± " in shown
     refused = _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", "--json", str(two), "--resume", "--sigma", "60")
     assert refused.returncode == 2 and "other sigma" in refused.stderr
 
