@@ -55,11 +55,13 @@ def test_encode_batch_pads_and_reports_lengths():
     assert empty.shape == (0, 0) and empty_lengths.shape == (0,)
 
 
-def test_decode_skips_bos_pad_stops_at_eos_and_drops_unk():
+def test_decode_skips_bos_pad_stops_at_eos_and_writes_unk_so_that_it_never_parses():
+    from minitransformer.chem.datasets.data import canonical
     v = Vocab.build(["CCO"])
     c, o = v.token_to_id("C"), v.token_to_id("O")
     assert v.decode([v.bos_id, c, v.pad_id, o, v.eos_id, c, c]) == "CO"
-    assert v.decode(np.array([c, v.unk_id, o])) == "CO"
+    assert v.decode(np.array([c, v.unk_id, o])) == "C<unk>O"
+    assert canonical(v.decode([c, v.unk_id, o])) is None, "an unknown token makes the sample invalid, not CO"
     assert v.decode([c, v.unk_id, o], unk="?") == "C?O"
     assert v.decode([]) == ""
     with pytest.raises(IndexError, match="outside the vocabulary"):
@@ -121,7 +123,7 @@ def test_extras_sit_after_unk_and_frame_classifier_inputs():
     ids, _ = v.encode_batch(["CC", "C"], cls=True, eos=False)
     np.testing.assert_array_equal(ids, [[v.cls_id, c, c], [v.cls_id, c, v.pad_id]])
     # <cls> is skipped like <bos>; <mask> renders like <unk>
-    assert v.decode([v.cls_id, c, v.mask_id, c, v.eos_id]) == "CC"
+    assert v.decode([v.cls_id, c, v.mask_id, c, v.eos_id]) == "C<unk>C"
 
 
 def test_plain_vocab_has_no_extras_and_says_how_to_get_them():

@@ -30,11 +30,10 @@ Decoding
 --------
 :meth:`Vocab.decode` turns ids back into a SMILES string: ``<bos>`` and
 ``<pad>`` (and ``<cls>``) are skipped, the first ``<eos>`` ends the string, and ``<unk>``
-(and ``<mask>``)
-renders as the empty string by default. Dropping ``<unk>`` rather than writing
-a placeholder keeps the output a plain SMILES candidate, so a sample that
-contained an unknown token is simply judged by the validity check like any
-other string.
+(and ``<mask>``) is written as ``<unk>`` by default. A generated row that holds an unknown
+token therefore never parses: it is judged invalid by the validity check, and shows why.
+Dropping the token instead would turn ``C<unk>O`` into ``CO``, a valid molecule the model
+did not write.
 
 Serialization
 -------------
@@ -236,11 +235,12 @@ class Vocab:
             ids[row, :len(e)] = e
         return ids, lengths
 
-    def decode(self, ids: Iterable[int], unk: str = "") -> str:
+    def decode(self, ids: Iterable[int], unk: str = UNK) -> str:
         """Turn ids back into a SMILES string.
 
         ``<bos>`` and ``<pad>`` are skipped, the first ``<eos>`` ends the
-        string, and ``<unk>`` is written as ``unk`` (nothing, by default).
+        string, and ``<unk>`` is written as ``unk`` (``<unk>``, which no SMILES
+        parser reads, by default: the string is then invalid, not another molecule).
         Accepts any iterable of integers, including a 1-D NumPy array.
         """
         pieces = []
