@@ -84,6 +84,9 @@ def _claim(out: Path, resume, force: bool, resume_places) -> Path | None:
     if resume is not None and force:
         raise ValueError("--resume and --force contradict each other: --resume continues the run in "
                          f"{out}, --force starts afresh (moving its files aside); pass one of them")
+    if isinstance(resume, Auto) and not out.is_dir():  # refused before the lock would make the folder
+        raise FileNotFoundError(f"--resume: there is no folder {out} to resume a run from; give the --out of the "
+                                "run to continue, or start the run without --resume")
     lock_run_folder(out)
     sweep_temporary_files(out)
     if resume is not None:

@@ -188,6 +188,14 @@ def test_resume_without_a_checkpoint_points_to_force_not_back_to_itself(molecule
     assert "without --resume" not in line, "starting without --resume is refused in a run folder: a loop"
 
 
+def test_resume_of_a_folder_that_does_not_exist_is_refused_and_makes_no_folder(molecules, tmp_path, capsys):
+    out = tmp_path / "never-made"
+    assert run_cli(molecules.main, BASE + ["--out", str(out), "--resume"]) == 2
+    line = one_line_error(capsys)
+    assert "no folder" in line and "without --resume" in line
+    assert not out.exists(), "a refused resume leaves no empty folder behind"
+
+
 def test_ctrl_c_in_the_first_epoch_after_pretraining_offers_resume(molecules, tmp_path, capsys, monkeypatch):
     from minitransformer.train import tasks
     from minitransformer.chem.datasets.data import druglike_path, read_smiles
