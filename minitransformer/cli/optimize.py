@@ -7,11 +7,12 @@ step samples ``--batch-size`` molecules from the agent, scores them, and takes o
 step on REINVENT's augmented likelihood (:mod:`minitransformer.molecules.steering`).
 
 The run folder holds ``scored.csv`` (every molecule: step, SMILES, canonical SMILES,
-score, each component's desirability), ``best.csv`` (the best distinct molecules),
-``history.json`` and ``curves.png`` (mean and top-10 score, validity, rewarded
-scaffolds by step), ``molecules.png`` (the best molecules), ``config.json``,
-``provenance.json``, and ``last.npz`` (agent, optimizer and the steering state:
-``--resume`` continues exactly). Every file is written atomically after each step.
+score, each component's desirability), ``best.csv`` (the 100 best distinct molecules by the
+score, those the diversity filter zeroed for the agent included), ``history.json`` and
+``curves.png`` (mean and top-10 score, validity, rewarded scaffolds by step), ``molecules.png``
+(the best molecules), ``config.json``, ``provenance.json``, and ``last.npz`` (agent, optimizer and
+the steering state: ``--resume`` continues exactly). Every file is written atomically: the records
+and ``last.npz`` after each step, the two pictures at the end.
 """
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ def add_parser(commands):
                    help="a molecule drawn again gets its score again (PMO's REINVENT); default: it scores 0")
     p.add_argument("--memory", choices=("replay", "augmented"), default="replay",
                    help="replay: REINVENT's experience replay (default); augmented: augmented memory, more steps on "
-                        "random writings of the scored and replayed molecules, and the memory purged of closed "
-                        "scaffolds (Guo and Schwaller, 2024)")
+                        "random writings of the step's molecules and of the whole memory, and the memory purged of "
+                        "closed scaffolds (Guo and Schwaller, 2024)")
     p.add_argument("--augment-rounds", type=cli.int_at_least(0, 16, "each is a step of the agent"), default=2,
                    help="with --memory augmented: extra steps per scoring (default: 2)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0, help="sampling temperature")
@@ -103,10 +104,9 @@ def _save(out: Path, steer, vocab, rows, header, history, run_info) -> None:
     from minitransformer.train import TrainingDiverged
     cli.write_text(out / "scored.csv", _csv(header, rows))
     cli.write_json(out / "history.json", history)
-    best = [(s, c) for s, c, _ in steer.memory]
-    cli.write_text(out / "best.csv", _csv(["score", "canonical"], [(f"{s:.4f}", c) for s, c in best]))
+    cli.write_text(out / "best.csv", _csv(["score", "canonical"], [(f"{s:.4f}", c) for s, c in steer.top]))
     state = steer.state_dict()
-    extra = {"run": run_info, "steering": {k: state[k] for k in ("rng", "memory", "scaffold_counts", "seen", "t")},
+    extra = {"run": run_info, "steering": {k: state[k] for k in ("rng", "memory", "top", "scaffold_counts", "seen", "t")},
              # the position, in the trainer's format, where --resume and Ctrl-C's message look (a step is an epoch)
              "trainer": {"epoch": steer.t, "batch": 0, "step": steer.t, "best": None, "best_epoch": None,
                          "bad_epochs": 0, "history": []}}
@@ -213,6 +213,9 @@ def run(args) -> int:
     names = objective.names
     header = ["step", "smiles", "canonical", "score", *names]
     rows, history = _resume(resume, out, steer, run_info, header) if resume is not None else ([], [])
+    if steer.t > args.steps:  # before any file is rewritten
+        raise ValueError(f"--resume: the run in {out} has taken {steer.t} steps already; give --steps above "
+                         f"{steer.t} to continue it")
     out.mkdir(parents=True, exist_ok=True)
     cli.write_provenance(out, args.argv, args.seed, None)
     cli.write_json(out / "config.json", run_info)
@@ -240,13 +243,13 @@ def run(args) -> int:
                   f"step {r['step']}/{args.steps}: no molecule scored above 0 yet", flush=True)
     cli.save_plot(out / "curves.png", lambda target: _draw_curves(history, target))
     try:
-        png, drawn = molecule_grid_png([c for _, c, _ in steer.memory], n=24)
+        png, drawn = molecule_grid_png([c for _, c in steer.top], n=24)
     except DrawingUnavailable as exc:  # the run's results stay; only the picture is missing
         png, drawn = None, 0
         print(f"molecules.png not drawn: {exc}")
     if drawn:
         cli.write_bytes(out / "molecules.png", png)
-    best = steer.memory[0] if steer.memory else None
+    best = steer.top[0] if steer.top else None
     print(f"best: {best[0]:.4f} {best[1]}" if best else "no molecule scored above 0")
     print(cli.outputs_line(out))
     return 0

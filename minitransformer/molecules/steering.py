@@ -25,8 +25,12 @@ the *agent* starts as its copy. Each :meth:`Steering.step`:
    diversity filter has closed a scaffold, the memory forgets its molecules, so that
    replay does not keep pulling the agent back to it.
 
-The state (agent weights, optimizer, random stream, memory, scaffold counts, the
-molecules seen, the step) is :meth:`Steering.state_dict`, so a run resumes exactly.
+Apart from the memory, which replay draws from and the purge thins, :attr:`Steering.top` keeps
+the run's result: the best distinct molecules drawn so far by the objective's own score (a molecule
+the diversity filter zeroed for the agent still counts there).
+
+The state (agent weights, optimizer, random stream, memory, the best molecules, scaffold counts,
+the molecules seen, the step) is :meth:`Steering.state_dict`, so a run resumes exactly.
 """
 from __future__ import annotations
 
@@ -44,7 +48,9 @@ from minitransformer.train.augmented_likelihood import (augmented_likelihood_bac
                                                          sequence_log_likelihood_forward)
 from minitransformer.train.divergence import TrainingDiverged
 
-__all__ = ["SteeringConfig", "Steering", "check_steering_state"]
+__all__ = ["SteeringConfig", "Steering", "check_steering_state", "TOP_KEPT"]
+
+TOP_KEPT = 100  # the best distinct molecules a run reports (Steering.top)
 
 
 @dataclass
@@ -102,6 +108,7 @@ class Steering:
             self.constraint = SmilesGrammar(vocab, valence=self.config.grammar == "valence")
         self.rng = backend.RNG(self.config.seed, stream=7)
         self.memory: list[tuple[float, str, list]] = []  # (score, canonical SMILES, ids), best first
+        self.top: list[tuple[float, str]] = []  # (the objective's score, canonical SMILES), best first
         self.scaffold_counts: dict[str, int] = {}
         self.seen: set[str] = set()
         self.t = 0
@@ -118,6 +125,8 @@ class Steering:
             if c is None or (repeat and not self.config.score_repeats):
                 scores[i] = 0.0
                 continue
+            if not repeat and scores[i] > 0:
+                self.top.append((float(scores[i]), c))
             self.seen.add(c)
             if self.config.scaffold_limit and scores[i] > 0:
                 scaffold = murcko_scaffold(c)
@@ -125,6 +134,8 @@ class Steering:
                     scores[i] = 0.0  # the scaffold's bucket is full (a repeat was counted when first drawn)
                 elif not repeat:
                     self.scaffold_counts[scaffold] = self.scaffold_counts.get(scaffold, 0) + 1
+        self.top.sort(key=lambda m: -m[0])
+        del self.top[TOP_KEPT:]
         return scores, canon, {"raw": np.asarray(raw), **parts}
 
     def _remember(self, scores, canon, rows) -> None:
@@ -165,9 +176,10 @@ class Steering:
     # ------------------------------------------------------------------ resuming
     def state_dict(self) -> dict:
         """Everything a resumed run needs to continue exactly: the agent's weights and optimizer, the
-        random stream, the memory, the scaffold counts, the molecules seen and the step."""
+        random stream, the memory, the best molecules, the scaffold counts, the molecules seen and the step."""
         return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "rng": self.rng.state_dict(), "memory": [list(m) for m in self.memory],
+                "top": [list(m) for m in self.top],
                 "scaffold_counts": dict(self.scaffold_counts), "seen": sorted(self.seen), "t": self.t}
 
     def load_state_dict(self, state: dict) -> None:
@@ -178,6 +190,8 @@ class Steering:
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.load_state_dict(state["rng"])
         self.memory = [(float(s), str(c), [int(i) for i in ids]) for s, c, ids in state["memory"]]
+        # a state saved before the best molecules were kept apart: its memory is what it reported as best
+        self.top = [(float(s), str(c)) for s, c, *_ in state.get("top", state["memory"])]
         self.scaffold_counts = {str(k): int(v) for k, v in state["scaffold_counts"].items()}
         self.seen, self.t = set(state["seen"]), int(state["t"])
 
@@ -210,7 +224,7 @@ class Steering:
         return {"step": self.t, "loss": loss, "mean_score": float(scores.mean()),
                 "rewritten": rewritten / written if written else None,
                 "mean_raw_score": float(np.mean(parts["raw"])), "validity": valid / len(smiles),
-                "top10": float(np.mean(sorted(scores)[-10:])), "best": self.memory[0][:2] if self.memory else None,
+                "top10": float(np.mean(sorted(scores)[-10:])), "best": self.top[0] if self.top else None,
                 "smiles": smiles, "scores": scores.tolist(), "canonical": canon,
                 "parts": {k: np.asarray(v, dtype=np.float64).tolist() for k, v in parts.items() if k != "raw"},
                 "rewarded_scaffolds": len(self.scaffold_counts)}
@@ -266,7 +280,9 @@ def check_steering_state(state: dict, vocab_size: int, config: SteeringConfig) -
     """A one-line ValueError unless every field of a steering state is what :meth:`Steering.state_dict`
     writes: ``t`` a whole number >= 0; ``rng`` a seed and a counter (whole numbers >= 0); ``memory`` at
     most ``config.replay`` entries of (a score in [0, 1], a canonical SMILES, token ids below
-    ``vocab_size``); ``scaffold_counts`` scaffold -> whole number >= 0; ``seen`` a list of SMILES."""
+    ``vocab_size``); ``top`` (absent from states saved before it was kept) at most :data:`TOP_KEPT`
+    entries of (a finite score, a SMILES); ``scaffold_counts`` scaffold -> whole number >= 0; ``seen`` a
+    list of SMILES."""
     def whole(value, low=0):
         return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low
 
@@ -295,6 +311,11 @@ def check_steering_state(state: dict, vocab_size: int, config: SteeringConfig) -
                 and all(whole(i) and i < vocab_size for i in ids)):
             refuse(f"memory entry {str(entry)[:80]!r} is not (a score in [0, 1], a SMILES, token ids below "
                    f"{vocab_size})")
+    top = state.get("top", [])
+    if not (isinstance(top, list) and len(top) <= TOP_KEPT and all(
+            isinstance(m, (list, tuple)) and len(m) == 2 and isinstance(m[0], (int, float))
+            and not isinstance(m[0], bool) and math.isfinite(m[0]) and isinstance(m[1], str) and m[1] for m in top)):
+        refuse(f"top is not a list of at most {TOP_KEPT} (a finite score, a SMILES)")
     counts = state["scaffold_counts"]
     if not (isinstance(counts, dict) and all(isinstance(k, str) and whole(v) for k, v in counts.items())):
         refuse("scaffold_counts is not a table of scaffold -> whole number >= 0")

@@ -31,6 +31,18 @@ def test_a_run_writes_every_output_and_resumes_exactly(tiny_checkpoints, tmp_pat
     assert (tmp_path / "halves" / "scored.csv").read_text() == (tmp_path / "straight" / "scored.csv").read_text()
 
 
+def test_best_csv_lists_the_best_scored_molecules_even_without_replay(tiny_checkpoints, tmp_path, capsys):
+    code, said = run(["optimize", tiny_checkpoints["lm"], "--score", "qed", "--batch-size", "8", "--steps", "3",
+                      "--replay", "0", "--out", tmp_path / "r"], capsys)
+    assert code == 0, said.err
+    scored = {r["canonical"]: float(r["score"]) for r in csv.DictReader(open(tmp_path / "r" / "scored.csv"))
+              if r["canonical"] and float(r["score"]) > 0}
+    best = [(r["canonical"], float(r["score"])) for r in csv.DictReader(open(tmp_path / "r" / "best.csv"))]
+    assert scored and [s for _, s in best] == sorted(scored.values(), reverse=True)[:len(best)]
+    assert all(s == scored[c] for c, s in best) and len({c for c, _ in best}) == len(best)
+    assert f"best: {best[0][1]:.4f} {best[0][0]}" in said.out and "no molecule scored" not in said.out
+
+
 def test_augmented_memory_runs_and_resumes_exactly_from_the_command_line(tiny_checkpoints, tmp_path, capsys):
     lm = tiny_checkpoints["lm"]
     extra = ("--memory", "augmented", "--augment-rounds", "1")
@@ -43,6 +55,10 @@ def test_augmented_memory_runs_and_resumes_exactly_from_the_command_line(tiny_ch
     assert (tmp_path / "halves" / "scored.csv").read_text() == (tmp_path / "straight" / "scored.csv").read_text()
     code, said = _go(lm, tmp_path / "halves", capsys, "--steps", "4", "--resume")  # another memory: refused
     assert code == 2 and "memory" in said.err
+    config = (tmp_path / "halves" / "config.json").read_text()
+    code, said = _go(lm, tmp_path / "halves", capsys, "--steps", "2", "--resume", *extra)  # fewer steps than taken
+    assert code == 2 and "taken 3 steps already" in error_line(said) and "--steps above 3" in error_line(said)
+    assert (tmp_path / "halves" / "config.json").read_text() == config, "nothing rewritten"
 
 
 def test_a_resume_with_another_score_is_refused(tiny_checkpoints, tmp_path, capsys):

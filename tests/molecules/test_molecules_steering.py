@@ -28,10 +28,11 @@ def test_the_agents_score_rises_within_a_few_steps():
     prior, vocab = _prior()
     run = Steering(prior, vocab, Objective([Component("user", params={"function": _carbon_share})]),
                    SteeringConfig(batch_size=32, sigma=20.0, lr=3e-3, scaffold_limit=0, seed=1))
+    before = {n: p.data.copy() for n, p in prior.named_parameters()}
     raw = [run.step()["mean_raw_score"] for _ in range(12)]
     assert np.mean(raw[-3:]) > np.mean(raw[:3]) + 0.15, raw
-    before = {n: p.data.copy() for n, p in prior.named_parameters()}
     assert all(np.array_equal(before[n], p.data) for n, p in prior.named_parameters()), "the prior never moves"
+    assert not all(np.array_equal(before[n], p.data) for n, p in run.agent.named_parameters()), "the agent does"
 
 
 def test_invalid_and_repeated_molecules_score_zero():
@@ -184,3 +185,36 @@ def test_augmented_memory_purges_closed_scaffolds_from_the_memory():
 def test_an_unknown_memory_is_refused():
     with pytest.raises(ValueError, match="memory must be"):
         SteeringConfig(memory="fifo")
+
+
+def test_the_best_molecules_are_kept_apart_from_the_memory():
+    """Steering.top is the run's result: the best distinct molecules by the objective, with no replay
+    memory at all, and with those the purge forgot or the diversity filter zeroed for the agent."""
+    from minitransformer.molecules.steering import TOP_KEPT
+    prior, vocab = _prior()
+    run = Steering(prior, vocab, Objective([Component("user", params={"function": _carbon_share})]),
+                   SteeringConfig(batch_size=16, replay=0, scaffold_limit=0))
+    steps = [run.step() for _ in range(3)]
+    assert run.memory == [] and run.top, "replay off: no memory, the best still kept"
+    drawn = {c: s for r in steps for c, s in zip(r["canonical"], r["scores"]) if c is not None and s > 0}
+    assert sorted(run.top, key=lambda m: (-m[0], m[1])) == sorted(((s, c) for c, s in drawn.items()),
+                                                                  key=lambda m: (-m[0], m[1]))[:TOP_KEPT]
+    assert steps[-1]["best"] == run.top[0]
+    scores = {"Cc1ccccc1": 0.95, "CCc1ccccc1": 0.9, "CCCc1ccccc1": 0.85, "C1CCCCC1": 0.3}
+    run = Steering(prior, vocab, Objective([Component("user", params={"function": lambda s: [scores[m] for m in s]})]),
+                   SteeringConfig(batch_size=4, replay=10, scaffold_limit=2, memory="augmented"))
+    got, canon, _ = run.score(list(scores))
+    run._remember(got, canon, [[1]] * 4)
+    assert got.tolist() == [0.95, 0.9, 0.0, 0.3], "the third benzene is zeroed for the agent"
+    assert [m[1] for m in run.memory] == ["C1CCCCC1"], "and the benzenes purged from the memory"
+    assert run.top == [(0.95, "Cc1ccccc1"), (0.9, "CCc1ccccc1"), (0.85, "CCCc1ccccc1"), (0.3, "C1CCCCC1")], \
+        "all three stay among the best"
+    resumed = Steering(prior, vocab, run.objective, run.config)
+    resumed.load_state_dict(run.state_dict())
+    assert resumed.top == run.top
+    old = run.state_dict()
+    del old["top"]  # a state saved before the best were kept apart: its memory stands for them
+    resumed.load_state_dict(old)
+    assert resumed.top == [(0.3, "C1CCCCC1")]
+    with pytest.raises(ValueError, match="top is not"):
+        resumed.load_state_dict({**run.state_dict(), "top": [[float("nan"), "C"]]})
