@@ -166,8 +166,8 @@ def parse_shape(text: str) -> tuple[int, int]:
 def parser(doc: str, timing: bool = True) -> argparse.ArgumentParser:
     """A parser with the options every benchmark script has (``doc``: the script's
     docstring); ``timing``: with ``--repeats`` and ``--warmup``."""
-    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    from minitransformer.cli.arguments import ArgumentParser  # errors in one line
+    p = ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=("numpy", "cupy", "strict"), default="numpy",
                    help="array backend (strict: the CPU stand-in for CuPy, to check that path)")
     p.add_argument("--kernels", choices=kernels.KERNEL_SETS, default=None,

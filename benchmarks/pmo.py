@@ -17,17 +17,21 @@ The protocol is PMO's (Gao et al., "Sample Efficiency Matters", NeurIPS 2022), k
 ``chem.goals.oracle_budget.OracleBudget``: only distinct valid molecules (by canonical SMILES) count
 against the budget, a repeat gets its earlier score free, the top-10 mean is logged every 100
 calls, and the AUC is the trapezoid area under that curve from (0, 0), held at its last value
-up to the budget, over the budget. A run ends when the budget is spent, or, like PMO's, when the
-agent has found nothing new for ``--patience`` steps (its curve is then held flat).
+up to the budget, over the budget. A run ends when the budget is spent, or when the agent has
+found nothing new for ``--patience`` steps (its curve is then held flat; PMO's REINVENT instead
+stops, after 1,000 calls, once its best 100 have not changed for its patience).
 
-The method is ``molecules.steering.Steering`` with PMO's REINVENT settings (batch 64, sigma 500,
-learning rate 5e-4, experience replay of 24 molecules from a memory of the best 100, no
+The method is ``molecules.steering.Steering`` with PMO's REINVENT hyperparameters (batch 64, sigma
+500, learning rate 5e-4, experience replay of 24 molecules from a memory of the best 100, no
 diversity filter); the scoring functions are ``chem.goals.pmo_tasks``, written from GuacaMol's
 published definitions. The published rows (mean AUC top-10 of 5 runs, from the PMO authors'
-results file ``Mol_Opt.xlsx`` in their leaderboard repository) are
-printed beside ours. What differs from PMO: PMO's prior is trained on ZINC 250k; ours is
-whatever ``--prior`` is (the MOSES recipe's: ZINC-derived, drug-like, and without phosphorus,
-which ``isomers_c9h10n2o2pf2cl`` needs).
+results file ``Mol_Opt.xlsx`` in their leaderboard repository) are printed beside ours. What
+differs from PMO's REINVENT: its prior is a GRU trained on ZINC 250k, ours whatever ``--prior`` is;
+and its loop, where ``Steering`` follows ``optimize``: PMO's draws replayed molecules in proportion
+to their score (ours uniformly), replays only once the memory holds more than 24 and before the
+step's molecules join it (ours after), drops repeated sequences within a batch and scores a
+molecule drawn again with its earlier score (ours: 0, unless ``--score-repeats``), and adds a
+penalty on the agent's likelihood, 5,000 times the mean of -1/log-likelihood.
 """
 from __future__ import annotations
 
@@ -237,11 +241,37 @@ def finished_runs(args, prior_sha: str) -> list:
     return sorted(runs, key=lambda x: (TASKS.index(x["task"]), x["seed"]))
 
 
+def seed_list(text: str) -> list[int]:
+    """``--seeds``: distinct whole numbers >= 0, comma-separated."""
+    from argparse import ArgumentTypeError
+    try:
+        seeds = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r} is not whole numbers separated by commas, e.g. 0,1,2") from None
+    if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ArgumentTypeError(f"{text!r}: give each seed once, each >= 0")
+    return seeds
+
+
+def check_numbers(p, args) -> None:
+    """One usage line (exit 2) for a setting no run can use, before any work."""
+    from minitransformer.molecules.steering import SteeringConfig
+    for name, low in (("budget", 1), ("max_steps", 1), ("patience", 1), ("processes", 1)):
+        if getattr(args, name) < low:
+            p.error(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(args, name)}")
+    try:
+        SteeringConfig(batch_size=args.batch_size, sigma=args.sigma, lr=args.lr, replay=args.replay,
+                       replay_k=args.replay_k, scaffold_limit=args.scaffold_limit, augment_rounds=args.augment_rounds)
+    except ValueError as err:  # "sigma must be ..." -> "--sigma must be ..."
+        field, rest = str(err).split(" ", 1)
+        p.error(f"--{field.replace('_', '-')} {rest}")
+
+
 def main() -> None:
     p = common.parser(__doc__, timing=False)
     p.add_argument("--prior", type=Path, required=True, help="a `train lm` checkpoint (best.npz)")
     p.add_argument("--tasks", type=lambda s: s.split(","), default=None, help="comma-separated (default: all 20)")
-    p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0])
+    p.add_argument("--seeds", type=seed_list, default=[0], help="distinct seeds, comma-separated (default: 0)")
     p.add_argument("--budget", type=int, default=None, help="oracle calls per run (default 10000; --quick: 300)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--sigma", type=float, default=500.0)
@@ -266,15 +296,15 @@ def main() -> None:
                    help="also keep the runs in these results files (measured with the same settings and prior)")
     p.add_argument("--markdown", type=Path, default=None, help="also write the table here")
     args = p.parse_args()
-    args.budget = args.budget or (300 if args.quick else 10_000)
+    if args.budget is None:
+        args.budget = 300 if args.quick else 10_000
     args.tasks = args.tasks or (["qed", "median1"] if args.quick else list(TASKS))
     unknown = [t for t in args.tasks if t not in TASKS]
     if unknown:
         p.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
     if not args.prior.is_file():
         p.error(f"prior checkpoint not found: {args.prior} (train one with `minitransformer train lm`)")
-    if args.processes < 1:
-        p.error(f"--processes must be at least 1, got {args.processes}")
+    check_numbers(p, args)
     args.json = args.json or common.default_path("pmo")
     machine = common.start(args, "pmo")
     from minitransformer.cli.optimize import prior_writes_kekule
@@ -318,7 +348,8 @@ def main() -> None:
     print(text)
     save(runs)
     if args.markdown:
-        args.markdown.write_text(text)
+        from minitransformer.atomic import atomic_write
+        atomic_write(args.markdown, lambda f: f.write(text), binary=False)
 
 
 if __name__ == "__main__":

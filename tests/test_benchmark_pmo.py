@@ -54,6 +54,15 @@ def test_the_pmo_benchmark_runs_a_small_budget(tmp_path):
     assert "at or above REINVENT's published mean on" in fair
 
 
+@pytest.mark.parametrize("argv, message", [(["--budget", "0"], "--budget must be at least 1, got 0"),
+                                           (["--batch-size", "0"], "--batch-size must be a whole number >= 1"),
+                                           (["--seeds", "0,0"], "give each seed once")])
+def test_settings_no_run_can_use_are_refused_in_one_line(tmp_path, argv, message):
+    _tiny_prior(tmp_path)
+    done = _pmo(tmp_path, "--tasks", "qed", *argv)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
 def test_two_processes_give_the_runs_of_one_and_a_resumed_run_does_only_the_rest(tmp_path):
     pytest.importorskip("rdkit")
     _tiny_prior(tmp_path)
