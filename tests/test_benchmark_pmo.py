@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +35,7 @@ def _pmo(tmp_path, *argv):
 def test_the_pmo_benchmark_runs_a_small_budget(tmp_path):
     """With augmented memory (the replay baseline shares every other line)."""
     pytest.importorskip("rdkit")
+    from minitransformer.chem.goals.pmo_tasks import get_task
     _tiny_prior(tmp_path)
     out = tmp_path / "pmo.json"
     done = _pmo(tmp_path, "--tasks", "qed,isomers_c7h8n2o2", "--json", str(out), "--memory", "augmented")
@@ -44,6 +46,11 @@ def test_the_pmo_benchmark_runs_a_small_budget(tmp_path):
         assert 0 < r["calls"] <= 40 and r["stop"] in ("budget", "patience", "max_steps")
         assert 0.0 <= r["auc_top10"] <= r["top10_mean"] <= r["top1"] <= 1.0
         assert r["curve"] == [], "the top-10 mean is logged every 100 calls: none within 40"
+        # so the AUC is the trapezoid from (0, 0) to the last point, held flat to the budget
+        top = r["top10_mean"]
+        assert r["auc_top10"] == pytest.approx((r["calls"] * top / 2 + (40 - r["calls"]) * top) / 40, abs=1e-12)
+        truth = get_task(r["task"])([c for c, _ in r["best"]])  # the oracle's own scores of the best molecules
+        assert np.allclose([s for _, s in r["best"]], truth, atol=1e-12) and top == pytest.approx(np.mean(truth))
     assert "REINVENT (PMO)" in report["table"] and "GP BO" in report["table"]
     cells = [[c.strip() for c in row.split("|")] for row in report["table"].splitlines() if row.startswith("|")]
     qed = next(row for row in cells if row[1] == "qed")

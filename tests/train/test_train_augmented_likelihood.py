@@ -54,7 +54,6 @@ def test_a_whole_agent_is_gradient_checked_through_the_loss(float64):
     model = DecoderLM(DecoderLMConfig(vocab_size=9, max_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=12,
                                       pad_id=PAD, bos_id=1, eos_id=2, seed=4))
     ids = np.concatenate([np.ones((3, 1), dtype=np.int64), TARGETS[:, :-1]], axis=1)  # (B, T): BOS + tokens
-    ids[ids == PAD] = PAD
     prior, scores = _dev([-12.0, -9.0, -15.0]), _dev([0.9, 0.1, 0.5])
 
     def loss_fn(logits):

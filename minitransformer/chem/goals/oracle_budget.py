@@ -12,8 +12,11 @@ Its protocol, as the paper states it:
   ten best scores so far (of all of them, while there are fewer than ten);
 * the **AUC top-10** is the area under that curve against calls, by the
   trapezoid rule from (0 calls, 0), with the curve held at its last value up to
-  the budget when a run stops early, divided by the budget: a number in [0, 1],
-  1 only for a method whose first ten molecules all score 1.
+  the budget when a run stops early, divided by the budget: a number in [0, 1].
+  It never reaches 1: a method whose every molecule scores 1 gets 1 - 50/budget
+  (0.995), the first segment rising from 0. A run that stops early is not charged
+  for the calls it did not make (ten molecules scoring 1, then a stop: 0.9995),
+  an oddity of the protocol that PMO's own code shares.
 
 :class:`OracleBudget` wraps any scoring function ``smiles -> scores`` (an
 :class:`~minitransformer.chem.goals.objectives.Objective`, say) and keeps that
