@@ -259,7 +259,7 @@ class Steering:
         if bad:
             where = f"its loss is {value}" if what == "loss" else f"the {what} of {value} are not finite"
             raise TrainingDiverged(f"the agent diverged at step {self.t + 1}: {where} (sigma={self.config.sigma:g}, "
-                                   f"lr={self.config.lr:g}); nothing of this step was kept. A lower --sigma or "
+                                   f"lr={self.config.lr:g}); nothing of this step is saved. A lower --sigma or "
                                    "--lr keeps it finite")
 
 
