@@ -144,7 +144,7 @@ def _records(out: Path, t: int, batch_size: int, header: list) -> tuple[list, li
     if not rows or rows[0] != header:
         refuse(f"scored.csv does not start with the header {','.join(header)}")
     steps = [row[0] for row in rows[1:]]
-    if not all(s.isdigit() for s in steps) or any(len(row) != len(header) for row in rows[1:]):
+    if not all(s.isascii() and s.isdigit() for s in steps) or any(len(row) != len(header) for row in rows[1:]):
         refuse("scored.csv has rows that are not a step's molecules")
     kept = [row for row in rows[1:] if int(row[0]) <= t]
     if [int(row[0]) for row in kept] != [k for k in range(1, t + 1) for _ in range(batch_size)]:
