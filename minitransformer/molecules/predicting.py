@@ -112,11 +112,14 @@ class PropertyPredictor:
         from minitransformer.chem.datasets.properties import TOX21_TASKS
         ckpt = load_checkpoint(path)
         need = ("predict needs an Encoder property model (n_outputs > 0) saved with its vocabulary, "
-                "such as best.npz of demos/tox21_property.py")
+                "such as best.npz of a `minitransformer train property` run")
         config = ckpt.config or {}
         if ckpt.model_type != "Encoder" or not config.get("n_outputs"):
             raise ValueError(f"{path} holds a {ckpt.model_type} model with n_outputs="
                              f"{config.get('n_outputs', 0)}; {need}")
+        if ckpt.meta.get("phase") == "pretrain":
+            raise ValueError(f"{path} was saved while pretraining, before its classifier head saw a label; give the "
+                             "fine-tuned model, best.npz of the same run folder")
         if not ckpt.vocab:
             raise ValueError(f"{path} holds an Encoder without a vocabulary; {need}")
         vocab = Vocab.from_json(ckpt.vocab)

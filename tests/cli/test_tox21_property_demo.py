@@ -133,6 +133,12 @@ def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_wher
     assert run_cli(demo.main, ["--quick", "--pretrain", "--encoder", str(encoder), "--data", str(labelled_csv),
                                "--out", str(tmp_path / "both")]) == 2
     assert "drop one of them" in capsys.readouterr().err
+    from minitransformer.cli.main import main
+    molecules = tmp_path / "m.smi"
+    molecules.write_text("CCO\n")
+    assert run_cli(main, ["predict", str(encoder), str(molecules)]) == 2, "a head that never saw a label"
+    assert "saved while pretraining" in capsys.readouterr().err
+    assert run_cli(main, ["predict", str(later / "best.npz"), str(molecules)]) == 0
     for fine_tuned in ("best.npz", "last.npz"):  # it learnt one split's labels: refused, its folder untouched
         assert run_cli(demo.main, ["--quick", "--encoder", str(first / fine_tuned), "--data", str(labelled_csv),
                                    "--out", str(later), "--force"]) == 2
