@@ -193,6 +193,11 @@ class TrainProperty(TrainingCommand):
             raise ValueError(f"{table.description}: not enough molecules to split three ways: {len(table.smiles)} "
                              "usable; the split needs at least 10 labelled molecules (more for --split scaffold); "
                              "add molecules to the data")
+        for name, part in (("validation", val), ("test", test)):  # ROC-AUC needs a task with both classes
+            if not any(set(np.unique(column[~np.isnan(column)])) == {0.0, 1.0} for column in part.labels.T):
+                raise ValueError(f"{table.description}: the {name} split ({len(part.smiles)} molecules) has no task "
+                                 "with both a 0 and a 1 label, so its ROC-AUC cannot be measured; add molecules "
+                                 "(positives above all), or try another --seed or --split")
         extra = []  # other molecules to pretrain on (--pretrain-data), none of the table's
         if args.pretrain and recipe.pretrain_data != "train":
             recipe, extra = pretraining_molecules(recipe, table.smiles, user_chose=args.pretrain_data is not None)

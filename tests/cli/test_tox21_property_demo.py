@@ -377,3 +377,18 @@ def test_one_seed_given_with_seeds_is_the_seed_that_runs(labelled_csv, load_demo
     assert json.loads((out / "seed-3" / "config.json").read_text())["run"]["seed"] == 3
     summary = json.loads((out / "metrics.json").read_text())
     assert summary["seeds"] == [3] and summary["test_auc_std"] is None
+
+
+def test_a_split_without_any_task_of_two_classes_is_refused_before_training(load_demo, tmp_path, capsys):
+    """ROC-AUC needs a 0 and a 1 in some task: a table whose validation split cannot give one is a usage
+    error found before any epoch, not a 'diverged' metric after the first."""
+    from minitransformer.chem.datasets.data import druglike_path, read_smiles
+    from minitransformer.cli import run_cli
+    rows = ["smiles,rare"] + [f"{s},0" for s in read_smiles(druglike_path(), header=False)[:60]]
+    data = tmp_path / "rare.csv"
+    data.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "run"
+    assert run_cli(load_demo("tox21_property").main, ["--quick", "--data", str(data), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no task with both a 0 and a 1 label" in err, err
+    assert not (out / "config.json").exists(), "refused before the run folder was written"
