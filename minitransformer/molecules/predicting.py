@@ -47,16 +47,16 @@ def view_ids(smiles: Sequence[str], vocab: Vocab, n_views: int, seed: int, max_t
     """``n_views`` encodings of each molecule: the string as given, then random SMILES.
 
     Returns a list of ``n_views`` lists of ``[<cls>, ..., <eos>]`` id lists, one per
-    molecule. Every SMILES must parse. The random writing of a molecule depends on
-    ``seed``, the view and the molecules before it in ``smiles`` (one generator per
-    view walks through the list).
+    molecule. Every SMILES must parse. The random writings of a molecule depend on
+    ``seed``, the view and the string itself only: a molecule gets the same views, and so
+    the same prediction, alone or among others, wherever it stands in the list.
     """
     from minitransformer.chem.datasets.lm_data import RandomizedEpochs
     if n_views < 1:
         raise ValueError(f"n_views must be at least 1 (the SMILES as given), got {n_views}")
     views = [[vocab.encode(s, cls=True) for s in smiles]]
     writer = RandomizedEpochs(smiles, vocab, seed=seed + VIEW_SEED_OFFSET, max_tokens=max_tokens,
-                              encode=dict(cls=True))
+                              encode=dict(cls=True), keyed=True)
     views += [writer(v) for v in range(1, n_views)]
     return views
 

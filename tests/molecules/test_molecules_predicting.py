@@ -42,12 +42,23 @@ def test_predict_shapes_flags_and_reasons(predictor):
 
 
 def test_same_seed_same_output_and_views_matter(predictor):
+    from minitransformer.molecules.predicting import view_ids
     smiles = ["CCO", "CC(=O)Nc1ccc(O)cc1", "OC(=O)c1ccccc1"]
     a = predictor.predict(smiles, views=4, seed=3)[0]
     assert np.array_equal(a, predictor.predict(smiles, views=4, seed=3)[0])
     one = predictor.predict(smiles, views=1, seed=3)[0]
     direct = view_probabilities(predictor.model, predictor.vocab, smiles, 1, 3, 24)[0]
     assert np.array_equal(one, direct)
+    assert not np.allclose(a, one), "more views, another prediction"
+    assert not np.allclose(a, predictor.predict(smiles, views=4, seed=4)[0]), "another seed, other writings"
+    written = view_ids(smiles, predictor.vocab, 4, 3, 24)
+    assert len({tuple(v[1]) for v in written}) > 1, "the acetaminophen views are not all one string"
+
+
+def test_a_molecules_prediction_does_not_depend_on_its_neighbours(predictor):
+    alone = predictor.predict(["CCO"], views=6, seed=2)[0]
+    among = predictor.predict(["c1ccccc1O", "not a smiles", "CCN(CC)CC", "CCO"], views=6, seed=2)[0]
+    np.testing.assert_allclose(among[3], alone[0], rtol=1e-5, atol=0)  # the same views; float32 batches differ
 
 
 def test_views_average_to_the_prediction_and_view_0_is_the_string_as_written(predictor):

@@ -191,13 +191,15 @@ class RandomizedEpochs:
     ``kekule_form`` writes the random strings in Kekule form (for a model trained on
     that form). ``share``: the ranks of a data-parallel run (``rank``, ``size``, ``gather``),
     which each write every ``size``-th chunk and gather the rest: each chunk draws from its
-    own stream, so they get what one process writes.
+    own stream, so they get what one process writes. ``keyed``: each molecule draws from a
+    stream of its own, keyed by the seed, the epoch and its string, so its writing does not
+    depend on the molecules beside it (the views of a prediction).
     """
 
     def __init__(self, smiles, vocab: Vocab, seed: int = 0, p: float = 1.0, max_tokens: int | None = None,
-                 encode: dict | None = None, kekule_form: bool = False, share=None):
+                 encode: dict | None = None, kekule_form: bool = False, share=None, keyed: bool = False):
         self.smiles, self.vocab, self.seed, self.p, self.max_tokens = list(smiles), vocab, seed, p, max_tokens
-        self.kekule_form, self.share = kekule_form, share
+        self.kekule_form, self.share, self.keyed = kekule_form, share, keyed
         self.encode = dict(encode or {})
         self._plain = [vocab.encode(s, **self.encode) for s in self.smiles]
         self._cache: tuple[int, list] | None = None
@@ -207,8 +209,8 @@ class RandomizedEpochs:
             return self._cache[1]
         from minitransformer.chem.workers import map_chunks
         size = RANDOM_CHUNK
-        chunks = [(self.smiles[i:i + size], (self.seed, 7919, epoch, i // size), self.p, self.kekule_form)
-                  for i in range(0, len(self.smiles), size)]
+        chunks = [(self.smiles[i:i + size], (self.seed, 7919, epoch, i // size), self.p, self.kekule_form,
+                   self.keyed) for i in range(0, len(self.smiles), size)]
         from minitransformer.distributed import map_shared
         ranks = 1 if self.share is None else self.share.size
         parts = map_shared(self.share, lambda mine: map_chunks(_random_writings, mine, len(self.smiles) // ranks),
@@ -249,10 +251,17 @@ RANDOM_CHUNK = 4096
 def _random_writings(chunk) -> list:
     """One chunk of :class:`RandomizedEpochs`: a random SMILES of each molecule, or None where it is
     kept as given (probability ``1 - p``). A pure function of its arguments, so it gives the same
-    strings in a worker process (:mod:`~minitransformer.chem.workers`) as here."""
-    smiles, entropy, p, kekule_form = chunk
+    strings in a worker process (:mod:`~minitransformer.chem.workers`) as here. ``keyed``: a
+    stream per molecule, from the seed, the epoch and the molecule's string (not its chunk)."""
+    import zlib
+    smiles, entropy, p, kekule_form, keyed = chunk
     rng = np.random.default_rng(list(entropy))
-    return [None if (p < 1.0 and rng.random() >= p) else randomize_smiles(s, rng, kekule_form) for s in smiles]
+    out = []
+    for s in smiles:
+        if keyed:
+            rng = np.random.default_rng([*entropy[:3], zlib.crc32(s.encode("utf-8"))])
+        out.append(None if (p < 1.0 and rng.random() >= p) else randomize_smiles(s, rng, kekule_form))
+    return out
 
 
 def pretraining_or_fallback(data: str, user_chose: bool, instead: str, log=print, **kw) -> list | None:
