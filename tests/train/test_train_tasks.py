@@ -330,11 +330,21 @@ def test_property_task_evaluate_reports_loss_and_auc():
                                   mlm_head=False, n_outputs=2, pad_id=PAD, seed=0))
     model.eval()
     task = PropertyTask(pad_id=PAD)
-    examples = [([4, 5 + i % 5], [float(i % 2), np.nan if i == 3 else float(i % 3 == 0)]) for i in range(12)]
+    examples = [([4 + i % 8, 4 + i // 8, 4 + 3 * i % 8], [float(i % 2), np.nan if i == 3 else float(i % 3 == 0)])
+                for i in range(12)]  # 12 distinct molecules: no tied scores
     metrics = task.evaluate(model, [task.collate(examples[:6]), task.collate(examples[6:])])
     assert set(metrics) == {"val_loss", "val_auc"}
-    assert np.isfinite(metrics["val_loss"]) and metrics["val_loss"] > 0
-    assert 0.0 <= metrics["val_auc"] <= 1.0
+    # recomputed here: the logits one molecule at a time, BCE over the 23 present labels, AUC by counting pairs
+    z = np.array([host(model(backend.asarray([ids]), head="cls"))[0] for ids, _ in examples], dtype=np.float64)  # (12, 2)
+    y = np.array([labels for _, labels in examples])  # (12, 2), one NaN
+    present = ~np.isnan(y)
+    bce = np.maximum(z, 0) - z * np.nan_to_num(y) + np.log1p(np.exp(-np.abs(z)))  # (12, 2)
+    assert metrics["val_loss"] == pytest.approx(bce[present].mean(), rel=1e-5)
+    aucs = []
+    for k in range(2):
+        pos, neg = z[present[:, k] & (y[:, k] == 1), k], z[present[:, k] & (y[:, k] == 0), k]
+        aucs.append(np.mean([(p > q) + 0.5 * (p == q) for p in pos for q in neg]))
+    assert metrics["val_auc"] == pytest.approx(np.mean(aucs), abs=1e-9)
 
 
 # ---------------------------------------------------------------------------
