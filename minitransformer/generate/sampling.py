@@ -50,11 +50,14 @@ def filter_logits(logits, temperature: float = 1.0, top_k: int | None = None,
             after the temperature and top-k steps.
 
     Returns:
-        (N, V) float64 filtered logits :math:`z/\tau` with :math:`-\infty` at
-        the removed tokens.
+        (N, V) float64 filtered logits :math:`(z - \max_j z_j)/\tau` with :math:`-\infty`
+        at the removed tokens: the row's largest logit is taken off first (softmax does not
+        see it), so that a tiny :math:`\tau` cannot overflow to infinity.
     """
     _check_sampling_args(temperature, top_k, top_p)
-    z = logits.astype(xp.float64) / float(temperature)  # (N, V)
+    z = logits.astype(xp.float64)  # (N, V)
+    with np.errstate(over="ignore"):  # a tiny tau sends the others to -inf, as it should
+        z = (z - z.max(axis=1, keepdims=True)) / float(temperature)  # (N, V), the largest entry 0
     N, V = z.shape
     if top_k is not None and top_k < V:
         kth = xp.sort(z, axis=1)[:, V - top_k][:, None]  # (N, 1), the k-th largest logit

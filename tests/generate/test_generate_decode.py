@@ -199,7 +199,20 @@ def test_filter_logits():
     f = backend.to_numpy(filter_logits(z, top_p=0.6))
     np.testing.assert_array_equal(np.isfinite(f[0]), [1, 0, 0, 0, 0])
     f = backend.to_numpy(filter_logits(z, temperature=2.0))
-    np.testing.assert_allclose(f[1], [0.0, 0.0, 1.5, 0.5, 1.0])
+    np.testing.assert_allclose(f[1], [-1.5, -1.5, 0.0, -1.0, -0.5])  # (z - max z) / 2
+
+
+def test_a_tiny_temperature_is_greedy_and_never_emits_pad():
+    """(z - max z) / tau: the top token at 0, every other at -inf, never an overflow to NaN."""
+    z = xp.asarray([[2.0, 1.0, 0.0, -xp.inf], [1e30, -1e30, 5.0, 0.0]])
+    f = backend.to_numpy(filter_logits(z, temperature=1e-320))
+    assert not np.isnan(f).any() and f[0, 0] == 0.0 and f[1, 0] == 0.0
+    assert np.isneginf(f[0, 1:]).all() and np.isneginf(f[1, 1:]).all()
+    from minitransformer.generate.sampling import _inverse_cdf_draw
+    tok = backend.to_numpy(_inverse_cdf_draw(xp.asarray(f), xp.asarray([0.0, 0.999])))
+    assert tok.tolist() == [0, 0], "the top token, not PAD by a NaN"
+    lm = make_lm()
+    np.testing.assert_array_equal(sample(lm, batch_size=3, temperature=1e-300, rng=1), greedy(lm, batch_size=3))
 
 
 def test_sampling_frequencies():
