@@ -48,6 +48,7 @@ def add_parser(commands):
 
 def run(args) -> int:
     from minitransformer import cli
+    from minitransformer.chem.datasets.data import canonical
     from minitransformer.chem.judge.scoring import format_score, load_reference, score_smiles
     from minitransformer.chem.datasets.user_files import read_user_file
     to_stdout = args.json == "-"
@@ -63,6 +64,9 @@ def run(args) -> int:
     if args.reference == "moses":
         return run_moses(args, samples, to_stdout)
     reference = load_reference(args.reference) if args.reference else None
+    if reference is not None and not any(canonical(s) for s in reference):  # before any metric is computed
+        raise ValueError(f"--reference {args.reference}: no valid molecule in it ({len(reference)} lines), so novelty, "
+                         "KL, SNN, Frag, Scaf and FCD have nothing to compare with; give a file of SMILES")
     result = score_smiles(samples, reference, seed=args.seed)
     result.update(samples_file=str(args.samples), reference=args.reference, skipped_lines=found.skipped() or None)
     if to_stdout:
@@ -77,17 +81,19 @@ def run(args) -> int:
 
 def run_moses(args, samples, to_stdout: bool) -> int:
     """``--reference moses``: every MOSES column, printed under the published rows, with the
-    FCD floor (as many random MOSES training molecules, against the same test sets) below."""
+    FCD floor (as many random MOSES training molecules as valid samples, against the same test sets)
+    below."""
     from minitransformer import cli
     from minitransformer.chem.frechet.fcd import fcd_judge_or_note
     from minitransformer.chem.datasets.moses import load_moses
     from minitransformer.chem.judge.moses_report import markdown_table, moses_benchmark, moses_references
     print("scoring against MOSES: its 1.58M training molecules are canonicalized for novelty (minutes)",
           file=sys.stderr)
-    judge, why = fcd_judge_or_note(moses_references(), load_moses("train"), len(samples), seed=args.seed)
+    judge, why = fcd_judge_or_note(moses_references(), load_moses("train"), seed=args.seed)
     row = moses_benchmark(samples, seed=args.seed, fcd_judge=judge)
-    floor = judge and {"label": f"{judge.floor_n:,} MOSES training molecules (the FCD floor)",
-                       "fcd_test": judge.floor["test"], "fcd_testsf": judge.floor["test_scaffolds"]}
+    floor, floor_n = judge.floor(row["n_valid"]) if judge else ({}, 0)
+    floor = floor and {"label": f"{floor_n:,} MOSES training molecules (the FCD floor)",
+                       "fcd_test": floor["test"], "fcd_testsf": floor["test_scaffolds"]}
     row.update(samples_file=str(args.samples), reference="moses", fcd_floor=floor or None, fcd_note=why or None)
     if to_stdout:
         sys.stdout.write(json.dumps(cli.json_safe(row), indent=1) + "\n")

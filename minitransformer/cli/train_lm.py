@@ -394,7 +394,7 @@ def print_summary(m, out) -> None:
         ("test NLL per token", f"{number('test_nll_token', '.4f')} nats"),
         ("test next-token accuracy (tokens + EOS)", number("test_acc_token", ".3f")),
     ] + side_by_side({("bare model" if k == "bare" else f"{k} grammar"): v for k, v in sets.items()},
-                     m.get("fcd_floor"), m.get("fcd_reference"))
+                     m.get("fcd_reference"))
     if m.get("fcd_note"):
         rows.append(("FCD", m["fcd_note"]))
     print_table(rows, footer=outputs_line(out))

@@ -91,10 +91,16 @@ def test_the_judge_scores_samples_and_real_molecules_against_each_reference(chem
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     real = ["CCO", "CCN", "CCC", "CCCl", "c1ccccc1", "CC(=O)O", "OCCO", "CNC"]
     refs = {"a": ["CCOC", "CCCN", "c1ccncc1", "CC(=O)N"], "b": ["CCCCCC", "CCCCO", "CCCCN", "CCOCC", "CCSCC"]}
-    judge = FCDJudge(refs, real, 5, seed=3, net=chemnet, progress=False)
-    assert judge.floor_n == 5 and set(judge.floor) == {"a", "b"}
-    again = FCDJudge(refs, real, 5, seed=3, net=chemnet, progress=False)
-    assert again.floor == judge.floor and FCDJudge(refs, real, 50, net=chemnet, progress=False).floor_n == 8
+    judge = FCDJudge(refs, real, seed=3, net=chemnet, progress=False)
+    floor, n = judge.floor(5)
+    assert n == 5 and set(floor) == {"a", "b"}
+    assert FCDJudge(refs, real, seed=3, net=chemnet, progress=False).floor(5) == (floor, 5), "the seed fixes it"
+    assert judge.floor(50)[1] == 8, "all the real molecules, when there are fewer"
+    order = np.random.default_rng(3).permutation(len(real))
+    by_hand = fcd([real[i] for i in order[:5]], refs["a"], net=chemnet)  # the same five, read afresh
+    assert judge.floor(5)[0]["a"] == pytest.approx(by_hand, rel=1e-9), "larger floors share the smaller's molecules"
+    assert FCDJudge(refs, ["CCO", "junk"], net=chemnet, progress=False).floor(5) == ({}, 0), "one valid: no floor"
+    assert FCDJudge(refs, None, net=chemnet, progress=False).floor(5) == ({}, 0)
     samples = ["CCO", "c1ccccc1", "CCOCC", "junk"]
     scores = judge(samples)
     assert scores["a"] == pytest.approx(fcd(samples, refs["a"], net=chemnet), rel=1e-9)
@@ -108,7 +114,7 @@ def test_without_weights_fcd_is_n_a_with_the_reason(monkeypatch):
     def offline(download=True):
         raise DownloadError("could not fetch ChemNet's weights (...); offline? download https://... and put it ...")
     monkeypatch.setattr(fcd_module, "default_chemnet", offline)
-    judge, note = fcd_judge_or_note({"ref": ["CCO", "CCN"]}, ["CCC", "CCCl"], 2)
+    judge, note = fcd_judge_or_note({"ref": ["CCO", "CCN"]}, ["CCC", "CCCl"])
     assert judge is None and note.startswith("FCD not computed: could not fetch ChemNet's weights") and "\n" not in note
 
 

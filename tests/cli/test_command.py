@@ -206,10 +206,18 @@ def test_score_a_smiles_file_as_text_and_json(tmp_path, capsys, chemnet):
     assert json.loads(out.out)["novelty"] is None  # no reference: not a number
 
 
+def test_score_refuses_a_reference_without_a_valid_molecule(tmp_path, capsys):
+    samples, reference = tmp_path / "gen.smi", tmp_path / "words.smi"
+    samples.write_text("CCO\nCCN\n")
+    reference.write_text("hello world\nthe cat\n")
+    code, said = run(["score", samples, "--reference", reference], capsys)
+    assert code == 2 and "no valid molecule in it" in error_line(said) and said.out == ""
+
+
 def test_score_against_moses_prints_the_benchmark_table(tmp_path, capsys, monkeypatch, chemnet):
     import minitransformer.chem.judge.filters as filters
     import minitransformer.chem.datasets.moses as moses
-    splits = {"train": ["CCO", "c1ccccc1", "CC(=O)Nc1ccc(O)cc1"], "test": ["c1ccc2ccccc2c1", "CCCO"],
+    splits = {"train": ["CCO", "c1ccccc1", "CC(=O)Nc1ccc(O)cc1", "CCN", "OCCO"], "test": ["c1ccc2ccccc2c1", "CCCO"],
               "test_scaffolds": ["c1ccc2[nH]ccc2c1", "C1CCNCC1"]}
     monkeypatch.setattr(moses, "load_moses", lambda split, download=True, limit=None: list(splits[split]))
     monkeypatch.setattr(filters, "default_filters", lambda download=True: (None, "no alert files in this test"))
@@ -222,8 +230,8 @@ def test_score_against_moses_prints_the_benchmark_table(tmp_path, capsys, monkey
     d = json.loads(scores.read_text())
     assert d["valid"] == pytest.approx(3 / 4) and d["novelty"] == pytest.approx(2 / 3)  # CCO is in train
     assert d["scaf_test"] == pytest.approx(1.0) and d["filters"] is None and d["fcd_note"] is None
-    assert d["fcd_test"] > 0 and d["fcd_testsf"] > 0 and d["fcd_floor"]["fcd_test"] > 0  # 3 training molecules
-    assert "| *3 MOSES training molecules (the FCD floor)* |" in out.out
+    assert d["fcd_test"] > 0 and d["fcd_testsf"] > 0 and d["fcd_floor"]["fcd_test"] > 0
+    assert "| *3 MOSES training molecules (the FCD floor)* |" in out.out, "as many as valid samples, not 4 or 5"
 
 
 # --------------------------------------------------------------------------- attention

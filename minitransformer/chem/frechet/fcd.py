@@ -33,7 +33,8 @@ covariances and is less exact when a set has fewer molecules than 512 (then
 The FCD falls as the sets grow (each covariance is estimated better), so it
 only compares sets of the same sizes against the same reference. Hence the
 **floor** that every report prints beside it: the FCD of as many real
-molecules, not in the reference, against the same reference (:class:`FCDJudge`).
+molecules, not in the reference, as the samples have valid ones (those the FCD
+reads), against the same reference (:meth:`FCDJudge.floor`).
 
 Reference statistics (MOSES's 176,074 test molecules take a few minutes) are
 computed once and kept in the user cache, keyed by the SHA-256 of the
@@ -179,24 +180,38 @@ class FCDJudge:
 
     ``references`` maps a name (``"test"``, ``"heldout"`` ...) to the reference
     molecules, whose statistics come from :func:`reference_statistics` (cached);
-    ``real`` are real molecules that are in no reference, from which
-    ``n_real`` are drawn at random (``seed``) once for the floor. Calling the judge on
-    samples gives ``{name: FCD or None}``; :attr:`floor` is ``{name: FCD}`` of the
-    drawn real molecules and :attr:`floor_n` how many were drawn (``real=None``: no
-    floor, ``{}`` and 0). A reference may be given as its :class:`FCDStatistics`.
+    ``real`` are real molecules that are in no reference (None: no floor), put in one
+    random order (``seed``) from which :meth:`floor` takes as many as a sample set has
+    valid molecules. Calling the judge on samples gives ``{name: FCD or None}``. A
+    reference may be given as its :class:`FCDStatistics`.
     """
 
-    def __init__(self, references: dict, real: Sequence[str] | None, n_real: int, seed: int = 0, net=None,
+    def __init__(self, references: dict, real: Sequence[str] | None, seed: int = 0, net=None,
                  progress: bool = True):
         self.net = net if net is not None else default_chemnet()
         self.references = {name: mols if isinstance(mols, FCDStatistics) else
                            reference_statistics(mols, name, self.net, progress) for name, mols in references.items()}
-        self.floor, self.floor_n = {}, 0
-        if real is not None:
-            pick = np.sort(np.random.default_rng(seed).permutation(len(real))[:n_real])
-            real_stats = fcd_statistics([real[i] for i in pick], self.net)
-            self.floor_n = len(pick)
-            self.floor = {name: frechet_distance(real_stats, ref) for name, ref in self.references.items()}
+        self.real = None if real is None else list(real)
+        self._order = None if real is None else np.random.default_rng(seed).permutation(len(self.real))  # (R,)
+        self._activations = np.zeros((0, 512), dtype=np.float32)  # of real[_order[:_drawn]], the valid ones
+        self._drawn = 0
+
+    def floor(self, n: int) -> tuple[dict, int]:
+        """``({name: FCD}, m)``: the FCD of the first ``n`` valid real molecules of the random order
+        (m = n, or all of them when there are fewer) against each reference; ``({}, 0)`` without
+        real molecules or with fewer than two. The floors of several sizes share their molecules,
+        and ChemNet reads each molecule once."""
+        if self.real is None:
+            return {}, 0
+        while len(self._activations) < n and self._drawn < len(self.real):  # read only what is not read yet
+            take = self._order[self._drawn:self._drawn + n - len(self._activations)]
+            more = chemnet_activations([self.real[i] for i in take], self.net)  # (<= len(take), 512)
+            self._activations, self._drawn = np.concatenate([self._activations, more]), self._drawn + len(take)
+        acts = self._activations[:n].astype(np.float64)  # (m, 512)
+        if len(acts) < 2:
+            return {}, 0
+        stats = FCDStatistics(mu=acts.mean(axis=0), sigma=np.cov(acts, rowvar=False), n=len(acts))
+        return {name: frechet_distance(stats, ref) for name, ref in self.references.items()}, len(acts)
 
     def __call__(self, samples: Sequence[str]) -> dict:
         try:
@@ -206,13 +221,13 @@ class FCDJudge:
         return {name: frechet_distance(stats, ref) for name, ref in self.references.items()}
 
 
-def fcd_judge_or_note(references: dict, real: Sequence[str] | None, n_real: int, seed: int = 0,
+def fcd_judge_or_note(references: dict, real: Sequence[str] | None, seed: int = 0,
                       download: bool = True) -> tuple[FCDJudge | None, str]:
     """An :class:`FCDJudge`, or ``(None, why not)`` in one line when ChemNet's weights cannot be
     had (offline, damaged) or a set is too small: the caller reports FCD as n/a with that reason."""
     from minitransformer.chem.datasets.download import ChecksumError, DownloadError
     from minitransformer.chem.frechet.torch_file import TorchFileError
     try:
-        return FCDJudge(references, real, n_real, seed, net=default_chemnet(download=download)), ""
+        return FCDJudge(references, real, seed, net=default_chemnet(download=download)), ""
     except (DownloadError, FileNotFoundError, ChecksumError, TorchFileError, ValueError) as exc:
         return None, f"FCD not computed: {exc}"  # (ValueError: a set with fewer than two valid molecules)

@@ -16,7 +16,8 @@ molecules, held-out molecules, all the molecules seen, and FCD against each
 reference of an :class:`~minitransformer.chem.frechet.fcd.FCDJudge`). :func:`side_by_side`
 lays such results out as the rows of a summary table, one row per metric of the
 registry whose input was given, with each FCD also written as a multiple of its
-floor (the FCD of as many real molecules; see :mod:`minitransformer.chem.frechet.fcd`).
+floor (the FCD of as many real molecules as the set has valid samples, which are what
+the FCD reads; see :mod:`minitransformer.chem.frechet.fcd`).
 """
 from __future__ import annotations
 
@@ -29,11 +30,17 @@ def judge_samples(samples: Sequence[str], train: Sequence[str], *, heldout: Sequ
                   all_training: Sequence[str] | None = None, fcd_judge=None, references: dict | None = None,
                   seed: int | None = None) -> dict:
     """Every metric of ``samples``: :func:`~minitransformer.chem.judge.evaluation.evaluate_samples`
-    with these inputs (``seed`` None: GuacaMol's draw, 42), MOSES's alert files if they are here."""
+    with these inputs (``seed`` None: GuacaMol's draw, 42), MOSES's alert files if they are here;
+    with an FCD judge, also ``fcd_floor`` (``{reference: FCD}``, None without real molecules) and
+    ``fcd_floor_n``: the floor of as many real molecules as the samples have valid ones."""
     from minitransformer.chem.judge.evaluation import evaluate_samples
     from minitransformer.chem.judge.metrics import KL_SEED
-    return evaluate_samples(samples, train, heldout=heldout, all_training=all_training, fcd_judge=fcd_judge,
-                            references=references, seed=KL_SEED if seed is None else seed)
+    result = evaluate_samples(samples, train, heldout=heldout, all_training=all_training, fcd_judge=fcd_judge,
+                              references=references, seed=KL_SEED if seed is None else seed)
+    if fcd_judge is not None:
+        floor, n = fcd_judge.floor(result["n_valid"])
+        result.update(fcd_floor=floor or None, fcd_floor_n=n or None)
+    return result
 
 
 def fcd_ratio(value: float | None, floor: float | None) -> float | None:
@@ -50,14 +57,14 @@ def _cell(value, metric, floor: float | None = None) -> str:
     return f"{value:.3f}" + (f" ({ratio:.2f} x floor)" if ratio is not None else "")
 
 
-def side_by_side(results: dict, fcd_floor: dict | None = None, fcd_labels: dict | None = None) -> list:
+def side_by_side(results: dict, fcd_labels: dict | None = None) -> list:
     """Rows ``(metric, "value | value ...")`` for a summary table, one value per labelled result
     (``results``: label -> :func:`judge_samples` dict, e.g. ``{"bare": ..., "valence grammar": ...}``):
     every metric of :data:`~minitransformer.chem.judge.evaluation.METRICS` whose input the first result
-    was given, a per-set metric once per set. ``fcd_floor``: reference name -> the floor's FCD;
-    ``fcd_labels``: set name -> how a row names it (e.g. ``{"heldout": "held-out Tox21"}``)."""
+    was given, a per-set metric once per set; each FCD beside its own floor (the result's
+    ``fcd_floor``, of as many real molecules as it has valid samples). ``fcd_labels``: set name ->
+    how a row names it (e.g. ``{"heldout": "held-out Tox21"}``)."""
     from minitransformer.chem.judge.evaluation import METRICS
-    floor = fcd_floor or {}
     first = next(iter(results.values()))
     rows = [("samples", " | ".join(f"{label} ({r['n_samples']})" for label, r in results.items()))]
     for metric in METRICS:
@@ -69,10 +76,14 @@ def side_by_side(results: dict, fcd_floor: dict | None = None, fcd_labels: dict 
             continue
         for name in first[metric.key]:
             label = (fcd_labels or {}).get(name, name)
-            heading = f"{metric.label} against {label}" + (
-                f" (floor {floor[name]:.3f})" if metric.key == "fcd" and floor.get(name) is not None else "")
-            rows.append((heading, " | ".join(_cell((r.get(metric.key) or {}).get(name), metric, floor.get(name))
-                                             for r in results.values())))
+            floors = [(r.get("fcd_floor") or {}).get(name) for r in results.values()]
+            rows.append((f"{metric.label} against {label}",
+                         " | ".join(_cell((r.get(metric.key) or {}).get(name), metric, floor)
+                                    for r, floor in zip(results.values(), floors))))
+            if metric.key == "fcd" and any(f is not None for f in floors):
+                rows.append((f"FCD floor against {label} (as many real molecules as valid samples)",
+                             " | ".join("n/a" if f is None else f"{f:.3f} ({r['fcd_floor_n']:,} molecules)"
+                                        for r, f in zip(results.values(), floors))))
     return rows
 
 
@@ -100,7 +111,7 @@ def judge_sample_sets(sets: dict, train: Sequence[str], heldout: Sequence[str], 
     else:
         novelty_set, references = list(train), {"heldout": list(heldout)}
         described = {"heldout": f"held-out molecules ({len(heldout)}, validation + test)"}
-    judge, note = fcd_judge_or_note(references, novelty_set, n, seed=seed)
+    judge, note = fcd_judge_or_note(references, novelty_set, seed=seed)
     if note:
         print(note)
     compare = references if moses else None  # SNN, Frag, Scaf against the test sets: the bare samples only
@@ -108,15 +119,16 @@ def judge_sample_sets(sets: dict, train: Sequence[str], heldout: Sequence[str], 
                                    all_training=list(train) + list(extra) if extra else None, fcd_judge=judge,
                                    references=compare if label == "bare" else None)
               for label, smiles in sets.items()}
-    report.update(fcd_floor=judge.floor if judge else None, fcd_floor_n=judge.floor_n if judge else None,
-                  fcd_reference=described, fcd_note=note or None)
+    report.update(fcd_floor=report["bare"].get("fcd_floor"), fcd_floor_n=report["bare"].get("fcd_floor_n"),
+                  fcd_reference=described, fcd_note=note or None)  # the floor of the bare samples
     if not moses:
         return report, None
     rows = {label: moses_row(report[label]) for label in sets}
     for label, row in rows.items():
         report[label]["moses"] = row
-    floor = judge and {"label": f"{judge.floor_n:,} MOSES training molecules (the FCD floor)",
-                       "fcd_test": judge.floor["test"], "fcd_testsf": judge.floor["test_scaffolds"]}
+    bare_floor = report["bare"].get("fcd_floor")
+    floor = bare_floor and {"label": f"{report['bare']['fcd_floor_n']:,} MOSES training molecules (the FCD floor)",
+                            "fcd_test": bare_floor["test"], "fcd_testsf": bare_floor["test_scaffolds"]}
     table = markdown_table(rows["bare"], label=f"minitransformer, bare model ({n:,} samples)", floor=floor,
                            others={f"minitransformer, {label} grammar": row for label, row in rows.items()
                                    if label != "bare"})

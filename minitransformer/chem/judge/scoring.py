@@ -15,7 +15,7 @@ FCD (:mod:`minitransformer.chem.frechet.fcd`) is FCD(samples, the whole referenc
 MOSES and ``fcd_torch`` report for the same two files. Beside it, the **floor**: the FCD
 that samples drawn from the reference's own distribution get. It needs real molecules
 that are not in the reference, so it is measured on a split: the reference is cut in
-two at random (the seed), and as many molecules as there are samples (at most half)
+two at random (the seed), and as many molecules as there are valid samples (at most half)
 are drawn from one half and compared with the other half. Its reference is half as
 large as the headline's, which raises an FCD a little, so the floor errs high; the
 report says how it was measured.
@@ -46,8 +46,8 @@ def _definitions() -> dict:
         if metric.needs in SCORED:
             rows[metric.key] = (metric.label, metric.definition)
         if metric.key == "fcd":
-            rows["fcd_floor"] = ("FCD floor", "the FCD of as many real molecules, from one half of the reference "
-                                              "against the other (the best to expect; see below)")
+            rows["fcd_floor"] = ("FCD floor", "the FCD of as many real molecules as valid samples, from one half of "
+                                              "the reference against the other (the best to expect; see below)")
     return rows
 
 
@@ -101,13 +101,12 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
     why_no_filters = ""
     if isinstance(filters, str) and filters == "moses":
         filters, why_no_filters = default_filters(download=True)
-    judge, fcd_note, floor, half, other = None, "not computed", None, [], []
+    judge, fcd_note, floor, half, other, why = None, "not computed", None, [], [], ""
     if has_ref and fcd:
         from minitransformer.chem.frechet.fcd import fcd_judge_or_note
-        judge, fcd_note = fcd_judge_or_note({"reference": reference}, None, 0, seed=seed)
+        judge, fcd_note = fcd_judge_or_note({"reference": reference}, None, seed=seed)
         half, other = reference_halves(reference, seed)
-        floor, why = fcd_judge_or_note({"half": half}, other, len(samples), seed=seed) if judge else (None, "")
-        fcd_note = fcd_note or why
+        floor, why = fcd_judge_or_note({"half": half}, other, seed=seed) if judge else (None, "")
     elif not has_ref:
         fcd_note = ""
     result = evaluate_samples(samples, reference if has_ref else None,
@@ -127,14 +126,19 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
     else:
         result.update(n_reference=None, n_reference_valid=None)
     result.update(seed=seed, fcd_floor=None, fcd_reference_n=None, fcd_floor_n=None, fcd_floor_reference_n=None)
+    floor_fcd, floor_n = floor.floor(result["n_valid"]) if floor is not None else ({}, 0)
     if judge is not None:
         result.update(fcd_reference_n=len(reference))
-        fcd_note = f"FCD against all {len(reference)} reference molecules (as MOSES and fcd_torch compute it)"
-    if floor is not None:
-        result.update(fcd_floor=floor.floor["half"], fcd_floor_n=floor.floor_n, fcd_floor_reference_n=len(half))
-        fcd_note += (f"; the floor: FCD of {floor.floor_n} reference molecules from one half of the reference "
-                     f"against the other {len(half)} (split with seed {seed}), the FCD of a generator that draws "
-                     "from the reference's distribution (against a reference half as large: it errs high)")
+        fcd_note = (f"FCD against the {result['n_reference_valid']} valid molecules of the reference (as MOSES and "
+                    "fcd_torch compute it)" + (f"; no floor: {why}" if why else ""))
+    if floor is not None and not floor_fcd:
+        fcd_note += "; no floor: the other half of the reference has fewer than two valid molecules"
+    if floor_fcd:
+        result.update(fcd_floor=floor_fcd["half"], fcd_floor_n=floor_n, fcd_floor_reference_n=len(half))
+        fcd_note += (f"; the floor: FCD of {floor_n} reference molecules (as many as the valid samples) from one "
+                     f"half of the reference against the other {len(half)} (split with seed {seed}), the FCD of a "
+                     "generator that draws from the reference's distribution (against a reference half as large: "
+                     "it errs high)")
     if fcd_note:
         notes["fcd"] = fcd_note
     return result
