@@ -56,8 +56,8 @@ def load_model(path):
     from minitransformer.chem import Vocab
     ckpt = load_checkpoint(path)
     if ckpt.vocab is None:
-        raise ValueError(f"{path} holds a {ckpt.model_type} without a vocabulary, so its tokens cannot be named; "
-                         "give a checkpoint written by `minitransformer train`")
+        raise ValueError(f"{path} holds a model of kind {ckpt.model_type} without a vocabulary, so its tokens "
+                         "cannot be named; give a checkpoint written by `minitransformer train`")
     if ckpt.model_type not in ATTENDING:
         raise ValueError(f"{path} holds an {ckpt.model_type}, which has no attention to draw (an LSTM carries what "
                          "it read in its state, with no weights over the input); give the checkpoint of a "

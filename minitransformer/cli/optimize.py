@@ -106,7 +106,8 @@ def _save(out: Path, steer, vocab, rows, header, history, run_info) -> None:
     cli.write_json(out / "history.json", history)
     cli.write_text(out / "best.csv", _csv(["score", "canonical"], [(f"{s:.4f}", c) for s, c in steer.top]))
     state = steer.state_dict()
-    extra = {"run": run_info, "steering": {k: state[k] for k in ("rng", "memory", "top", "scaffold_counts", "seen", "t")},
+    kept = ("rng", "memory", "top", "scaffold_counts", "seen", "t")  # all but the agent and its optimizer
+    extra = {"run": run_info, "steering": {k: state[k] for k in kept},
              # the position, in the trainer's format, where --resume and Ctrl-C's message look (a step is an epoch)
              "trainer": {"epoch": steer.t, "batch": 0, "step": steer.t, "best": None, "best_epoch": None,
                          "bad_epochs": 0, "history": []}}

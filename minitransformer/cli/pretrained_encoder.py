@@ -46,8 +46,8 @@ def check_encoder(path: str):
     ckpt = load_checkpoint(path)
     run = ckpt.meta.get("run") or {}
     if ckpt.model_type != "Encoder" or not ckpt.vocab:
-        raise ValueError(f"--encoder {path} holds a {ckpt.model_type} model; give the pretraining checkpoint of a "
-                         "train property --pretrain run (OUT/pretrain/last.npz)")
+        raise ValueError(f"--encoder {path} holds a model of kind {ckpt.model_type}; give the pretraining "
+                         "checkpoint of a train property --pretrain run (OUT/pretrain/last.npz)")
     if ckpt.meta.get("phase") != "pretrain":
         raise ValueError(f"--encoder {path} was saved after fine-tuning on one split's labels (phase "
                          f"{ckpt.meta.get('phase')!r}), test molecules of another split among them; give that run's "

@@ -86,7 +86,8 @@ def add_parser(kinds):
     p.add_argument("--augment", type=cli.number(0, 1), default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--tta", type=cli.int_at_least(1, 256, "each is a full pass of the model"), default=None,
-                   help="random SMILES averaged per test molecule (1 = the SMILES as written in the file)")
+                   help="writings averaged per test molecule: the file's SMILES and N-1 random ones (1 = the "
+                        "file's SMILES only)")
     p.add_argument("--encoder", default=None, type=cli.existing_file("encoder checkpoint"),
                    help="fine-tune this pretrained encoder instead of pretraining (the pretrain/last.npz of an earlier "
                         "train property --pretrain run on the same --data): its pretraining cost is paid once")
@@ -363,8 +364,8 @@ def augmentation(r: PropertyRecipe) -> str:
     """The random-writing augmentation of a run, in words (metrics.json and the summary)."""
     train = ("none (each molecule as written in the file)" if r.augment == 0 else
              f"a fresh random SMILES of each training molecule every epoch (probability {r.augment:g})")
-    return f"training: {train}; test: the predictions of {r.tta} random SMILES averaged per molecule" \
-        if r.tta > 1 else f"training: {train}; test: the file's SMILES"
+    return (f"training: {train}; test: the predictions of {r.tta} writings averaged per molecule (the file's SMILES "
+            f"and {r.tta - 1} random)" if r.tta > 1 else f"training: {train}; test: the file's SMILES")
 
 
 def write_array(path, a: np.ndarray) -> None:

@@ -40,7 +40,8 @@ def load_translator(path):
     from minitransformer.chem import Vocab
     ckpt = load_checkpoint(path)
     if ckpt.vocab is None or ckpt.model_type not in ("Seq2Seq", "RNNSeq2Seq"):
-        raise ValueError(f"{path} holds a {ckpt.model_type}{'' if ckpt.vocab else ' without a vocabulary'}; "
+        without = "" if ckpt.vocab else " without a vocabulary"
+        raise ValueError(f"{path} holds a model of kind {ckpt.model_type}{without}; "
                          "translate needs an encoder-decoder's checkpoint (Seq2Seq or RNNSeq2Seq) with a "
                          "vocabulary, as written by "
                          "`minitransformer train seq2seq` (best.npz or last.npz)")

@@ -115,7 +115,7 @@ class PropertyPredictor:
                 "such as best.npz of a `minitransformer train property` run")
         config = ckpt.config or {}
         if ckpt.model_type != "Encoder" or not config.get("n_outputs"):
-            raise ValueError(f"{path} holds a {ckpt.model_type} model with n_outputs="
+            raise ValueError(f"{path} holds a model of kind {ckpt.model_type} with n_outputs="
                              f"{config.get('n_outputs', 0)}; {need}")
         if ckpt.meta.get("phase") == "pretrain":
             raise ValueError(f"{path} was saved while pretraining, before its classifier head saw a label; give the "

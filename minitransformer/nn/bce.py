@@ -103,7 +103,7 @@ def masked_bce_forward(logits, targets, mask=None, pos_weight=None, reduction: s
             f"{shape}; expected targets of shape {shape}, one label per logit"
         )
     # Value checks read device data back, which a GPU training step must not do: on a GPU
-    # they run on the host batch before the copy instead (PropertyTask.collate).
+    # they run on the host batch before the copy instead (PropertyTask's forward).
     check_values = backend.values_on_host(logits)
     y = targets.astype(logits.dtype)  # (B, K), a copy in the logits' dtype
     present = ~xp.isnan(y)  # (B, K) bool, NaN targets are missing

@@ -67,7 +67,7 @@ def _label(cell: str, path: Path, column: str, row: int) -> float:
                          "labels must be 0, 1 or empty (missing)") from None
     if value not in (0.0, 1.0):
         raise ValueError(f"{path}: column {column!r}, data row {row}: label {cell!r} is not 0 or 1; "
-                         "this demo predicts binary labels (pass tasks=... to choose other columns)")
+                         "train property predicts binary labels: give 0, 1 or leave the cell empty (missing)")
     return value
 
 
