@@ -24,3 +24,13 @@ def test_failure_counts_has_every_kind_and_counts_only_invalid():
     assert list(counts) == list(KINDS)
     assert counts == {"empty": 1, "unclosed ring": 2, "parentheses": 1, "syntax": 0, "valence": 0,
                       "aromaticity": 1, "sanitization": 0, "unreadable": 0}
+
+
+def test_the_kinds_add_up_to_the_invalid_samples_even_where_the_detector_sees_nothing():
+    """RDKit's problem detector passes this one; sanitizing it breaks a valence (the aromatic o bonded thrice)."""
+    from minitransformer.chem.judge.evaluation import evaluate_samples
+    odd = "Cc1ccc(NC(=O)C2CCCo2C(=O)OC(C)(C)C)c(C)c1"
+    assert failure_kind(odd) == "valence"
+    samples = [odd, "CCO", "C1CC", "", "CC(C", "c1ccccc1"]
+    result = evaluate_samples(samples, None)
+    assert sum(failure_counts(samples).values()) == len(samples) - result["n_valid"] == 4

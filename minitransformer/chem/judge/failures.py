@@ -65,8 +65,16 @@ def failure_kind(smiles: str) -> str | None:
         if mol.GetNumAtoms() == 0:
             return "empty"
         problems = [p.GetType() for p in Chem.DetectChemistryProblems(mol)]
-    if not problems:
-        return None
+        if not problems:  # what the detector misses, sanitizing itself finds (a valence broken by kekulizing)
+            try:
+                Chem.SanitizeMol(mol)
+            except Chem.AtomValenceException:
+                return "valence"
+            except Chem.KekulizeException:
+                return "aromaticity"
+            except Exception:  # noqa: BLE001 (any other step of sanitizing)
+                return "sanitization"
+            return None
     if any("Valence" in p for p in problems):
         return "valence"
     if any("Kekulize" in p for p in problems):
