@@ -1,4 +1,4 @@
-"""``minitransformer sample``: new molecules from a trained generator (a DecoderLM checkpoint).
+"""``minitransformer sample``: new molecules from a trained generator (a DecoderLM or LSTMLM checkpoint).
 
 Sampling draws one token at a time from the model's next-token distribution,
 reshaped by the temperature (below 1: sharper, above 1: flatter), and

@@ -107,12 +107,13 @@ def _psd_sqrt(sigma: np.ndarray) -> np.ndarray:
 
 
 def frechet_distance(a: FCDStatistics, b: FCDStatistics) -> float:
-    """The squared Fréchet distance of the Gaussians ``a`` and ``b`` (module docstring)."""
+    """The squared Fréchet distance of the Gaussians ``a`` and ``b`` (module docstring); never below 0
+    (a set against itself gives round-off of either sign, -0.0000 in a report otherwise)."""
     root = _psd_sqrt(a.sigma)  # (d, d)
     eig = np.linalg.eigvalsh(root @ b.sigma @ root)  # (d,), the eigenvalues of Sigma_a Sigma_b
     trace_sqrt = float(np.sum(np.sqrt(np.clip(eig, 0.0, None))))
     diff = a.mu - b.mu  # (d,)
-    return float(diff @ diff + np.trace(a.sigma) + np.trace(b.sigma) - 2.0 * trace_sqrt)
+    return max(float(diff @ diff + np.trace(a.sigma) + np.trace(b.sigma) - 2.0 * trace_sqrt), 0.0)
 
 
 def fcd(samples: Sequence[str], reference: Sequence[str] | FCDStatistics, net=None) -> float | None:
