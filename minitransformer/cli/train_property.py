@@ -332,8 +332,10 @@ class TrainProperty(TrainingCommand):
         rows += [(f"  test ROC-AUC {name}", "n/a (one class)" if value is None else f"{value:.4f}")
                  for name, value in m["test_auc"].items()]
         boot = m["test_auc_bootstrap"]
-        rows += [("test ROC-AUC, mean", f"{m['test_auc_mean']:.4f} ({m['tta']} SMILES per molecule; "
-                                        f"{m['test_auc_mean_single_view']:.4f} with one)"),
+        scored = sum(v is not None for v in m["test_auc"].values())
+        of = "" if scored == len(m["test_auc"]) else f" of the {scored} assays with both classes"
+        rows += [(f"test ROC-AUC, mean{of}", f"{m['test_auc_mean']:.4f} ({m['tta']} SMILES per molecule; "
+                                             f"{m['test_auc_mean_single_view']:.4f} with one)"),
                  ("  95 % interval", "none: too few test molecules" if boot["low"] is None else
                   f"{boot['low']:.4f} - {boot['high']:.4f} (bootstrap over the test molecules, {boot['used']} "
                   f"draws; std {boot['std']:.4f})")]

@@ -61,8 +61,14 @@ def test_quick_run_metrics(quick_run):
     assert set(m["test_auc"]) == {"aromatic_n", "chlorine", "carbonyl"}
     for key in ("test_auc_mean", "test_auc_mean_single_view", "val_auc_best"):
         assert 0.0 <= m[key] <= 1.0, f"{key} = {m[key]} is not in [0, 1]"
+    probs, labels = np.load(out / "test_probabilities.npy"), np.load(out / "test_labels.npy")  # (N, 3) each
+    by_hand = {}
+    for k, name in enumerate(("aromatic_n", "chlorine", "carbonyl")):  # the field's AUC: pairs, ties one half
+        pos, neg = probs[labels[:, k] == 1, k], probs[labels[:, k] == 0, k]
+        by_hand[name] = np.mean([(p > q) + 0.5 * (p == q) for p in pos for q in neg]) if len(pos) and len(neg) else None
     for name, value in m["test_auc"].items():
-        assert value is None or 0.0 <= value <= 1.0, f"test AUC of {name} = {value}"
+        assert value == pytest.approx(by_hand[name], abs=1e-12) if by_hand[name] is not None else value is None, name
+    assert m["test_auc_mean"] == pytest.approx(np.mean([v for v in by_hand.values() if v is not None]), abs=1e-12)
     assert m["pretrain"] is True and m["pretrain_epochs"] == 1
     boot = m["test_auc_bootstrap"]  # the test set's own sampling noise
     assert 0.0 <= boot["low"] < boot["high"] <= 1.0 and boot["std"] > 0 and boot["resamples"] == 1000
