@@ -9,7 +9,8 @@ host and start time. The loser gets a one-line error naming the holder. A lock
 whose process is gone (SIGKILL, a crash, a power cut) is stale: it is taken
 over, and said so. The lock is released when the command ends
 (:func:`release_all`, called by :func:`~minitransformer.cli.errors.run_cli`,
-and at interpreter exit).
+and at interpreter exit); a folder the lock created, and that holds nothing
+else by then (the command was refused before writing), goes with it.
 
 :func:`sweep_temporary_files` removes what a killed run can leave behind: the
 temporary files of :func:`~minitransformer.atomic.atomic_write`
@@ -28,6 +29,7 @@ from pathlib import Path
 
 LOCK_NAME = ".lock"
 _HELD: set = set()
+_MADE: set = set()  # the run folders that taking a lock created
 
 
 def _alive(pid: int) -> bool:
@@ -53,6 +55,8 @@ def lock_run_folder(out: Path, log=print) -> Path:
     """Take ``out/.lock`` for this process (creating ``out``), or raise FileExistsError naming the
     live holder. A stale lock (its process is gone, or it is this process's own from an earlier
     command) is taken over."""
+    if not out.exists():
+        _MADE.add(out)
     out.mkdir(parents=True, exist_ok=True)
     lock = out / LOCK_NAME
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -91,12 +95,19 @@ def _mtime(path: Path) -> float:
 
 
 def release_all() -> None:
-    """Remove every lock this process holds (the end of a command, or interpreter exit)."""
+    """Remove every lock this process holds (the end of a command, or interpreter exit), and a
+    run folder the lock created that is empty without it."""
     for lock in list(_HELD):
         holder = _holder(lock)
         if holder is None or holder.get("pid") == os.getpid():
             lock.unlink(missing_ok=True)
         _HELD.discard(lock)
+        if lock.parent in _MADE:
+            _MADE.discard(lock.parent)
+            try:
+                lock.parent.rmdir()  # only if empty: a run that wrote anything keeps its folder
+            except OSError:
+                pass
 
 
 atexit.register(release_all)

@@ -398,3 +398,13 @@ def test_a_split_without_any_task_of_two_classes_is_refused_before_training(load
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no task with both a 0 and a 1 label" in err, err
     assert not (out / "config.json").exists(), "refused before the run folder was written"
+
+
+def test_a_run_refused_over_its_data_leaves_no_folder_behind(load_demo, tmp_path, capsys):
+    from minitransformer.cli import run_cli
+    data = tmp_path / "no_smiles.csv"
+    data.write_text("name,active\naspirin,1\n")
+    out = tmp_path / "new" / "run"
+    assert run_cli(load_demo("tox21_property").main, ["--quick", "--data", str(data), "--out", str(out)]) == 2
+    assert "smiles" in capsys.readouterr().err.lower()
+    assert not out.exists(), "the folder the run made for its lock goes when nothing was written in it"
