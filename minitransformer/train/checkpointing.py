@@ -29,7 +29,7 @@ class Checkpointing:
         """The trainer's position and record, saved as ``meta["trainer"]`` in every checkpoint."""
         return {"epoch": self.epoch, "batch": self.batch_index, "step": self.step, "best": self.best,
                 "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs, "history": self.history,
-                "stop_reason": self.stop_reason}
+                "stop_reason": self.stop_reason, "epoch_loss": list(self.epoch_loss)}
 
     def save(self, name: str) -> Path | None:
         """Write ``out_dir/name`` (weights, optimizer, trainer state). A non-finite weight
@@ -76,6 +76,8 @@ class Checkpointing:
         self.best, self.best_epoch, self.bad_epochs = st["best"], st["best_epoch"], st["bad_epochs"]
         self.history = list(st["history"])
         self.stop_reason = st.get("stop_reason")
+        loss_sum, n_loss = st.get("epoch_loss", (0.0, 0))  # (a checkpoint from before it was kept: 0, 0)
+        self.epoch_loss = (float(loss_sum), int(n_loss))
         self.resumed_from = (self.step, Path(path))
         # The history files are derived from this record: :meth:`run` writes them again first, so a
         # write that was interrupted (or files deleted since) lose nothing.

@@ -55,6 +55,7 @@ class Trainer(Checkpointing, DivergenceChecks):
         self.fingerprint = dict(fingerprint or {})
         self.fingerprint_hashes = fingerprint_hashes(self.fingerprint, vocab)  # refuses non-JSON values now
         self.epoch, self.batch_index, self.step = 0, 0, 0
+        self.epoch_loss = (0.0, 0)  # (sum, count) of the current epoch's step losses so far: a checkpoint keeps it
         self.best, self.best_epoch, self.bad_epochs = None, None, 0
         self.history: list[dict] = []
         self.earlier_history = list(earlier_history)  # rows of earlier phases, for history.csv
@@ -159,7 +160,9 @@ class Trainer(Checkpointing, DivergenceChecks):
             from tqdm.auto import tqdm
             bar = tqdm(total=len(batches), initial=self.batch_index, desc=f"epoch {self.epoch + 1}",
                        leave=False, dynamic_ncols=True)
-        tokens, t0, loss_sum, n_loss = 0, time.perf_counter(), 0.0, 0
+        # the losses of this epoch's steps before a resume come with the checkpoint
+        loss_sum, n_loss = self.epoch_loss if self.batch_index else (0.0, 0)
+        tokens, t0 = 0, time.perf_counter()
         last_line = t0
         sync_every = cfg.sync_every or (50 if backend.name() == "cupy" else 1)
         pending = []  # (step, loss, norm, weights_ok) not yet read back to the host
@@ -188,6 +191,7 @@ class Trainer(Checkpointing, DivergenceChecks):
                     values = self._read_back(pending)
                     pending = []
                     loss_sum, n_loss = loss_sum + sum(values), n_loss + len(values)
+                    self.epoch_loss = (loss_sum, n_loss)
                     if bar is not None:
                         bar.update(len(values))
                         bar.set_postfix(loss=f"{values[-1]:.4f}",
@@ -199,7 +203,8 @@ class Trainer(Checkpointing, DivergenceChecks):
                               f"{tokens / max(last_line - t0, 1e-9):,.0f} tokens/s, "
                               f"{(last_line - t0) / 60:.1f} min in", flush=True)
             if pending:  # stopped by max_steps between two reads
-                self._read_back(pending)
+                values = self._read_back(pending)
+                self.epoch_loss = (loss_sum + sum(values), n_loss + len(values))
         finally:
             if bar is not None:
                 bar.close()

@@ -62,8 +62,9 @@ def test_resume_is_exact(tmp_path, setup, split, total):
     assert opt_c.t == opt_a.t == total and opt_c.lr == opt_a.lr
     assert model_c.rng.state_dict() == model_a.rng.state_dict()
     assert second.step == total and second.epoch == straight.epoch
-    # the epoch records agree too (apart from wall time and throughput)
-    drop = ("time_s", "tokens_per_s", "train_loss")
+    # the epoch records agree too (apart from wall time and throughput), the mean training loss of the
+    # epoch cut by the stop included: its first steps' losses come with the checkpoint
+    drop = ("time_s", "tokens_per_s")
     strip = [{k: v for k, v in h.items() if k not in drop} for h in straight.history]
     assert [{k: v for k, v in h.items() if k not in drop} for h in second.history] == strip
 
