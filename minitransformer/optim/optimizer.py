@@ -228,11 +228,12 @@ class Optimizer(OptimizerState):
     def step(self) -> None:
         """One update of every unfrozen parameter from its ``grad``; ``t`` moves once.
         A schedule's bad rate raises before anything changes."""
-        if self.schedule is not None:
-            self.lr = self._scheduled_lr(self.t + 1)
-        for g in self.param_groups:
-            if g["schedule"] is not None:
-                g["lr"] = self._scheduled_lr(self.t + 1, g["schedule"])
+        lr = self._scheduled_lr(self.t + 1) if self.schedule is not None else self.lr  # every rate checked first
+        group_lrs = [self._scheduled_lr(self.t + 1, g["schedule"]) if g["schedule"] is not None else g["lr"]
+                     for g in self.param_groups]
+        self.lr = lr
+        for g, group_lr in zip(self.param_groups, group_lrs):
+            g["lr"] = group_lr
         self.t += 1
         lrs = [self.lr if g["lr"] is None else g["lr"] for g in self.param_groups]
         for name, p in self.params.items():

@@ -67,6 +67,19 @@ def test_bare_parameters_and_modules_in_groups_and_a_group_schedule():
     assert list(AdamW([{"params": model}]).params) == [n for n, _ in model.named_parameters()]
 
 
+def test_a_bad_group_rate_changes_nothing_not_even_the_other_groups_rates():
+    p, q = Parameter(np.ones(2)), Parameter(np.ones(2))
+    opt = SGD([{"params": [p], "lr": lambda t: 0.5 * t},
+               {"params": [q], "lr": lambda t: 0.1 if t < 2 else float("nan")}], lr=ConstantLR(0.2))
+    p.grad[:], q.grad[:] = 1.0, 1.0
+    opt.step()
+    before = (opt.lr, [g["lr"] for g in opt.param_groups], opt.t, p.data.copy(), q.data.copy())
+    with pytest.raises(ValueError, match="no update was made"):
+        opt.step()
+    assert (opt.lr, [g["lr"] for g in opt.param_groups], opt.t) == before[:3]
+    assert np.array_equal(p.data, before[3]) and np.array_equal(q.data, before[4])
+
+
 @pytest.mark.parametrize("groups, match", [
     ([{"params": _ones("a"), "momentum": 0.9}], "a group has 'params' and optionally 'lr' and 'weight_decay'"),
     ([{"lr": 0.1}], "a group has 'params'"),
