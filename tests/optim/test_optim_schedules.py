@@ -42,7 +42,7 @@ def test_warmup_cosine_formula():
     assert s(w + 50) == pytest.approx((lr + lo) / 2)      # halfway through the decay
     assert s(T) == pytest.approx(lo)
     assert s(T + 1) == lo and s(10 * T) == lo
-    for t in (20, 37, 90):
+    for t in (20, 37, 90, T - 1):  # T - 1: the last step still above the floor
         expected = lo + 0.5 * (lr - lo) * (1 + math.cos(math.pi * (t - w) / (T - w)))
         assert s(t) == pytest.approx(expected, rel=1e-12), f"WarmupCosineLR at t={t}"
     no_warmup = WarmupCosineLR(lr, warmup=0, total=10)
