@@ -74,8 +74,8 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name} must be a whole number >= {low}"
                                  f"{' (or None)' if name not in ('epochs', 'batch_size', 'seed') else ''}, "
                                  f"got {value!r}")
-        if self.clip is not None and not (isinstance(self.clip, (int, float)) and math.isfinite(self.clip)
-                                          and self.clip >= 0):
+        if self.clip is not None and not (isinstance(self.clip, (int, float)) and not isinstance(self.clip, bool)
+                                          and math.isfinite(self.clip) and self.clip >= 0):
             raise ValueError(f"TrainConfig.clip must be a finite number > 0 (None or 0: no clipping), got {self.clip!r}")
         if self.max_time is not None and not (isinstance(self.max_time, (int, float)) and self.max_time >= 0
                                               and not math.isnan(self.max_time)):

@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
+
 
 @dataclasses.dataclass(frozen=True)
 class PhasePlan:
@@ -82,12 +84,14 @@ def measure_speed(model, task, batches, optimizer, steps: int, warmup: int) -> f
     ``steps`` timed ones over ``batches`` (host batches the task collated), in turn. The model
     and optimizer are changed: measure on copies made for it."""
     batches = list(batches)
+    if steps < 1 or not batches:
+        raise ValueError(f"measure_speed needs at least one timed step and one batch, got {steps} and {len(batches)}")
     tokens, t0 = 0, None
     for i in range(warmup + steps):
         if i == warmup:
             t0 = time.perf_counter()
         batch = batches[i % len(batches)]
-        loss, n_tok = task.loss(model, batch)
+        loss, n_tok = task.loss(model, batch, np.random.default_rng(i))  # a task that draws (MLM) gets its rng
         model.zero_grad()
         task.backward(model)
         optimizer.step()

@@ -60,3 +60,20 @@ def test_phase_1_is_handed_a_margin_of_molecules_and_the_reserve_counts_them_all
     assert handed.phase1_molecules == pytest.approx(1.3 * covered, abs=1)
     assert handed.judge_s == pytest.approx(40 + handed.phase1_molecules * 1e-4, abs=1e-3)
     assert handed.phase1_s + handed.phase2_s + handed.judge_s == pytest.approx(900 - 20)
+
+
+def test_the_speed_probe_serves_a_task_that_draws_and_refuses_no_timed_step():
+    """measure_speed hands the task an rng (MLM corrupts each batch with one) and needs a timed step."""
+    import numpy as np
+    import pytest
+    from minitransformer.models import Encoder, EncoderConfig
+    from minitransformer.optim import Adam
+    from minitransformer.train.tasks import MLMTask
+    from minitransformer.train.time_plan import measure_speed
+    model = Encoder(EncoderConfig(vocab_size=12, max_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=16, pad_id=0,
+                                  seed=0))
+    task = MLMTask(mask_id=4, vocab_size=12, special_ids=(0, 1, 2, 3, 4))
+    batches = [task.collate([[5, 6, 7, 8, 9], [6, 7, 8, 10, 11]])]
+    assert measure_speed(model, task, batches, Adam(model, lr=1e-3), steps=2, warmup=1) > 0
+    with pytest.raises(ValueError, match="at least one timed step"):
+        measure_speed(model, task, batches, Adam(model, lr=1e-3), steps=0, warmup=1)

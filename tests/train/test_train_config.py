@@ -174,7 +174,8 @@ def test_a_bos_only_validation_example_is_refused_before_training():
 
 
 @pytest.mark.parametrize("bad, match", [
-    (dict(clip=-1.0), "clip"), (dict(clip=float("nan")), "clip"), (dict(patience=0), "patience"),
+    (dict(clip=-1.0), "clip"), (dict(clip=float("nan")), "clip"), (dict(clip=True), "clip"),
+    (dict(patience=0), "patience"),
     (dict(max_steps=-1), "max_steps"), (dict(max_time=float("nan")), "max_time"),
     (dict(eval_batch_size=0), "eval_batch_size"), (dict(sync_every=0), "sync_every"),
     (dict(batch_size=2.5), "batch_size"), (dict(metric=""), "metric"),
