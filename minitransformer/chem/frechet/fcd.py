@@ -94,7 +94,13 @@ def chemnet_activations(smiles: Sequence[str], net=None, progress: str | None = 
 def fcd_statistics(smiles: Sequence[str], net=None, progress: str | None = None) -> FCDStatistics:
     """The mean and covariance of ChemNet's activations over the valid ``smiles``.
     Raises ValueError with fewer than two valid molecules."""
-    acts = chemnet_activations(smiles, net, progress).astype(np.float64)  # (n, 512)
+    return statistics_of(chemnet_activations(smiles, net, progress))
+
+
+def statistics_of(activations: np.ndarray) -> FCDStatistics:
+    """The mean (512,) and unbiased covariance (512, 512), in float64, of ChemNet activations
+    (n, 512). Raises ValueError with fewer than two rows."""
+    acts = np.asarray(activations, dtype=np.float64)  # (n, 512)
     if len(acts) < 2:
         raise ValueError(f"FCD needs at least two valid molecules, got {len(acts)}")
     return FCDStatistics(mu=acts.mean(axis=0), sigma=np.cov(acts, rowvar=False), n=len(acts))
@@ -208,11 +214,10 @@ class FCDJudge:
             take = self._order[self._drawn:self._drawn + n - len(self._activations)]
             more = chemnet_activations([self.real[i] for i in take], self.net)  # (<= len(take), 512)
             self._activations, self._drawn = np.concatenate([self._activations, more]), self._drawn + len(take)
-        acts = self._activations[:n].astype(np.float64)  # (m, 512)
-        if len(acts) < 2:
+        if min(n, len(self._activations)) < 2:
             return {}, 0
-        stats = FCDStatistics(mu=acts.mean(axis=0), sigma=np.cov(acts, rowvar=False), n=len(acts))
-        return {name: frechet_distance(stats, ref) for name, ref in self.references.items()}, len(acts)
+        stats = statistics_of(self._activations[:n])  # of m = min(n, all valid) molecules
+        return {name: frechet_distance(stats, ref) for name, ref in self.references.items()}, stats.n
 
     def __call__(self, samples: Sequence[str]) -> dict:
         try:
