@@ -18,7 +18,8 @@ def sample_smiles(model, vocab, n: int, temperature: float = 1.0, top_k: int | N
     """Draw ``n`` SMILES with the KV cache, ``batch_size`` at a time; returns the strings
     (some may be invalid). The same seed gives the same molecules; each batch draws from
     its own stream of the seed (:class:`~minitransformer.backend.RNG` with stream = 1 + the
-    batch's first index), so the batches of a seed, and two seeds, draw from separate streams. ``constraint``: None, or e.g.
+    batch's first index), so the batches of a seed, and two seeds, draw from separate streams.
+    ``constraint``: None, or e.g.
     :class:`~minitransformer.chem.grammar.smiles_grammar.SmilesGrammar` (see ``sample``).
     ``parallel``: the ranks of a data-parallel command (:class:`~minitransformer.distributed.DataParallel`),
     which share the batches and each return all ``n``: a batch's molecules depend only on its
