@@ -94,7 +94,8 @@ def run_task(prior, vocab, name: str, seed: int, args) -> dict:
     config = SteeringConfig(batch_size=args.batch_size, sigma=args.sigma, lr=args.lr, replay=args.replay,
                             replay_k=args.replay_k, scaffold_limit=args.scaffold_limit, seed=seed,
                             grammar=args.grammar, score_repeats=args.score_repeats, memory=args.memory,
-                            augment_rounds=args.augment_rounds, kekule=args.kekule)
+                            augment_rounds=args.augment_rounds, kekule=args.kekule,
+                            top_fraction=args.top_fraction)
     steering = Steering(prior, vocab, lambda smiles: (oracle(smiles), {}), config)
     start, stale, validity = time.perf_counter(), 0, []
     while not oracle.exhausted and steering.t < args.max_steps and stale < args.patience:
@@ -167,7 +168,10 @@ def table(runs: list) -> str:
 
 #: Settings that change what a run measures: a --resume must match them (tasks, seeds, threads, processes may differ).
 MEASURED = ("budget", "batch_size", "sigma", "lr", "replay", "replay_k", "scaffold_limit", "grammar", "memory",
-            "augment_rounds", "score_repeats", "max_steps", "patience", "backend", "kernels", "kekule")
+            "augment_rounds", "score_repeats", "max_steps", "patience", "backend", "kernels", "kekule",
+            "top_fraction")
+#: Settings added after results files were first written: a file without one was measured with this value.
+MEASURED_ADDED = {"top_fraction": 1.0}
 _PRIORS: dict = {}
 
 
@@ -213,7 +217,7 @@ def earlier_runs(path: Path, args, prior_sha: str) -> list:
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         refuse(f"{path} is not a results file of pmo.py ({type(e).__name__}: {str(e)[:80]}); "
                "give the --json of a run")
-    changed = [k for k in MEASURED if settings.get(k) != getattr(args, k)]
+    changed = [k for k in MEASURED if settings.get(k, MEASURED_ADDED.get(k)) != getattr(args, k)]
     if earlier.get("prior_sha256") != prior_sha:
         changed.append("prior")
     if changed:
@@ -261,7 +265,8 @@ def check_numbers(p, args) -> None:
             p.error(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(args, name)}")
     try:
         SteeringConfig(batch_size=args.batch_size, sigma=args.sigma, lr=args.lr, replay=args.replay,
-                       replay_k=args.replay_k, scaffold_limit=args.scaffold_limit, augment_rounds=args.augment_rounds)
+                       replay_k=args.replay_k, scaffold_limit=args.scaffold_limit, augment_rounds=args.augment_rounds,
+                       top_fraction=args.top_fraction)
     except ValueError as err:  # "sigma must be ..." -> "--sigma must be ..."
         field, rest = str(err).split(" ", 1)
         p.error(f"--{field.replace('_', '-')} {rest}")
@@ -283,6 +288,8 @@ def main() -> None:
     p.add_argument("--memory", choices=("replay", "augmented"), default="replay",
                    help="REINVENT's replay (default, PMO's baseline) or augmented memory")
     p.add_argument("--augment-rounds", type=int, default=2, help="with --memory augmented: extra steps per scoring")
+    p.add_argument("--top-fraction", type=float, default=1.0,
+                   help="share of each batch, best first, the loss learns from (augmented hill-climb: 0.5; default 1)")
     p.add_argument("--score-repeats", action="store_true",
                    help="a molecule drawn again scores again, as in PMO's REINVENT (default: 0, as `optimize`)")
     p.add_argument("--max-steps", type=int, default=2000)

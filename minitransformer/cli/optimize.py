@@ -21,7 +21,9 @@ import io
 from pathlib import Path
 
 SETTINGS = ("steps", "batch_size", "sigma", "lr", "replay", "replay_k", "scaffold_limit", "temperature", "seed",
-            "grammar", "score_repeats", "memory", "augment_rounds")
+            "grammar", "score_repeats", "memory", "augment_rounds", "top_fraction")
+#: Settings added after runs were first saved: a saved run without one ran with this value.
+SETTINGS_ADDED = {"top_fraction": 1.0}
 
 
 def add_parser(commands):
@@ -55,6 +57,9 @@ def add_parser(commands):
                         "closed scaffolds (Guo and Schwaller, 2024)")
     p.add_argument("--augment-rounds", type=cli.int_at_least(0, 16, "each is a step of the agent"), default=2,
                    help="with --memory augmented: extra steps per scoring (default: 2)")
+    p.add_argument("--top-fraction", type=cli.number(0, 1, lo_open=True), default=1.0,
+                   help="share of each batch, best-scored first, that the loss learns from (augmented hill-climb, "
+                        "Thomas et al. 2022: 0.5; default: 1, all of it)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0, help="sampling temperature")
     p.add_argument("--seed", type=cli.seed, default=0)
     p.add_argument("--grammar", choices=("syntax", "valence"), default=None,
@@ -161,7 +166,7 @@ def _resume(path, out: Path, steer, run_info, header) -> tuple[list, list]:
     if not isinstance(saved, dict) or not isinstance(state, dict):
         raise ValueError(f"{path} is not a checkpoint of `minitransformer optimize`; resume from its run folder's "
                          "last.npz, or pass --force to start afresh")
-    different = [k for k in run_info if k != "steps" and saved.get(k) != run_info[k]]
+    different = [k for k in run_info if k != "steps" and saved.get(k, SETTINGS_ADDED.get(k)) != run_info[k]]
     if different:
         raise ValueError(f"--resume: this run's {', '.join(different)} differ from the saved run's; give the same "
                          "prior, score and settings (a score's files included: a property checkpoint, a user "

@@ -16,7 +16,10 @@ the *agent* starts as its copy. Each :meth:`Steering.step`:
 4. takes one Adam step on REINVENT's augmented-likelihood loss
    (:mod:`minitransformer.train.augmented_likelihood`, where its gradient is derived):
    the agent's log-likelihood of each sequence is pulled toward the prior's plus
-   :math:`\sigma` times its score;
+   :math:`\sigma` times its score; with ``top_fraction`` below 1 (**augmented
+   hill-climb**, Thomas et al., J. Cheminform. 2022), only that fraction of the batch,
+   the best-scored first, enters the loss, so each step learns from the molecules worth
+   climbing from rather than pushing the agent's whole batch around;
 5. with **augmented memory** (``memory="augmented"``, Guo and Schwaller, 2024), takes
    ``augment_rounds`` more Adam steps on the same loss, each on new random writings
    (SMILES enumeration) of the step's valid molecules and of the whole memory, with
@@ -70,6 +73,7 @@ class SteeringConfig:
     memory: str = "replay"  # "replay" (REINVENT's experience replay) or "augmented" (augmented memory)
     augment_rounds: int = 2  # with memory="augmented": extra steps on random writings, per scoring
     kekule: bool = False  # write the random writings in Kekule form (as the prior was trained)
+    top_fraction: float = 1.0  # share of each sampled batch, best first, that the loss sees (1: all, REINVENT)
 
     def __post_init__(self):
         if not isinstance(self.score_repeats, bool):
@@ -84,10 +88,12 @@ class SteeringConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "batch_size" else 0):
                 raise ValueError(f"{name} must be a whole number >= {1 if name == 'batch_size' else 0}, got {value!r}")
-        for name in ("sigma", "lr", "temperature"):
+        for name in ("sigma", "lr", "temperature", "top_fraction"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        if self.top_fraction > 1:
+            raise ValueError(f"top_fraction is a share of the batch, at most 1, got {self.top_fraction!r}")
 
 
 class Steering:
@@ -207,10 +213,12 @@ class Steering:
         scores, canon, parts = self.score(smiles)
         self._remember(scores, canon, ids)
         rows, replay_scores = self._replayed()
-        loss = self._update([list(map(int, r)) for r in ids] + rows, np.concatenate([scores, replay_scores]))
+        learn = self._best_of_batch(scores)  # the rows the loss sees (all of them unless top_fraction < 1)
+        loss = self._update([list(map(int, ids[i])) for i in learn] + rows,
+                            np.concatenate([scores[learn], replay_scores]))
         rewritten, written = 0, 0
         if cfg.memory == "augmented":  # more steps on new writings of this step's molecules and the whole memory
-            parsed = [i for i, c in enumerate(canon) if c is not None]
+            parsed = [i for i in learn if canon[i] is not None]
             again = [canon[i] for i in parsed] + [m[1] for m in self.memory]
             again_rows = [ids[i] for i in parsed] + [m[2] for m in self.memory]
             again_scores = np.concatenate([scores[parsed], [m[0] for m in self.memory]])
@@ -228,6 +236,15 @@ class Steering:
                 "smiles": smiles, "scores": scores.tolist(), "canonical": canon,
                 "parts": {k: np.asarray(v, dtype=np.float64).tolist() for k, v in parts.items() if k != "raw"},
                 "rewarded_scaffolds": len(self.scaffold_counts)}
+
+    def _best_of_batch(self, scores: np.ndarray) -> list:
+        """The indices of the batch the loss learns from, in batch order: all of them, or with
+        ``top_fraction`` < 1 the ceil(top_fraction * B) best-scored (ties: the earlier drawn first)."""
+        B = len(scores)
+        if self.config.top_fraction >= 1:
+            return list(range(B))
+        n = math.ceil(self.config.top_fraction * B)
+        return sorted(np.argsort(-scores, kind="stable")[:n].tolist())
 
     def _update(self, all_rows: list, scores: np.ndarray) -> float:
         """One Adam step of the agent on the augmented likelihood of these token rows and scores."""

@@ -187,13 +187,18 @@ def test_records_that_fall_short_of_the_checkpoint_are_refused_on_resume(tiny_ch
 
 def _forge(path, **steering):
     """last.npz with its steering state changed (keys given replace the saved ones)."""
+    _edit_meta(path, lambda meta: meta["steering"].update(steering))
+
+
+def _edit_meta(path, edit):
+    """last.npz with ``edit(meta)`` applied to its metadata table."""
     import numpy as np
 
     from minitransformer.atomic import write_bytes
     with np.load(path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     meta = json.loads(arrays["__meta__"].tobytes().decode())
-    meta["steering"].update(steering)
+    edit(meta)
     arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     import io
     buf = io.BytesIO()
@@ -249,3 +254,20 @@ def test_resume_follows_the_score_files_contents_not_their_path(tiny_checkpoints
     save_checkpoint(tmp_path / "p.npz", model, vocab=ckpt.vocab, extra={"run": ckpt.meta["run"]})
     code, said = run([*argv, "--score", str(tmp_path / "q.toml"), "--steps", "3", "--resume"], capsys)
     assert code == 2 and "score differ" in error_line(said)
+
+
+def test_hill_climbing_resumes_exactly_and_a_run_saved_before_the_setting_resumes_as_all_of_the_batch(
+        tiny_checkpoints, tmp_path, capsys):
+    lm = tiny_checkpoints["lm"]
+    assert _go(lm, tmp_path / "straight", capsys, "--steps", "3", "--top-fraction", "0.5")[0] == 0
+    assert _go(lm, tmp_path / "halves", capsys, "--steps", "2", "--top-fraction", "0.5")[0] == 0
+    assert _go(lm, tmp_path / "halves", capsys, "--steps", "3", "--resume", "--top-fraction", "0.5")[0] == 0
+    assert (tmp_path / "halves" / "scored.csv").read_text() == (tmp_path / "straight" / "scored.csv").read_text()
+    code, said = _go(lm, tmp_path / "halves", capsys, "--steps", "4", "--resume")
+    assert code == 2 and "top_fraction" in error_line(said), "another share of the batch: refused"
+    assert _go(lm, tmp_path / "old", capsys, "--steps", "2")[0] == 0
+    _edit_meta(tmp_path / "old" / "last.npz", lambda meta: meta["run"].pop("top_fraction"))  # as saved before it
+    code, said = _go(lm, tmp_path / "old", capsys, "--steps", "3", "--resume")
+    assert code == 0, said.err
+    code, said = _go(lm, tmp_path / "old2", capsys, "--steps", "2", "--top-fraction", "0")
+    assert code == 2 and "--top-fraction" in error_line(said)

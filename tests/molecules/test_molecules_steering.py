@@ -82,7 +82,8 @@ def test_the_memory_keeps_the_best_and_replays_them():
 
 @pytest.mark.parametrize("bad, message", [(dict(batch_size=0), "batch_size"), (dict(sigma=-1.0), "sigma"),
                                           (dict(lr=float("nan")), "lr"), (dict(replay=-1), "replay"),
-                                          (dict(score_repeats=1), "score_repeats")])
+                                          (dict(score_repeats=1), "score_repeats"), (dict(top_fraction=0), "top_fraction"),
+                                          (dict(top_fraction=1.5), "top_fraction")])
 def test_bad_settings_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         SteeringConfig(**bad)
@@ -180,6 +181,42 @@ def test_augmented_memory_purges_closed_scaffolds_from_the_memory():
     scores, canon, _ = keep.score(smiles)
     keep._remember(scores, canon, [[1]] * 3)
     assert len(keep.memory) == 3, "REINVENT's replay keeps them"
+
+
+@pytest.mark.parametrize("memory", ["replay", "augmented"])
+def test_hill_climbing_learns_from_the_best_share_of_the_batch_only(memory):
+    """top_fraction=0.5 (augmented hill-climb): the step's loss sees the ceil(B/2) best-scored molecules
+    of the batch, in the order drawn, then the replayed ones; every molecule is still scored and
+    remembered, and augmented memory rewrites only the kept ones beside the memory."""
+    from minitransformer.chem.datasets.data import canonical
+    prior, vocab = _prior()
+    run = Steering(prior, vocab, Objective([Component("user", params={"function": _carbon_share})]),
+                   SteeringConfig(batch_size=7, replay=6, replay_k=2, scaffold_limit=0, top_fraction=0.5,
+                                  memory=memory, augment_rounds=1, seed=3))
+    seen = []
+    real_score, real_update = run.score, run._update
+    run.score = lambda smiles: seen.append(("score", real_score(smiles))) or seen[-1][1]
+    run._update = lambda rows, scores: seen.append(("update", rows, scores, len(run.memory))) or real_update(rows, scores)
+    for _ in range(3):
+        run.step()
+    scored = [entry[1] for entry in seen if entry[0] == "score"]
+    updates = [entry[1:] for entry in seen if entry[0] == "update"]
+    assert len(updates) == (3 if memory == "replay" else 6)
+    first = updates[::1 if memory == "replay" else 2]  # each step's own update (augmented: then one round)
+    for (scores, canon, _), (rows, learnt, remembered) in zip(scored, first):
+        best = sorted(np.argsort(-scores, kind="stable")[:4].tolist())  # ceil(7 / 2) = 4
+        assert learnt[:4].tolist() == scores[best].tolist(), "the best four, in the order drawn"
+        assert [canonical(vocab.decode(r)) for r in rows[:4]] == [canon[i] for i in best]
+        assert len(rows) == 4 + min(2, remembered), "then the replayed molecules"
+    if memory == "augmented":
+        (scores, canon, _), (rows, _, remembered) = scored[-1], updates[-1]
+        best = sorted(np.argsort(-scores, kind="stable")[:4].tolist())
+        kept = [canon[i] for i in best if canon[i] is not None]
+        assert [canonical(vocab.decode(r)) for r in rows[:len(kept)]] == kept
+        assert len(rows) == len(kept) + remembered, "the kept molecules, then the whole memory"
+    every = {c for scores, canon, _ in scored for c, s in zip(canon, scores) if c is not None and s > 0}
+    assert {m[1] for m in run.memory} <= every and len(run.memory) == min(6, len(every)), \
+        "the memory still takes from the whole batch"
 
 
 def test_an_unknown_memory_is_refused():
