@@ -11,7 +11,9 @@
 
 The results file is written after every run, so ``--resume`` continues a long run that stopped;
 ``--merge`` keeps the runs of results files made elsewhere (another machine, another process), so
-one table can gather a benchmark run in parts.
+one table can gather a benchmark run in parts. A results file names its prior by the weights a run
+reads (``prior_weights_sha256``), not by the checkpoint's bytes: ``train lm --preset pmo`` trained
+again gives the same weights in a file whose record of the run differs, and continues the file.
 
 The protocol is PMO's (Gao et al., "Sample Efficiency Matters", NeurIPS 2022), kept by
 ``chem.goals.oracle_budget.OracleBudget``: only distinct valid molecules (by canonical SMILES) count
@@ -208,7 +210,41 @@ def refuse(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def earlier_runs(path: Path, args, prior_sha: str) -> list:
+class Prior(NamedTuple):
+    """How a results file names its prior: the file's bytes, and what a run reads of it (its
+    weights, model type, configuration and vocabulary), which a retrained prior gives again
+    while the file's bytes (its record of when and where it was trained) differ."""
+
+    file_sha256: str
+    weights_sha256: str
+
+
+def prior_identity(path: Path) -> Prior:
+    """:class:`Prior` of a checkpoint: the sha256 of the file, and one of its weights (each
+    name, dtype, shape and bytes, in name order) with the model type, configuration and vocabulary."""
+    import hashlib
+    import json
+    from minitransformer.checkpoint import load_checkpoint
+    from minitransformer.cli.provenance import file_sha256
+    ckpt = load_checkpoint(path)
+    h = hashlib.sha256(json.dumps([ckpt.meta.get(k) for k in ("model_type", "config", "vocab")],
+                                  sort_keys=True).encode())
+    for name in sorted(ckpt.weights):
+        w = np.ascontiguousarray(ckpt.weights[name])
+        h.update(f"{name}:{w.dtype.str}:{w.shape}".encode())
+        h.update(w.tobytes())
+    return Prior(file_sha256(path), h.hexdigest())
+
+
+def same_prior(earlier: dict, prior: Prior) -> bool:
+    """Whether a results file was measured on ``prior``: by its weights when the file names them,
+    else (a file written before they were named) by the checkpoint file's bytes."""
+    if "prior_weights_sha256" in earlier:
+        return earlier["prior_weights_sha256"] == prior.weights_sha256
+    return earlier.get("prior_sha256") == prior.file_sha256
+
+
+def earlier_runs(path: Path, args, prior: Prior) -> list:
     """The runs in the results file ``path``, refused unless measured as this run measures."""
     import json
     try:
@@ -218,14 +254,14 @@ def earlier_runs(path: Path, args, prior_sha: str) -> list:
         refuse(f"{path} is not a results file of pmo.py ({type(e).__name__}: {str(e)[:80]}); "
                "give the --json of a run")
     changed = [k for k in MEASURED if settings.get(k, MEASURED_ADDED.get(k)) != getattr(args, k)]
-    if earlier.get("prior_sha256") != prior_sha:
+    if not same_prior(earlier, prior):
         changed.append("prior")
     if changed:
         refuse(f"{path} was measured with other {', '.join(changed)}; give a new --json or the same settings")
     return runs
 
 
-def finished_runs(args, prior_sha: str) -> list:
+def finished_runs(args, prior: Prior) -> list:
     """The runs already made: those in --json (with --resume) and in each --merge file, one per
     (task, seed); two files holding the same run are refused."""
     if args.resume and (args.json is None or not args.json.is_file()):
@@ -235,7 +271,7 @@ def finished_runs(args, prior_sha: str) -> list:
     for path in paths:
         if not path.is_file():
             refuse(f"--merge: {path} not found")
-        for r in earlier_runs(path, args, prior_sha):
+        for r in earlier_runs(path, args, prior):
             key = (r["task"], r["seed"])
             if key in source:
                 refuse(f"{r['task']} seed {r['seed']} is in both {source[key]} and {path}; "
@@ -315,11 +351,10 @@ def main() -> None:
     args.json = args.json or common.default_path("pmo")
     machine = common.start(args, "pmo")
     from minitransformer.cli.optimize import prior_writes_kekule
-    from minitransformer.cli.provenance import file_sha256
     from minitransformer.molecules.sampling import load_generator
     args.kekule = prior_writes_kekule(args.prior, load_generator(args.prior)[1])  # augmented memory's writings
-    prior_sha = file_sha256(args.prior)
-    runs = finished_runs(args, prior_sha)
+    prior = prior_identity(args.prior)
+    runs = finished_runs(args, prior)
     done = {(r["task"], r["seed"]) for r in runs}
     jobs = [(args, name, seed) for name in args.tasks for seed in args.seeds if (name, seed) not in done]
     print(f"{len(jobs)} runs to do ({len(done)} read back)" if done else f"{len(jobs)} runs", flush=True)
@@ -336,7 +371,8 @@ def main() -> None:
         settings = {k: (str(v) if isinstance(v, Path) else [str(f) for f in v] if k == "merge" else v)
                     for k, v in vars(args).items()}
         common.write_result(args, "pmo", dict(machine), {
-            "pmo_settings": settings, "prior_sha256": prior_sha, "runs": runs,
+            "pmo_settings": settings, "prior_sha256": prior.file_sha256,
+            "prior_weights_sha256": prior.weights_sha256, "runs": runs,
             "published_source": "PMO leaderboard Mol_Opt.xlsx (Gao et al. 2022)", "table": table(runs)},
             quiet=quiet)
 

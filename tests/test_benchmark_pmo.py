@@ -160,3 +160,36 @@ if __name__ == "__main__":
         time.sleep(0.1)
     os.kill(worker, signal.SIGKILL)
     pytest.fail("the worker ran on after its parent was killed")
+
+
+def test_a_retrained_prior_with_the_same_weights_resumes_and_other_weights_are_refused(tmp_path):
+    """A results file names its prior by the weights a run reads: a prior trained again (the same
+    weights, another file: its record of the run differs) continues the file; other weights do not, and
+    a file that names only the checkpoint's bytes (written before the weights were named) is matched by them."""
+    pytest.importorskip("rdkit")
+    from minitransformer.checkpoint import load_checkpoint, save_checkpoint
+    from minitransformer.molecules.sampling import load_generator
+    _tiny_prior(tmp_path)
+    first = tmp_path / "first.json"
+    assert _pmo(tmp_path, "--tasks", "qed", "--seeds", "0", "--json", str(first)).returncode == 0
+    older = json.loads(first.read_text())
+    del older["prior_weights_sha256"]  # as written before the weights were named
+    prior, vocab = load_generator(tmp_path / "prior.npz")
+    save_checkpoint(tmp_path / "prior.npz", prior, vocab=vocab, extra={"trained": "again"})  # other bytes
+    done = _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", "--json", str(first), "--resume")
+    assert done.returncode == 0 and "1 runs to do (1 read back)" in done.stdout, done.stderr[-2000:]
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    refused = _pmo(tmp_path, "--tasks", "qed", "--json", str(tmp_path / "o.json"), "--merge", str(tmp_path / "older.json"))
+    assert refused.returncode == 2 and "other prior" in refused.stderr, "the file's bytes changed"
+    older["prior_sha256"] = json.loads(first.read_text())["prior_sha256"]
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    kept = _pmo(tmp_path, "--tasks", "qed", "--json", str(tmp_path / "o.json"), "--merge", str(tmp_path / "older.json"))
+    assert kept.returncode == 0 and "0 runs to do (1 read back)" in kept.stdout, kept.stderr[-2000:]
+    ckpt = load_checkpoint(tmp_path / "prior.npz")
+    name = sorted(ckpt.weights)[0]
+    for n, p in prior.named_parameters():
+        if n == name:
+            p.data[...] += 1e-3  # other weights
+    save_checkpoint(tmp_path / "prior.npz", prior, vocab=vocab)
+    refused = _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", "--json", str(first), "--resume")
+    assert refused.returncode == 2 and "other prior" in refused.stderr
