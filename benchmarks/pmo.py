@@ -172,8 +172,6 @@ def table(runs: list) -> str:
 MEASURED = ("budget", "batch_size", "sigma", "lr", "replay", "replay_k", "scaffold_limit", "grammar", "memory",
             "augment_rounds", "score_repeats", "max_steps", "patience", "backend", "kernels", "kekule",
             "top_fraction")
-#: Settings added after results files were first written: a file without one was measured with this value.
-MEASURED_ADDED = {"top_fraction": 1.0}
 _PRIORS: dict = {}
 
 
@@ -253,7 +251,8 @@ def earlier_runs(path: Path, args, prior: Prior) -> list:
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         refuse(f"{path} is not a results file of pmo.py ({type(e).__name__}: {str(e)[:80]}); "
                "give the --json of a run")
-    changed = [k for k in MEASURED if settings.get(k, MEASURED_ADDED.get(k)) != getattr(args, k)]
+    from minitransformer.cli.optimize import SETTINGS_ADDED  # a file written before a setting ran with its value
+    changed = [k for k in MEASURED if settings.get(k, SETTINGS_ADDED.get(k)) != getattr(args, k)]
     if not same_prior(earlier, prior):
         changed.append("prior")
     if changed:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 SETTINGS = ("steps", "batch_size", "sigma", "lr", "replay", "replay_k", "scaffold_limit", "temperature", "seed",
             "grammar", "score_repeats", "memory", "augment_rounds", "top_fraction")
-#: Settings added after runs were first saved: a saved run without one ran with this value.
+#: Settings added after runs were first saved: a saved run (or a benchmarks/pmo.py results file) without one
+#: ran with this value.
 SETTINGS_ADDED = {"top_fraction": 1.0}
 
 
