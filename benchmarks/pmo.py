@@ -218,20 +218,11 @@ class Prior(NamedTuple):
 
 
 def prior_identity(path: Path) -> Prior:
-    """:class:`Prior` of a checkpoint: the sha256 of the file, and one of its weights (each
-    name, dtype, shape and bytes, in name order) with the model type, configuration and vocabulary."""
-    import hashlib
-    import json
-    from minitransformer.checkpoint import load_checkpoint
+    """:class:`Prior` of a checkpoint: the sha256 of the file, and of the model it holds
+    (:func:`~minitransformer.checkpoint.model_sha256`: weights, model type, configuration, vocabulary)."""
+    from minitransformer.checkpoint import load_checkpoint, model_sha256
     from minitransformer.cli.provenance import file_sha256
-    ckpt = load_checkpoint(path)
-    h = hashlib.sha256(json.dumps([ckpt.meta.get(k) for k in ("model_type", "config", "vocab")],
-                                  sort_keys=True).encode())
-    for name in sorted(ckpt.weights):
-        w = np.ascontiguousarray(ckpt.weights[name])
-        h.update(f"{name}:{w.dtype.str}:{w.shape}".encode())
-        h.update(w.tobytes())
-    return Prior(file_sha256(path), h.hexdigest())
+    return Prior(file_sha256(path), model_sha256(load_checkpoint(path)))
 
 
 def same_prior(earlier: dict, prior: Prior) -> bool:

@@ -17,7 +17,8 @@ module per concept:
   :data:`MAX_PARAMETERS`) and :func:`declared_parameters`;
 * :mod:`~minitransformer.checkpoint.fingerprint`: :func:`fingerprint_hashes` and
   :func:`check_fingerprint`, so that a resume with other data or another
-  vocabulary is refused (:class:`FingerprintMismatch`);
+  vocabulary is refused (:class:`FingerprintMismatch`), and :func:`model_sha256`, one digest
+  of the model a checkpoint holds, the same for two files of it;
 * :mod:`~minitransformer.checkpoint.restoring`: :func:`restore`,
   :func:`model_from_checkpoint` and :func:`average_checkpoints`.
 
@@ -49,13 +50,15 @@ from minitransformer.checkpoint.contents import (
 from minitransformer.checkpoint.limits import (
     MAX_CHECKPOINT_BYTES, MAX_COMPRESSION_RATIO, MAX_PARAMETERS, MAX_UNCOMPRESSED_FLOOR, declared_parameters,
 )
-from minitransformer.checkpoint.fingerprint import FingerprintMismatch, check_fingerprint, fingerprint_hashes
+from minitransformer.checkpoint.fingerprint import (
+    FingerprintMismatch, check_fingerprint, fingerprint_hashes, model_sha256,
+)
 from minitransformer.checkpoint.files import load_checkpoint, save_checkpoint
 from minitransformer.checkpoint.restoring import average_checkpoints, model_from_checkpoint, restore
 
 __all__ = [
     "FORMAT_VERSION", "Checkpoint", "CheckpointError", "NonFiniteCheckpoint", "FingerprintMismatch",
     "save_checkpoint", "load_checkpoint", "restore", "model_from_checkpoint", "average_checkpoints",
-    "fingerprint_hashes", "check_fingerprint", "declared_parameters", "first_non_finite",
+    "fingerprint_hashes", "check_fingerprint", "model_sha256", "declared_parameters", "first_non_finite",
     "MAX_PARAMETERS", "MAX_CHECKPOINT_BYTES", "MAX_COMPRESSION_RATIO", "MAX_UNCOMPRESSED_FLOOR",
 ]

@@ -61,3 +61,18 @@ def check_fingerprint(ckpt: Checkpoint, hashes: dict, where="the checkpoint") ->
             f"cannot resume from {where}: it was written for other data or another vocabulary ("
             + "; ".join(problems) + "). Resume with the same data and vocabulary settings, or start a fresh "
             "run (another output folder, without resume)")
+
+
+def model_sha256(ckpt: Checkpoint) -> str:
+    """The sha256 of what a model read from ``ckpt`` is: its type, configuration and vocabulary,
+    then each weight's name, dtype, shape and bytes in name order. Two checkpoints of the same model
+    give the same digest though their files differ (the record of when and where a run was made);
+    another weight, even by one bit, gives another."""
+    import numpy as np
+    h = hashlib.sha256(json.dumps([ckpt.meta.get(k) for k in ("model_type", "config", "vocab")],
+                                  sort_keys=True, default=_json_default).encode())
+    for name in sorted(ckpt.weights):
+        w = np.ascontiguousarray(ckpt.weights[name])  # (any shape)
+        h.update(f"{name}:{w.dtype.str}:{w.shape}".encode())
+        h.update(w.tobytes())
+    return h.hexdigest()

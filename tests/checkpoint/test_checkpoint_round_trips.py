@@ -11,7 +11,7 @@ import pytest
 from minitransformer import backend
 from minitransformer.checkpoint import (
     FORMAT_VERSION, Checkpoint, CheckpointError, average_checkpoints, load_checkpoint, model_from_checkpoint,
-    restore, save_checkpoint,
+    model_sha256, restore, save_checkpoint,
 )
 from minitransformer.optim import Adam, AdamW, WarmupCosineLR
 from checkpoint_helpers import (
@@ -203,3 +203,19 @@ def test_average_checkpoints_rejects_mixed_architectures(tmp_path):
         average_checkpoints([])
 
 
+
+
+def test_the_model_digest_is_the_same_for_two_files_of_one_model_and_differs_for_other_weights(tmp_path):
+    """model_sha256 reads the weights, model type, configuration and vocabulary, not the record of
+    the run: a file saved again with other metadata gives the same digest, one changed weight another."""
+    model = make_model("DecoderLM", seed=1)
+    first = load_checkpoint(save_checkpoint(tmp_path / "a.npz", model, vocab={"a": 4}, extra={"epoch": 1}))
+    again = load_checkpoint(save_checkpoint(tmp_path / "b.npz", model, vocab={"a": 4}, extra={"epoch": 9}))
+    assert (tmp_path / "a.npz").read_bytes() != (tmp_path / "b.npz").read_bytes()
+    assert model_sha256(first) == model_sha256(again)
+    other_vocab = load_checkpoint(save_checkpoint(tmp_path / "c.npz", model, vocab={"a": 5}))
+    assert model_sha256(other_vocab) != model_sha256(first)
+    _, weight = next(model.named_parameters())
+    weight.data.flat[0] += 1e-3
+    changed = load_checkpoint(save_checkpoint(tmp_path / "d.npz", model, vocab={"a": 4}))
+    assert model_sha256(changed) != model_sha256(first)
