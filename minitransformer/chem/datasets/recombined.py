@@ -237,7 +237,7 @@ def recombine(smiles: Sequence[str], settings: RecombineSettings = RecombineSett
 def recombined_moses(settings: RecombineSettings = RecombineSettings(), data_dir=None, download: bool = True,
                      timeout: float = 10.0, log=print) -> tuple[list[str], str]:
     """:func:`recombine` over the MOSES training molecules, made once and kept in the user
-    cache (``recombined-<settings>.smi``, written atomically; about 10 minutes on 2 cores for
+    cache (``recombined-<settings>.smi``, written atomically; about 30 minutes on 2 cores for
     the default 300,000): (SMILES, the cache file's path)."""
     from minitransformer.atomic import atomic_write
     from minitransformer.chem.datasets.download import cache_dir
