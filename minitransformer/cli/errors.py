@@ -92,12 +92,16 @@ class Terminated(KeyboardInterrupt):
     every ``finally`` and every cleanup runs, and the command reports it the same way."""
 
 
-_TERMINATED = {"seen": False}  # a SIGTERM arrived during this command (the trainer may re-raise it as Ctrl-C)
+#: "seen": a SIGTERM arrived during this command (the trainer may re-raise it as Ctrl-C);
+#: "stopping": the command is reporting how it ended, and a later SIGTERM is noted, not raised
+#: (``pkill`` or a batch system signals every process of a data-parallel run, some of them twice).
+_TERMINATED = {"seen": False, "stopping": False}
 
 
 def _on_sigterm(signum, frame):
     _TERMINATED["seen"] = True
-    raise Terminated()
+    if not _TERMINATED["stopping"]:
+        raise Terminated()
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
@@ -112,7 +116,7 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
     """
     from minitransformer.cli.folder_lock import release_all
     debug = os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
-    _TERMINATED["seen"] = False
+    _TERMINATED.update(seen=False, stopping=False)
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError):  # not the main thread
@@ -135,6 +139,7 @@ def _run(main, argv, debug: bool) -> int:
         print(f"error: {one_line(exc.code)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
+        _TERMINATED["stopping"] = True
         if debug:
             raise
         from minitransformer.cli import parallel
@@ -151,6 +156,7 @@ def _run(main, argv, debug: bool) -> int:
             _stop_other_ranks(code, wait_for_rank0=True)
         return code
     except Exception as exc:
+        _TERMINATED["stopping"] = True
         if debug:
             raise
         from minitransformer.cli import parallel

@@ -109,3 +109,24 @@ def test_ctrl_c_before_training_and_in_a_subcommand(molecules, tmp_path, capsys,
     assert run_cli(molecules.main, ["sample", str(tiny_checkpoints["lm"]), "--out",
                                     str(target)]) == 130
     assert one_line_error(capsys) == "interrupted; no file was written" and not target.exists()
+
+
+def test_a_second_sigterm_while_the_first_is_reported_is_noted_not_raised(capsys, monkeypatch):
+    """``pkill`` or a batch system signals every process of a data-parallel run, some of them
+    twice: a SIGTERM that arrives while the first is reported neither cuts the report short
+    nor prints a traceback."""
+    import os
+    import signal
+    import minitransformer.cli.errors as errors
+
+    def report_with_a_second_sigterm():
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, mid-report
+        return "interrupted at the last step"
+
+    def main(argv):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the first SIGTERM did not stop the command")
+
+    monkeypatch.setattr(errors, "interrupt_message", report_with_a_second_sigterm)
+    assert run_cli(main, []) == 143
+    assert capsys.readouterr().err.strip() == "terminated (SIGTERM): interrupted at the last step"
