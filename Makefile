@@ -39,11 +39,17 @@ help:
 demo: $(VENV)/.installed-demo
 	$(VENV_PY) demos/$(DEMO).py $(ARGS)
 
-# The suite runs twice: with the fast kernels (the default) and with the plain
-# reference kernels, so every model-level test holds for both sets.
+# The suite runs with the fast kernels (the default); then the tests of what runs the
+# kernels (layers, models, gradient checks, decoding, training, steering, data parallelism)
+# run again with the plain reference kernels, so each of them holds for both sets.
+# The rest (commands, files, chemistry) does not depend on the kernel set, and
+# tests/fast compares the two sets itself.
+REFERENCE_TESTS := tests/nn tests/models tests/gradcheck tests/generate tests/train tests/optim tests/molecules \
+                   tests/test_learning.py tests/test_distributed.py
+
 test: $(VENV)/.installed-test
 	MINITRANSFORMER_KERNELS=fast $(VENV_PY) -m pytest $(PYTEST_ARGS)
-	MINITRANSFORMER_KERNELS=reference $(VENV_PY) -m pytest $(PYTEST_ARGS)
+	MINITRANSFORMER_KERNELS=reference $(VENV_PY) -m pytest $(REFERENCE_TESTS) $(PYTEST_ARGS)
 
 # The bare virtualenv. Checked for the Python version first so an old python3
 # fails here with a clear message rather than deep inside pip.
