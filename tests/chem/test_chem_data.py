@@ -102,6 +102,32 @@ def test_clean_counts_each_reason_and_keeps_order():
     assert "kept 4 of 10" in report.summary()
 
 
+def test_clean_stopping_after_some_keeps_the_first_of_them_and_reads_no_further():
+    raw = ["CCCCCCCCCO", "", "CCO", "c1ccccc1CCCC", "CCCCCCCCCCN", "C1CCCCCCCCC"]
+    kept, report = clean_smiles(raw, stop_after=2)
+    assert kept == clean_smiles(raw)[0][:2] == ["CCCCCCCCCO", "c1ccccc1CCCC"]
+    assert (report.total, report.kept, report.empty, report.too_short, report.unread) == (4, 2, 1, 1, 2)
+    assert "kept 2 of the first 4 of 6 SMILES" in report.summary()
+    assert clean_smiles(raw, stop_after=10)[1].unread == 0, "fewer than asked for: all of it read"
+
+
+def test_pretraining_molecules_of_a_quick_run_are_the_first_of_the_whole_file(tmp_path):
+    pytest.importorskip("rdkit")
+    from minitransformer.chem.datasets.lm_data import pretraining_smiles
+    chains = ["C" * n + end for n in range(10, 60) for end in ("O", "N", "Cl")]  # 150 molecules
+    benzenes = "c1ccccc1" * 12  # 96 characters; 132 in kekule form, too long: dropped after the cleaning
+    path = tmp_path / "extra.smi"
+    path.write_text("\n".join(chains[:20] + [benzenes] * 200 + chains[20:]) + "\n")
+    exclude = set(chains[:5])
+    every = pretraining_smiles(str(path), exclude, form="kekule", log=lambda line: None)
+    lines = []
+    assert pretraining_smiles(str(path), exclude, form="kekule", limit=10, log=lines.append) == every[:10]
+    assert any("of the first 115 of 350" in line for line in lines), "the rest of the file was not read"
+    # a head that loses too many molecules after the cleaning is read again, whole
+    assert pretraining_smiles(str(path), exclude, form="kekule", limit=30, log=lambda line: None) == every[:30]
+    assert every[:30] == chains[5:35]
+
+
 def test_clean_without_rdkit_and_without_limits():
     kept, report = clean_smiles(["C1CC", "", "CCO"], min_len=None, max_len=None, check_rdkit=False)
     assert kept == ["C1CC", "CCO"] and report.empty == 1

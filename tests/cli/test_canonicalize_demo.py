@@ -167,7 +167,9 @@ def test_quick_run_on_moses_pairs_also_reports_tox21(tmp_path, capsys):
     assert run_cli(main, ["train", "seq2seq", "--quick", "--quiet", "--data", "moses", "--out", str(out),
                           "--examples", "0"]) == 0
     m = json.loads((out / "metrics.json").read_text())
-    assert m["n_test"] > 0 and 0.0 <= m["greedy_top1"] <= 1.0
+    from minitransformer.cli.train_seq2seq import QUICK
+    assert 0 < m["n_test"] <= QUICK["limit"], "a quick run decodes no more test molecules than it trains on"
+    assert 0.0 <= m["greedy_top1"] <= 1.0
     tox = m["tox21"]
     assert tox["n_test"] > tox["n_skipped_unknown_tokens"] >= 0 and 0.0 <= tox["greedy_top1"] <= 1.0
     assert "Tox21 test molecules: greedy top-1" in capsys.readouterr().out

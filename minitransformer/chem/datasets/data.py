@@ -139,6 +139,8 @@ class CleanReport:
     too_long: int = 0
     invalid: int = 0
     limits: tuple = (None, None)
+    #: SMILES after the last one needed, left unread (``stop_after``); not counted in ``total``.
+    unread: int = 0
 
     def summary(self) -> str:
         """One line, e.g. ``kept 7239 of 7831 SMILES (dropped: empty 0, shorter than 10: 355, ...)``."""
@@ -149,11 +151,12 @@ class CleanReport:
         if hi is not None:
             dropped.append(f"longer than {hi}: {self.too_long}")
         dropped.append(f"not parsed by RDKit: {self.invalid}")
-        return f"kept {self.kept} of {self.total} SMILES (dropped: {', '.join(dropped)})"
+        first = f"the first {self.total} of {self.total + self.unread}" if self.unread else f"{self.total}"
+        return f"kept {self.kept} of {first} SMILES (dropped: {', '.join(dropped)})"
 
 
 def clean_smiles(smiles: Sequence[str], min_len: int | None = 10, max_len: int | None = 100,
-                 check_rdkit: bool = True) -> tuple[list[str], CleanReport]:
+                 check_rdkit: bool = True, stop_after: int | None = None) -> tuple[list[str], CleanReport]:
     """Keep the SMILES that are non-empty, ``min_len <= len <= max_len`` characters, and parse.
 
     The checks run in that order and each string is counted under the first
@@ -161,15 +164,17 @@ def clean_smiles(smiles: Sequence[str], min_len: int | None = 10, max_len: int |
     is measured in characters of the string (not tokens); ``None`` disables a
     bound. ``check_rdkit=False`` skips parsing (no RDKit needed). Strings are
     stripped of surrounding white space; order is preserved. Raises
-    ValueError if nothing is left. :func:`clean_indices` gives the positions
-    of the kept strings instead (to keep labels aligned with them).
+    ValueError if nothing is left. ``stop_after`` stops once that many are kept (the
+    first ones, as without it; the rest are not read: a quick run parses no more than
+    it uses). :func:`clean_indices` gives the positions of the kept strings instead (to
+    keep labels aligned with them).
     """
-    index, report = clean_indices(smiles, min_len, max_len, check_rdkit)
+    index, report = clean_indices(smiles, min_len, max_len, check_rdkit, stop_after)
     return [smiles[i].strip() for i in index], report
 
 
 def clean_indices(smiles: Sequence[str], min_len: int | None = 10, max_len: int | None = 100,
-                  check_rdkit: bool = True) -> tuple[list[int], CleanReport]:
+                  check_rdkit: bool = True, stop_after: int | None = None) -> tuple[list[int], CleanReport]:
     """The rules of :func:`clean_smiles`; returns the indices of the kept strings."""
     report = CleanReport(total=len(smiles), limits=(min_len, max_len))
     kept = []
@@ -187,6 +192,9 @@ def clean_indices(smiles: Sequence[str], min_len: int | None = 10, max_len: int 
                 report.invalid += 1
             else:
                 kept.append(i)
+                if len(kept) == stop_after:
+                    report.total, report.unread = i + 1, len(smiles) - i - 1
+                    break
     report.kept = len(kept)
     if not kept:
         raise ValueError(f"no usable SMILES left after cleaning: {report.summary()}")

@@ -54,7 +54,8 @@ def load_and_clean(data=None, min_len: int | None = 10, max_len: int | None = 10
     sample = check_rdkit and is_moses(data)  # 1.58M clean molecules: RDKit checks a sample only
     try:
         kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len,
-                                    check_rdkit=check_rdkit and not sample)
+                                    check_rdkit=check_rdkit and not sample,
+                                    stop_after=None if is_moses(data) else limit)
     except ValueError as err:  # nothing usable: say which data it was
         raise ValueError(f"{loaded.description}: {err}") from None
     log(f"data: {loaded.description}")
@@ -292,17 +293,29 @@ def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, 
     ``limit`` keeps the first molecules left (for MOSES, whose files are ordered, ``limit``
     drawn at random, before rewriting: a quick run stays quick).
     """
-    kept, _, _ = load_and_clean(data, min_len, max_len, log=lambda line: log(f"pretraining {line}"))
     exclude = set(exclude)
     if is_moses(data):  # RDKit canonical SMILES already: compared as written (canonicalizing takes minutes)
+        kept, _, _ = load_and_clean(data, min_len, max_len, log=lambda line: log(f"pretraining {line}"))
         out = [s for s in kept if s not in exclude]
         removed, out = len(kept) - len(out), random_part(out, limit)
         if form != "as-is":
             out, _ = rewrite_smiles(out, form, max_len)
     else:
-        if form != "as-is":
-            kept, _ = rewrite_smiles(kept, form, max_len)
-        out = [s for s in kept if canonical(s) not in exclude]
+        # Each step keeps or drops a molecule on its own, in file order, so the first `limit` left
+        # from a long enough head of the file are the first `limit` left from all of it: a quick
+        # run reads the head (and all of it, should too many be dropped after the cleaning).
+        read = None if limit is None else limit + len(exclude) + 100
+        while True:
+            lines = []
+            kept, _, report = load_and_clean(data, min_len, max_len, limit=read, log=lines.append)
+            if form != "as-is":
+                kept, _ = rewrite_smiles(kept, form, max_len)
+            out = [s for s in kept if canonical(s) not in exclude]
+            if limit is None or len(out) >= limit or not report.unread:
+                break
+            read = None
+        for line in lines:
+            log(f"pretraining {line}")
         removed, out = len(kept) - len(out), out[:limit]
     log(f"pretraining: {removed} excluded molecules removed; {len(out)} left"
         + ((f" ({limit} drawn at random)" if is_moses(data) else f" (the first {limit} kept)")

@@ -116,7 +116,8 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
         max_tokens: the longest source or target, in ids with BOS and EOS (the model's
             ``max_len``); longer randomized writings fall back to the canonical string.
         vocab_draws: randomized writings per training molecule that feed the vocabulary.
-        limit: keep only the first ``limit`` cleaned SMILES (quick runs).
+        limit: keep only the first ``limit`` cleaned SMILES (quick runs); for MOSES, ``limit``
+            of its training molecules drawn at random and at most ``limit`` of its test molecules.
         standardize: replace each molecule by its standardized parent before
             canonicalizing (:func:`minitransformer.chem.datasets.lm_data.standardized`); on by default.
     """
@@ -157,12 +158,12 @@ MOSES_TEST = 2_000
 def _moses_splits(kept, min_len, max_len, max_tokens, limit, download, log):
     """MOSES's molecules are canonical, unique and standardized already: train and validation
     from its training file (:func:`~minitransformer.chem.datasets.moses.split_moses`), test from the
-    first :data:`MOSES_TEST` molecules of its own test file."""
+    first :data:`MOSES_TEST` molecules of its own test file (no more than ``limit``, in a quick run)."""
     from minitransformer.chem.datasets.data import clean_smiles
     from minitransformer.chem.datasets.moses import load_moses, split_moses
     fits = lambda smiles: [s for s in smiles if len(tokenize(s)) + 2 <= max_tokens]  # noqa: E731
     train, val = split_moses(fits(kept))
-    test = fits(clean_smiles(load_moses("test", download=download, limit=MOSES_TEST), min_len, max_len,
+    test = fits(clean_smiles(load_moses("test", download=download, limit=min(MOSES_TEST, limit or MOSES_TEST)), min_len, max_len,
                              check_rdkit=False)[0])
     log(f"split: MOSES's training file as train / validation (its last {len(val)}), the first {len(test)} of "
         "its test file as test")
