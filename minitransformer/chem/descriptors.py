@@ -73,14 +73,28 @@ def _descriptor_rows(smiles: list) -> np.ndarray:
     return rows
 
 
+#: The rows computed so far in this process, by SMILES: a command that trains several seeds or
+#: models on one table computes each molecule's descriptors once. Filled up to ``_MEMO_SIZE``
+#: molecules (about 35 MB), which holds Tox21 whole.
+_MEMO: dict[str, np.ndarray] = {}
+_MEMO_SIZE = 20_000
+
+
 def compute_descriptors(smiles) -> np.ndarray:
     """RDKit's 2D descriptors of every molecule: (N, F) float64, NaN where there is none.
-    Spread over worker processes for large sets (:func:`minitransformer.chem.workers.map_chunks`)."""
+    Spread over worker processes for large sets (:func:`minitransformer.chem.workers.map_chunks`);
+    a SMILES met before in this process (or twice in ``smiles``) is computed once."""
     from minitransformer.chem.workers import map_chunks
     smiles = list(smiles)
-    chunks = [smiles[i:i + _CHUNK] for i in range(0, len(smiles), _CHUNK)]
-    parts = map_chunks(_descriptor_rows, chunks, total=len(smiles) * 20)  # ~20 parses' work a molecule
-    return np.concatenate(parts) if parts else np.empty((0, len(descriptor_names())))  # (N, F)
+    new = list(dict.fromkeys(s for s in smiles if s not in _MEMO))
+    chunks = [new[i:i + _CHUNK] for i in range(0, len(new), _CHUNK)]
+    parts = map_chunks(_descriptor_rows, chunks, total=len(new) * 20)  # ~20 parses' work a molecule
+    found = dict(zip(new, np.concatenate(parts))) if parts else {}  # SMILES -> (F,)
+    if len(_MEMO) + len(found) <= _MEMO_SIZE:
+        _MEMO.update(found)
+    if not smiles:
+        return np.empty((0, len(descriptor_names())))  # (0, F)
+    return np.stack([found[s] if s in found else _MEMO[s] for s in smiles])  # (N, F)
 
 
 @dataclass(frozen=True)

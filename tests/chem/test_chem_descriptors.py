@@ -17,6 +17,25 @@ def test_descriptors_are_rdkits_values_and_an_unparsable_molecule_has_none():
     assert values[1, names.index("NumAromaticRings")] == 1
 
 
+def test_a_molecule_met_before_is_computed_once_and_gives_the_same_row(monkeypatch):
+    from minitransformer.chem import descriptors
+    monkeypatch.setattr(descriptors, "_MEMO", {})
+    computed = []
+    real = descriptors._descriptor_rows
+    monkeypatch.setattr(descriptors, "_descriptor_rows", lambda chunk: computed.extend(chunk) or real(chunk))
+    first = compute_descriptors(["CCO", "CCN", "CCO"])
+    again = compute_descriptors(["CCN", "c1ccccc1", "CCO"])
+    assert computed == ["CCO", "CCN", "c1ccccc1"], "each SMILES computed once"
+    np.testing.assert_array_equal(again[[0, 2]], first[[1, 0]])
+    np.testing.assert_array_equal(again, real(["CCN", "c1ccccc1", "CCO"]))
+    again[:] = 0.0  # a caller's copy: the next call still reads RDKit's values
+    np.testing.assert_array_equal(compute_descriptors(["CCO"]), first[:1])
+    monkeypatch.setattr(descriptors, "_MEMO_SIZE", 3)
+    compute_descriptors(["CCC", "CCCl"])  # the memo is full: computed, not kept
+    assert set(descriptors._MEMO) == {"CCO", "CCN", "c1ccccc1"}
+    assert compute_descriptors([]).shape == (0, len(descriptor_names()))
+
+
 def test_the_scale_places_a_value_in_the_training_distribution():
     rng = np.random.default_rng(0)
     train = np.stack([rng.lognormal(size=2000), rng.integers(0, 3, 2000).astype(float),
