@@ -1,7 +1,7 @@
 # minitransformer developer commands.
 #
 #   make demo   build .venv with the package, run demos/$(DEMO).py
-#   make test   build .venv with the [all] extras, run the test suite (fast, then reference kernels)
+#   make test   build .venv with the [all] extras, run the test suite (fast kernels, then the model-level tests with the reference kernels)
 #   make clean  remove .venv and build/test caches
 #
 # Knobs (set on the command line, e.g. `make test PYTEST_ARGS="-k attention"`):
@@ -10,6 +10,7 @@
 #   DEMO         which demo `make demo` runs: molecules (default), tox21_property, canonicalize
 #   ARGS         extra arguments for the demo
 #   PYTEST_ARGS  extra arguments for pytest
+#   WORKERS      test processes (pytest-xdist; default: auto, one per CPU core)
 #   PIP_ARGS     extra arguments for `pip install`
 
 PYTHON      ?= python3
@@ -17,6 +18,7 @@ VENV        ?= .venv
 DEMO        ?= molecules
 ARGS        ?=
 PYTEST_ARGS ?=
+WORKERS     ?= auto
 PIP_ARGS    ?=
 
 VENV_PY := $(VENV)/bin/python
@@ -47,9 +49,13 @@ demo: $(VENV)/.installed-demo
 REFERENCE_TESTS := tests/nn tests/models tests/gradcheck tests/generate tests/train tests/optim tests/molecules \
                    tests/test_learning.py tests/test_distributed.py
 
+# The files are shared among $(WORKERS) processes (pytest-xdist), each file's tests in one
+# of them, so that a file's module fixtures (a quick training run) are made once.
+PYTEST := $(VENV_PY) -m pytest -n $(WORKERS) --dist loadfile
+
 test: $(VENV)/.installed-test
-	MINITRANSFORMER_KERNELS=fast $(VENV_PY) -m pytest $(PYTEST_ARGS)
-	MINITRANSFORMER_KERNELS=reference $(VENV_PY) -m pytest $(REFERENCE_TESTS) $(PYTEST_ARGS)
+	MINITRANSFORMER_KERNELS=fast $(PYTEST) $(PYTEST_ARGS)
+	MINITRANSFORMER_KERNELS=reference $(PYTEST) $(REFERENCE_TESTS) $(PYTEST_ARGS)
 
 # The bare virtualenv. Checked for the Python version first so an old python3
 # fails here with a clear message rather than deep inside pip.
