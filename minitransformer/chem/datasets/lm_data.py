@@ -304,8 +304,7 @@ def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, 
         # Each step keeps or drops a molecule on its own, in file order, so the first `limit` left
         # from a long enough head of the file are the first `limit` left from all of it: a quick
         # run reads the head (and all of it, should too many be dropped after the cleaning).
-        read = None if limit is None else limit + len(exclude) + 100
-        while True:
+        for read in ([None] if limit is None else [limit + len(exclude) + 100, None]):
             lines = []
             kept, _, report = load_and_clean(data, min_len, max_len, limit=read, log=lines.append)
             if form != "as-is":
@@ -313,7 +312,6 @@ def pretraining_smiles(data, exclude=(), min_len: int = 10, max_len: int = 100, 
             out = [s for s in kept if canonical(s) not in exclude]
             if limit is None or len(out) >= limit or not report.unread:
                 break
-            read = None
         for line in lines:
             log(f"pretraining {line}")
         removed, out = len(kept) - len(out), out[:limit]

@@ -163,7 +163,8 @@ def _moses_splits(kept, min_len, max_len, max_tokens, limit, download, log):
     from minitransformer.chem.datasets.moses import load_moses, split_moses
     fits = lambda smiles: [s for s in smiles if len(tokenize(s)) + 2 <= max_tokens]  # noqa: E731
     train, val = split_moses(fits(kept))
-    test = fits(clean_smiles(load_moses("test", download=download, limit=min(MOSES_TEST, limit or MOSES_TEST)), min_len, max_len,
+    n_test = MOSES_TEST if limit is None else min(MOSES_TEST, limit)
+    test = fits(clean_smiles(load_moses("test", download=download, limit=n_test), min_len, max_len,
                              check_rdkit=False)[0])
     log(f"split: MOSES's training file as train / validation (its last {len(val)}), the first {len(test)} of "
         "its test file as test")
