@@ -151,7 +151,7 @@ def _read_fine(tmp_path, text):
     ("zeros.smi", b"\x00" * 200_000),
     ("late.smi", b"CCO\n" * 50_000 + b"CC\x00N\n"),
     ("zeros.csv", b"smiles\n" + b"\x00" * 1000),
-    ("zeros.smi.gz", gzip.compress(b"\x00" * 200_000)),
+    ("zeros.smi.gz", gzip.compress(b"\x00" * 200_000, mtime=0)),
 ])
 def test_a_file_with_nul_bytes_is_refused_not_read_as_one_sample(tmp_path, name, payload):
     from minitransformer.chem.datasets.user_files import read_user_file
