@@ -16,7 +16,11 @@ import pytest
 
 from minitransformer import backend, kernels
 from minitransformer import functional as F
-from minitransformer.fast import cuda
+from minitransformer.fast import cuda, cuda_flat
+from minitransformer.nn import Parameter
+from minitransformer.optim import Adam, AdamW, clip_grad_norm
+
+SOURCES = {"cuda": cuda, "cuda_flat": cuda_flat}  # each module: its SOURCE and KERNELS, one RawModule
 
 TOLERANCE = {"float64": 1e-12, "float32": 2e-6}  # relative to the tensor's largest entry
 # Three Adam steps of a whole model: Adam divides by sqrt(v), so a gradient entry near 0
@@ -55,14 +59,13 @@ def on_gpu():
 def launches(monkeypatch):
     """Counts the CUDA kernels launched, by name (proves the twins took them)."""
     counts = {}
-    get = cuda._kernel
+    for module in SOURCES.values():
+        def counting(name, dtype, get=module._kernel):
+            kernel = get(name, dtype)
+            counts[name] = counts.get(name, 0) + 1
+            return kernel
 
-    def counting(name, dtype):
-        kernel = get(name, dtype)
-        counts[name] = counts.get(name, 0) + 1
-        return kernel
-
-    monkeypatch.setattr(cuda, "_kernel", counting)
+        monkeypatch.setattr(module, "_kernel", counting)
     return counts
 
 
@@ -83,14 +86,16 @@ def test_the_environment_turns_them_off(monkeypatch):
     assert cuda.enabled()
 
 
-def test_the_cuda_source_compiles(tmp_path):
+@pytest.mark.parametrize("module", SOURCES)
+def test_the_cuda_source_compiles(tmp_path, module):
     """Every kernel, in float and double, through nvcc (the GPU compiles with NVRTC)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not installed")
-    names = [f"{k}<{t}>" for k in cuda.KERNELS for t in ("float", "double")]
+    module = SOURCES[module]
+    names = [f"{k}<{t}>" for k in module.KERNELS for t in ("float", "double")]
     src = tmp_path / "kernels.cu"
-    src.write_text(cuda.SOURCE + "\nvoid* kernels[] = {" + ", ".join(f"(void*){n}" for n in names) + "};\n")
+    src.write_text(module.SOURCE + "\nvoid* kernels[] = {" + ", ".join(f"(void*){n}" for n in names) + "};\n")
     done = subprocess.run([nvcc, "-arch=sm_80", "-c", str(src), "-o", str(tmp_path / "k.o")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"nvcc failed:\n{done.stderr[-3000:]}"
@@ -116,16 +121,18 @@ def _find_nvrtc():
     return ctypes.CDLL(found) if found else None
 
 
-def test_the_cuda_source_compiles_with_nvrtc():
+@pytest.mark.parametrize("module", SOURCES)
+def test_the_cuda_source_compiles_with_nvrtc(module):
     """As CuPy compiles it on the GPU: NVRTC, without the C library's headers (nvcc
     includes them, so a name like INFINITY passes nvcc and fails here)."""
     import ctypes
     lib = _find_nvrtc()
     if lib is None:
         pytest.skip("NVRTC is not installed")
+    module = SOURCES[module]
     prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), cuda.SOURCE.encode(), b"cuda.cu", 0, None, None) == 0
-    for name in (f"{k}<{t}>" for k in cuda.KERNELS for t in ("float", "double")):
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), module.SOURCE.encode(), b"cuda.cu", 0, None, None) == 0
+    for name in (f"{k}<{t}>" for k in module.KERNELS for t in ("float", "double")):
         assert lib.nvrtcAddNameExpression(prog, name.encode()) == 0
     options = (ctypes.c_char_p * 1)(b"--gpu-architecture=compute_80")
     result = lib.nvrtcCompileProgram(prog, 1, options)
@@ -392,6 +399,81 @@ def test_clip_of_a_float32_gradient_whose_norm_overflows(on_gpu, values):
     assert out["fast"][1] == np.float32(values).tolist()
 
 
+def _flat_case(dtype):
+    """Parameters of several sizes (one spans three chunks, one is empty) with a gradient
+    for each of four steps; the first is frozen for steps 1-2, so the segments' step
+    counts differ."""
+    g = np.random.default_rng(5)
+    shapes = [(300, 70), (70,), (1,), (0, 4), (5, 3, 2)]
+    params = [(f"w{i}", Parameter(_dev(g.standard_normal(s), dtype))) for i, s in enumerate(shapes)]
+    grads = [[g.standard_normal(s) * 10 ** -i for i, s in enumerate(shapes)] for _ in range(4)]
+    return params, grads
+
+
+FLAT_OPTIMIZERS = {
+    "adam, L2 decay, exempt vectors": lambda ps: Adam(
+        ps, lr=3e-3, betas=(0.9, 0.98), weight_decay=0.1, no_decay=lambda n, p: p.data.ndim < 2),
+    "adamw, two groups": lambda ps: AdamW(
+        [{"params": ps[:2], "lr": 1e-2, "weight_decay": 0.3}, {"params": ps[2:]}], lr=3e-3, weight_decay=0.1),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("kind", FLAT_OPTIMIZERS)
+def test_adam_over_the_flat_layout(on_gpu, launches, monkeypatch, dtype, kind):
+    """Four steps of the fast set's one-launch Adam (fast/cuda_flat.py) against the
+    reference set's per-tensor update: weights and moments, each segment with its own
+    step count, rate and decay."""
+    monkeypatch.setenv("MINITRANSFORMER_FLAT", "1")
+    out = {}
+    for kernel_set in ("reference", "fast"):
+        params, grads = _flat_case(dtype)
+        opt = FLAT_OPTIMIZERS[kind](params)
+        with kernels.scope(kernel_set):
+            for step, gs in enumerate(grads):
+                params[0][1].requires_grad = step not in (1, 2)
+                for (_, p), grad in zip(params, gs):
+                    p.grad[...] = _dev(grad, dtype)  # in place, as a backward pass writes
+                opt.step()
+        assert (opt.layout is not None) == (kernel_set == "fast")
+        out[kernel_set] = ({n: p.data for n, p in params}, opt.state)
+    (w_r, s_r), (w_f, s_f) = out["reference"], out["fast"]
+    for name in w_r:
+        _close(f"flat adam weights {name}", w_f[name], w_r[name], dtype)
+        for key in ("m", "v"):
+            _close(f"flat adam {key} {name}", s_f[name][key], s_r[name][key], dtype)
+    assert launches.get("adam_chunks") == 4 and "adam_update" not in launches
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_clip_over_the_flat_layout(on_gpu, launches, monkeypatch, dtype):
+    """The gradients of a laid-out optimizer: the norm is one launch over the chunks and
+    the scaling one over the buffer; the same numbers as the reference chain."""
+    monkeypatch.setenv("MINITRANSFORMER_FLAT", "1")
+    params, grads = _flat_case(dtype)
+    opt = Adam(params, lr=1e-3)
+    with kernels.scope("fast"):
+        opt.step()  # lays the tensors out
+    assert opt.layout is not None
+    for (_, p), grad in zip(params, grads[1]):
+        p.grad[...] = _dev(grad, dtype)
+    expected = [_dev(grad, dtype) for grad in grads[1]]
+    with kernels.scope("reference"):
+        copies = [Parameter(_dev(np.zeros(g.shape), dtype)) for g in expected]
+        for c, g in zip(copies, expected):
+            c.grad = g
+        norm_r = clip_grad_norm(copies, 1e-2)
+    launches.clear()
+    with kernels.scope("fast"):
+        norm_f = clip_grad_norm(params, 1e-2)
+    _close("flat clip norm", norm_f, norm_r, dtype)
+    for (name, p), c in zip(params, copies):
+        _close(f"flat clipped gradient {name}", p.grad, c.grad, dtype)
+    assert launches == {"sum_squares_chunks": 1, "scale_by": 1}
+
+
 def _three_steps(kernel_set: str) -> dict:
     """Weights after three float64 Adam steps of a small model with ``kernel_set``."""
     from minitransformer.models import DecoderLM, DecoderLMConfig
@@ -425,5 +507,6 @@ def test_a_training_step_equals_the_reference_set(on_gpu, launches):
     fast = _three_steps("fast")
     for name in ref:
         _close(f"weights {name}", fast[name], ref[name], "float64", scale=1.0, tol=MODEL_TOLERANCE)
-    assert {"adam_update", "layernorm_forward", "layernorm_backward_dx", "gelu_exact", "softmax_rows",
+    assert {"adam_chunks", "layernorm_forward", "layernorm_backward_dx", "gelu_exact", "softmax_rows",
             "softmax_backward_rows"} <= set(launches)
+    assert launches["adam_chunks"] == 3 and "adam_update" not in launches  # one launch a step: the flat layout
