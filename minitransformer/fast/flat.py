@@ -26,7 +26,8 @@ gives new moments, ``requires_grad`` changes which tensors take part. So the lay
 is never trusted: :meth:`FlatParameters.intact` checks by identity that every
 tensor is still the view it was given (a few microseconds), and :func:`flatten`
 builds a new layout from the current values when one is not. ``covering`` finds the
-layout whose gradients are exactly a list of parameters' (what the clipping asks).
+layout that holds exactly a list of parameters (what the clipping and the trainer's
+finite checks ask: one launch over a buffer where there was one a tensor).
 Set ``MINITRANSFORMER_FLAT=0`` to keep the per-tensor arrays.
 """
 from __future__ import annotations
@@ -109,11 +110,16 @@ class FlatParameters:
 
     def covers(self, plist) -> bool:
         """True when ``plist`` holds exactly this layout's parameters (in any order) and
-        their gradients are still its views: a sum over :attr:`grad` is a sum over theirs."""
+        their weights and gradients are still its views: a sum over :attr:`grad` is a
+        sum over their gradients, a test of :attr:`data` one of their weights."""
         if len(plist) != len(self.params):
             return False
-        mine = {id(p): grad for p, (_, _, grad, _) in zip(self.params, self._views)}
-        return all(mine.get(id(p)) is p.grad for p in plist)
+        mine = {id(p): (data, grad) for p, (_, data, grad, _) in zip(self.params, self._views)}
+        for p in plist:
+            data, grad = mine.get(id(p), (None, None))
+            if p.data is not data or p.grad is not grad:
+                return False
+        return True
 
 
 def flatten(current: FlatParameters | None, named: list, states: dict, keys: tuple) -> FlatParameters | None:
@@ -136,7 +142,7 @@ def flatten(current: FlatParameters | None, named: list, states: dict, keys: tup
 
 
 def covering(plist) -> FlatParameters | None:
-    """The live layout whose gradients are exactly those of ``plist``, or None."""
+    """The live layout that holds exactly the weights and gradients of ``plist``, or None."""
     for layout in list(_layouts):
         if layout.covers(plist):
             return layout

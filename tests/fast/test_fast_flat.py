@@ -202,8 +202,32 @@ def test_covering_asks_for_exactly_the_layouts_gradients(monkeypatch):
     assert flat.covering(params) is opt.layout
     assert flat.covering(params[::-1]) is opt.layout  # any order
     assert flat.covering(params[1:]) is None  # a subset: a sum over the buffer would be wrong
-    params[0].grad = params[0].grad.copy()  # rebound: the buffer no longer holds it
+    params[1].data = params[1].data.copy()  # a weight rebound: the buffer no longer holds it
     assert flat.covering(params) is None
+    params[1].data = opt.layout._views[1][1]
+    assert flat.covering(params) is opt.layout
+    params[0].grad = params[0].grad.copy()  # a gradient rebound
+    assert flat.covering(params) is None
+
+
+def test_the_deferred_finite_checks_over_the_layout(monkeypatch):
+    """The trainer's checks without a host read: over the buffers where the optimizer's
+    layout holds the whole model, with the answers of the per-tensor checks."""
+    from minitransformer.train.divergence import _drop_gradients_unless_finite, _weights_finite
+    _, _, opt = _run(monkeypatch, True, OPTIMIZERS["adam"], steps=1)
+    model = type("Model", (), {"parameters": lambda self: list(opt.params.values())})()
+    assert flat.covering(model.parameters()) is opt.layout
+    assert bool(_weights_finite(model))
+    p = opt.layout.params[2]
+    p.data.flat[3] = np.nan
+    assert not bool(_weights_finite(model))
+    p.data.flat[3] = 0.0
+    for q in opt.params.values():
+        q.grad.fill(2.0)
+    _drop_gradients_unless_finite(model, np.float64(1.0), np.float64(5.0))  # finite: kept
+    assert all((q.grad == 2.0).all() for q in opt.params.values())
+    _drop_gradients_unless_finite(model, np.float64(np.nan), np.float64(5.0))  # a NaN loss: dropped
+    assert not any(q.grad.any() for q in opt.params.values())
 
 
 def test_no_layout_where_it_cannot_be_made(monkeypatch):
