@@ -25,7 +25,8 @@ def usable(plist) -> bool:
 
 def grad_norm(plist):
     """The global L2 norm of the gradients, a 0-d array in their dtype: per gradient one
-    sum of squares (float64) into a slot, then the root of their sum. The sum is cast to
+    sum of squares (float64) into a slot, or one launch over the chunks of an optimizer's
+    flat layout when it holds exactly these gradients, then the root of their sum. The sum is cast to
     the gradients' dtype before the root, as the reference forms it: a float32 sum beyond
     3.4e38 is infinite there, and so here (the divergence signal)."""
     layout = flat.covering(plist)

@@ -52,7 +52,8 @@ __global__ void adam_chunks(T* p, const T* g, T* m, T* v, const int* seg, const 
     const int c = blockIdx.x;
     const double* s = settings + 4 * (long long)seg[c];
     const double step_size = s[0], inv_bc2 = s[1], l2 = s[2], shrink = s[3];
-    for (long long i = begin[c] + threadIdx.x; i < end[c]; i += blockDim.x) {
+    const long long first = begin[c], last = end[c];
+    for (long long i = first + threadIdx.x; i < last; i += blockDim.x) {
         const double theta = (double)p[i];
         const double gt = (double)g[i] + l2 * theta;
         const double mt = beta1 * (double)m[i] + (1.0 - beta1) * gt;
@@ -68,8 +69,9 @@ template <typename T>
 __global__ void sum_squares_chunks(const T* g, const long long* begin, const long long* end, double* out) {
     __shared__ double warps[32];
     const int c = blockIdx.x;
+    const long long first = begin[c], last = end[c];
     double s = 0.0;
-    for (long long i = begin[c] + threadIdx.x; i < end[c]; i += blockDim.x) s += (double)g[i] * (double)g[i];
+    for (long long i = first + threadIdx.x; i < last; i += blockDim.x) s += (double)g[i] * (double)g[i];
     s = warp_sum(s);
     if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = s;
     __syncthreads();
@@ -82,6 +84,7 @@ __global__ void sum_squares_chunks(const T* g, const long long* begin, const lon
 """
 
 KERNELS = ("adam_chunks", "sum_squares_chunks")
+assert cuda.THREADS % 32 == 0 and cuda.THREADS <= 1024, "sum_squares_chunks: whole warps, at most 32 of them"
 
 
 def chunk_table(offsets, sizes, chunk: int = CHUNK):
@@ -147,7 +150,8 @@ def sum_squares_flat(layout):
     launch for the chunks' sums, one for their sum (fixed order, so the same every run)."""
     table = chunks_of(layout)
     if not table.count:
-        return table.partial[:1].sum() * 0.0  # () no element: zero
+        import cupy
+        return cupy.zeros((), dtype=cupy.float64)  # () no element: zero
     _kernel("sum_squares_chunks", layout.grad.dtype)(
         (table.count,), (cuda.THREADS,), (layout.grad, table.begin, table.end, table.partial))
     return table.partial[:table.count].sum()  # ()

@@ -39,7 +39,7 @@ from minitransformer.backend import xp
 
 __all__ = ["ALIGN", "FlatParameters", "enabled", "flatten", "covering"]
 
-ALIGN = 32  # elements: each segment starts 128 bytes (float32) or 256 (float64) past the last
+ALIGN = 32  # elements: every segment starts at a multiple of 128 bytes (float32) or 256 (float64)
 
 _layouts: "weakref.WeakSet[FlatParameters]" = weakref.WeakSet()  # the live layouts (the optimizers hold them)
 
@@ -50,6 +50,7 @@ def enabled() -> bool:
 
 
 def _aligned(n: int) -> int:
+    """``n`` rounded up to a multiple of :data:`ALIGN`: the room a segment of n elements takes."""
     return -(-n // ALIGN) * ALIGN
 
 
@@ -94,6 +95,7 @@ class FlatParameters:
                 st[key] = view
                 views.append(view)
             self._views.append((st, data, grad, tuple(views)))
+        self._ids = frozenset(id(p) for p in self.params)
         _layouts.add(self)
 
     def intact(self, named: list, states: dict) -> bool:
@@ -112,24 +114,43 @@ class FlatParameters:
         """True when ``plist`` holds exactly this layout's parameters (in any order) and
         their weights and gradients are still its views: a sum over :attr:`grad` is a
         sum over their gradients, a test of :attr:`data` one of their weights."""
-        if len(plist) != len(self.params):
+        if len(plist) != len(self.params) or any(id(p) not in self._ids for p in plist):
             return False
-        mine = {id(p): (data, grad) for p, (_, data, grad, _) in zip(self.params, self._views)}
-        for p in plist:
-            data, grad = mine.get(id(p), (None, None))
-            if p.data is not data or p.grad is not grad:
-                return False
-        return True
+        return all(p.data is data and p.grad is grad for p, (_, data, grad, _) in zip(self.params, self._views))
+
+    def holds(self, p) -> bool:
+        """True when ``p``'s weights are still a view of this layout's buffer."""
+        return id(p) in self._ids and any(q is p and q.data is data for q, (_, data, _, _) in
+                                          zip(self.params, self._views))
+
+    def release(self, keep: set) -> None:
+        """Give every tensor of a parameter not in ``keep`` (ids), still a view here,
+        an array of its own: a layout made without it must not pin these buffers."""
+        for p, (st, data, grad, views) in zip(self.params, self._views):
+            if id(p) in keep:
+                continue
+            if p.data is data:
+                p.data = data.copy()  # (*p.shape)
+            if p.grad is grad:
+                p.grad = grad.copy()  # (*p.shape)
+            for key, view in zip(self.keys, views):
+                if st.get(key) is view:
+                    st[key] = view.copy()  # (*p.shape)
 
 
 def flatten(current: FlatParameters | None, named: list, states: dict, keys: tuple) -> FlatParameters | None:
     """The layout of these parameters: ``current`` if it is intact, else a new one made
     from their present values. None (the per-tensor arrays are kept) when the layout is
-    switched off, there is nothing to lay out, or the tensors differ in dtype or array type."""
+    switched off, there is nothing to lay out, the tensors differ in dtype or array type,
+    or another live layout (a second optimizer's) holds some of them."""
     if not enabled() or not named:
         return None
     if current is not None and current.intact(named, states):
         return current
+    if current is not None:  # rebuilt: whatever leaves it (frozen now) gets arrays of its own
+        current.release({id(p) for _, p in named})
+    if any(layout is not current and layout.holds(p) for layout in list(_layouts) for _, p in named):
+        return None  # another optimizer's layout holds some of them: taking them would make each rebuild every step
     first = named[0][1].data
     kind, dtype = type(first), first.dtype
     for name, p in named:

@@ -184,6 +184,11 @@ class Optimizer(OptimizerState):
         }
         self.layout = None  # the fast set's flat buffers (fast/flat.py), made at the first step
 
+    def __getstate__(self) -> dict:
+        """A copy (``copy.deepcopy``, pickle) leaves the flat layout behind: its views would
+        be copied apart from its buffers. The copy lays its own out at its first step."""
+        return {**self.__dict__, "layout": None}
+
     def _resolve_no_decay(self, no_decay) -> dict[str, bool]:
         """{name: True if weight decay applies to it}."""
         if no_decay is None:
@@ -302,6 +307,8 @@ class Adam(Optimizer):
         (``fast/cuda_flat.py``), each segment with its own step count, rate and decay."""
         layout = self.layout
         if layout is None or not kernels.fast or not cuda.usable(layout.data):
+            return False
+        if type(self)._update is not Adam._update:  # a subclass with an update of its own
             return False
         (b1, b2), settings = self.betas, np.empty((len(trainable), 4))  # (S, 4)
         for row, (name, _) in zip(settings, trainable):

@@ -5,7 +5,8 @@ view of a flat buffer. On the CPU the per-tensor kernels then run on those views
 run with the layout must equal one without it bit for bit (``MINITRANSFORMER_FLAT=0``),
 through clipping, both kinds of weight decay, parameter groups, frozen tensors and
 everything that rebinds a tensor (loading weights or an optimizer's state, a cast).
-The GPU kernels over the layout are checked in ``test_fast_cuda.py``.
+On a GPU (the tests marked ``gpu``) the one-launch Adam and clipping over the layout
+(minitransformer/fast/cuda_flat.py) equal the reference set's per-tensor chains.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from minitransformer.fast import cuda_flat, flat
 from minitransformer.models import DecoderLM, DecoderLMConfig
 from minitransformer.nn import Parameter
 from minitransformer.optim import Adam, AdamW, clip_grad_norm
+
+from cuda_helpers import close, dev
 
 CONFIG = DecoderLMConfig(vocab_size=13, max_len=8, d_model=16, n_heads=2, n_layers=2, d_ff=32,
                          tie_embeddings=True)
@@ -114,7 +117,9 @@ def test_every_tensor_is_a_view_of_its_segment(monkeypatch):
         assert not buffer[gaps].any(), "a gap between segments is not zero"
 
 
-def test_a_tied_weight_is_one_segment_with_both_gradients(monkeypatch):
+def test_a_tied_weight_is_one_segment(monkeypatch):
+    """The embedding shared with the output layer is laid out once (its gradient, the
+    sum of both uses, is checked bit for bit by the tests above: CONFIG ties them)."""
     _, _, opt = _run(monkeypatch, True, OPTIMIZERS["adam"], steps=1)
     model_params = opt.layout.params
     assert len({id(p) for p in model_params}) == len(model_params)
@@ -127,10 +132,10 @@ def test_the_layout_is_kept_while_nothing_is_rebound(monkeypatch):
     assert layouts[0] is None and layouts[1] is not None and layouts[1] is layouts[2] is layouts[3]
 
 
-REBINDINGS = {
-    "the model's weights loaded": lambda model, opt: model.load_state_dict(_model(seed=1).state_dict()),
-    "the optimizer's state loaded": lambda model, opt: opt.load_state_dict(opt.state_dict()),
-    "a cast to float64 (a new array of each)": lambda model, opt: model.astype("float64"),
+REBINDINGS = {  # (model, optimizer, the optimizer's state saved after step 0)
+    "the model's weights loaded": lambda model, opt, saved: model.load_state_dict(_model(seed=1).state_dict()),
+    "the optimizer's state of step 1 loaded": lambda model, opt, saved: opt.load_state_dict(saved),
+    "a cast to float32 (the moments follow at the step)": lambda model, opt, saved: model.astype("float32"),
 }
 
 
@@ -138,11 +143,13 @@ REBINDINGS = {
 def test_a_rebound_tensor_gets_a_new_layout(monkeypatch, what):
     """After step 2 something rebinds tensors: the next step lays out the new arrays
     (the old views would be stale) and the run still equals the run without a layout."""
-    seen = []
+    seen, saved = [], []
 
     def rebind(model, opt, step):
+        if step == 1:
+            saved.append(opt.state_dict())
         if step == 2:
-            REBINDINGS[what](model, opt)
+            REBINDINGS[what](model, opt, saved[-1])
         seen.append(opt.layout)
 
     on_w, on_s, opt = _run(monkeypatch, True, OPTIMIZERS["adamw"], between=rebind)
@@ -177,6 +184,55 @@ def test_freezing_and_unfreezing(monkeypatch):
     _same_bits("frozen gradient", {"g": on["grad"]}, {"g": off["grad"]})
     _same_bits("weights", on_w, off_w)
     _same_bits("moments", on_s, off_s)
+
+
+def test_a_frozen_tensor_leaves_the_old_buffers(monkeypatch):
+    """Rebuilt without a tensor frozen since, the new layout copies it out of the old
+    buffers, so they are not kept alive by its views."""
+    def freeze(model, opt, step):
+        if step == 2:
+            model.embed.tok.weight.requires_grad = False
+
+    _, _, opt = _run(monkeypatch, True, OPTIMIZERS["adam"], between=freeze)
+    p = opt.params["embed.tok.weight"]
+    assert not opt.layout.holds(p) and p.data.base is None and p.grad.base is None
+    assert all(a.base is None for a in opt.state["embed.tok.weight"].values())
+
+
+def test_a_copy_lays_out_its_own(monkeypatch):
+    """``copy.deepcopy`` of a model and its optimizer: the copy leaves the layout behind
+    (copied views would be cut off from copied buffers), makes its own at its next
+    step, and trains exactly as the original."""
+    import copy
+    monkeypatch.setenv("MINITRANSFORMER_FLAT", "1")
+    with kernels.scope("fast"), backend.dtype_scope("float64"):
+        model = _model()
+        opt = OPTIMIZERS["adamw"](model)
+        _train_step(model, opt, 0)
+        model2, opt2 = copy.deepcopy((model, opt))
+        assert opt2.layout is None and opt.layout is not None
+        for step in (1, 2):
+            _train_step(model, opt, step)
+            _train_step(model2, opt2, step)
+        assert opt2.layout is not None and opt2.layout is not opt.layout
+        assert opt2.layout.intact(opt2._trainable(), opt2.state)
+    _same_bits("weights of the copy", _weights(model2), _weights(model))
+    _same_bits("moments of the copy", _state(opt2), _state(opt))
+
+
+def test_a_second_optimizer_over_the_same_tensors_keeps_its_own_arrays(monkeypatch):
+    """Two optimizers over one model: the first keeps its layout, the second takes none
+    (else each would take the tensors back at every step)."""
+    monkeypatch.setenv("MINITRANSFORMER_FLAT", "1")
+    with kernels.scope("fast"), backend.dtype_scope("float64"):
+        model = _model()
+        first, second = Adam(model, lr=1e-2), Adam(model, lr=1e-3)
+        _train_step(model, first, 0)
+        layout = first.layout
+        for step in (1, 2):
+            _train_step(model, second, step)
+            _train_step(model, first, step)
+        assert second.layout is None and first.layout is layout
 
 
 def test_zero_grad_also_clears_what_the_optimizer_does_not_hold(monkeypatch):
@@ -272,3 +328,85 @@ def test_the_chunk_table_covers_every_element_once(sizes):
         mine = seg == s
         covered = np.concatenate([np.arange(b, e) for b, e in zip(begin[mine], end[mine])] or [np.zeros(0, int)])
         assert np.array_equal(np.sort(covered), np.arange(o, o + n)), f"segment {s} of {n}: chunks miss or repeat"
+
+
+# ---------------------------------------------------------------------------
+# On a GPU: the kernels over the layout against the reference set
+# ---------------------------------------------------------------------------
+def _flat_case(dtype):
+    """Parameters of several sizes (one spans three chunks, one is empty) with a gradient
+    for each of four steps; the first is frozen for steps 1-2, so the segments' step
+    counts differ."""
+    g = np.random.default_rng(5)
+    shapes = [(300, 70), (70,), (1,), (0, 4), (5, 3, 2)]
+    params = [(f"w{i}", Parameter(dev(g.standard_normal(s), dtype))) for i, s in enumerate(shapes)]
+    grads = [[g.standard_normal(s) * 10 ** -i for i, s in enumerate(shapes)] for _ in range(4)]
+    return params, grads
+
+
+FLAT_OPTIMIZERS = {
+    "adam, L2 decay, exempt vectors": lambda ps: Adam(
+        ps, lr=3e-3, betas=(0.9, 0.98), weight_decay=0.1, no_decay=lambda n, p: p.data.ndim < 2),
+    "adamw, two groups": lambda ps: AdamW(
+        [{"params": ps[:2], "lr": 1e-2, "weight_decay": 0.3}, {"params": ps[2:]}], lr=3e-3, weight_decay=0.1),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("kind", FLAT_OPTIMIZERS)
+def test_adam_over_the_flat_layout(on_gpu, launches, monkeypatch, dtype, kind):
+    """Four steps of the fast set's one-launch Adam (fast/cuda_flat.py) against the
+    reference set's per-tensor update: weights and moments, each segment with its own
+    step count, rate and decay, across a freeze and an optimizer state loaded."""
+    monkeypatch.setenv("MINITRANSFORMER_FLAT", "1")
+    out = {}
+    for kernel_set in ("reference", "fast"):
+        params, grads = _flat_case(dtype)
+        opt = FLAT_OPTIMIZERS[kind](params)
+        with kernels.scope(kernel_set):
+            for step, gs in enumerate(grads):
+                params[0][1].requires_grad = step not in (1, 2)
+                if step == 3:
+                    opt.load_state_dict(saved)  # new moments, other values: a new layout
+                for (_, p), grad in zip(params, gs):
+                    p.grad[...] = dev(grad, dtype)  # in place, as a backward pass writes
+                opt.step()
+                if step == 0:
+                    saved = opt.state_dict()
+        assert (opt.layout is not None) == (kernel_set == "fast")
+        out[kernel_set] = ({n: p.data for n, p in params}, opt.state)
+    (w_r, s_r), (w_f, s_f) = out["reference"], out["fast"]
+    for name in w_r:
+        close(f"flat adam weights {name}", w_f[name], w_r[name], dtype)
+        for key in ("m", "v"):
+            close(f"flat adam {key} {name}", s_f[name][key], s_r[name][key], dtype)
+    assert launches.get("adam_chunks") == 4 and "adam_update" not in launches
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_clip_over_the_flat_layout(on_gpu, launches, monkeypatch, dtype):
+    """The gradients of a laid-out optimizer: the norm is one launch over the chunks and
+    the scaling one over the buffer; the same numbers as the reference chain."""
+    monkeypatch.setenv("MINITRANSFORMER_FLAT", "1")
+    params, grads = _flat_case(dtype)
+    opt = Adam(params, lr=1e-3)
+    with kernels.scope("fast"):
+        opt.step()  # lays the tensors out
+    assert opt.layout is not None
+    for (_, p), grad in zip(params, grads[1]):
+        p.grad[...] = dev(grad, dtype)
+    expected = [dev(grad, dtype) for grad in grads[1]]
+    with kernels.scope("reference"):
+        copies = [Parameter(dev(np.zeros(g.shape), dtype)) for g in expected]
+        for c, g in zip(copies, expected):
+            c.grad = g
+        norm_r = clip_grad_norm(copies, 1e-2)
+    launches.clear()
+    with kernels.scope("fast"):
+        norm_f = clip_grad_norm(params, 1e-2)
+    close("flat clip norm", norm_f, norm_r, dtype)
+    for (name, p), c in zip(params, copies):
+        close(f"flat clipped gradient {name}", p.grad, c.grad, dtype)
+    assert launches == {"sum_squares_chunks": 1, "scale_by": 1}
