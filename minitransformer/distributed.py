@@ -46,6 +46,7 @@ import time
 import numpy as np
 
 from minitransformer import backend
+from minitransformer.fast import flat as flat_layout  # the optimizer's buffers (fast/flat.py)
 
 #: Seconds a rank that stops every rank (:meth:`DataParallel.abort`) waits after flushing its
 #: error line, to give mpiexec time to forward it before MPI_Abort ends the processes (a
@@ -154,8 +155,14 @@ class DataParallel:
 
         The gradients are copied into one flat buffer (made once, in the gradients'
         dtype), summed across the ranks in place with one ``Allreduce``, and copied
-        back. On CuPy the buffer lives on the device and NCCL sums it there."""
+        back; where the optimizer's flat layout (``fast/flat.py``) holds them all, its
+        gradient buffer is summed as it is, with no copy. On CuPy the buffer lives on
+        the device and NCCL sums it there."""
         params = [p for _, p in model.named_parameters()]
+        layout = flat_layout.covering(params)
+        if layout is not None:  # the optimizer's flat buffer holds them all: sum it as it is
+            self._sum_in_place(layout.grad)  # its gaps are zeros on every rank, and stay so
+            return
         sizes = [int(p.grad.size) for p in params]
         total = sum(sizes)
         dtype = params[0].grad.dtype
@@ -165,16 +172,20 @@ class DataParallel:
         for p, n in zip(params, sizes):
             flat[at:at + n] = p.grad.reshape(-1)
             at += n
+        self._sum_in_place(flat)
+        at = 0
+        for p, n in zip(params, sizes):
+            p.grad[...] = flat[at:at + n].reshape(p.grad.shape)
+            at += n
+
+    def _sum_in_place(self, flat) -> None:
+        """``flat`` (P,) := its sum over the ranks, timed into ``allreduce_seconds``."""
         t0 = time.perf_counter()
         if self._nccl is not None:
             self._nccl.sum_in_place(flat)
         else:
             self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
         self.allreduce_seconds += time.perf_counter() - t0
-        at = 0
-        for p, n in zip(params, sizes):
-            p.grad[...] = flat[at:at + n].reshape(p.grad.shape)
-            at += n
 
     def loss_and_gradients(self, model, task, batch, rng=None):
         """The data-parallel part of a training step, on this rank's shard ``batch``

@@ -15,7 +15,8 @@ dry run says how long each part takes. The parts (``--parts``, in this order):
               run on the backend (``MINITRANSFORMER_BACKEND``): gradient checks, KV cache = full
               forward, one seed = the same weights, checkpoints across backends;
 ``speed``     training tokens/s of the small, tomczak and medium models (float32, fast kernels),
-              with the fused CUDA kernels of ``fast/cuda.py`` off and on, the peak memory,
+              with the fused CUDA kernels of ``fast/cuda.py`` off and on, Adam and the clipping
+              per tensor and over the flat layout (``MINITRANSFORMER_FLAT``), the peak memory,
               and PyTorch eager on the same device in the same run (``--torch-python``,
               default: this Python, if it has torch);
 ``graph``     the same step replayed as one CUDA graph (an experiment: what launches cost);
@@ -134,10 +135,13 @@ def part_speed(args) -> dict:
         os.environ["MINITRANSFORMER_CUDA_KERNELS"] = "0"  # CuPy's operator chains, side by side
         unfused = speed.measure(name, steps=steps, warmup=warmup)["median_step_s"]
         os.environ["MINITRANSFORMER_CUDA_KERNELS"] = "1"  # the fused kernels (fast/cuda.py)
+        os.environ["MINITRANSFORMER_FLAT"] = "0"  # Adam and the clipping once per tensor
+        per_tensor = speed.measure(name, steps=steps, warmup=warmup)["median_step_s"]
+        os.environ["MINITRANSFORMER_FLAT"] = "1"  # once for all tensors (fast/flat.py, fast/cuda_flat.py)
         ours = speed.measure(name, steps=steps, warmup=warmup)
         theirs = _torch(args, "train", ours["config"], ours["B"], ours["T"])
         ratio = theirs["median_s"] / ours["median_step_s"] if "median_s" in theirs else None
-        rows.append({**ours, "unfused_step_s": unfused, "pool_bytes": speed.pool_bytes(), "torch": theirs,
+        rows.append({**ours, "unfused_step_s": unfused, "per_tensor_step_s": per_tensor, "pool_bytes": speed.pool_bytes(), "torch": theirs,
                      "ours_over_torch": ratio})
     return {"rows": rows}
 
@@ -239,6 +243,10 @@ def part_molecules(args) -> dict:
     return {"runs": report}
 
 
+def _cell(value, digits: int = 4) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
 def markdown(report: dict) -> str:
     lines = [f"# Device run ({report['parts'].get('env', {}).get('device', '?')})", ""]
     for name, part in report["parts"].items():
@@ -247,14 +255,13 @@ def markdown(report: dict) -> str:
     for key, title in (("speed", "Training speed"), ("sampling", "KV-cached sampling")):
         rows = report["parts"].get(key, {}).get("rows") or []
         if rows:
-            lines += ["", f"## {title}", "", "| model | ours, unfused (s) | ours (s) | torch (s) | ours / torch speed |",
-                      "|---|---:|---:|---:|---:|"]
+            lines += ["", f"## {title}", "", "| model | ours, unfused (s) | ours, Adam per tensor (s) | ours (s) | "
+                      "torch (s) | ours / torch speed |", "|---|---:|---:|---:|---:|---:|"]
             for r in rows:
-                ours, unfused = r.get("median_step_s", r.get("ours_s")), r.get("unfused_step_s")
-                theirs = r["torch"].get("median_s")
-                ratio = r.get("ours_over_torch")
-                lines.append(f"| {r['model']} | {'n/a' if unfused is None else f'{unfused:.4f}'} | {ours:.4f} | "
-                             f"{'n/a' if theirs is None else f'{theirs:.4f}'} | {'n/a' if ratio is None else f'{ratio:.2f}'} |")
+                ours = r.get("median_step_s", r.get("ours_s"))
+                unfused, per_tensor = (_cell(r.get(k)) for k in ("unfused_step_s", "per_tensor_step_s"))
+                theirs, ratio = _cell(r["torch"].get("median_s")), _cell(r.get("ours_over_torch"), 2)
+                lines.append(f"| {r['model']} | {unfused} | {per_tensor} | {ours:.4f} | {theirs} | {ratio} |")
     graphs = report["parts"].get("graph", {}).get("rows") or []
     if graphs:
         lines += ["", "## The step as one CUDA graph (experiment)", "", "| model | replay (s) | or: why not |",

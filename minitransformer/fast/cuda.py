@@ -25,6 +25,10 @@ kernel                        one launch does
 ``gelu_exact``                GELU and its derivative (``erf``), one thread per element
 ============================  =========================================================
 
+Where an optimizer's tensors are views of flat buffers (:mod:`minitransformer.fast.flat`),
+:mod:`minitransformer.fast.cuda_flat` goes one step further: Adam and the clipping's
+sum of squares over every tensor in one launch each.
+
 The math is that of the reference kernels, per element or per row, with every sum
 and every intermediate in float64 whatever the arrays' dtype (as the compiled CPU
 loops of :mod:`minitransformer.fast.compiled`), so float32 results are the

@@ -90,7 +90,7 @@ def clip_grad_norm(params, max_norm: float | None):
     if max_norm is not None and not max_norm > 0:
         raise ValueError(f"max_norm must be > 0 (or None to measure only), got {max_norm}")
     plist = parameter_list(params)
-    fused = kernels.fast and fast_clip.usable(plist)  # a GPU: two fused launches a gradient (fast/clip.py)
+    fused = kernels.fast and fast_clip.usable(plist)  # a GPU: fused launches (fast/clip.py)
     if fused:
         norm = fast_clip.grad_norm(plist)                  # ()
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from minitransformer import backend
+from minitransformer.fast import flat
 
 
 class TrainingDiverged(RuntimeError):
@@ -29,14 +30,20 @@ def _drop_gradients_unless_finite(model, loss, norm) -> None:
     read: the weights stay finite, and the next read raises :class:`TrainingDiverged`.
     """
     bad = ~(backend.xp.isfinite(loss) & backend.xp.isfinite(norm))  # () bool, on the device
-    for p in model.parameters():
-        backend.xp.copyto(p.grad, 0.0, where=bad)  # (*p.shape) in place; where=False: no change
+    plist = model.parameters()
+    layout = flat.covering(plist)  # the optimizer's flat buffers (fast/flat.py): one launch for all
+    for g in [layout.grad] if layout is not None else [p.grad for p in plist]:
+        backend.xp.copyto(g, 0.0, where=bad)  # in place; where=False: no change
 
 
 def _weights_finite(model):
     """True if every weight is finite, as a 0-d bool on the device (no host read)."""
+    plist = model.parameters()
+    layout = flat.covering(plist)
+    if layout is not None:  # one buffer holds them all (its gaps are zeros)
+        return backend.xp.isfinite(layout.data).all()  # () bool
     ok = None
-    for p in model.parameters():
+    for p in plist:
         finite = backend.xp.isfinite(p.data).all()  # () bool
         ok = finite if ok is None else ok & finite
     return ok

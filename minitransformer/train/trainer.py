@@ -235,7 +235,7 @@ class Trainer(Checkpointing, DivergenceChecks):
             loss, n_tok = self.task.loss(model, batch, rng)  # forward and loss
             if check_now:
                 self._check_finite(float(loss), "loss", self.step + 1)
-            model.zero_grad()
+            self.optimizer.zero_grad(model)  # its own in one fill where laid out flat, then the rest
             self.task.backward(model)  # every parameter's gradient
         norm = clip_grad_norm(model, self.config.clip or None)  # None: measure only
         if check_now:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from minitransformer.fast import compiled
+from minitransformer import backend
+from minitransformer.fast import compiled, cuda, cuda_flat
 
 # The kernels with compiled (Numba) loops run both ways: compiled, and the NumPy
 # fast kernels that run without Numba. (On the strict stand-in the NumPy ones run.)
@@ -25,3 +26,26 @@ def compiled_mode(request):
     finally:
         compiled.set_enabled(saved[0])
         compiled.MIN_SIZE = saved[1]
+
+
+@pytest.fixture
+def on_gpu():
+    """CuPy for one test (the tests marked ``gpu``; ``tests/conftest.py`` skips them without one)."""
+    backend.use("cupy")
+    yield
+    backend.use("numpy")
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Counts the fused CUDA kernels launched (fast/cuda.py, fast/cuda_flat.py), by name:
+    proves the fast twins took them."""
+    counts = {}
+    for module in (cuda, cuda_flat):
+        def counting(name, dtype, get=module._kernel):
+            kernel = get(name, dtype)
+            counts[name] = counts.get(name, 0) + 1
+            return kernel
+
+        monkeypatch.setattr(module, "_kernel", counting)
+    return counts

@@ -16,55 +16,11 @@ import pytest
 
 from minitransformer import backend, kernels
 from minitransformer import functional as F
-from minitransformer.fast import cuda
+from minitransformer.fast import cuda, cuda_flat
 
-TOLERANCE = {"float64": 1e-12, "float32": 2e-6}  # relative to the tensor's largest entry
-# Three Adam steps of a whole model: Adam divides by sqrt(v), so a gradient entry near 0
-# turns a 1e-16 difference into a larger one, and on the CPU the fast GELU is the table
-# (1e-8, fast/elementwise.py); weights of size 1 agree to 1e-7.
-MODEL_TOLERANCE = 1e-7
+from cuda_helpers import MODEL_TOLERANCE, close, dev
 
-
-def _close(name, fast, ref, dtype, scale=None, tol=None):
-    """Entry by entry, within TOLERANCE[dtype] of the larger of the tensor's largest
-    entry and ``scale`` (or within ``tol``); the message names the tensor, the largest error and where."""
-    a, b = backend.to_numpy(fast).astype(np.float64), backend.to_numpy(ref).astype(np.float64)
-    assert a.shape == b.shape, f"{name}: shape {a.shape}, expected {b.shape}"
-    if not a.size:
-        return
-    assert np.isfinite(a).all(), f"{name}: non-finite entries at {np.argwhere(~np.isfinite(a))[:3].tolist()}"
-    err = np.abs(a - b)
-    bound = (tol or TOLERANCE[dtype]) * max(np.abs(b).max(), scale or 0.0, 1e-300)
-    where = np.unravel_index(err.argmax(), err.shape)
-    assert err.max() <= bound, (f"{name} ({dtype}): largest error {err.max():.3e} at {where} "
-                                f"(fast {a[where]:.9g}, reference {b[where]:.9g}), bound {bound:.3e}")
-
-
-def _dev(host_array, dtype):
-    return backend.asarray(np.asarray(host_array, dtype=dtype))
-
-
-@pytest.fixture
-def on_gpu():
-    backend.use("cupy")
-    yield
-    backend.use("numpy")
-
-
-@pytest.fixture
-def launches(monkeypatch):
-    """Counts the CUDA kernels launched, by name (proves the twins took them)."""
-    counts = {}
-    get = cuda._kernel
-
-    def counting(name, dtype):
-        kernel = get(name, dtype)
-        counts[name] = counts.get(name, 0) + 1
-        return kernel
-
-    monkeypatch.setattr(cuda, "_kernel", counting)
-    return counts
-
+SOURCES = {"cuda": cuda, "cuda_flat": cuda_flat}  # each module: its SOURCE and KERNELS, one RawModule
 
 # ---------------------------------------------------------------------------
 # Anywhere: off the GPU nothing here runs; the source compiles
@@ -83,14 +39,16 @@ def test_the_environment_turns_them_off(monkeypatch):
     assert cuda.enabled()
 
 
-def test_the_cuda_source_compiles(tmp_path):
+@pytest.mark.parametrize("module", SOURCES)
+def test_the_cuda_source_compiles(tmp_path, module):
     """Every kernel, in float and double, through nvcc (the GPU compiles with NVRTC)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not installed")
-    names = [f"{k}<{t}>" for k in cuda.KERNELS for t in ("float", "double")]
+    module = SOURCES[module]
+    names = [f"{k}<{t}>" for k in module.KERNELS for t in ("float", "double")]
     src = tmp_path / "kernels.cu"
-    src.write_text(cuda.SOURCE + "\nvoid* kernels[] = {" + ", ".join(f"(void*){n}" for n in names) + "};\n")
+    src.write_text(module.SOURCE + "\nvoid* kernels[] = {" + ", ".join(f"(void*){n}" for n in names) + "};\n")
     done = subprocess.run([nvcc, "-arch=sm_80", "-c", str(src), "-o", str(tmp_path / "k.o")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"nvcc failed:\n{done.stderr[-3000:]}"
@@ -116,16 +74,18 @@ def _find_nvrtc():
     return ctypes.CDLL(found) if found else None
 
 
-def test_the_cuda_source_compiles_with_nvrtc():
+@pytest.mark.parametrize("module", SOURCES)
+def test_the_cuda_source_compiles_with_nvrtc(module):
     """As CuPy compiles it on the GPU: NVRTC, without the C library's headers (nvcc
     includes them, so a name like INFINITY passes nvcc and fails here)."""
     import ctypes
     lib = _find_nvrtc()
     if lib is None:
         pytest.skip("NVRTC is not installed")
+    module = SOURCES[module]
     prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), cuda.SOURCE.encode(), b"cuda.cu", 0, None, None) == 0
-    for name in (f"{k}<{t}>" for k in cuda.KERNELS for t in ("float", "double")):
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), module.SOURCE.encode(), b"cuda.cu", 0, None, None) == 0
+    for name in (f"{k}<{t}>" for k in module.KERNELS for t in ("float", "double")):
         assert lib.nvrtcAddNameExpression(prog, name.encode()) == 0
     options = (ctypes.c_char_p * 1)(b"--gpu-architecture=compute_80")
     result = lib.nvrtcCompileProgram(prog, 1, options)
@@ -152,12 +112,12 @@ def test_adam_update(on_gpu, launches, dtype, shape, decay):
     for step in (1, 7):
         args = dict(step=step, lr=3e-3, beta1=0.9, beta2=0.98, eps=1e-8, weight_decay=weight_decay,
                     decoupled=decoupled)
-        ref = F.REFERENCE["adam_update"](_dev(p, dtype), _dev(grad, dtype), _dev(m, dtype), _dev(v, dtype), **args)
-        arrays = [_dev(a, dtype) for a in (p, grad, m, v)]
+        ref = F.REFERENCE["adam_update"](dev(p, dtype), dev(grad, dtype), dev(m, dtype), dev(v, dtype), **args)
+        arrays = [dev(a, dtype) for a in (p, grad, m, v)]
         out = F.FAST["adam_update"](*arrays, **args)
         assert out[0] is arrays[0] and out[1] is arrays[2] and out[2] is arrays[3], "not in place"
         for name, a, b in zip(("param", "m", "v"), out, ref):
-            _close(f"adam step {step} {name}", a, b, dtype)
+            close(f"adam step {step} {name}", a, b, dtype)
     assert launches.get("adam_update", 0) == (2 if np.prod(shape) else 0)
 
 
@@ -175,7 +135,7 @@ def _layernorm_case(g, lead, D, offset=0.0, constant_rows=False):
 def test_layernorm_forward_and_backward(on_gpu, launches, dtype, lead, D, eps):
     g = np.random.default_rng(D + len(lead))
     x, w, b, dy = _layernorm_case(g, lead, D, offset=3.0, constant_rows=True)
-    xd, wd, bd, dyd = (_dev(a, dtype) for a in (x, w, b, dy))
+    xd, wd, bd, dyd = (dev(a, dtype) for a in (x, w, b, dy))
     y_f, cache_f = F.FAST["layernorm_forward"](xd, wd, bd, eps=eps)
     y_r, cache_r = F.REFERENCE["layernorm_forward"](xd, wd, bd, eps=eps)
     dx_f, dw_f, db_f = F.FAST["layernorm_backward"](dyd, cache_f)
@@ -194,13 +154,13 @@ def test_layernorm_forward_and_backward(on_gpu, launches, dtype, lead, D, eps):
     # row terms; dw and db are sums of N terms.
     rstd = float(backend.to_numpy(cache_r.rstd).max())
     xhat_scale = np.abs(x).max() * rstd
-    _close("layernorm xhat", cache_f.xhat, cache_r.xhat, dtype, scale=xhat_scale)
-    _close("layernorm y", y_f, y_r, dtype, scale=xhat_scale * np.abs(w).max() + np.abs(b).max())
-    _close("layernorm rstd", cache_f.rstd, cache_r.rstd, dtype)
+    close("layernorm xhat", cache_f.xhat, cache_r.xhat, dtype, scale=xhat_scale)
+    close("layernorm y", y_f, y_r, dtype, scale=xhat_scale * np.abs(w).max() + np.abs(b).max())
+    close("layernorm rstd", cache_f.rstd, cache_r.rstd, dtype)
     rows = x.size // D
-    _close("layernorm dx", dx_f, dx_r, dtype, scale=np.abs(dy).max() * np.abs(w).max() * rstd * (1 + xhat_scale))
-    _close("layernorm dw", dw_f, dw_r, dtype, scale=rows * np.abs(dy).max() * xhat_scale)
-    _close("layernorm db", db_f, db_r, dtype, scale=rows * np.abs(dy).max())
+    close("layernorm dx", dx_f, dx_r, dtype, scale=np.abs(dy).max() * np.abs(w).max() * rstd * (1 + xhat_scale))
+    close("layernorm dw", dw_f, dw_r, dtype, scale=rows * np.abs(dy).max() * xhat_scale)
+    close("layernorm db", db_f, db_r, dtype, scale=rows * np.abs(dy).max())
 
 
 @pytest.mark.gpu
@@ -213,10 +173,10 @@ def test_layernorm_of_a_strided_input(on_gpu, launches):
     assert not x.flags.c_contiguous and not dy.flags.c_contiguous
     y_f, cache_f = F.FAST["layernorm_forward"](x, w, b)
     y_r, cache_r = F.REFERENCE["layernorm_forward"](x, w, b)
-    _close("strided layernorm y", y_f, y_r, "float64")
+    close("strided layernorm y", y_f, y_r, "float64")
     for name, a, b_ in zip(("dx", "dw", "db"), F.FAST["layernorm_backward"](dy, cache_f),
                            F.REFERENCE["layernorm_backward"](dy, cache_r)):
-        _close(f"strided layernorm {name}", a, b_, "float64", scale=240.0)
+        close(f"strided layernorm {name}", a, b_, "float64", scale=240.0)
     assert launches.get("layernorm_forward") == 1 and launches.get("layernorm_backward_dx") == 1
 
 
@@ -233,14 +193,14 @@ def test_layernorm_backward_of_more_row_blocks_than_a_grid_holds(on_gpu, launche
     dy32 = g.standard_normal((N, D)).astype("float32")                         # (N, D)
     w32 = np.array([1.5, -0.5, 0.7, 1.1], dtype="float32")                    # (D,)
     b32 = np.array([0.1, 0.2, 0.0, -0.1], dtype="float32")                    # (D,)
-    _, cache_f = F.FAST["layernorm_forward"](*(_dev(a, "float32") for a in (x32, w32, b32)))
-    _, cache_r = F.REFERENCE["layernorm_forward"](*(_dev(a, "float64") for a in (x32, w32, b32)))
-    dx_f, dw_f, db_f = F.FAST["layernorm_backward"](_dev(dy32, "float32"), cache_f)
-    dx_r, dw_r, db_r = F.REFERENCE["layernorm_backward"](_dev(dy32, "float64"), cache_r)
+    _, cache_f = F.FAST["layernorm_forward"](*(dev(a, "float32") for a in (x32, w32, b32)))
+    _, cache_r = F.REFERENCE["layernorm_forward"](*(dev(a, "float64") for a in (x32, w32, b32)))
+    dx_f, dw_f, db_f = F.FAST["layernorm_backward"](dev(dy32, "float32"), cache_f)
+    dx_r, dw_r, db_r = F.REFERENCE["layernorm_backward"](dev(dy32, "float64"), cache_r)
     assert dx_f.dtype == dw_f.dtype == db_f.dtype == np.float32
-    _close("dx", dx_f, dx_r, "float32")
-    _close("dw", dw_f, dw_r, "float32")
-    _close("db", db_f, db_r, "float32")
+    close("dx", dx_f, dx_r, "float32")
+    close("dw", dw_f, dw_r, "float32")
+    close("db", db_f, db_r, "float32")
     assert launches.get("layernorm_backward_params") == 1
 
 
@@ -249,11 +209,11 @@ def test_layernorm_backward_of_more_row_blocks_than_a_grid_holds(on_gpu, launche
 def test_gelu_exact(on_gpu, launches, dtype):
     g = np.random.default_rng(5)
     x = np.concatenate([g.standard_normal(5000) * 3, [0.0, -0.0, 1e4, -1e4, 40.0, -40.0, 6.5, -6.5]])
-    xd = _dev(x.reshape(4, -1), dtype)
+    xd = dev(x.reshape(4, -1), dtype)
     y_f, dydx_f = F.FAST["gelu_forward"](xd)
     y_r, dydx_r = F.REFERENCE["gelu_forward"](xd)
-    _close("gelu y", y_f, y_r, dtype)
-    _close("gelu dy/dx", dydx_f, dydx_r, dtype)
+    close("gelu y", y_f, y_r, dtype)
+    close("gelu dy/dx", dydx_f, dydx_r, dtype)
     assert launches.get("gelu_exact") == 1
 
 
@@ -266,7 +226,7 @@ def test_attention_softmax(on_gpu, launches, dtype, masked, dropout):
     and rows with every key masked (which give zeros, not NaN)."""
     g = np.random.default_rng(7)
     B, H, T, d = 3, 2, 37, 16
-    q, k, v, dout = (_dev(g.standard_normal((B, H, T, d)) * 2, dtype) for _ in range(4))
+    q, k, v, dout = (dev(g.standard_normal((B, H, T, d)) * 2, dtype) for _ in range(4))
     mask = None
     if masked == "causal":
         mask = F.causal_mask(T)
@@ -275,11 +235,11 @@ def test_attention_softmax(on_gpu, launches, dtype, masked, dropout):
         keep[0, 0, 3] = False  # a fully masked row
         keep[2, 0, :, 5] = False  # a key nobody sees
         mask = backend.asarray(keep)
-    drop = _dev((g.random((B, H, T, T)) >= 0.2) / 0.8, dtype) if dropout else None
+    drop = dev((g.random((B, H, T, T)) >= 0.2) / 0.8, dtype) if dropout else None
     out_f, cache_f = F.FAST["attention_forward"](q, k, v, mask=mask, dropout_mask=drop)
     out_r, cache_r = F.REFERENCE["attention_forward"](q, k, v, mask=mask, dropout_mask=drop)
-    _close("attention out", out_f, out_r, dtype)
-    _close("attention p", cache_f.p, cache_r.p, dtype, scale=1.0)
+    close("attention out", out_f, out_r, dtype)
+    close("attention p", cache_f.p, cache_r.p, dtype, scale=1.0)
     if masked == "rows":
         p = backend.to_numpy(cache_f.p)
         assert (p[0, :, 3] == 0).all() and (p[2, :, :, 5] == 0).all()
@@ -287,7 +247,7 @@ def test_attention_softmax(on_gpu, launches, dtype, masked, dropout):
     grads_f = F.FAST["attention_backward"](dout, cache_f)[:3]
     grads_r = F.REFERENCE["attention_backward"](dout, cache_r)[:3]
     for name, a, b in zip(("dq", "dk", "dv"), grads_f, grads_r):
-        _close(f"attention {name}", a, b, dtype)
+        close(f"attention {name}", a, b, dtype)
     assert launches.get("softmax_rows") == 1 and launches.get("softmax_backward_rows") == 1
 
 
@@ -304,17 +264,17 @@ def test_clip_grad_norm(on_gpu, launches, dtype, max_norm):
     for kernel_set in ("reference", "fast"):
         params = []
         for shape in shapes:
-            p = Parameter(_dev(np.zeros(shape), dtype))
-            p.grad = _dev(np.random.default_rng(sum(shape)).standard_normal(shape), dtype)
+            p = Parameter(dev(np.zeros(shape), dtype))
+            p.grad = dev(np.random.default_rng(sum(shape)).standard_normal(shape), dtype)
             params.append(p)
         with kernels.scope(kernel_set):
             norm = clip_grad_norm(params, max_norm)
         results[kernel_set] = (norm, [p.grad for p in params])
     (norm_r, grads_r), (norm_f, grads_f) = results["reference"], results["fast"]
     assert norm_f.shape == () and norm_f.dtype == norm_r.dtype
-    _close("clip norm", norm_f, norm_r, dtype)
+    close("clip norm", norm_f, norm_r, dtype)
     for shape, a, b in zip(shapes, grads_f, grads_r):
-        _close(f"clipped gradient {shape}", a, b, dtype)
+        close(f"clipped gradient {shape}", a, b, dtype)
     assert launches.get("sum_squares") == len(shapes)
     assert launches.get("scale_by", 0) == (0 if max_norm is None else len(shapes) - 1)  # the empty one: none
 
@@ -323,8 +283,8 @@ def test_clip_grad_norm(on_gpu, launches, dtype, max_norm):
 def test_clip_leaves_a_nan_gradient_untouched(on_gpu, launches):
     from minitransformer.nn import Parameter
     from minitransformer.optim import clip_grad_norm
-    p, q = Parameter(_dev(np.zeros(3), "float32")), Parameter(_dev(np.zeros(2), "float32"))
-    p.grad, q.grad = _dev([1.0, np.nan, 2.0], "float32"), _dev([3.0, 4.0], "float32")
+    p, q = Parameter(dev(np.zeros(3), "float32")), Parameter(dev(np.zeros(2), "float32"))
+    p.grad, q.grad = dev([1.0, np.nan, 2.0], "float32"), dev([3.0, 4.0], "float32")
     with kernels.scope("fast"):
         norm = clip_grad_norm([("p", p), ("q", q)], 1.0)
     assert np.isnan(float(norm))
@@ -364,14 +324,14 @@ def test_attention_softmax_of_nan_and_infinite_logits(on_gpu, launches):
 def test_attention_with_a_bias(on_gpu, launches, dtype):
     """The additive bias (relative positions) on the GPU path, with its gradient."""
     g = np.random.default_rng(9)
-    q, k, v, dout = (_dev(g.standard_normal((2, 3, 6, 4)), dtype) for _ in range(4))
-    bias = _dev(g.standard_normal((1, 3, 6, 6)), dtype)
+    q, k, v, dout = (dev(g.standard_normal((2, 3, 6, 4)), dtype) for _ in range(4))
+    bias = dev(g.standard_normal((1, 3, 6, 6)), dtype)
     out_f, cache_f = F.FAST["attention_forward"](q, k, v, bias=bias, mask=F.causal_mask(6))
     out_r, cache_r = F.REFERENCE["attention_forward"](q, k, v, bias=bias, mask=F.causal_mask(6))
-    _close("biased attention out", out_f, out_r, dtype)
+    close("biased attention out", out_f, out_r, dtype)
     for name, a, b in zip(("dq", "dk", "dv", "dbias"), F.FAST["attention_backward"](dout, cache_f),
                           F.REFERENCE["attention_backward"](dout, cache_r)):
-        _close(f"biased attention {name}", a, b, dtype)
+        close(f"biased attention {name}", a, b, dtype)
     assert launches.get("softmax_rows") == 1 and launches.get("softmax_backward_rows") == 1
 
 
@@ -384,8 +344,8 @@ def test_clip_of_a_float32_gradient_whose_norm_overflows(on_gpu, values):
     from minitransformer.optim import clip_grad_norm
     out = {}
     for kernel_set in ("reference", "fast"):
-        p = Parameter(_dev(np.zeros(len(values)), "float32"))
-        p.grad = _dev(values, "float32")
+        p = Parameter(dev(np.zeros(len(values)), "float32"))
+        p.grad = dev(values, "float32")
         with kernels.scope(kernel_set):
             out[kernel_set] = (float(clip_grad_norm([p], 1.0)), backend.to_numpy(p.grad).tolist())
     assert out["fast"] == out["reference"] and out["fast"][0] == np.inf
@@ -414,7 +374,7 @@ def test_three_steps_agree_on_the_cpu():
     ref, fast = _three_steps("reference"), _three_steps("fast")
     assert ref.keys() == fast.keys() and len(ref) > 10
     for name in ref:
-        _close(f"weights {name}", fast[name], ref[name], "float64", scale=1.0, tol=MODEL_TOLERANCE)
+        close(f"weights {name}", fast[name], ref[name], "float64", scale=1.0, tol=MODEL_TOLERANCE)
 
 
 @pytest.mark.gpu
@@ -424,6 +384,7 @@ def test_a_training_step_equals_the_reference_set(on_gpu, launches):
     ref = _three_steps("reference")
     fast = _three_steps("fast")
     for name in ref:
-        _close(f"weights {name}", fast[name], ref[name], "float64", scale=1.0, tol=MODEL_TOLERANCE)
-    assert {"adam_update", "layernorm_forward", "layernorm_backward_dx", "gelu_exact", "softmax_rows",
+        close(f"weights {name}", fast[name], ref[name], "float64", scale=1.0, tol=MODEL_TOLERANCE)
+    assert {"adam_chunks", "layernorm_forward", "layernorm_backward_dx", "gelu_exact", "softmax_rows",
             "softmax_backward_rows"} <= set(launches)
+    assert launches["adam_chunks"] == 3 and "adam_update" not in launches  # one launch a step: the flat layout
