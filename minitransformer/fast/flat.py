@@ -123,6 +123,10 @@ class FlatParameters:
         return id(p) in self._ids and any(q is p and q.data is data for q, (_, data, _, _) in
                                           zip(self.params, self._views))
 
+    def grad_holders(self) -> set:
+        """The ids of the parameters whose gradient is still a view of :attr:`grad`."""
+        return {id(p) for p, (_, _, grad, _) in zip(self.params, self._views) if p.grad is grad}
+
     def release(self, keep: set) -> None:
         """Give every tensor of a parameter not in ``keep`` (ids), still a view here,
         an array of its own: a layout made without it must not pin these buffers."""

@@ -13,13 +13,25 @@ The cost of one call is one scratch allocation and about a dozen element-wise
 passes over memory, against ten or so fresh arrays for the reference version;
 ``tests/fast/test_fast_optimizer.py`` checks that both give the same numbers.
 On a GPU the whole update is one CUDA kernel (:mod:`minitransformer.fast.cuda`).
+
+The fast set's part of ``Optimizer.step`` is :func:`step_flat`: an Adam lays its tensors
+out in flat buffers (:mod:`minitransformer.fast.flat`) and, on a GPU, updates all of them
+in one launch (:mod:`minitransformer.fast.cuda_flat`). :func:`zero_grad` zeroes a model's
+gradients with one ``fill`` for those an optimizer holds flat. The layout is kept here, by
+optimizer, not on it: a copy of an optimizer (``copy.deepcopy``, pickle) lays out its own.
 """
 from __future__ import annotations
 
-from minitransformer.backend import xp
-from minitransformer.fast import cuda
+import weakref
 
-__all__ = ["adam_update"]
+import numpy as np
+
+from minitransformer.backend import xp
+from minitransformer.fast import cuda, cuda_flat, flat
+
+__all__ = ["adam_update", "step_flat", "zero_grad", "layout_of"]
+
+_layouts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # optimizer -> its FlatParameters
 
 
 def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0, decoupled=False):
@@ -103,3 +115,54 @@ def adam_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay=0.0
     buf *= lr / bc1                                 # (S) the step
     param -= buf                                    # (S) theta_t, in place
     return param, m, v
+
+
+def layout_of(optimizer) -> flat.FlatParameters | None:
+    """The flat layout of ``optimizer``'s tensors, or None (not laid out, or not yet stepped)."""
+    return _layouts.get(optimizer)
+
+
+def _lays_out(optimizer) -> bool:
+    """True when the class that defines the optimizer's ``_update`` declares ``_flat_layout``:
+    an update known to write ``p.data`` and every state array in place, one the flat kernel
+    replaces. A subclass with an update of its own keeps the per-tensor arrays."""
+    owner = next(c for c in type(optimizer).__mro__ if "_update" in vars(c))
+    return vars(owner).get("_flat_layout", False)
+
+
+def step_flat(optimizer, trainable: list, lrs: list) -> bool:
+    """Lay out the ``(name, Parameter)`` pairs ``trainable`` flat (again, if anything was
+    rebound), and on a GPU make Adam's update of all of them in one launch, each segment
+    with its own step count, rate (``lrs``, by group) and decay. True if that update was
+    made; False to have the caller update each tensor (on the views, on the CPU)."""
+    if not _lays_out(optimizer):
+        return False
+    layout = flat.flatten(_layouts.get(optimizer), trainable, optimizer.state, optimizer._state_keys)
+    if layout is None:
+        _layouts.pop(optimizer, None)
+        return False
+    _layouts[optimizer] = layout
+    if not cuda.usable(layout.data):
+        return False
+    (b1, b2), decoupled = optimizer.betas, optimizer._decoupled
+    settings = np.empty((len(trainable), 4))  # (S, 4) per segment: lr / bc1, 1 / bc2, L2 decay, weight factor
+    for row, (name, _) in zip(settings, trainable):
+        t, lr = optimizer.steps[name], lrs[optimizer._group_of[name]]
+        wd = optimizer.weight_decay_of(name)
+        row[:] = (lr / (1.0 - b1 ** t), 1.0 / (1.0 - b2 ** t),
+                  wd if wd and not decoupled else 0.0, 1.0 - lr * wd if wd and decoupled else 1.0)
+    cuda_flat.adam_flat(layout, settings, b1, b2, optimizer.eps)
+    return True
+
+
+def zero_grad(model, optimizer=None) -> None:
+    """``model.zero_grad()`` in fewer launches: the gradients ``optimizer`` holds in its
+    flat layout in one ``fill`` (with the zero gaps between them), every other one alone."""
+    layout = _layouts.get(optimizer) if optimizer is not None else None
+    done = set()
+    if layout is not None:
+        layout.grad.fill(0)  # (N,)
+        done = layout.grad_holders()
+    for p in model.parameters():
+        if id(p) not in done:
+            p.grad.fill(0)

@@ -3,8 +3,8 @@ r"""The Adam update, the :class:`Optimizer` base class, and :class:`Adam` / :cla
 Notation as in :mod:`minitransformer.optim`; SGD and Adamax are in
 :mod:`~minitransformer.optim.sgd_adamax`. Parameters are addressed by name, their
 state in ``optimizer.state[name]``, so a misfit checkpoint names its tensor.
-``optimizer.t`` moves once per :meth:`Optimizer.step`, before the per-parameter loop (inside it, the bias corrections would run :math:`P` times too
-fast). Each parameter counts its own updates in ``optimizer.steps[name]`` (Adam's
+``optimizer.t`` moves once per :meth:`Optimizer.step`, not once per parameter
+(the bias corrections would run :math:`P` times too fast). Each parameter counts its own updates in ``optimizer.steps[name]`` (Adam's
 :math:`t`; frozen parameters are skipped), so one unfrozen after 100 steps takes a
 first step, not a 101st. Scalars that meet arrays are Python floats, so a float32
 model stays float32.
@@ -19,7 +19,6 @@ import numpy as np  # the number types a setting may have
 
 from minitransformer import kernels
 from minitransformer.backend import xp
-from minitransformer.fast import cuda, cuda_flat, flat
 from minitransformer.fast import optimizer as fast_optimizer
 from minitransformer.optim.groups import checked_pairs, param_groups, split_groups  # noqa: F401 (param_groups re-exported)
 from minitransformer.optim.state import OptimizerState
@@ -155,7 +154,6 @@ class Optimizer(OptimizerState):
 
     _state_keys: tuple[str, ...] = ()
     _hyper: tuple[str, ...] = ("weight_decay",)
-    _flat_layout = False  # True where the fast set updates every array in place (fast/flat.py)
     _check_setting = staticmethod(check_hyperparameter)  # how load_state_dict checks a setting
 
     def __init__(self, params, lr, weight_decay: float = 0.0,
@@ -182,12 +180,6 @@ class Optimizer(OptimizerState):
             name: {key: xp.zeros_like(p.data) for key in self._state_keys}  # each (*p.shape)
             for name, p in self.params.items()
         }
-        self.layout = None  # the fast set's flat buffers (fast/flat.py), made at the first step
-
-    def __getstate__(self) -> dict:
-        """A copy (``copy.deepcopy``, pickle) leaves the flat layout behind: its views would
-        be copied apart from its buffers. The copy lays its own out at its first step."""
-        return {**self.__dict__, "layout": None}
 
     def _resolve_no_decay(self, no_decay) -> dict[str, bool]:
         """{name: True if weight decay applies to it}."""
@@ -228,26 +220,10 @@ class Optimizer(OptimizerState):
                 f"the learning-rate schedule {schedule!r} gave lr={lr!r} for step {t}; a learning "
                 "rate must be finite and >= 0, so no update was made: fix the schedule") from None
 
-    def zero_grad(self, model=None) -> None:
-        """Set every gradient to zero (backward passes accumulate with ``+=``): in the
-        flat layout one ``fill`` for all the trainable ones. ``model``: also those of
-        its parameters that this optimizer does not hold (what the trainer passes)."""
-        trainable = self._trainable()
-        laid_out = self.layout is not None and self.layout.intact(trainable, self.state)
-        if laid_out:
-            self.layout.grad.fill(0)
-        for name, p in self.params.items():
-            if not (laid_out and getattr(p, "requires_grad", True)):
-                p.grad.fill(0)
-        if model is not None:
-            mine = {id(p) for p in self.params.values()}
-            for p in model.parameters():
-                if id(p) not in mine:
-                    p.grad.fill(0)
-
-    def _trainable(self) -> list:
-        """``(name, Parameter)`` of every unfrozen parameter, in order."""
-        return [(n, p) for n, p in self.params.items() if getattr(p, "requires_grad", True)]
+    def zero_grad(self) -> None:
+        """Set every gradient to zero (backward passes accumulate with ``+=``)."""
+        for p in self.params.values():
+            p.grad.fill(0)
 
     def step(self) -> None:
         """One update of every unfrozen parameter from its ``grad``; ``t`` moves once.
@@ -260,24 +236,17 @@ class Optimizer(OptimizerState):
             g["lr"] = group_lr
         self.t += 1
         lrs = [self.lr if g["lr"] is None else g["lr"] for g in self.param_groups]
-        trainable = self._trainable()  # frozen: weights and state stay as they are
+        trainable = [(n, p) for n, p in self.params.items() if getattr(p, "requires_grad", True)]
         for name, p in trainable:
             self.steps[name] += 1
             state = self.state[name]
             for key, arr in state.items():  # the model was cast (astype) after we were built
                 if arr.dtype != p.data.dtype:
                     state[key] = arr.astype(p.data.dtype)  # (*p.shape)
-        if kernels.fast and self._flat_layout:  # views of flat buffers, rebuilt if anything was rebound
-            self.layout = flat.flatten(self.layout, trainable, self.state, self._state_keys)
-        if self._update_all(trainable, lrs):
+        if kernels.fast and fast_optimizer.step_flat(self, trainable, lrs):  # fast/flat.py
             return
         for name, p in trainable:
             self._update(name, p, self.state[name], lrs[self._group_of[name]])
-
-    def _update_all(self, trainable: list, lrs: list) -> bool:
-        """Update every parameter at once where a subclass can (one launch on a GPU);
-        False to have :meth:`_update` called for each."""
-        return False
 
     def _update(self, name: str, p, state: dict, lr: float) -> None:  # pragma: no cover
         raise NotImplementedError
@@ -295,28 +264,12 @@ class Adam(Optimizer):
     _state_keys = ("m", "v")
     _hyper = ("betas", "eps", "weight_decay")
     _decoupled = False  # how weight decay enters adam_update
-    _flat_layout = True  # the fast update writes p.data, m and v in place
+    _flat_layout = True  # updates in place: the fast set lays it out flat
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, no_decay=None):
         self.betas, self.eps = check_hyperparameter("betas", betas), check_hyperparameter("eps", eps)
         super().__init__(params, lr, weight_decay, no_decay)
-
-    def _update_all(self, trainable, lrs):
-        """On a GPU with the flat layout: every tensor's step in one launch
-        (``fast/cuda_flat.py``), each segment with its own step count, rate and decay."""
-        layout = self.layout
-        if layout is None or not kernels.fast or not cuda.usable(layout.data):
-            return False
-        if type(self)._update is not Adam._update:  # a subclass with an update of its own
-            return False
-        (b1, b2), settings = self.betas, np.empty((len(trainable), 4))  # (S, 4)
-        for row, (name, _) in zip(settings, trainable):
-            t, lr, wd = self.steps[name], lrs[self._group_of[name]], self.weight_decay_of(name)
-            row[:] = (lr / (1.0 - b1 ** t), 1.0 / (1.0 - b2 ** t),
-                      wd if wd and not self._decoupled else 0.0, 1.0 - lr * wd if wd and self._decoupled else 1.0)
-        cuda_flat.adam_flat(layout, settings, b1, b2, self.eps)
-        return True
 
     def _update(self, name, p, state, lr):
         (b1, b2), eps, t = self.betas, self.eps, self.steps[name]  # this parameter's update count

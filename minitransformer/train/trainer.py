@@ -22,6 +22,7 @@ import numpy as np
 from minitransformer import backend
 from minitransformer.atomic import write_json, write_text
 from minitransformer.checkpoint import fingerprint_hashes
+from minitransformer.fast import optimizer as fast_optimizer
 from minitransformer.optim import clip_grad_norm
 from minitransformer.train import history
 from minitransformer.train.batches import plan_batches
@@ -235,7 +236,7 @@ class Trainer(Checkpointing, DivergenceChecks):
             loss, n_tok = self.task.loss(model, batch, rng)  # forward and loss
             if check_now:
                 self._check_finite(float(loss), "loss", self.step + 1)
-            self.optimizer.zero_grad(model)  # its own in one fill where laid out flat, then the rest
+            fast_optimizer.zero_grad(model, self.optimizer)  # one fill for the gradients laid out flat
             self.task.backward(model)  # every parameter's gradient
         norm = clip_grad_norm(model, self.config.clip or None)  # None: measure only
         if check_now:

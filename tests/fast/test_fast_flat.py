@@ -18,6 +18,8 @@ import pytest
 from minitransformer import backend, kernels
 from minitransformer import functional as F
 from minitransformer.fast import cuda_flat, flat
+from minitransformer.fast import optimizer as fast_optimizer
+from minitransformer.fast.optimizer import layout_of
 from minitransformer.models import DecoderLM, DecoderLMConfig
 from minitransformer.nn import Parameter
 from minitransformer.optim import Adam, AdamW, clip_grad_norm
@@ -42,10 +44,14 @@ def _train_step(model, opt, step, clip=0.05):
     ids = _batch(step)
     logits = model(ids)  # (3, 8, V)
     loss, cache = F.cross_entropy_forward(logits, ids)
-    opt.zero_grad(model)
+    fast_optimizer.zero_grad(model, opt)
     model.backward(F.cross_entropy_backward(1.0, cache))
     clip_grad_norm(model, clip)
     opt.step()
+
+
+def _trainable(opt) -> list:
+    return [(n, p) for n, p in opt.params.items() if p.requires_grad]
 
 
 def _weights(model) -> dict:
@@ -77,7 +83,7 @@ def _run(monkeypatch, flat_on: bool, make_opt, steps=4, between=None):
             if between is not None:
                 between(model, opt, step)
             _train_step(model, opt, step)
-        assert (opt.layout is not None) == flat_on
+        assert (layout_of(opt) is not None) == flat_on
         return _weights(model), _state(opt), opt
 
 
@@ -101,7 +107,7 @@ def test_the_layout_changes_no_bit(monkeypatch, name):
 
 def test_every_tensor_is_a_view_of_its_segment(monkeypatch):
     _, _, opt = _run(monkeypatch, True, OPTIMIZERS["adamw"], steps=1)
-    layout = opt.layout
+    layout = layout_of(opt)
     assert layout.keys == ("m", "v") and len(layout.params) == len(opt.params) > 10
     for name, p, o, n in zip(layout.names, layout.params, layout.offsets, layout.sizes):
         assert o % flat.ALIGN == 0 and p.data.size == n
@@ -121,14 +127,14 @@ def test_a_tied_weight_is_one_segment(monkeypatch):
     """The embedding shared with the output layer is laid out once (its gradient, the
     sum of both uses, is checked bit for bit by the tests above: CONFIG ties them)."""
     _, _, opt = _run(monkeypatch, True, OPTIMIZERS["adam"], steps=1)
-    model_params = opt.layout.params
+    model_params = layout_of(opt).params
     assert len({id(p) for p in model_params}) == len(model_params)
     assert CONFIG.tie_embeddings and len(model_params) == len(_model().parameters())
 
 
 def test_the_layout_is_kept_while_nothing_is_rebound(monkeypatch):
     layouts = []
-    _run(monkeypatch, True, OPTIMIZERS["adam"], steps=4, between=lambda m, o, s: layouts.append(o.layout))
+    _run(monkeypatch, True, OPTIMIZERS["adam"], steps=4, between=lambda m, o, s: layouts.append(layout_of(o)))
     assert layouts[0] is None and layouts[1] is not None and layouts[1] is layouts[2] is layouts[3]
 
 
@@ -150,10 +156,10 @@ def test_a_rebound_tensor_gets_a_new_layout(monkeypatch, what):
             saved.append(opt.state_dict())
         if step == 2:
             REBINDINGS[what](model, opt, saved[-1])
-        seen.append(opt.layout)
+        seen.append(layout_of(opt))
 
     on_w, on_s, opt = _run(monkeypatch, True, OPTIMIZERS["adamw"], between=rebind)
-    assert seen[3] is not seen[2] and seen[3] is not None and opt.layout.intact(opt._trainable(), opt.state)
+    assert seen[3] is not seen[2] and seen[3] is not None and layout_of(opt).intact(_trainable(opt), opt.state)
     off_w, off_s, _ = _run(monkeypatch, False, OPTIMIZERS["adamw"], between=rebind)
     _same_bits("weights", on_w, off_w)
     _same_bits("moments", on_s, off_s)
@@ -170,7 +176,7 @@ def test_freezing_and_unfreezing(monkeypatch):
                 p.grad.fill(7.0)  # stale: the next zeroing must clear it
             if step == 2:
                 record["grad"] = backend.to_numpy(p.grad).copy()
-                record["left"] = opt.layout is None or all(q is not p for q in opt.layout.params)
+                record["left"] = layout_of(opt) is None or all(q is not p for q in layout_of(opt).params)
             if step == 3:
                 p.requires_grad = True
         return toggle
@@ -179,7 +185,7 @@ def test_freezing_and_unfreezing(monkeypatch):
     on_w, on_s, opt = _run(monkeypatch, True, OPTIMIZERS["adam"], between=toggler(on), steps=5)
     off_w, off_s, _ = _run(monkeypatch, False, OPTIMIZERS["adam"], between=toggler(off), steps=5)
     assert on["left"], "a frozen tensor stayed in the layout"
-    assert len(opt.layout.params) == len(opt.params), "the unfrozen tensor did not rejoin"
+    assert len(layout_of(opt).params) == len(opt.params), "the unfrozen tensor did not rejoin"
     assert not (on["grad"] == 7.0).any(), "the frozen gradient was not zeroed"
     _same_bits("frozen gradient", {"g": on["grad"]}, {"g": off["grad"]})
     _same_bits("weights", on_w, off_w)
@@ -195,7 +201,7 @@ def test_a_frozen_tensor_leaves_the_old_buffers(monkeypatch):
 
     _, _, opt = _run(monkeypatch, True, OPTIMIZERS["adam"], between=freeze)
     p = opt.params["embed.tok.weight"]
-    assert not opt.layout.holds(p) and p.data.base is None and p.grad.base is None
+    assert not layout_of(opt).holds(p) and p.data.base is None and p.grad.base is None
     assert all(a.base is None for a in opt.state["embed.tok.weight"].values())
 
 
@@ -210,12 +216,12 @@ def test_a_copy_lays_out_its_own(monkeypatch):
         opt = OPTIMIZERS["adamw"](model)
         _train_step(model, opt, 0)
         model2, opt2 = copy.deepcopy((model, opt))
-        assert opt2.layout is None and opt.layout is not None
+        assert layout_of(opt2) is None and layout_of(opt) is not None
         for step in (1, 2):
             _train_step(model, opt, step)
             _train_step(model2, opt2, step)
-        assert opt2.layout is not None and opt2.layout is not opt.layout
-        assert opt2.layout.intact(opt2._trainable(), opt2.state)
+        assert layout_of(opt2) is not None and layout_of(opt2) is not layout_of(opt)
+        assert layout_of(opt2).intact(_trainable(opt2), opt2.state)
     _same_bits("weights of the copy", _weights(model2), _weights(model))
     _same_bits("moments of the copy", _state(opt2), _state(opt))
 
@@ -228,11 +234,11 @@ def test_a_second_optimizer_over_the_same_tensors_keeps_its_own_arrays(monkeypat
         model = _model()
         first, second = Adam(model, lr=1e-2), Adam(model, lr=1e-3)
         _train_step(model, first, 0)
-        layout = first.layout
+        layout = layout_of(first)
         for step in (1, 2):
             _train_step(model, second, step)
             _train_step(model, first, step)
-        assert second.layout is None and first.layout is layout
+        assert layout_of(second) is None and layout_of(first) is layout
 
 
 def test_zero_grad_also_clears_what_the_optimizer_does_not_hold(monkeypatch):
@@ -246,22 +252,38 @@ def test_zero_grad_also_clears_what_the_optimizer_does_not_hold(monkeypatch):
         _train_step(model, opt, 0)
         for _, p in named:
             p.grad.fill(3.0)
-        opt.zero_grad(model)
-        assert opt.layout is not None
+        fast_optimizer.zero_grad(model, opt)
+        assert layout_of(opt) is not None
         for name, p in named:
             assert not p.grad.any(), f"{name}: gradient not zeroed"
 
 
+def test_an_optimizer_with_an_update_of_its_own_keeps_its_arrays(monkeypatch):
+    """A subclass of Adam that overrides ``_update`` may rebind its arrays: it is not laid
+    out, while AdamW (Adam's update, decoupled decay) is."""
+    class Rebinding(Adam):
+        def _update(self, name, p, state, lr):
+            p.data = p.data - lr * p.grad  # (*p.shape) a new array each step
+
+    monkeypatch.setenv("MINITRANSFORMER_FLAT", "1")
+    with kernels.scope("fast"), backend.dtype_scope("float64"):
+        for cls, laid_out in ((Rebinding, False), (AdamW, True)):
+            model = _model()
+            opt = cls(model, lr=1e-2)
+            _train_step(model, opt, 0)
+            assert (layout_of(opt) is not None) == laid_out, cls.__name__
+
+
 def test_covering_asks_for_exactly_the_layouts_gradients(monkeypatch):
     _, _, opt = _run(monkeypatch, True, OPTIMIZERS["adam"], steps=1)
-    params = list(opt.layout.params)
-    assert flat.covering(params) is opt.layout
-    assert flat.covering(params[::-1]) is opt.layout  # any order
+    params = list(layout_of(opt).params)
+    assert flat.covering(params) is layout_of(opt)
+    assert flat.covering(params[::-1]) is layout_of(opt)  # any order
     assert flat.covering(params[1:]) is None  # a subset: a sum over the buffer would be wrong
     params[1].data = params[1].data.copy()  # a weight rebound: the buffer no longer holds it
     assert flat.covering(params) is None
-    params[1].data = opt.layout._views[1][1]
-    assert flat.covering(params) is opt.layout
+    params[1].data = layout_of(opt)._views[1][1]
+    assert flat.covering(params) is layout_of(opt)
     params[0].grad = params[0].grad.copy()  # a gradient rebound
     assert flat.covering(params) is None
 
@@ -272,9 +294,9 @@ def test_the_deferred_finite_checks_over_the_layout(monkeypatch):
     from minitransformer.train.divergence import _drop_gradients_unless_finite, _weights_finite
     _, _, opt = _run(monkeypatch, True, OPTIMIZERS["adam"], steps=1)
     model = type("Model", (), {"parameters": lambda self: list(opt.params.values())})()
-    assert flat.covering(model.parameters()) is opt.layout
+    assert flat.covering(model.parameters()) is layout_of(opt)
     assert bool(_weights_finite(model))
-    p = opt.layout.params[2]
+    p = layout_of(opt).params[2]
     p.data.flat[3] = np.nan
     assert not bool(_weights_finite(model))
     p.data.flat[3] = 0.0
@@ -315,7 +337,7 @@ def test_the_reference_set_keeps_separate_arrays(monkeypatch):
         model = _model()
         opt = Adam(model, lr=1e-2)
         _train_step(model, opt, 0)
-    assert opt.layout is None
+    assert layout_of(opt) is None
 
 
 @pytest.mark.parametrize("sizes", [[5, 0, 8192, 8193, 1, 20000], [0], [1]])
@@ -374,7 +396,7 @@ def test_adam_over_the_flat_layout(on_gpu, launches, monkeypatch, dtype, kind):
                 opt.step()
                 if step == 0:
                     saved = opt.state_dict()
-        assert (opt.layout is not None) == (kernel_set == "fast")
+        assert (layout_of(opt) is not None) == (kernel_set == "fast")
         out[kernel_set] = ({n: p.data for n, p in params}, opt.state)
     (w_r, s_r), (w_f, s_f) = out["reference"], out["fast"]
     for name in w_r:
@@ -394,7 +416,7 @@ def test_clip_over_the_flat_layout(on_gpu, launches, monkeypatch, dtype):
     opt = Adam(params, lr=1e-3)
     with kernels.scope("fast"):
         opt.step()  # lays the tensors out
-    assert opt.layout is not None
+    assert layout_of(opt) is not None
     for (_, p), grad in zip(params, grads[1]):
         p.grad[...] = dev(grad, dtype)
     expected = [dev(grad, dtype) for grad in grads[1]]
