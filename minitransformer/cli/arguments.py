@@ -242,7 +242,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, out: str,
                              "pretraining has its own)")
     parser.add_argument("--batch-size", type=int_at_least(1), default=None, help="override the batch size")
     parser.add_argument("--max-minutes", type=number(0), default=None,
-                        help="training time budget (the preset's by default; 0 = no limit)")
+                        help="training time budget (the preset's by default; 0 = no limit); what a pretraining "
+                             "phase leaves, and never under 1 minute, goes to the main phase")
     parser.add_argument("--out", default=out, type=run_folder,
                         help=f"run folder, created if needed (default: {out}); a folder holding another run "
                              "needs --resume or --force")
