@@ -228,24 +228,11 @@ def summarise(runs: list) -> list:
 
 
 def shown_command(argv: list) -> str:
-    """This command line with no path of this machine: an absolute path becomes relative to the
-    repository when inside it, else ``.../name``; an absolute --chemprop-python, CHEMPROP_PYTHON."""
-    def portable(text: str, python: bool) -> str:
-        if not os.path.isabs(text):
-            return text
-        if python:
-            return "CHEMPROP_PYTHON"
-        path = Path(text)
-        return path.relative_to(common.REPO_ROOT).as_posix() if path.is_relative_to(common.REPO_ROOT) \
-            else f".../{path.name}"
-    out = []
-    for i, a in enumerate(argv):
-        if a.startswith("--") and "=" in a:
-            name, value = a.split("=", 1)
-            out.append(f"{name}={portable(value, name == '--chemprop-python')}")
-        else:
-            out.append(portable(a, i > 0 and argv[i - 1] == "--chemprop-python"))
-    return " ".join(["python", "benchmarks/chemprop_tox21.py", *out])
+    """This command line with no path of this machine (``common.shown_command``); an absolute
+    --chemprop-python shows as CHEMPROP_PYTHON."""
+    def python(value: str) -> str:
+        return "CHEMPROP_PYTHON" if os.path.isabs(value) else value
+    return common.shown_command("chemprop_tox21", argv, {"--chemprop-python": python})
 
 
 def comma_list(choices):

@@ -304,12 +304,38 @@ def default_path(name: str, suffix: str = "json") -> Path:
     return RESULTS_DIR / f"{name}-{stamp:%Y%m%d-%H%M%S}.{suffix}"
 
 
+def portable_path(text: str) -> str:
+    """``text`` as a results file may record it: an absolute path becomes relative to the repository
+    (or the current folder) when inside it, else ``.../name``; anything else is kept."""
+    if not os.path.isabs(text):
+        return text
+    path = Path(text)
+    for root in (REPO_ROOT, Path.cwd()):
+        if path.is_relative_to(root):
+            return path.relative_to(root).as_posix()
+    return f".../{path.name}"
+
+
+def shown_command(script: str, argv: list, shown_as: dict | None = None) -> str:
+    """``python benchmarks/SCRIPT.py ARGV`` with no path of this machine (:func:`portable_path`, also in
+    ``--name=value``); ``shown_as`` maps an option to the function that shows its value instead."""
+    shown_as = shown_as or {}
+    out = []
+    for i, a in enumerate(argv):
+        if a.startswith("--") and "=" in a:
+            name, value = a.split("=", 1)
+            out.append(f"{name}={shown_as.get(name, portable_path)(value)}")
+        else:
+            out.append(shown_as.get(argv[i - 1] if i > 0 else "", portable_path)(a))
+    return " ".join(["python", f"benchmarks/{script}.py", *out])
+
+
 def write_result(args, name: str, machine: dict, payload: dict, quiet: bool = False) -> Path:
     """Write machine description, settings and ``payload`` as JSON (``--json`` or a new file), atomically
     (a script that saves after every part never leaves half a file); ``quiet``: without the line saying where."""
     machine["load_average_at_end"] = os.getloadavg()
     path = args.json or default_path(name)
-    result = {"benchmark": name, "command": " ".join(["python", f"benchmarks/{name}.py"] + sys.argv[1:]),
+    result = {"benchmark": name, "command": shown_command(name, sys.argv[1:]),
               "machine": machine,
               "settings": {"repeats": getattr(args, "repeats", None), "warmup": getattr(args, "warmup", None),
                            "vocab_size": VOCAB},
