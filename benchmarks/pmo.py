@@ -358,7 +358,8 @@ def main() -> None:
         save(runs, quiet=True)
 
     def save(runs: list, quiet: bool = False) -> None:
-        settings = {k: (str(v) if isinstance(v, Path) else [str(f) for f in v] if k == "merge" else v)
+        shown = common.portable_path  # no path of this machine in a results file
+        settings = {k: (shown(str(v)) if isinstance(v, Path) else [shown(str(f)) for f in v] if k == "merge" else v)
                     for k, v in vars(args).items()}
         common.write_result(args, "pmo", dict(machine), {
             "pmo_settings": settings, "prior_sha256": prior.file_sha256,

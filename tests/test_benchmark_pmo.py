@@ -53,6 +53,8 @@ def test_the_pmo_benchmark_runs_a_small_budget(tmp_path):
         assert np.allclose([s for _, s in r["best"]], truth, atol=1e-12) and top == pytest.approx(np.mean(truth))
     assert str(tmp_path) not in report["command"] and " prior.npz" in report["command"], \
         "a results file records no path of the machine: " + report["command"]
+    assert str(tmp_path) not in out.read_text() and report["pmo_settings"]["prior"] == "prior.npz", \
+        "nor do its settings: " + str(report["pmo_settings"])
     assert "REINVENT (PMO)" in report["table"] and "GP BO" in report["table"]
     cells = [[c.strip() for c in row.split("|")] for row in report["table"].splitlines() if row.startswith("|")]
     qed = next(row for row in cells if row[1] == "qed")
