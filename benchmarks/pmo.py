@@ -4,8 +4,9 @@
     python benchmarks/pmo.py --prior runs/moses/best.npz              # all 20 tasks, seed 0
     python benchmarks/pmo.py --prior runs/moses/best.npz --tasks qed,median1 --seeds 0,1,2
     python benchmarks/pmo.py --prior runs/moses/best.npz --quick      # 2 tasks, 300 calls: a smoke test
-    python benchmarks/pmo.py --prior runs/pmo/best.npz --seeds 0,1,2,3,4 --processes 2 --threads 1 \\
-        --json pmo5.json [--resume]                                     # PMO's five seeds, two runs at once
+    python benchmarks/pmo.py --prior runs/pmo/best.npz --memory augmented --lr 2e-3 --top-fraction 0.5 \\
+        --seeds 0,1,2,3,4 --processes 2 --threads 1 --json pmo5.json [--resume]
+                                    # docs/RESULTS.md's run: PMO's five seeds, two at once, 17 hours on 2 cores
     python benchmarks/pmo.py --prior runs/pmo/best.npz --seeds 0,1,2,3,4 --json pmo5.json \\
         --merge seed0.json seed1.json                                   # the runs made elsewhere kept
 
