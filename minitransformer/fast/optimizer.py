@@ -29,7 +29,7 @@ import numpy as np
 from minitransformer.backend import xp
 from minitransformer.fast import cuda, cuda_flat, flat
 
-__all__ = ["adam_update", "step_flat", "zero_grad", "layout_of"]
+__all__ = ["adam_update", "step_flat", "zero_grad", "release", "layout_of"]
 
 _layouts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # optimizer -> its FlatParameters
 
@@ -157,12 +157,24 @@ def step_flat(optimizer, trainable: list, lrs: list) -> bool:
 
 def zero_grad(model, optimizer=None) -> None:
     """``model.zero_grad()`` in fewer launches: the gradients ``optimizer`` holds in its
-    flat layout in one ``fill`` (with the zero gaps between them), every other one alone."""
+    flat layout in one ``fill`` (with the zero gaps between them) when all of them are
+    the model's, every other one alone; a gradient outside the model is left as it is."""
+    params = model.parameters()
     layout = _layouts.get(optimizer) if optimizer is not None else None
     done = set()
-    if layout is not None:
+    if layout is not None and {id(p) for p in layout.params} <= {id(p) for p in params}:
         layout.grad.fill(0)  # (N,)
         done = layout.grad_holders()
-    for p in model.parameters():
+    for p in params:
         if id(p) not in done:
             p.grad.fill(0)
+
+
+def release(optimizer) -> None:
+    """Give ``optimizer``'s tensors arrays of their own again (the same values) and forget
+    its layout: a finished training run does this, so that its optimizer, still referenced
+    (by the run's result), keeps no later optimizer over the same weights from laying them
+    out (a second training phase's)."""
+    layout = _layouts.pop(optimizer, None)
+    if layout is not None:
+        layout.release(set())

@@ -351,6 +351,7 @@ class Trainer(Checkpointing, DivergenceChecks):
             print(msg, flush=True)
         if self.parallel is not None:  # rank 0's checkpoints are on disk before any rank goes on
             self.parallel.barrier()
+        fast_optimizer.release(self.optimizer)  # the fast set's flat layout, for a next phase's optimizer
         return self
 
 

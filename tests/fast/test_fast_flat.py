@@ -258,6 +258,25 @@ def test_zero_grad_also_clears_what_the_optimizer_does_not_hold(monkeypatch):
             assert not p.grad.any(), f"{name}: gradient not zeroed"
 
 
+def test_zero_grad_leaves_a_gradient_outside_the_model_as_it_is(monkeypatch):
+    """An optimizer may hold a tensor the model does not (a task's own weight): zeroing the
+    model's gradients leaves that one's as it is, with the layout as without it."""
+    monkeypatch.setenv("MINITRANSFORMER_FLAT", "1")
+    with kernels.scope("fast"), backend.dtype_scope("float64"):
+        model = _model()
+        extra = Parameter(backend.asarray(np.ones(3)))  # (3,) not one of the model's
+        opt = Adam(list(model.named_parameters()) + [("task.extra", extra)], lr=1e-2)
+        _train_step(model, opt, 0)
+        assert layout_of(opt) is not None
+        extra.grad[...] = 5.0
+        for p in model.parameters():
+            p.grad.fill(3.0)
+        fast_optimizer.zero_grad(model, opt)
+        assert np.array_equal(backend.to_numpy(extra.grad), np.full(3, 5.0)), "task.extra: gradient zeroed"
+        for name, p in model.named_parameters():
+            assert not p.grad.any(), f"{name}: gradient not zeroed"
+
+
 def test_an_optimizer_with_an_update_of_its_own_keeps_its_arrays(monkeypatch):
     """A subclass of Adam that overrides ``_update`` may rebind its arrays: it is not laid
     out, while AdamW (Adam's update, decoupled decay) is."""

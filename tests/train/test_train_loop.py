@@ -314,3 +314,27 @@ def test_deferred_checks_train_like_per_step_checks_and_still_stop_on_nan(any_ba
         fit(model, PoisonAtStep3(0), Adam(model, lr=1e-2), data, config=trainer_cfg)
     for name, p in model.named_parameters():
         assert bool(backend.xp.isfinite(p.data).all()), f"{name} became non-finite"
+
+
+def test_a_finished_run_leaves_the_weights_to_the_next_phases_optimizer(monkeypatch):
+    """Two phases over one model, the first phase's trainer still held (as a caller keeps its
+    history): in the fast set the second phase's optimizer lays the weights out flat (the first
+    lets go when its run ends), and both phases give the numbers they give without the layout."""
+    from minitransformer import kernels
+    from minitransformer.fast.optimizer import layout_of
+
+    def two_phases(flat_on: bool):
+        monkeypatch.setenv("MINITRANSFORMER_FLAT", "1" if flat_on else "0")
+        with kernels.scope("fast"):
+            model, data = lm_model(0), lm_data(24)
+            first = fit(model, LMTask(), Adam(model, lr=3e-3), data, config=cfg(epochs=1))
+            second_opt, laid_out = Adam(model, lr=1e-3), []
+            note = lambda trainer, epoch, metrics: laid_out.append(layout_of(second_opt) is not None)  # noqa: E731
+            second = fit(model, LMTask(), second_opt, data, config=cfg(epochs=2), callbacks=[note])
+            return first.step_losses + second.step_losses, weights(model), laid_out
+
+    losses, after, laid_out = two_phases(True)
+    assert laid_out == [True, True], "the second phase's optimizer took no flat layout"
+    losses_off, after_off, _ = two_phases(False)
+    assert losses == losses_off
+    assert_same_weights(after, after_off)
