@@ -125,9 +125,10 @@ def layout_of(optimizer) -> flat.FlatParameters | None:
 def _lays_out(optimizer) -> bool:
     """True when the class that defines the optimizer's ``_update`` declares ``_flat_layout``:
     an update known to write ``p.data`` and every state array in place, one the flat kernel
-    replaces. A subclass with an update of its own keeps the per-tensor arrays."""
+    replaces. A subclass with an update of its own keeps the per-tensor arrays, and so does
+    one that sets ``_flat_layout = False``."""
     owner = next(c for c in type(optimizer).__mro__ if "_update" in vars(c))
-    return vars(owner).get("_flat_layout", False)
+    return vars(owner).get("_flat_layout", False) and optimizer._flat_layout
 
 
 def step_flat(optimizer, trainable: list, lrs: list) -> bool:

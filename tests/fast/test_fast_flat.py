@@ -279,14 +279,18 @@ def test_zero_grad_leaves_a_gradient_outside_the_model_as_it_is(monkeypatch):
 
 def test_an_optimizer_with_an_update_of_its_own_keeps_its_arrays(monkeypatch):
     """A subclass of Adam that overrides ``_update`` may rebind its arrays: it is not laid
-    out, while AdamW (Adam's update, decoupled decay) is."""
+    out, nor is one that says ``_flat_layout = False``, while AdamW (Adam's update,
+    decoupled decay) is."""
     class Rebinding(Adam):
         def _update(self, name, p, state, lr):
             p.data = p.data - lr * p.grad  # (*p.shape) a new array each step
 
+    class OptedOut(Adam):
+        _flat_layout = False
+
     monkeypatch.setenv("MINITRANSFORMER_FLAT", "1")
     with kernels.scope("fast"), backend.dtype_scope("float64"):
-        for cls, laid_out in ((Rebinding, False), (AdamW, True)):
+        for cls, laid_out in ((Rebinding, False), (OptedOut, False), (AdamW, True)):
             model = _model()
             opt = cls(model, lr=1e-2)
             _train_step(model, opt, 0)
