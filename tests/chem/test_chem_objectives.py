@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("rdkit")
 
-from minitransformer.chem.goals.objectives import Component, Objective, transform  # noqa: E402
+from minitransformer.chem.goals.objectives import Component, Objective, ScoreFunctionFailed, transform  # noqa: E402
 
 ASPIRIN = "CC(=O)Oc1ccccc1C(=O)O"
 
@@ -67,9 +67,28 @@ def test_bad_components_are_refused_in_one_line(make, message):
         make()
 
 
-def test_a_user_function_out_of_range_is_refused():
-    bad = Objective([Component("user", params={"function": lambda smiles: [1.5] * len(smiles)})])
-    with pytest.raises(ValueError, match=r"finite scores in \[0, 1\]"):
-        bad(["CCO"])
-    good = Objective([Component("user", params={"function": lambda smiles: [0.25] * len(smiles)})])
-    assert good(["CCO", "xx"])[0].tolist() == [0.25, 0.0]
+@pytest.mark.parametrize("values, said", [
+    ([1.5, 0.5], "returned 1.5 for CCO"),
+    ([0.5, -0.1], "returned -0.1 for CCN"),
+    ([0.5, float("nan")], "NaN or infinity for 1 of them (first: CCN)"),
+    ([float("inf"), float("nan")], "NaN or infinity for 2 of them (first: CCO)"),
+    ([0.5], "returned shape (1,)"),
+])
+def test_a_user_function_out_of_range_is_a_runtime_failure_naming_the_value(values, said):
+    bad = Objective([Component("user", params={"function": lambda smiles: values})])
+    with pytest.raises(ScoreFunctionFailed, match=r"finite scores in \[0, 1\], one per valid molecule") as err:
+        bad(["CCO", "CCN"])
+    assert said in str(err.value)
+
+
+def test_a_user_function_sees_only_the_valid_molecules():
+    """An invalid or empty sample never reaches the function (it would fail on RDKit's None);
+    it scores 0 and keeps its place."""
+    seen = []
+    good = Objective([Component("user", params={"function": lambda smiles: seen.extend(smiles) or
+                                                [0.25] * len(smiles)})])
+    assert good(["CCO", "xx", "", "CCN"])[0].tolist() == [0.25, 0.0, 0.0, 0.25]
+    assert seen == ["CCO", "CCN"]
+    calls = []
+    none_valid = Objective([Component("user", params={"function": lambda smiles: calls.append(smiles) or []})])
+    assert none_valid(["xx", ""])[0].tolist() == [0.0, 0.0] and calls == []

@@ -144,9 +144,10 @@ def test_augmented_memory_learns_more_from_each_scoring_on_new_writings():
         seen_rows.append((rows, scores))
         return real(rows, scores)
     run._update = spy
+    valid = []
     for _ in range(3):
-        run.step()
-    assert calls == [8, 8, 8], "the objective is called once a step"
+        valid.append(sum(bool(c) for c in run.step()["canonical"]))
+    assert calls == valid and min(valid) > 0, "the objective is called once a step, on its valid molecules"
     assert run.optimizer.t == 9, "three Adam steps a scoring step"
     rows, scores = seen_rows[-1]  # an augmentation round: every row a writing of a scored molecule
     decoded = [canonical(vocab.decode(r)) for r in rows]

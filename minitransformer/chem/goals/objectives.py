@@ -236,23 +236,15 @@ class Component:
                                  + ("module:function)" if self.name == "user" else "a property checkpoint)"))
 
     def raw(self, smiles: Sequence[str], mols: Sequence) -> np.ndarray:
-        """The raw value of each molecule; NaN for an invalid one (``mols[i]`` None)."""
+        """The raw value of each molecule; NaN for an invalid one (``mols[i]`` None). A function
+        (``user``, ``tox21``) is given the SMILES of the valid molecules only, in order."""
         from rdkit import DataStructs
         if self.name in ("user", "tox21"):
-            try:
-                values = np.asarray(self._fn(list(smiles)), dtype=np.float64)
-            except Exception as exc:  # the user's code: say whose it is, not "a bug"
-                raise ScoreFunctionFailed(f"component {self.name}: the scoring function failed "
-                                          f"({type(exc).__name__}: {exc})") from exc
-            if self.name == "tox21":  # the predictor gives NaN for a molecule it cannot read: scores 0
-                values = np.nan_to_num(values, nan=0.0)
-            if values.shape != (len(smiles),) or not np.all(np.isfinite(values)) \
-                    or values.min(initial=0) < 0 or values.max(initial=0) > 1:
-                raise ValueError(f"component {self.name}: the function must return {len(smiles)} finite scores in "
-                                 f"[0, 1]; it returned shape {values.shape}, range "
-                                 f"[{np.nanmin(values) if values.size else 'n/a'}, "
-                                 f"{np.nanmax(values) if values.size else 'n/a'}]")
-            return np.where([m is not None for m in mols], values, np.nan)
+            valid = [i for i, m in enumerate(mols) if m is not None]
+            out = np.full(len(mols), np.nan)
+            if valid:
+                out[valid] = self._function_values([smiles[i] for i in valid])
+            return out
         out = np.full(len(mols), np.nan)
         descriptor = _descriptor(self.name) if self.name in _DESCRIPTORS else None
         for i, mol in enumerate(mols):
@@ -269,6 +261,29 @@ class Component:
             else:
                 out[i] = float(descriptor(mol))
         return out
+
+    def _function_values(self, smiles: list) -> np.ndarray:
+        """``(N,)`` the function's scores of ``smiles``, each finite and in [0, 1], or one line
+        saying what it returned instead (a runtime failure, like the function raising)."""
+        try:
+            values = np.asarray(self._fn(list(smiles)), dtype=np.float64)  # (N,)
+        except Exception as exc:  # the user's code: say whose it is, not "a bug"
+            raise ScoreFunctionFailed(f"component {self.name}: the scoring function failed "
+                                      f"({type(exc).__name__}: {exc})") from exc
+        if self.name == "tox21":  # the predictor gives NaN for a molecule it cannot read: scores 0
+            values = np.nan_to_num(values, nan=0.0)
+        if values.shape != (len(smiles),):
+            wrong = f"shape {values.shape}"
+        elif not np.all(np.isfinite(values)):
+            bad = int(np.sum(~np.isfinite(values)))
+            wrong = f"NaN or infinity for {bad} of them (first: {smiles[int(np.argmin(np.isfinite(values)))]})"
+        elif values.size and (values.min() < 0 or values.max() > 1):
+            i = int(np.argmax((values < 0) | (values > 1)))
+            wrong = f"{values[i]:g} for {smiles[i]}"
+        else:
+            return values
+        raise ScoreFunctionFailed(f"component {self.name}: the function must return {len(smiles)} finite scores "
+                                  f"in [0, 1], one per valid molecule; it returned {wrong}")
 
     def desirability(self, smiles: Sequence[str], mols: Sequence) -> np.ndarray:
         return transform(self.raw(smiles, mols), self.kind, self.low, self.high, self.k, self.width)
