@@ -34,8 +34,9 @@ from minitransformer.cli.progress import PROGRESS, resume_point, saved_meta
 
 RUN_FILES = ("config.json", "metrics.json", "history.json", "history.csv", "provenance.json", "best.npz",
              "last.npz", "samples.smi", "samples_valence.smi", "samples_syntax.smi", "moses_table.md",
-             "predictions.tsv", "predictions.csv", "curves.png", "molecules.png", "attention.png",
-             "attention_cross.png", "pretrain")
+             "predictions.tsv", "predictions.csv", "test_probabilities.npy", "val_probabilities.npy",
+             "test_labels.npy", "val_labels.npy", "scored.csv", "best.csv", "curves.png", "molecules.png",
+             "attention.png", "attention_cross.png", "pretrain")
 
 
 def _run_files(out: Path) -> list[str]:
@@ -61,22 +62,23 @@ def _move_aside(out: Path, names: Sequence[str]) -> Path:
 
 
 def claim_run_folder(out: str | os.PathLike, resume: str | None, force: bool,
-                     resume_places: Sequence[str] = ("last.npz",)) -> Path | None:
+                     resume_places: Sequence[str] = ("last.npz",), reads: Sequence = ()) -> Path | None:
     """Make ``out`` this run's folder, before any work starts; returns the checkpoint to resume from.
 
     * a new or empty folder (or one without any run's files): fine;
     * ``--resume``: continue the run in it (``resume`` is a checkpoint path, or :data:`AUTO`
       for the first of ``resume_places`` inside ``out``); :func:`check_resume` later
       compares its data, vocabulary and settings with this run's;
-    * ``--force``: the earlier run's files move to ``out/old-YYYYmmdd-HHMMSS/`` first;
+    * ``--force``: the earlier run's files move to ``out/old-YYYYmmdd-HHMMSS/`` first, unless
+      one of them is (or holds) a file the command ``reads`` (a prior, an encoder): refused;
     * otherwise: FileExistsRefusal, naming both ways out.
 
     In a data-parallel command rank 0 claims the folder and tells the other ranks.
     """
-    return parallel.on_rank0(lambda: _claim(Path(out), resume, force, resume_places))
+    return parallel.on_rank0(lambda: _claim(Path(out), resume, force, resume_places, reads))
 
 
-def _claim(out: Path, resume, force: bool, resume_places) -> Path | None:
+def _claim(out: Path, resume, force: bool, resume_places, reads=()) -> Path | None:
     """:func:`claim_run_folder` in one process."""
     from minitransformer.cli.folder_lock import lock_run_folder, sweep_temporary_files
     PROGRESS.out_dir, PROGRESS.resumable = out, True
@@ -105,6 +107,11 @@ def _claim(out: Path, resume, force: bool, resume_places) -> Path | None:
         raise atomic.FileExistsRefusal(
             f"{out} already holds a run ({shown}); pass --resume to continue it, --force to start afresh (its files move to "
             f"{out / 'old-YYYYmmdd-HHMMSS'}/), or give another --out")
+    moved = [(out / name).resolve() for name in present]
+    held = [str(path) for path in reads if any(Path(path).resolve().is_relative_to(m) for m in moved)]
+    if held:
+        raise ValueError(f"--force would move {held[0]} aside with the earlier run in {out}, and this command reads "
+                         "it; copy it out of the folder first, or give another --out")
     if present:
         dest = _move_aside(out, present)
         print(f"--force: moved the earlier run's files ({', '.join(present)}) to {dest}/")

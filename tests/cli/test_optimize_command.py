@@ -31,6 +31,39 @@ def test_a_run_writes_every_output_and_resumes_exactly(tiny_checkpoints, tmp_pat
     assert (tmp_path / "halves" / "scored.csv").read_text() == (tmp_path / "straight" / "scored.csv").read_text()
 
 
+def test_force_moves_every_record_of_the_earlier_run_aside(tiny_checkpoints, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _go(tiny_checkpoints["lm"], out, capsys, "--steps", "2")[0] == 0
+    before = {name: (out / name).read_bytes() for name in ("scored.csv", "best.csv", "history.json", "last.npz")}
+    code, said = _go(tiny_checkpoints["lm"], out, capsys, "--steps", "1", "--force")
+    assert code == 0, said.err
+    aside = [p for p in out.iterdir() if p.name.startswith("old-")]
+    assert len(aside) == 1
+    assert {name: (aside[0] / name).read_bytes() for name in before} == before, "the earlier run, whole"
+
+
+@pytest.mark.parametrize("name", ["scored.csv", "best.csv"])
+def test_a_folder_holding_a_record_is_not_written_over_without_force(tiny_checkpoints, tmp_path, capsys, name):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / name).write_text("my results\n")
+    code, said = _go(tiny_checkpoints["lm"], out, capsys, "--steps", "1")
+    assert code == 2 and "already holds a run" in error_line(said) and "--force" in error_line(said)
+    assert (out / name).read_text() == "my results\n" and sorted(p.name for p in out.iterdir()) == [name]
+
+
+def test_force_refuses_to_move_aside_the_prior_it_reads(tiny_checkpoints, tmp_path, capsys):
+    """A prior that is the best.npz of the folder --force would clear: refused before anything moves."""
+    import shutil
+    out = tmp_path / "lm"
+    out.mkdir()
+    shutil.copy(tiny_checkpoints["lm"], out / "best.npz")
+    code, said = _go(out / "best.npz", out, capsys, "--steps", "1", "--force")
+    line = error_line(said)
+    assert code == 2 and "--force would move" in line and "best.npz" in line and "another --out" in line
+    assert sorted(p.name for p in out.iterdir()) == ["best.npz"], "nothing moved, nothing written"
+
+
 def test_best_csv_lists_the_best_scored_molecules_even_without_replay(tiny_checkpoints, tmp_path, capsys):
     code, said = run(["optimize", tiny_checkpoints["lm"], "--score", "qed", "--batch-size", "8", "--steps", "3",
                       "--replay", "0", "--out", tmp_path / "r"], capsys)

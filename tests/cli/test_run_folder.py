@@ -115,6 +115,17 @@ def test_every_training_command_refuses_a_folder_holding_a_run_offering_resume_a
     assert (out / "best.npz").read_bytes() == b"old weights"
 
 
+def test_force_refuses_to_move_aside_a_file_the_run_reads(molecules, old_run, capsys):
+    """Training on the old run's own samples with --force: they would move away before being read."""
+    before = snapshot(old_run)
+    data = old_run / "samples.smi"
+    code = run_cli(molecules.main, BASE + ["--data", str(data), "--out", str(old_run), "--force"])
+    assert code == 2
+    line = one_line_error(capsys)
+    assert "--force would move" in line and "samples.smi" in line and "another --out" in line
+    assert snapshot(old_run) == before, "a refused run must not touch the folder"
+
+
 def test_force_moves_only_run_files(molecules, tmp_path, capsys, no_work):
     out = tmp_path / "run"
     out.mkdir()
