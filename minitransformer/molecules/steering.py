@@ -243,7 +243,7 @@ class Steering:
         B = len(scores)
         if self.config.top_fraction >= 1:
             return list(range(B))
-        n = math.ceil(self.config.top_fraction * B)
+        n = math.ceil(round(self.config.top_fraction * B, 9))  # 0.55 * 100 is 55.000000000000007: 55
         return sorted(np.argsort(-scores, kind="stable")[:n].tolist())
 
     def _update(self, all_rows: list, scores: np.ndarray) -> float:

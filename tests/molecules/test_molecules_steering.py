@@ -220,6 +220,15 @@ def test_hill_climbing_learns_from_the_best_share_of_the_batch_only(memory):
         "the memory still takes from the whole batch"
 
 
+@pytest.mark.parametrize("fraction, B, kept", [(0.55, 100, 55), (0.07, 100, 7), (0.5, 7, 4), (0.01, 64, 1),
+                                                (1 / 3, 9, 3)])
+def test_hill_climbing_keeps_the_ceiling_of_the_share_not_a_rounding_error_more(fraction, B, kept):
+    prior, vocab = _prior()
+    run = Steering(prior, vocab, Objective([Component("qed")]), SteeringConfig(batch_size=B, top_fraction=fraction))
+    scores = np.random.default_rng(0).random(B)  # (B,)
+    assert len(run._best_of_batch(scores)) == kept
+
+
 def test_an_unknown_memory_is_refused():
     with pytest.raises(ValueError, match="memory must be"):
         SteeringConfig(memory="fifo")
