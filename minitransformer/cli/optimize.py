@@ -25,6 +25,9 @@ SETTINGS = ("steps", "batch_size", "sigma", "lr", "replay", "replay_k", "scaffol
 #: Settings added after runs were first saved: a saved run (or a benchmarks/pmo.py results file) without one
 #: ran with this value.
 SETTINGS_ADDED = {"top_fraction": 1.0}
+#: The defaults of the settings only some runs use: left out of the command line (None), they take these;
+#: given where the run would ignore them, they are refused (:func:`_settings_used`).
+DEFAULTS = {"replay_k": 10, "augment_rounds": 2}
 
 
 def add_parser(commands):
@@ -47,7 +50,8 @@ def add_parser(commands):
     p.add_argument("--lr", type=cli.number(0, lo_open=True), default=1e-4, help="Adam's learning rate (default: 1e-4)")
     p.add_argument("--replay", type=cli.int_at_least(0), default=100,
                    help="memory of the best molecules replayed each step (default: 100; 0: off)")
-    p.add_argument("--replay-k", type=cli.int_at_least(0), default=10, help="molecules replayed a step (default: 10)")
+    p.add_argument("--replay-k", type=cli.int_at_least(0), default=None,
+                   help=f"molecules replayed a step, at most --replay (default: {DEFAULTS['replay_k']})")
     p.add_argument("--scaffold-limit", type=cli.int_at_least(0), default=25,
                    help="rewards per Bemis-Murcko scaffold before it scores 0 (default: 25; 0: no diversity filter)")
     p.add_argument("--score-repeats", action="store_true",
@@ -56,8 +60,8 @@ def add_parser(commands):
                    help="replay: REINVENT's experience replay (default); augmented: augmented memory, more steps on "
                         "random writings of the step's molecules and of the whole memory, and the memory purged of "
                         "closed scaffolds (Guo and Schwaller, 2024)")
-    p.add_argument("--augment-rounds", type=cli.int_at_least(0, 16, "each is a step of the agent"), default=2,
-                   help="with --memory augmented: extra steps per scoring (default: 2)")
+    p.add_argument("--augment-rounds", type=cli.int_at_least(0, 16, "each is a step of the agent"), default=None,
+                   help=f"with --memory augmented: extra steps per scoring (default: {DEFAULTS['augment_rounds']})")
     p.add_argument("--top-fraction", type=cli.number(0, 1, lo_open=True), default=1.0,
                    help="share of each batch, best-scored first, that the loss learns from (augmented hill-climb, "
                         "Thomas et al. 2022: 0.5; default: 1, all of it)")
@@ -169,9 +173,12 @@ def _resume(path, out: Path, steer, run_info, header) -> tuple[list, list]:
                          "last.npz, or pass --force to start afresh")
     different = [k for k in run_info if k != "steps" and saved.get(k, SETTINGS_ADDED.get(k)) != run_info[k]]
     if different:
-        raise ValueError(f"--resume: this run's {', '.join(different)} differ from the saved run's; give the same "
-                         "prior, score and settings (a score's files included: a property checkpoint, a user "
-                         "function's module), or pass --force to start afresh")
+        said = {"prior_sha256": "prior", "score": "score"}  # fingerprints: named, not shown
+        shown = [said.get(k) or f"--{k.replace('_', '-')} {saved.get(k, SETTINGS_ADDED.get(k))} (now {run_info[k]})"
+                 for k in different]
+        raise ValueError(f"--resume: the saved run had another {', '.join(shown)}; give the same prior, score and "
+                         "settings (a score's files included: a property checkpoint, a user function's module), or "
+                         "pass --force to start afresh")
     try:
         steer.load_state_dict({"agent": steer.agent.state_dict(), "optimizer": steer.optimizer.state_dict(),
                                **state})  # checks every field of the steering state first
@@ -198,6 +205,20 @@ def prior_writes_kekule(path, vocab) -> bool:
     return not any(t in vocab for t in ("c", "n", "o", "s"))
 
 
+def _settings_used(args) -> None:
+    """Refuse in one line a setting this run would ignore, then give the ones left out their defaults."""
+    if args.augment_rounds is not None and args.memory != "augmented":
+        raise ValueError("--augment-rounds needs --memory augmented (replay takes no extra steps); add "
+                         "--memory augmented or leave --augment-rounds out")
+    if args.replay_k is not None and args.replay_k > args.replay:
+        raise ValueError(f"--replay-k {args.replay_k} is more than the memory holds (--replay {args.replay}"
+                         f"{': replay is off' if args.replay == 0 else ''}); give --replay-k {args.replay} or less, "
+                         "or a larger --replay")
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
 def run(args) -> int:
     from minitransformer import cli
     from minitransformer.chem.judge.draw import DrawingUnavailable, molecule_grid_png
@@ -207,6 +228,7 @@ def run(args) -> int:
     from minitransformer.molecules.objective_spec import check_spec, objective_from_spec, score_fingerprint
     from minitransformer.molecules.steering import Steering, SteeringConfig
     from minitransformer.train import TrainingDiverged
+    _settings_used(args)
     spec = check_spec(args.score)  # every mistake in the score refused before any work
     objective = objective_from_spec(spec)
     prior, vocab = load_generator(args.prior)

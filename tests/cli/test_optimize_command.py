@@ -87,7 +87,7 @@ def test_augmented_memory_runs_and_resumes_exactly_from_the_command_line(tiny_ch
     assert _go(lm, tmp_path / "halves", capsys, "--steps", "3", "--resume", *extra)[0] == 0
     assert (tmp_path / "halves" / "scored.csv").read_text() == (tmp_path / "straight" / "scored.csv").read_text()
     code, said = _go(lm, tmp_path / "halves", capsys, "--steps", "4", "--resume")  # another memory: refused
-    assert code == 2 and "memory" in said.err
+    assert code == 2 and "another --memory augmented (now replay), --augment-rounds 1 (now 2)" in error_line(said)
     config = (tmp_path / "halves" / "config.json").read_text()
     code, said = _go(lm, tmp_path / "halves", capsys, "--steps", "2", "--resume", *extra)  # fewer steps than taken
     assert code == 2 and "taken 3 steps already" in error_line(said) and "--steps above 3" in error_line(said)
@@ -99,7 +99,7 @@ def test_a_resume_with_another_score_is_refused(tiny_checkpoints, tmp_path, caps
     assert _go(lm, tmp_path / "r", capsys, "--steps", "1")[0] == 0
     code, said = run(["optimize", lm, "--score", "qed,sa", "--batch-size", "8", "--out", tmp_path / "r",
                       "--steps", "2", "--resume"], capsys)
-    assert code == 2 and "score differ" in error_line(said)
+    assert code == 2 and "the saved run had another score;" in error_line(said)
     code, said = _go(lm, tmp_path / "r", capsys, "--steps", "2")
     assert code != 0 and "--resume" in error_line(said) and "--force" in error_line(said)
 
@@ -115,6 +115,24 @@ def test_bad_scores_are_refused_before_any_work(tiny_checkpoints, tmp_path, caps
     code, said = run(["optimize", tiny_checkpoints["lm"], *argv, "--out", tmp_path / "o"], capsys)
     assert code == 2 and message in error_line(said)
     assert not (tmp_path / "o").exists(), "nothing was written"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--augment-rounds", "3"], "--augment-rounds needs --memory augmented"),
+    (["--replay", "0", "--replay-k", "5"], "--replay-k 5 is more than the memory holds (--replay 0: replay is off)"),
+    (["--replay", "3", "--replay-k", "10"], "--replay-k 10 is more than the memory holds (--replay 3)"),
+])
+def test_a_setting_the_run_would_ignore_is_refused_before_any_work(tiny_checkpoints, tmp_path, capsys, argv,
+                                                                   message):
+    code, said = _go(tiny_checkpoints["lm"], tmp_path / "o", capsys, "--steps", "1", *argv)
+    assert code == 2 and message in error_line(said)
+    assert not (tmp_path / "o").exists(), "nothing was written"
+
+
+def test_settings_left_out_take_their_defaults(tiny_checkpoints, tmp_path, capsys):
+    assert _go(tiny_checkpoints["lm"], tmp_path / "o", capsys, "--steps", "1", "--replay", "5")[0] == 0
+    settings = json.loads((tmp_path / "o" / "config.json").read_text())
+    assert settings["replay_k"] == 10 and settings["augment_rounds"] == 2 and settings["replay"] == 5
 
 
 def test_a_prior_of_the_wrong_kind_is_refused(tiny_checkpoints, tmp_path, capsys):
@@ -286,7 +304,7 @@ def test_resume_follows_the_score_files_contents_not_their_path(tiny_checkpoints
     next(iter(model.parameters())).data[...] += 0.5  # another model behind the same file name
     save_checkpoint(tmp_path / "p.npz", model, vocab=ckpt.vocab, extra={"run": ckpt.meta["run"]})
     code, said = run([*argv, "--score", str(tmp_path / "q.toml"), "--steps", "3", "--resume"], capsys)
-    assert code == 2 and "score differ" in error_line(said)
+    assert code == 2 and "the saved run had another score;" in error_line(said)
 
 
 def test_hill_climbing_resumes_exactly_and_a_run_saved_before_the_setting_resumes_as_all_of_the_batch(
@@ -297,7 +315,7 @@ def test_hill_climbing_resumes_exactly_and_a_run_saved_before_the_setting_resume
     assert _go(lm, tmp_path / "halves", capsys, "--steps", "3", "--resume", "--top-fraction", "0.5")[0] == 0
     assert (tmp_path / "halves" / "scored.csv").read_text() == (tmp_path / "straight" / "scored.csv").read_text()
     code, said = _go(lm, tmp_path / "halves", capsys, "--steps", "4", "--resume")
-    assert code == 2 and "top_fraction" in error_line(said), "another share of the batch: refused"
+    assert code == 2 and "another --top-fraction 0.5 (now 1.0)" in error_line(said), "another share of the batch: refused"
     assert _go(lm, tmp_path / "old", capsys, "--steps", "2")[0] == 0
     _edit_meta(tmp_path / "old" / "last.npz", lambda meta: meta["run"].pop("top_fraction"))  # as saved before it
     code, said = _go(lm, tmp_path / "old", capsys, "--steps", "3", "--resume")
