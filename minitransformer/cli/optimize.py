@@ -105,16 +105,21 @@ def _draw_curves(history, target: Path) -> None:
     plt.close(fig)
 
 
+def _write_records(out: Path, steer, rows, header, history) -> None:
+    """``scored.csv``, ``history.json`` and ``best.csv`` as they stand at the steering's step."""
+    from minitransformer import cli
+    cli.write_text(out / "scored.csv", _csv(header, rows))
+    cli.write_json(out / "history.json", history)
+    cli.write_text(out / "best.csv", _csv(["score", "canonical"], [(f"{s:.4f}", c) for s, c in steer.top]))
+
+
 def _save(out: Path, steer, vocab, rows, header, history, run_info) -> None:
     """One step's records, then its checkpoint: ``last.npz`` is written last, so a run stopped
     anywhere in between (Ctrl-C, a kill, a full disk) has records that reach at least as far as
     its checkpoint, and :func:`_resume` cuts them back to it."""
-    from minitransformer import cli
     from minitransformer.checkpoint import NonFiniteCheckpoint, save_checkpoint
     from minitransformer.train import TrainingDiverged
-    cli.write_text(out / "scored.csv", _csv(header, rows))
-    cli.write_json(out / "history.json", history)
-    cli.write_text(out / "best.csv", _csv(["score", "canonical"], [(f"{s:.4f}", c) for s, c in steer.top]))
+    _write_records(out, steer, rows, header, history)
     state = steer.state_dict()
     kept = ("rng", "memory", "top", "scaffold_counts", "seen", "t")  # all but the agent and its optimizer
     extra = {"run": run_info, "steering": {k: state[k] for k in kept},
@@ -143,6 +148,9 @@ def _records(out: Path, t: int, batch_size: int, header: list) -> tuple[list, li
         refuse(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing")
     try:
         history = parse_json(read_text(out / "history.json"))
+    except ValueError as err:
+        refuse(f"history.json is not valid JSON ({err})")
+    try:
         rows = [row for _, row in table_rows(read_text(out / "scored.csv"), out / "scored.csv")]
     except ValueError as err:
         refuse(str(err))
@@ -227,6 +235,7 @@ def run(args) -> int:
     from minitransformer.molecules.sampling import load_generator
     from minitransformer.molecules.objective_spec import check_spec, objective_from_spec, score_fingerprint
     from minitransformer.molecules.steering import Steering, SteeringConfig
+    from minitransformer.chem.goals.objectives import ScoreFunctionFailed
     from minitransformer.train import TrainingDiverged
     _settings_used(args)
     spec = check_spec(args.score)  # every mistake in the score refused before any work
@@ -250,6 +259,8 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cli.write_provenance(out, args.argv, args.seed, None)
     cli.write_json(out / "config.json", run_info)
+    if resume is not None:  # records of a step past the checkpoint are cut back now, whether or not a step follows
+        _write_records(out, steer, rows, header, history)
     saved = steer.t
     PROGRESS.saved_note = _saved_note(out, saved)  # what Ctrl-C says was kept
     for _ in range(steer.t, args.steps):
@@ -260,9 +271,11 @@ def run(args) -> int:
             history.append({k: r[k] for k in ("step", "loss", "mean_score", "mean_raw_score", "validity", "top10",
                                               "rewarded_scaffolds")})
             _save(out, steer, vocab, rows, header, history, run_info)
+        except ScoreFunctionFailed as err:  # the user's function: once it works, the run goes on
+            raise ScoreFunctionFailed(f"{err}; {_saved_note(out, saved)}") from err
         except TrainingDiverged as err:  # (a resume would diverge again: it keeps the settings)
             kept = f"steps 1-{saved} stay saved in {out}" if saved else "no step was saved"
-            raise TrainingDiverged(f"{err}; {kept}. Start again with a lower --sigma or --lr (and --force)") from err
+            raise TrainingDiverged(f"{err}; {kept}; start again with --force") from err
         except (OSError, cli.WriteError) as err:  # a full disk: records past last.npz are cut back on --resume
             reason = err if isinstance(err, cli.WriteError) else f"could not write {out / 'last.npz'}: {err}"
             raise cli.WriteError(f"{reason}; {_saved_note(out, saved)} once there is room") from err

@@ -85,6 +85,9 @@ def read_spec(text_or_path: str) -> dict:
     path = Path(str(text_or_path))
     if path.suffix.lower() in SCORE_SUFFIXES:
         return _read_file(path)
+    if "," not in str(text_or_path) and ("/" in str(text_or_path) or path.suffix[1:].isalpha()):  # a path
+        raise ValueError(f"score {text_or_path}: a score file is a {' or '.join(SCORE_SUFFIXES)} file; name the "
+                         "components inline (qed,sa) or give such a file")
     names = [n.strip() for n in str(text_or_path).split(",") if n.strip()]
     components = []
     for n in names:

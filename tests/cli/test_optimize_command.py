@@ -108,6 +108,8 @@ def test_a_resume_with_another_score_is_refused(tiny_checkpoints, tmp_path, caps
     (["--score", "qed,toxicity"], "unknown score component 'toxicity'"),
     (["--score", "forbid"], "component forbid: give the pattern (pattern = a SMARTS)"),
     (["--score", "missing.toml"], "score file not found"),
+    (["--score", "score.yaml"], "score score.yaml: a score file is a .json or .toml file"),
+    (["--score", "runs/scores"], "score runs/scores: a score file is a .json or .toml file"),
     (["--score", "user"], 'component user: give the function (function = "module:function")'),
     (["--score", "pmo:drd2"], "unknown PMO task 'drd2'"),
 ])
@@ -160,6 +162,7 @@ def test_a_user_function_failing_mid_run_stops_in_one_line_and_resumes(tiny_chec
     code, said = run(argv, capsys)
     line = error_line(said)
     assert code == 1 and "the scoring function failed (RuntimeError: the assay server is down)" in line
+    assert "steps 1-2 are saved" in line and "continue with --resume" in line
     assert "this is a bug" not in line
     rows = list(csv.DictReader(open(tmp_path / "run" / "scored.csv")))
     assert {r["step"] for r in rows} == {"1", "2"}, "the two finished steps are kept"
@@ -225,6 +228,7 @@ def test_ctrl_c_says_which_steps_were_saved_and_how_to_resume(tiny_checkpoints, 
     (lambda out: (out / "scored.csv").write_text(
         "\n".join((out / "scored.csv").read_text().splitlines()[:-8]) + "\n"), "scored.csv holds 8 molecules"),
     (lambda out: (out / "scored.csv").write_text('step,smiles,canonical,score,qed\n"1,C\n'), "a quote"),
+    (lambda out: (out / "history.json").write_text('[{"step": 1},\n'), "history.json is not valid JSON"),
 ])
 def test_records_that_fall_short_of_the_checkpoint_are_refused_on_resume(tiny_checkpoints, tmp_path, capsys,
                                                                          damage, message):
@@ -234,6 +238,23 @@ def test_records_that_fall_short_of_the_checkpoint_are_refused_on_resume(tiny_ch
     code, said = _go(lm, tmp_path / "run", capsys, "--steps", "4", "--resume")
     line = error_line(said)
     assert code == 2 and message in line and "--force" in line and "this is a bug" not in line
+
+
+def test_a_resume_with_nothing_left_to_do_still_cuts_the_records_back_to_the_checkpoint(tiny_checkpoints, tmp_path,
+                                                                                     capsys):
+    """Records that run past last.npz (a step stopped before its checkpoint) and --steps already reached:
+    the records are cut back to the checkpoint's step all the same, as the run that stopped there."""
+    import shutil
+    lm = tiny_checkpoints["lm"]
+    assert _go(lm, tmp_path / "two", capsys, "--steps", "2")[0] == 0
+    assert _go(lm, tmp_path / "run", capsys, "--steps", "2")[0] == 0
+    shutil.copy(tmp_path / "run" / "last.npz", tmp_path / "step2.npz")
+    assert _go(lm, tmp_path / "run", capsys, "--steps", "3", "--resume")[0] == 0
+    shutil.copy(tmp_path / "step2.npz", tmp_path / "run" / "last.npz")  # step 3's records, step 2's checkpoint
+    code, said = _go(lm, tmp_path / "run", capsys, "--steps", "2", "--resume")
+    assert code == 0, said.err
+    for name in ("scored.csv", "history.json", "best.csv"):
+        assert (tmp_path / "run" / name).read_text() == (tmp_path / "two" / name).read_text(), name
 
 
 def _forge(path, **steering):
