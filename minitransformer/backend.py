@@ -136,6 +136,9 @@ def dtype_scope(dtype):
         _state["dtype"] = old
 
 
+_WIDE_SEED_TAG = 0x5EED5EED  # ends the entropy of a seed, counter or stream of 2**32 or more (RNG._entropy)
+
+
 class RNG:
     """A seeded random stream whose whole state is ``(seed, counter)``.
 
@@ -154,7 +157,14 @@ class RNG:
         self.stream = int(stream)
 
     def _entropy(self) -> list:
-        return [self.seed, self.counter] if self.stream == 0 else [self.seed, self.counter, self.stream]
+        """The words that seed one draw: ``[seed, counter]`` (and ``stream``) when each is below
+        2**32, as almost always; else each as two fixed 32-bit words, then a tag. NumPy reads a
+        larger int as several words and pads with zeros, so ``[2**32 + 7, 0]`` would seed what
+        ``[7, 1]`` seeds: another seed's draw."""
+        fields = (self.seed, self.counter, self.stream)
+        if all(0 <= f < 2**32 for f in fields):
+            return [self.seed, self.counter] if self.stream == 0 else [self.seed, self.counter, self.stream]
+        return [w for f in fields for w in (f & 0xFFFFFFFF, (f >> 32) & 0xFFFFFFFF)] + [_WIDE_SEED_TAG]
 
     def generator(self):
         """A backend generator for the next draw."""

@@ -49,3 +49,31 @@ def test_one_seed_builds_the_same_weights_on_the_stand_in_as_on_numpy(family):
         gap = np.abs(strict[name] - numpy[name])
         assert np.array_equal(strict[name], numpy[name]), \
             f"{family} {name}: largest difference {gap.max()} at {np.unravel_index(np.argmax(gap), gap.shape)}"
+
+
+def _draws(rng, n=50) -> set:
+    return {float(rng.host().random()) for _ in range(n)}
+
+
+@pytest.mark.parametrize("a, b", [
+    (lambda: backend.RNG(1), lambda: backend.RNG(2)),
+    (lambda: backend.RNG(7), lambda: backend.RNG(2**32 + 7)),  # NumPy reads 2**32 + 7 as the words [7, 1]
+    (lambda: backend.RNG(5, stream=9), lambda: backend.RNG(5 + 2 * 2**32)),
+    (lambda: backend.RNG(3, stream=1), lambda: backend.RNG(3 + 2**32, stream=1)),
+    (lambda: backend.RNG(0), lambda: backend.as_rng(np.random.default_rng(0))),  # a Generator's 63-bit seed
+], ids=["1-2", "7-(2**32+7)", "5,stream 9-(5+2*2**32)", "stream 1: 3-(3+2**32)", "0-a Generator's"])
+def test_streams_of_different_seeds_share_no_draw(a, b):
+    """Each draw is seeded by (seed, counter, stream): no two states of different seeds seed one draw."""
+    shared = _draws(a()) & _draws(b())
+    assert not shared, f"{len(shared)} of 50 draws shared by {a()} and {b()}"
+
+
+def test_a_seed_of_2_32_or_more_draws_the_same_again_and_resumes_exactly():
+    straight = backend.RNG(2**40 + 3)
+    draws = [float(straight.host().random()) for _ in range(11)]
+    again = backend.RNG(2**40 + 3)
+    assert [float(again.host().random()) for _ in range(11)] == draws
+    resumed = backend.RNG(0)
+    resumed.load_state_dict({"seed": 2**40 + 3, "counter": 10})
+    assert float(resumed.host().random()) == draws[10]
+    assert len(set(draws)) == 11
