@@ -99,6 +99,20 @@ def test_step_logits_match_forward_seq2seq(norm):
                                    ids, full, first=1)
 
 
+def test_step_logits_match_forward_with_an_all_pad_source():
+    """A source of PADs only: every cross-attention row of that sequence is fully masked. Its
+    steps, cached and not, are finite and equal the full forward, as the other sequence's are."""
+    model = make_s2s().eval()
+    src = backend.asarray(np.array([[3, 4, 5, 0], [PAD, PAD, PAD, PAD]]))  # (2, 4)
+    ids = random_ids(2, 12, seed=2)
+    with np.errstate(all="raise"):
+        full = backend.to_numpy(model.forward(src, ids))  # (2, 12, V)
+        assert np.isfinite(full).all()
+        _assert_steps_give_the_forward(init_decode_state(model, src), init_decode_state(model, src, use_cache=False),
+                                       ids, full, first=1)
+    np.testing.assert_array_equal(greedy(model, src=src), greedy(model, src=src, use_cache=False))
+
+
 def _assert_steps_give_the_forward(cached, uncached, ids, full, first: int):
     """Each decoding step's logits, with and without the KV cache, equal the full forward's at
     the prefix's last position. ids: (B, T); full: (B, T, V)."""
@@ -383,15 +397,21 @@ def test_no_source_decodes_to_nothing():
     assert greedy(model, src=src).shape[0] == 0 and sample(model, src=src).shape[0] == 0
 
 
-def test_pad_and_bos_are_never_generated():
+@pytest.mark.parametrize("family", ["lm", "seq2seq"])
+def test_pad_and_bos_are_never_generated(family):
     """A model that would rather emit PAD or BOS than anything else still never puts
     either inside a sequence: greedy, sampling (plain, top-k, top-p) and beam search."""
-    lm = make_lm(max_len=8)
-    bias = lm.head.linear.bias.data
+    model = make_lm(max_len=8) if family == "lm" else make_s2s(max_len=8)
+    bias = model.head.linear.bias.data
     bias[PAD] = bias[PAD] + 30.0
     bias[BOS] = bias[BOS] + 30.0
-    outputs = [greedy(lm, 6), sample(lm, 64, rng=0), sample(lm, 64, rng=1, top_k=3),
-               sample(lm, 64, rng=2, top_p=0.9), beam_search(lm, batch_size=2, beam_size=4)[0][:, 0]]
+    if family == "lm":
+        outputs = [greedy(model, 6), sample(model, 64, rng=0), sample(model, 64, rng=1, top_k=3),
+                   sample(model, 64, rng=2, top_p=0.9), beam_search(model, batch_size=2, beam_size=4)[0][:, 0]]
+    else:
+        src = device_src()
+        outputs = [greedy(model, src=src), sample(model, src=src, rng=0), sample(model, src=src, rng=1, top_k=3),
+                   sample(model, src=src, rng=2, top_p=0.9), beam_search(model, src=src, beam_size=4)[0][:, 0]]
     for ids in outputs:
         for row in ids:
             row = list(row)

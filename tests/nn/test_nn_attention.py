@@ -342,6 +342,22 @@ def test_kv_cached_decoding_matches_full_causal_attention(any_backend, float64):
         np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-10, atol=1e-12)
 
 
+def test_kv_cached_decoding_with_a_fully_masked_row_matches_the_full_forward(any_backend, float64):
+    """Sequence 1's query 2 sees no key: step by step through the cache, its row is the projection's
+    bias (zeros from attention) as in the full forward, never NaN."""
+    m = _mha()
+    x = _randn(2, 6, 4, seed=3)
+    mask = np.broadcast_to(np.tril(np.ones((6, 6), bool)), (2, 1, 6, 6)).copy()  # (2, 1, 6, 6)
+    mask[1, :, 2, :] = False
+    full = _host(m(x, mask=_dev(mask)))  # (2, 6, 4)
+    cache = KVCache()
+    steps = [_host(m(x[:, t:t + 1], mask=_dev(mask[:, :, t:t + 1, :t + 1]), kv_cache=cache)) for t in range(6)]
+    stepped = np.concatenate(steps, axis=1)  # (2, 6, 4)
+    assert np.isfinite(stepped).all()
+    np.testing.assert_allclose(stepped, full, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(stepped[1, 2], _host(m.proj.bias.data), rtol=0, atol=1e-12)
+
+
 def test_cached_cross_attention_reuses_static_keys(any_backend, float64):
     m = _mha()
     ctx = _randn(2, 5, 4, seed=1)

@@ -48,6 +48,7 @@ def _closed_form_rows(x, t, eps, ignore_index=None):
     {"ignore_index": 0},
     {"ignore_index": -100, "label_smoothing": 0.2, "reduction": "sum"},
     {"ignore_index": 2, "label_smoothing": 0.3, "reduction": "none"},
+    {"ignore_index": 0, "label_smoothing": 0.1, "reduction": "mean"},  # the trainer's: pads, smoothing, mean
 ], ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()) or "plain")
 def test_gradcheck(any_backend, float64, randn, kwargs):
     targets = np.array([[2, 0, 4], [1, 2, -100 if kwargs.get("ignore_index") == -100 else 3]])
@@ -122,6 +123,12 @@ def test_smoothed_loss_equals_closed_form(any_backend, V, N, eps, seed, scale):
     np.testing.assert_allclose(backend.to_numpy(rows), expected, rtol=1e-10, atol=1e-12)
     mean, _ = cross_entropy_forward(_dev(x), _dev(t), label_smoothing=eps)
     np.testing.assert_allclose(float(mean), expected.mean(), rtol=1e-10, atol=1e-12)
+    pad = int(t[0])  # the first row's target as the pad: the mean is over the other rows only
+    keep = t != pad
+    mean, _ = cross_entropy_forward(_dev(x), _dev(t), label_smoothing=eps, ignore_index=pad)
+    expected = _closed_form_rows(x, t, eps, ignore_index=pad)
+    np.testing.assert_allclose(float(mean), expected[keep].sum() / keep.sum() if keep.any() else 0.0,
+                               rtol=1e-10, atol=1e-12)
 
 
 # -- extremes and dtypes -------------------------------------------------------------
