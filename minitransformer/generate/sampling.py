@@ -52,10 +52,16 @@ def filter_logits(logits, temperature: float = 1.0, top_k: int | None = None,
     Returns:
         (N, V) float64 filtered logits :math:`(z - \max_j z_j)/\tau` with :math:`-\infty`
         at the removed tokens: the row's largest logit is taken off first (softmax does not
-        see it), so that a tiny :math:`\tau` cannot overflow to infinity.
+        see it), so that a tiny :math:`\tau` cannot overflow to infinity. A NaN logit is a
+        removed token (it has no place in the order); a row with :math:`+\infty` logits
+        keeps those tokens alone, equally likely (softmax's limit), where
+        :math:`\infty - \infty` would make the row NaN and the draw PAD.
     """
     _check_sampling_args(temperature, top_k, top_p)
     z = logits.astype(xp.float64)  # (N, V)
+    z = xp.where(xp.isnan(z), -xp.inf, z)  # (N, V)
+    top = xp.isposinf(z)  # (N, V)
+    z = xp.where(top.any(axis=1, keepdims=True), xp.where(top, 0.0, -xp.inf), z)  # (N, V)
     with np.errstate(over="ignore"):  # a tiny tau sends the others to -inf, as it should
         z = (z - z.max(axis=1, keepdims=True)) / float(temperature)  # (N, V), the largest entry 0
     N, V = z.shape

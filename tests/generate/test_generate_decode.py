@@ -229,6 +229,22 @@ def test_a_tiny_temperature_is_greedy_and_never_emits_pad():
     np.testing.assert_array_equal(sample(lm, batch_size=3, temperature=1e-300, rng=1), greedy(lm, batch_size=3))
 
 
+def test_nan_and_infinite_logits_never_make_the_draw_pad():
+    """A NaN logit is never drawn; +inf logits share the row among themselves (softmax's limit),
+    where z - max z gave NaN and the draw PAD (token 0)."""
+    from minitransformer.generate.sampling import _inverse_cdf_draw
+    z = xp.asarray([[0.0, np.nan, 1.0, 2.0],
+                    [0.0, np.inf, 1.0, 2.0],
+                    [np.nan, 1.0, np.inf, np.inf]])  # (3, 4)
+    f = backend.to_numpy(filter_logits(z, temperature=0.7, top_p=0.9))
+    assert not np.isnan(f).any()
+    for u in (0.0, 0.3, 0.6, 0.999):
+        tok = backend.to_numpy(_inverse_cdf_draw(xp.asarray(f), xp.asarray([u, u, u])))
+        assert tok[0] in (2, 3) and tok[1] == 1 and tok[2] in (2, 3), (u, tok)
+    tok = backend.to_numpy(_inverse_cdf_draw(xp.asarray(f), xp.asarray([0.25, 0.25, 0.25])))
+    assert tok[2] == 2 and backend.to_numpy(_inverse_cdf_draw(xp.asarray(f), xp.asarray([0.75] * 3)))[2] == 3
+
+
 def test_sampling_frequencies():
     """The inverse-CDF draw follows softmax(z / tau) after the filters."""
     from minitransformer.generate.sampling import _inverse_cdf_draw
