@@ -9,7 +9,7 @@ from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.nn.softmax import log_softmax
 from minitransformer.generate.decode import (
-    _eval_mode, _setup, ban_specials, decode_step_logits, init_decode_state,
+    _eval_mode, _setup, ban_specials, check_finite_rows, decode_step_logits, init_decode_state,
 )
 
 
@@ -109,6 +109,7 @@ def beam_search(model, src=None, batch_size=None, prompt=None, beam_size: int = 
         state.reorder(xp.repeat(items, K))  # B rows -> N rows (Seq2Seq: reuse the one encoding)
         while t < L:
             logits = decode_step_logits(state, ids[:, :t])  # (N, V)
+            check_finite_rows(logits, t)
             V = logits.shape[1]
             logp = ban_specials(log_softmax(logits.astype(xp.float64)), cfg)  # (N, V)
             cand = (live.reshape(N, 1) + logp).reshape(B, K * V)  # (B, K*V)

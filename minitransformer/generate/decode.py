@@ -98,6 +98,15 @@ def decode_step_logits(state: DecodeState, ids):
     return state.model.forward(ids)[:, -1]  # (N, V), from (N, t, V)
 
 
+def check_finite_rows(logits, t: int) -> None:
+    """ValueError when a row of next-token ``logits`` (N, V) holds no finite value: a model whose
+    weights overflow (a damaged checkpoint, a diverged run) would otherwise have PAD drawn and
+    written mid-sequence. One device->host sync, beside the decoding loop's own."""
+    if not bool(xp.isfinite(logits).any(axis=1).all()):
+        raise ValueError(f"the model's next-token scores at position {t} are NaN or infinite for every token: its "
+                         "weights overflow; the checkpoint is damaged or its training diverged")
+
+
 # ---------------------------------------------------------------------------
 # Shared set-up
 # ---------------------------------------------------------------------------
@@ -221,6 +230,7 @@ def _autoregress(model, src, prefix, max_len, use_cache, choose, constraint=None
             start_constraint(constraint, prefix, max_len)
         while t < max_len:
             logits = decode_step_logits(state, ids[:, :t])  # (B, V)
+            check_finite_rows(logits, t)
             scores = ban_specials(logits, cfg)  # (B, V)
             if constraint is not None:
                 scores = apply_constraint(scores, constraint, cfg)  # (B, V)

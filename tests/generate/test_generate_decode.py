@@ -245,6 +245,32 @@ def test_nan_and_infinite_logits_never_make_the_draw_pad():
     assert tok[2] == 2 and backend.to_numpy(_inverse_cdf_draw(xp.asarray(f), xp.asarray([0.75] * 3)))[2] == 3
 
 
+@pytest.mark.parametrize("decode", ["greedy", "sample", "beam"])
+def test_a_model_whose_scores_are_not_finite_is_refused_not_decoded_to_pad(decode):
+    """A NaN in the output bias makes every logit NaN: one line naming the cause, never a row of
+    PADs (an "empty" sample that would hide the damage)."""
+    lm = make_lm()
+    lm.head.linear.bias.data[...] = np.nan
+    run = {"greedy": lambda: greedy(lm, 3), "sample": lambda: sample(lm, 3, rng=0),
+           "beam": lambda: beam_search(lm, batch_size=1, beam_size=2)}[decode]
+    with np.errstate(all="ignore"), pytest.raises(ValueError, match="NaN or infinite for every token"):
+        run()
+
+
+def test_weights_that_overflow_are_refused_or_sampled_without_pad():
+    """Weights scaled by 1e200 are finite, many logits are not: each row is either refused (no
+    finite logit) or drawn among its +inf or finite tokens, never PAD mid-sequence."""
+    for seed in range(3):
+        lm = make_lm()
+        for p in lm.parameters():
+            p.data = p.data * 1e200
+        with np.errstate(all="ignore"):
+            try:
+                assert_layout(sample(lm, 16, rng=seed))
+            except ValueError as err:
+                assert "NaN or infinite for every token" in str(err)
+
+
 def test_sampling_frequencies():
     """The inverse-CDF draw follows softmax(z / tau) after the filters."""
     from minitransformer.generate.sampling import _inverse_cdf_draw
