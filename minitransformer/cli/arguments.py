@@ -195,7 +195,20 @@ def output_file(text: str) -> str:
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
             raise argparse.ArgumentTypeError(f"{text}: {parent} is a file, not a folder")
+    _check_writable(text, next(p for p in (*path.absolute().parents,) if p.exists()))
     return text
+
+
+def _check_writable(text: str, folder: Path) -> None:
+    """Refuse now, not after the work, an output no file can be written beside: ``folder`` is the
+    nearest existing one on its path, where a file (or the folders still missing) must be made."""
+    import tempfile
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"{text}: cannot write in {folder} ({err.strerror or err}); "
+                                         "give an output in a folder you can write to") from None
 
 
 def run_folder(text: str) -> str:

@@ -5,6 +5,7 @@ be overwritten); 1: a runtime error (offline, full disk) or an unexpected except
 argument is checked before any work starts (the ``no_work`` fixture fails the first step
 of real work).
 """
+import pathlib
 import urllib.error
 
 import pytest
@@ -168,6 +169,31 @@ def test_sample_refuses_to_overwrite_without_force_before_sampling(demos, tiny_c
     assert target.read_text() == "my precious molecules\n" and not calls, "refused before sampling"
     assert run_cli(demo.main, argv + ["--force"]) == 0
     assert len(target.read_text().splitlines()) == 3
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_sampling(demos, tiny_checkpoints, tmp_path, capsys,
+                                                                      monkeypatch):
+    """A folder where no file can be made (no permission; root may write anywhere, so the refusal
+    is simulated where the probe makes its file): one line before the work, not after it."""
+    import errno
+    import tempfile
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = tempfile.TemporaryFile
+
+    def refused(*args, dir=None, **kwargs):
+        if dir is not None and pathlib.Path(dir) == locked:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(*args, dir=dir, **kwargs)
+    monkeypatch.setattr(tempfile, "TemporaryFile", refused)
+    calls = []
+    monkeypatch.setattr(cli_sample, "sample_smiles", lambda *a, **k: calls.append(1))
+    for out in (locked / "x.smi", locked / "new" / "deeper" / "x.smi"):
+        assert run_cli(demos["molecules"].main, ["sample", str(tiny_checkpoints["lm"]), "-n", "3",
+                                                 "--out", str(out)]) == 2
+        line = one_line_error(capsys)
+        assert f"cannot write in {locked} (Permission denied)" in line and not calls, line
+    assert sorted(locked.iterdir()) == [], "no folder made"
 
 
 def test_translate_out_refuses_to_overwrite_without_force(demos, tiny_checkpoints, tmp_path, capsys):
