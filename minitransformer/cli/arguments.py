@@ -222,9 +222,16 @@ def run_folder(text: str) -> str:
     return text
 
 
-def refuse_overwrite(path: str | os.PathLike | None, force: bool, option: str = "--out") -> None:
-    """Refuse (FileExistsRefusal, exit status 2) to replace the user's file without ``--force``."""
-    if path is not None and not force and Path(path).exists():
+def refuse_overwrite(path: str | os.PathLike | None, force: bool, option: str = "--out", inputs=()) -> None:
+    """Refuse (FileExistsRefusal, exit status 2) to replace the user's file without ``--force``,
+    and with it one of ``inputs``, the files the command reads (ValueError)."""
+    if path is None:
+        return
+    same = [str(f) for f in inputs if f not in (None, "-") and Path(f).is_file() and Path(path).is_file()
+            and os.path.samefile(f, path)]
+    if same:
+        raise ValueError(f"{option} {path} is the file this command reads ({same[0]}); give another {option}")
+    if not force and Path(path).exists():
         raise atomic.FileExistsRefusal(f"{path} already exists; pass --force to overwrite it, or give "
                                        f"another {option}")
 

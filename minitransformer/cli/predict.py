@@ -40,7 +40,7 @@ def run(args) -> int:
     from minitransformer import cli
     from minitransformer.molecules.predicting import PropertyPredictor, predictions_csv, write_predictions_csv
     from minitransformer.chem.datasets.user_files import read_user_smiles
-    cli.refuse_overwrite(args.out, args.force)  # before any work
+    cli.refuse_overwrite(args.out, args.force, inputs=(args.molecules, args.checkpoint))  # before any work
     predictor = PropertyPredictor.from_checkpoint(args.checkpoint)
     ids, smiles = read_user_smiles(args.molecules)
     if not smiles:

@@ -71,7 +71,7 @@ def run(args) -> int:
     from minitransformer import cli
     if args.out is not None and not args.out.lower().endswith(OUTPUT_SUFFIXES):
         raise ValueError(f"--out {args.out}: unknown file type; give a {', '.join(OUTPUT_SUFFIXES)} file")
-    cli.refuse_overwrite(args.out, args.force)  # before any work
+    cli.refuse_overwrite(args.out, args.force, inputs=(args.checkpoint,))  # before any work
     model, vocab = load_generator(args.checkpoint)
     grammar = grammar_constraint(vocab, args.grammar)
     smiles = sample_smiles(model, vocab, args.count, temperature=args.temperature, top_k=args.top_k,

@@ -53,7 +53,7 @@ def run(args) -> int:
     from minitransformer.chem.datasets.user_files import read_user_file
     to_stdout = args.json == "-"
     if not to_stdout:
-        cli.refuse_overwrite(args.json, args.force, option="--json")  # before any work
+        cli.refuse_overwrite(args.json, args.force, option="--json", inputs=(args.samples, args.reference))
     found = read_user_file(args.samples)
     samples = found.smiles
     if not samples:

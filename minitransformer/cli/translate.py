@@ -58,7 +58,7 @@ def run(args) -> int:
         raise ValueError("no SMILES given; list them after the checkpoint, or pass --input FILE (- for stdin)")
     if args.smiles and args.input is not None:
         raise ValueError("give SMILES on the command line or --input, not both")
-    cli.refuse_overwrite(args.out, args.force)  # before any work
+    cli.refuse_overwrite(args.out, args.force, inputs=(args.input, args.checkpoint))  # before any work
     sources = list(args.smiles) if args.smiles else read_user_smiles(args.input)[1]
     if not sources:
         raise ValueError(f"{args.input}: no SMILES in it; give one molecule per line, or a CSV with a smiles "

@@ -294,6 +294,19 @@ def test_predict_bounds_its_views_before_any_work(tiny_checkpoints, tmp_path, ca
     assert "--views" in line and "at most 256" in line
 
 
+@pytest.mark.parametrize("command", ["predict", "score"])
+def test_an_output_that_is_the_input_is_refused_even_with_force(command, tiny_checkpoints, tmp_path, capsys):
+    from minitransformer.cli.main import main
+    molecules = tmp_path / "x.smi"
+    molecules.write_text("CCO\nc1ccccc1\n")
+    argv = (["predict", str(tiny_checkpoints["property"]), str(molecules), "--out", str(tmp_path / "." / "x.smi")]
+            if command == "predict" else ["score", str(molecules), "--json", str(molecules)])
+    assert run_cli(main, argv + ["--force"]) == 2
+    line = one_line_error(capsys)
+    assert "is the file this command reads" in line and "give another" in line
+    assert molecules.read_text() == "CCO\nc1ccccc1\n"
+
+
 class _RankZeroOfTwo:
     """Stands in for rank 0 of a two-rank data-parallel command; records MPI_Abort."""
     rank, size, is_writer, stopped_by = 0, 2, True, None
