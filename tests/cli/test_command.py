@@ -204,6 +204,21 @@ def test_score_a_smiles_file_as_text_and_json(tmp_path, capsys, chemnet):
     code, out = run(["score", samples, "--json", "-"], capsys)
     assert code == 0, out.err
     assert json.loads(out.out)["novelty"] is None  # no reference: not a number
+    d = json.loads(scores.read_text())
+    assert "the floor: FCD of 2 reference molecules (all the valid ones the half holds, fewer than the 4 valid " \
+           "samples)" in d["notes"]["fcd"], "a floor capped by the half says so"
+
+
+def test_score_says_fcd_is_missing_for_want_of_valid_samples_not_of_reference(tmp_path, capsys, chemnet):
+    samples, reference = tmp_path / "gen.smi", tmp_path / "train.smi"
+    samples.write_text("CCO\nnot-valid\n")
+    reference.write_text("".join(f"{'C' * k}O\n" for k in range(1, 11)))
+    scores = tmp_path / "scores.json"
+    code, out = run(["score", samples, "--reference", reference, "--json", scores], capsys)
+    assert code == 0, out.err
+    d = json.loads(scores.read_text())
+    assert d["fcd"] is None and d["fcd_floor"] is None
+    assert d["notes"]["fcd"] == "FCD not computed: fewer than two valid samples"
 
 
 def test_score_refuses_a_reference_without_a_valid_molecule(tmp_path, capsys):

@@ -126,16 +126,21 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
     else:
         result.update(n_reference=None, n_reference_valid=None)
     result.update(seed=seed, fcd_floor=None, fcd_reference_n=None, fcd_floor_n=None, fcd_floor_reference_n=None)
+    if judge is not None and result["fcd"] is None:  # the samples' fault (fewer than two valid): say so, no floor
+        floor = None
+        fcd_note = f"FCD not computed: {notes.get('fcd', 'fewer than two valid samples')}"
     floor_fcd, floor_n = floor.floor(result["n_valid"]) if floor is not None else ({}, 0)
-    if judge is not None:
-        result.update(fcd_reference_n=len(reference))
+    if judge is not None and result["fcd"] is not None:
+        result.update(fcd_reference_n=result["n_reference_valid"])
         fcd_note = (f"FCD against the {result['n_reference_valid']} valid molecules of the reference (as MOSES and "
                     "fcd_torch compute it)" + (f"; no floor: {why}" if why else ""))
     if floor is not None and not floor_fcd:
         fcd_note += "; no floor: the other half of the reference has fewer than two valid molecules"
     if floor_fcd:
         result.update(fcd_floor=floor_fcd["half"], fcd_floor_n=floor_n, fcd_floor_reference_n=len(half))
-        fcd_note += (f"; the floor: FCD of {floor_n} reference molecules (as many as the valid samples) from one "
+        counted = ("as many as the valid samples" if floor_n == result["n_valid"] else
+                   f"all the valid ones the half holds, fewer than the {result['n_valid']} valid samples")
+        fcd_note += (f"; the floor: FCD of {floor_n} reference molecules ({counted}) from one "
                      f"half of the reference against the other {len(half)} (split with seed {seed}), the FCD of a "
                      "generator that draws from the reference's distribution (against a reference half as large: "
                      "it errs high)")
@@ -180,7 +185,7 @@ def _note(result: dict, key: str) -> str:
     if key == "novelty" and r.get("n_novel") is not None:
         return f"{r['n_novel']} of {r['n_unique']}"
     if key == "fcd":
-        return f"against all {r['fcd_reference_n']} reference molecules"
+        return f"against the {r['fcd_reference_n']} valid reference molecules"
     if key == "fcd_floor":
         return f"{r['fcd_floor_n']} real molecules against {r['fcd_floor_reference_n']} (split halves)"
     return ""
