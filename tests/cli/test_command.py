@@ -158,6 +158,8 @@ def test_translate_reads_a_file_and_reports_bad_lines_in_place(tiny_checkpoints,
 def test_translate_with_only_bad_input_is_an_error(tiny_checkpoints, capsys):
     code, out = run(["translate", tiny_checkpoints["s2s"], "C1CC"], capsys)
     assert code == 2 and "RDKit cannot read" in error_line(out)
+    code, out = run(["translate", tiny_checkpoints["s2s"], "C C"], capsys)  # RDKit reads "C", a name after
+    assert code == 2 and "it holds white space; give the SMILES alone" in error_line(out)
 
 
 # --------------------------------------------------------------------------- predict

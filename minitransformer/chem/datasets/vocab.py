@@ -200,6 +200,8 @@ class Vocab:
         from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit
         if not smiles:
             return "empty SMILES"
+        if any(c.isspace() for c in smiles):  # RDKit reads up to the space and takes the rest as a name
+            return "it holds white space; give the SMILES alone (in a file, a name may follow it)"
         with quiet_rdkit():
             if mol_from_smiles(smiles) is None:
                 return "RDKit cannot read it"
