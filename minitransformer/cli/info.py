@@ -51,9 +51,18 @@ def describe(path) -> dict:
         run_folder = folder.parent
     else:
         run_folder = None
+    n_weights = int(sum(w.size for w in ckpt.weights.values()))
+    provenance = _read_json(run_folder / "provenance.json") if run_folder else None
+    metrics = _read_json(run_folder / "metrics.json") if run_folder else None
+    made = ((provenance or {}).get("data") or {}).get("molecules_sha256") if isinstance(provenance, dict) else None
+    if made is not None and run.get("data_sha256") not in (None, made):  # another run's folder
+        provenance = metrics = None
+    if isinstance(metrics, dict) and (meta.get("phase") == "pretrain" or metrics.get("parameters") not in
+                                      (None, n_weights)):  # the results of the run's final model, not this one
+        metrics = None
     return {
         "file": str(path),
-        "model": {"type": ckpt.model_type, "parameters": int(sum(w.size for w in ckpt.weights.values())),
+        "model": {"type": ckpt.model_type, "parameters": n_weights,
                   "config": ckpt.config},
         "vocabulary": {"size": len(vocab.get("tokens", [])), "tokens": vocab.get("tokens")} if vocab else None,
         "training": {"phase": meta.get("phase"), "epoch": trainer.get("epoch"), "step": trainer.get("step"),
@@ -62,8 +71,8 @@ def describe(path) -> dict:
         "data": {k: run.get(k) for k in ("data", "data_sha256", "split", "sizes", "tasks", "cleaning")
                  if k in run},
         "settings": run.get("settings"),
-        "metrics": _read_json(run_folder / "metrics.json") if run_folder else None,
-        "provenance": _read_json(run_folder / "provenance.json") if run_folder else None,
+        "metrics": metrics,
+        "provenance": provenance,
     }
 
 

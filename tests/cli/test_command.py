@@ -283,6 +283,31 @@ def test_info_describes_a_finished_run(finished_molecules_run, capsys):
     assert d["vocabulary"]["size"] == len(d["vocabulary"]["tokens"]) > 4
 
 
+def test_info_reports_the_folders_results_only_for_the_checkpoint_they_belong_to(finished_molecules_run, tmp_path,
+                                                                                capsys):
+    """pretrain/last.npz was made by the run (provenance) but is not the model its metrics judge;
+    a checkpoint of other data copied into the folder gets neither."""
+    import shutil
+
+    import numpy as np
+    _, folder = finished_molecules_run
+    if (folder / "pretrain" / "last.npz").is_file():
+        d = json.loads(run(["info", folder / "pretrain" / "last.npz", "--json"], capsys)[1].out)
+        assert d["metrics"] is None and d["provenance"] is not None
+    copy = tmp_path / "run"
+    shutil.copytree(folder, copy)
+    with np.load(copy / "best.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["__meta__"].tobytes().decode())
+    meta["run"]["data_sha256"] = "0123456789abcdef"  # trained on other molecules
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(copy / "other.npz", **arrays)
+    d = json.loads(run(["info", copy / "other.npz", "--json"], capsys)[1].out)
+    assert d["metrics"] is None and d["provenance"] is None
+    d = json.loads(run(["info", copy / "best.npz", "--json"], capsys)[1].out)
+    assert d["metrics"] is not None and d["provenance"] is not None
+
+
 def test_attention_draws_an_aromatic_smiles_for_a_kekule_model(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     from minitransformer.checkpoint import save_checkpoint
