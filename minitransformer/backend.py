@@ -45,8 +45,8 @@ def name() -> str:
 
 class _XP:
     """Forwards attribute access to the active array module. Each name found is kept in
-    this object's ``__dict__``, where Python looks before calling ``__getattr__`` (a
-    decoding step reads ``xp.*`` thousands of times); :func:`use` forgets them."""
+    this object's ``__dict__``, where Python looks before calling ``__getattr__`` (read
+    thousands of times a step); :func:`use` forgets them."""
 
     def __getattr__(self, attr):
         value = getattr(_state["module"], attr)
@@ -95,8 +95,7 @@ def scatter_add(target, indices, values) -> None:
     .. math:: \mathrm{target}_i \mathrel{+}= \textstyle\sum_{n:\ \mathrm{indices}_n = i} \mathrm{values}_n
 
     target (V, ...), indices (N,), values (N, ...). Plain ``target[indices] += values``
-    would keep one of several rows with the same index; ``add.at`` sums them all (NumPy's, or
-    CuPy's, which replaced the deprecated ``cupyx.scatter_add``)."""
+    would keep one of the rows sharing an index; ``add.at`` sums them."""
     xp.add.at(target, indices, values)
 
 
@@ -136,9 +135,6 @@ def dtype_scope(dtype):
         _state["dtype"] = old
 
 
-_WIDE_SEED_TAG = 0x5EED5EED  # ends the entropy of a seed, counter or stream of 2**32 or more (RNG._entropy)
-
-
 class RNG:
     """A seeded random stream whose whole state is ``(seed, counter)``.
 
@@ -156,21 +152,17 @@ class RNG:
         self.counter = 0
         self.stream = int(stream)
 
-    def _entropy(self) -> list:
-        """The words that seed one draw: ``[seed, counter]`` (and ``stream``) when each is below
-        2**32, as almost always; else each as two fixed 32-bit words, then a tag. NumPy reads a
-        larger int as several words and pads with zeros, so ``[2**32 + 7, 0]`` would seed what
-        ``[7, 1]`` seeds: another seed's draw."""
-        fields = (self.seed, self.counter, self.stream)
-        if all(0 <= f < 2**32 for f in fields):
-            return [self.seed, self.counter] if self.stream == 0 else [self.seed, self.counter, self.stream]
-        return [w for f in fields for w in (f & 0xFFFFFFFF, (f >> 32) & 0xFFFFFFFF)] + [_WIDE_SEED_TAG]
+    def _next_seed(self) -> int:
+        """The next draw's seed (ints >= 2**32, which SeedSequence splits, get fixed width)."""
+        f = (self.seed, self.counter, self.stream)
+        words = ([self.seed, self.counter] if self.stream == 0 else list(f)) if max(f) < 2**32 else \
+            [w for x in f for w in (x & 0xFFFFFFFF, x >> 32)] + [0x5EED5EED]
+        self.counter += 1
+        return int(_np.random.SeedSequence(words).generate_state(1, _np.uint32)[0])
 
     def generator(self):
         """A backend generator for the next draw."""
-        mixed = _np.random.SeedSequence(self._entropy()).generate_state(1, _np.uint32)[0]
-        self.counter += 1
-        return xp.random.default_rng(int(mixed))
+        return xp.random.default_rng(self._next_seed())
 
     def random(self, shape, dtype=None):
         """Uniform floats in [0, 1), drawn on the device (they differ between CPU and GPU)."""
@@ -192,9 +184,7 @@ class RNG:
 
     def host(self) -> _np.random.Generator:
         """A NumPy generator for host-side choices (batch order)."""
-        mixed = _np.random.SeedSequence(self._entropy()).generate_state(1, _np.uint32)[0]
-        self.counter += 1
-        return _np.random.default_rng(int(mixed))
+        return _np.random.default_rng(self._next_seed())
 
     def state_dict(self) -> dict:
         return {"seed": self.seed, "counter": self.counter}

@@ -30,7 +30,7 @@ def predictor(tmp_path):
 
 
 def test_predict_shapes_flags_and_reasons(predictor):
-    smiles = ["CCO", "not a smiles", "", "C[Se]C", "c1ccccc1O" * 4, "CC(=O)Nc1ccc(O)cc1"]
+    smiles = ["CCO", "not-a-smiles", "", "C[Se]C", "c1ccccc1O" * 4, "CC(=O)Nc1ccc(O)cc1"]
     probs, ok, reasons = predictor.predict(smiles, views=3, seed=0)
     assert predictor.task_names == TASKS
     assert probs.shape == (6, 3) and ok.tolist() == [True, False, False, False, False, True]
