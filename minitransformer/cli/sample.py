@@ -81,5 +81,14 @@ def run(args) -> int:
         return 0
     text = csv_text(smiles) if args.out.lower().endswith(".csv") else "\n".join(smiles) + "\n"
     cli.write_text(args.out, text, overwrite=args.force)
-    print(f"wrote {len(smiles)} SMILES to {args.out}")
+    cut = reached_the_limit(smiles, model.config.max_len)
+    print(f"wrote {len(smiles)} SMILES to {args.out}" + (f"; {cut} reached the length limit ({model.config.max_len - 1} "
+                                                         "tokens) without ending, written as drawn" if cut else ""))
     return 0
+
+
+def reached_the_limit(smiles: list, max_len: int) -> int:
+    """How many samples filled every position after BOS without EOS: cut by the length limit, scored as
+    written (as MOSES's CharRNN does), and worth knowing when many are."""
+    from minitransformer.chem.datasets.tokenizer import tokenize
+    return sum(len(tokenize(s)) >= max_len - 1 for s in smiles)

@@ -137,6 +137,20 @@ def test_sample_under_the_grammar_levels(tiny_checkpoints, capsys):
     assert code == 2 and "--grammar" in error_line(out)
 
 
+def test_sample_says_how_many_samples_the_length_limit_cut(tiny_checkpoints, tmp_path, capsys):
+    """With EOS made impossible every sample fills max_len - 1 positions and is cut; with EOS made
+    certain none is, and nothing is said."""
+    from minitransformer.checkpoint import save_checkpoint
+    from minitransformer.molecules.sampling import load_generator
+    for bias, said in ((-50.0, "12 reached the length limit (39 tokens) without ending"), (50.0, None)):
+        model, vocab = load_generator(tiny_checkpoints["lm"])
+        model.head.linear.bias.data[vocab.eos_id] += bias
+        save_checkpoint(tmp_path / "m.npz", model, vocab=vocab)
+        code, out = run(["sample", tmp_path / "m.npz", "-n", "12", "--out", tmp_path / f"s{bias}.smi"], capsys)
+        assert code == 0, out.err
+        assert (said in out.out) if said else "length limit" not in out.out, out.out
+
+
 def test_sample_refuses_an_unknown_output_type_before_work(tiny_checkpoints, tmp_path, capsys):
     assert run(["sample", tiny_checkpoints["lm"], "--out", tmp_path / "a.sdf"], capsys)[0] == 2
     assert not (tmp_path / "a.sdf").exists()
