@@ -47,6 +47,9 @@ def run(args) -> int:
         raise ValueError(f"{args.molecules}: no molecules in it; give one SMILES per line, or a CSV with a "
                          "smiles column")
     probs, ok, reasons = predictor.predict(smiles, views=args.views, seed=args.seed)
+    if not ok.any():  # as translate: a file of rows that only say why is no prediction
+        raise ValueError(f"nothing to predict: {smiles[0][:60]!r}: {reasons[0]}"
+                         + (f" (and {len(smiles) - 1} more the model cannot read)" if len(smiles) > 1 else ""))
     if args.out is None:
         sys.stdout.write(predictions_csv(ids, smiles, probs, ok, reasons, predictor.task_names))
     else:

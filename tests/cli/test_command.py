@@ -177,6 +177,15 @@ def test_translate_with_only_bad_input_is_an_error(tiny_checkpoints, capsys):
 
 
 # --------------------------------------------------------------------------- predict
+def test_predict_with_only_unreadable_molecules_is_an_error_and_writes_nothing(tiny_checkpoints, tmp_path, capsys):
+    bad = tmp_path / "bad.smi"
+    bad.write_text("C1CC\nnot-a-molecule\n")
+    code, out = run(["predict", tiny_checkpoints["property"], bad, "--out", tmp_path / "p.csv"], capsys)
+    line = error_line(out)
+    assert code == 2 and "nothing to predict: 'C1CC': RDKit cannot read it (and 1 more" in line
+    assert not (tmp_path / "p.csv").exists()
+
+
 def test_predict_on_a_users_csv(tiny_checkpoints, tmp_path, capsys):
     mine = tmp_path / "mine.csv"
     mine.write_text("name,SMILES\nethanol,CCO\njunk,not-a-molecule\nbenzene,c1ccccc1\n")
