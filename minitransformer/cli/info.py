@@ -54,7 +54,7 @@ def describe(path) -> dict:
     n_weights = int(sum(w.size for w in ckpt.weights.values()))
     provenance = _read_json(run_folder / "provenance.json") if run_folder else None
     metrics = _read_json(run_folder / "metrics.json") if run_folder else None
-    made = ((provenance or {}).get("data") or {}).get("molecules_sha256") if isinstance(provenance, dict) else None
+    made = (provenance.get("data") or {}).get("molecules_sha256") if isinstance(provenance, dict) else None
     if made is not None and run.get("data_sha256") not in (None, made):  # another run's folder
         provenance = metrics = None
     if isinstance(metrics, dict) and (meta.get("phase") == "pretrain" or metrics.get("parameters") not in

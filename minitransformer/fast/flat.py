@@ -118,6 +118,10 @@ class FlatParameters:
             return False
         return all(p.data is data and p.grad is grad for p, (_, data, grad, _) in zip(self.params, self._views))
 
+    def within(self, plist) -> bool:
+        """True when every parameter of this layout is in ``plist`` (it may hold more)."""
+        return self._ids <= {id(p) for p in plist}
+
     def holds(self, p) -> bool:
         """True when ``p``'s weights are still a view of this layout's buffer."""
         return id(p) in self._ids and any(q is p and q.data is data for q, (_, data, _, _) in

@@ -163,7 +163,7 @@ def zero_grad(model, optimizer=None) -> None:
     params = model.parameters()
     layout = _layouts.get(optimizer) if optimizer is not None else None
     done = set()
-    if layout is not None and {id(p) for p in layout.params} <= {id(p) for p in params}:
+    if layout is not None and layout.within(params):
         layout.grad.fill(0)  # (N,)
         done = layout.grad_holders()
     for p in params:

@@ -58,10 +58,11 @@ def filter_logits(logits, temperature: float = 1.0, top_k: int | None = None,
         :math:`\infty - \infty` would make the row NaN and the draw PAD.
     """
     _check_sampling_args(temperature, top_k, top_p)
-    z = logits.astype(xp.float64)  # (N, V)
-    z = xp.where(xp.isnan(z), -xp.inf, z)  # (N, V)
+    z = logits.astype(xp.float64)  # (N, V), a copy: the edits below are in place
+    xp.copyto(z, -xp.inf, where=xp.isnan(z))
     top = xp.isposinf(z)  # (N, V)
-    z = xp.where(top.any(axis=1, keepdims=True), xp.where(top, 0.0, -xp.inf), z)  # (N, V)
+    xp.copyto(z, -xp.inf, where=top.any(axis=1, keepdims=True) & ~top)  # rows with +inf: only those stay
+    xp.copyto(z, 0.0, where=top)
     with np.errstate(over="ignore"):  # a tiny tau sends the others to -inf, as it should
         z = (z - z.max(axis=1, keepdims=True)) / float(temperature)  # (N, V), the largest entry 0
     N, V = z.shape

@@ -127,13 +127,12 @@ def score_smiles(samples: Sequence[str], reference: Sequence[str] | None, seed: 
         result.update(n_reference=None, n_reference_valid=None)
     result.update(seed=seed, fcd_floor=None, fcd_reference_n=None, fcd_floor_n=None, fcd_floor_reference_n=None)
     if judge is not None and result["fcd"] is None:  # the samples' fault (fewer than two valid): say so, no floor
-        floor = None
-        fcd_note = f"FCD not computed: {notes.get('fcd', 'fewer than two valid samples')}"
-    floor_fcd, floor_n = floor.floor(result["n_valid"]) if floor is not None else ({}, 0)
-    if judge is not None and result["fcd"] is not None:
+        floor, fcd_note = None, f"FCD not computed: {notes.get('fcd', 'fewer than two valid samples')}"
+    elif judge is not None:
         result.update(fcd_reference_n=result["n_reference_valid"])
         fcd_note = (f"FCD against the {result['n_reference_valid']} valid molecules of the reference (as MOSES and "
                     "fcd_torch compute it)" + (f"; no floor: {why}" if why else ""))
+    floor_fcd, floor_n = floor.floor(result["n_valid"]) if floor is not None else ({}, 0)
     if floor is not None and not floor_fcd:
         fcd_note += "; no floor: the other half of the reference has fewer than two valid molecules"
     if floor_fcd:
