@@ -245,8 +245,7 @@ def run(args) -> int:
                             kekule=prior_writes_kekule(args.prior, vocab))
     out = Path(args.out)
     reads = [args.prior, args.score, *(e["checkpoint"] for e in spec["components"] if "checkpoint" in e)]
-    resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=("last.npz",),
-                                  reads=[p for p in map(Path, reads) if p.is_file()])
+    resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=("last.npz",), reads=reads)
     run_info = {"prior_sha256": file_sha256(args.prior), "score": score_fingerprint(spec),
                 **{k: getattr(args, k) for k in SETTINGS}}
     steer = Steering(prior, vocab, objective, config)

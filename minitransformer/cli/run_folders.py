@@ -70,7 +70,7 @@ def claim_run_folder(out: str | os.PathLike, resume: str | None, force: bool,
       for the first of ``resume_places`` inside ``out``); :func:`check_resume` later
       compares its data, vocabulary and settings with this run's;
     * ``--force``: the earlier run's files move to ``out/old-YYYYmmdd-HHMMSS/`` first, unless
-      one of them is (or holds) a file the command ``reads`` (a prior, an encoder): refused;
+      one of them is (or holds) a file the command ``reads`` (paths, or anything else, skipped): refused;
     * otherwise: FileExistsRefusal, naming both ways out.
 
     In a data-parallel command rank 0 claims the folder and tells the other ranks.
@@ -108,7 +108,8 @@ def _claim(out: Path, resume, force: bool, resume_places, reads=()) -> Path | No
             f"{out} already holds a run ({shown}); pass --resume to continue it, --force to start afresh (its files move to "
             f"{out / 'old-YYYYmmdd-HHMMSS'}/), or give another --out")
     moved = [(out / name).resolve() for name in present]
-    held = [str(path) for path in reads if any(Path(path).resolve().is_relative_to(m) for m in moved)]
+    files = [Path(p) for p in reads if isinstance(p, (str, os.PathLike)) and Path(p).is_file()]
+    held = [str(path) for path in files if any(path.resolve().is_relative_to(m) for m in moved)]
     if held:
         raise ValueError(f"--force would move {held[0]} aside with the earlier run in {out}, and this command reads "
                          "it; copy it out of the folder first, or give another --out")

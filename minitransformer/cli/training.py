@@ -153,9 +153,8 @@ def run_training(command: TrainingCommand, args) -> int:
     recipe = command.recipe(args)
     out = Path(args.out)
     # The folder belongs to one run: reusing it needs --resume (checked below) or --force.
-    reads = [getattr(args, name, None) for name in ("data", "pretrain_data", "encoder")]  # the files it reads
     resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=command.resume_places,
-                                  reads=[Path(p) for p in reads if isinstance(p, (str, Path)) and Path(p).is_file()])
+                                  reads=[getattr(args, name, None) for name in ("data", "pretrain_data", "encoder")])
     recipe, data = command.load(args, recipe, resume)
     run = Run(args, recipe, out, data, resume=resume)
     run.model = command.build_model(recipe, data, args.seed)
