@@ -65,28 +65,57 @@ def _mpi():
 
 def world_size() -> int:
     """Ranks in MPI's world, 1 when mpi4py is not installed or the program was not started by mpiexec."""
+    import warnings
     try:
-        from mpi4py import MPI
+        with warnings.catch_warnings():  # mpi4py's own note on another MPI's launcher: the command says it in one line
+            warnings.filterwarnings("ignore", message="suspicious MPI execution environment")
+            from mpi4py import MPI
     except ImportError:
         return 1
     return MPI.COMM_WORLD.Get_size()
 
 
+#: What each launcher announces in a process's environment: (rank variable, world-size variable,
+#: the variables of which one holds its connection to the process). MPICH's Hydra sets PMI_* (with
+#: PMI_FD or PMI_PORT), Open MPI OMPI_COMM_WORLD_*, a PMIx launcher PMIX_RANK beside Open MPI's size.
+LAUNCHER_VARIABLES = (("PMI_RANK", "PMI_SIZE", ("PMI_FD", "PMI_PORT")),
+                      ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                       ("PMIX_NAMESPACE", "PMIX_SERVER_URI", "PMIX_SERVER_URI2", "PMIX_SERVER_URI3",
+                        "PMIX_SERVER_URI4", "PMIX_SERVER_URI21", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri")),
+                      ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE", ("PMIX_NAMESPACE", "PMIX_SERVER_URI", "PMIX_SERVER_URI2",
+                                                             "PMIX_SERVER_URI3", "PMIX_SERVER_URI4",
+                                                             "PMIX_SERVER_URI21")))
+
+
+def announced_world() -> tuple[int, int] | None:
+    """(rank, size) as a launcher announced them in the environment, read without starting MPI;
+    None unless a launcher announced a rank, a world that holds it and its connection to the
+    process. A rank variable alone (inherited from another job's shell, say) announces nothing."""
+    for rank_var, size_var, connections in LAUNCHER_VARIABLES:
+        rank, size = os.environ.get(rank_var, "").strip(), os.environ.get(size_var, "").strip()
+        if rank.isdigit() and size.isdigit() and int(rank) < int(size) and any(os.environ.get(c) for c in connections):
+            return int(rank), int(size)
+    return None
+
+
 def launcher_rank() -> int:
-    """This process's rank as mpiexec announced it in the environment (MPICH's ``PMI_RANK``,
-    Open MPI's ``OMPI_COMM_WORLD_RANK``, PMIx's ``PMIX_RANK``), read without starting MPI;
-    0 without mpiexec. Lets a command's argument errors, which every rank meets alike
-    before the ranks join, be printed by rank 0 alone."""
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        value = os.environ.get(var, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
+    """This process's rank as a launcher announced it (:func:`announced_world`), 0 without one.
+    Lets a command's argument errors, which every rank meets alike before the ranks join, be
+    printed by rank 0 alone; once MPI runs, :func:`minitransformer.cli.parallel.start` checks
+    the announcement against the world MPI actually formed."""
+    world = announced_world()
+    return 0 if world is None else world[0]
+
+
+def rank_variables() -> dict:
+    """The launcher variables set in this process's environment, by name (for a message)."""
+    names = dict.fromkeys(name for rank, size, _ in LAUNCHER_VARIABLES for name in (rank, size))
+    return {name: os.environ[name] for name in names if os.environ.get(name)}
 
 
 def launched_by_mpiexec() -> bool:
     """Whether mpiexec started this process (its environment says so), read without starting MPI."""
-    return any(os.environ.get(var) for var in ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
+    return bool(rank_variables())
 
 
 def map_shared(share, fn, items: list) -> list:

@@ -139,13 +139,18 @@ def test_a_failing_rank_stops_every_rank_with_one_clear_line(tmp_path):
 
 
 def test_the_launcher_rank_comes_from_mpich_open_mpi_or_pmix_and_is_0_without_mpiexec(monkeypatch):
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        monkeypatch.delenv(var, raising=False)
-    from minitransformer.distributed import launcher_rank
+    from minitransformer.distributed import LAUNCHER_VARIABLES, launcher_rank
+    for rank_var, size_var, connections in LAUNCHER_VARIABLES:
+        for name in (rank_var, size_var, *connections):
+            monkeypatch.delenv(name, raising=False)
     assert launcher_rank() == 0
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    monkeypatch.setenv("OMPI_MCA_ess_base_jobid", "1")
     assert launcher_rank() == 3
-    monkeypatch.setenv("PMI_RANK", "1")  # MPICH's name is read first
+    monkeypatch.setenv("PMI_RANK", "1")  # MPICH's names are read first
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("PMI_FD", "9")
     assert launcher_rank() == 1
-    monkeypatch.setenv("PMI_RANK", "x")  # not a number: the next variable
+    monkeypatch.setenv("PMI_RANK", "x")  # not a number: the next launcher's
     assert launcher_rank() == 3

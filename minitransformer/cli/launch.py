@@ -129,11 +129,13 @@ def launch(args, argv: Sequence[str]) -> None:
 def check_world(args) -> None:
     """Refuse a ``--ranks N`` that the ranks running this command do not match (a program that
     calls ``main`` directly, or ``mpiexec -n M`` with another N): one line, exit status 2."""
+    from minitransformer.cli.parallel import check_world_formed
     from minitransformer.distributed import world_size
+    check_world_formed()  # first: a world that did not form as launched
+    running = world_size()
     asked = getattr(args, "ranks", "auto")
     if asked == "auto":
         return
-    running = world_size()
     if asked != running:
         raise ValueError(f"--ranks {asked}, but {running} rank{'s run' if running != 1 else ' runs'} this command: the "
                          f"minitransformer command starts its ranks itself (under mpiexec -n M, pass --ranks M "

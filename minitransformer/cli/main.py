@@ -77,6 +77,7 @@ def main(argv: Sequence[str] | None = None, start_ranks: bool = False) -> int:
     (:mod:`~minitransformer.cli.launch`; the installed command does, a program calling
     ``main`` does not, and there ``--ranks N`` needs ``mpiexec -n N``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    cli_parallel.expect(next((a for a in argv if not a.startswith("-")), None))
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # argparse stops filling a ``nargs="*"`` positional at the first option, so in

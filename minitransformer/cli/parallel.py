@@ -16,18 +16,61 @@ from __future__ import annotations
 import os
 import sys
 
-_STATE = {"dp": None}
+#: dp: the ranks joined (None: one process); joined: MPI's world was checked; may_run_as_ranks: the
+#: command may run as ranks (``train``), so that before the ranks join only rank 0 reports its errors
+_STATE = {"dp": None, "joined": False, "may_run_as_ranks": True}
+
+
+def expect(command: str | None) -> None:
+    """Say which command runs (the first word of the command line): only ``train`` runs as ranks,
+    so any other command is never a follower, whatever its environment says."""
+    _STATE["may_run_as_ranks"] = command in (None, "train")
 
 
 def start():
-    """Join the ranks if started by mpiexec with several; silence a follower's output."""
+    """Join the ranks if started by mpiexec with several; silence a follower's output.
+
+    A process trusts the rank its launcher announced only inside a world of the size it was
+    launched for: one that MPI started alone (an ``mpiexec`` of another MPI than mpi4py's,
+    which starts every process as a world of one, or a rank variable inherited from another
+    job) is refused in one line, before any work, instead of running the whole command as a
+    silent follower or as a rank of a world that is not there."""
     from minitransformer import distributed
-    if _STATE["dp"] is None and distributed.world_size() > 1:
+    check_world_formed()
+    size = distributed.world_size()
+    if _STATE["dp"] is None and size > 1:
         dp = distributed.DataParallel()
         _STATE["dp"] = dp
         if not dp.is_writer:
             sys.stdout = open(os.devnull, "w")  # progress and results come from rank 0 only
     return _STATE["dp"]
+
+
+def check_world_formed(size: int | None = None) -> None:
+    """Refuse (ValueError, exit status 2) a process whose environment announces another world
+    than the one MPI forms: launcher variables with no launcher behind them (checked before MPI
+    starts, which such variables can make abort), or a world of another ``size`` than ``--ranks
+    N``'s launch (``MINITRANSFORMER_RANKS``) or the launcher announced (``size``: MPI's world,
+    read here when not given)."""
+    from minitransformer import distributed
+    from minitransformer.cli.launch import LAUNCHED
+    variables = distributed.rank_variables()
+    asked = os.environ.get(LAUNCHED, "").strip()
+    announced = distributed.announced_world()
+    said = ", ".join(f"{name}={value}" for name, value in ([(LAUNCHED, asked)] if asked else []) + list(variables.items()))
+    if variables and announced is None:
+        _STATE["joined"] = True  # no launcher: this process is alone, and says so itself
+        raise ValueError(f"this process carries MPI launcher variables ({said}) but no launcher started it: they "
+                         "come from another job's environment; unset them and run with --ranks 1 (or leave --ranks "
+                         "out)")
+    size = distributed.world_size() if size is None else size
+    _STATE["joined"] = True  # MPI has formed the world: from here on it, not the environment, tells ranks apart
+    expected = (int(asked) if asked.isdigit() else None) or (announced[1] if announced else None)
+    if expected is None or expected == size:
+        return
+    raise ValueError(f"this process was started as one of {expected} ranks ({said}), but MPI runs it in a world of "
+                     f"{size}: the mpiexec that started it belongs to another MPI than mpi4py's; run with --ranks 1, "
+                     "or start the ranks with mpi4py's own mpiexec (pip install mpich)")
 
 
 def current():
@@ -36,11 +79,15 @@ def current():
 
 
 def is_follower() -> bool:
-    """True on every rank but 0 of a data-parallel command; before the ranks have joined
-    (:func:`start`), on every process mpiexec started but the first."""
+    """True on every rank but 0 of a data-parallel command. Before the ranks have joined
+    (:func:`start`), on every process a launcher announced as a rank above 0 of a world of
+    several (:func:`minitransformer.distributed.announced_world`); once MPI has formed the
+    world, only its ranks above 0: a process alone in its world is never a follower."""
     from minitransformer import distributed
     dp = _STATE["dp"]
-    return distributed.launcher_rank() > 0 if dp is None else not dp.is_writer
+    if dp is not None:
+        return not dp.is_writer
+    return not _STATE["joined"] and _STATE["may_run_as_ranks"] and distributed.launcher_rank() > 0
 
 
 def on_rank0(fn):

@@ -94,3 +94,68 @@ def test_one_rank_trains_the_weights_of_the_run_where_mpi_is_absent(tmp_path):
     assert one.keys() == plain.keys()
     for key in one:
         np.testing.assert_array_equal(one[key], plain[key], err_msg=f"{key}: --ranks 1 against the run without MPI")
+
+
+def _command(tmp_path, argv, **variables):
+    """``python -m minitransformer ARGV`` with ``variables`` added to a clean environment (no launcher's)."""
+    import os
+    import subprocess
+    import sys
+    from minitransformer.distributed import LAUNCHER_VARIABLES
+    env = {k: v for k, v in os.environ.items() if k not in {n for r, s, c in LAUNCHER_VARIABLES for n in (r, s, *c)}
+           and k != launch.LAUNCHED}
+    return subprocess.run([sys.executable, "-m", "minitransformer", *argv], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=dict(env, **variables))
+
+
+@pytest.mark.parametrize("variables", [
+    {"PMI_RANK": "1"}, {"PMIX_RANK": "1"}, {"PMI_RANK": "1", "PMI_SIZE": "2"}, {"OMPI_COMM_WORLD_RANK": "2"},
+    {"PMI_RANK": "0", "PMI_SIZE": "4"}], ids=lambda v: ",".join(v))
+def test_launcher_variables_with_no_launcher_behind_them_are_refused_before_any_work(tmp_path, variables):
+    """A rank inherited from another job's environment neither silences the command nor drops its outputs."""
+    done = _command(tmp_path, ["train", "lm", "--quick", "--out", "run"], **variables)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "--ranks 1" in done.stderr and next(iter(variables)) in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv, said", [(["score", "missing.smi"], "missing.smi"),
+                                        (["train", "lm", "--quick", "--bogus"], "--bogus"),
+                                        (["sample", "--bogus"], "checkpoint")])
+@pytest.mark.parametrize("variables", [{"PMIX_RANK": "1"}, {"PMI_RANK": "1", "PMI_SIZE": "2"}],
+                         ids=lambda v: ",".join(v))
+def test_an_inherited_rank_never_silences_a_usage_error(tmp_path, argv, said, variables):
+    done = _command(tmp_path, argv, **variables)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and said in done.stderr
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_ranks_that_another_mpi_started_as_worlds_of_one_are_refused_naming_ranks_1(tmp_path, rank):
+    """Open MPI's mpiexec starting an MPICH-built mpi4py: each process is a world of one, and says so
+    instead of running the whole command alone (or as a silent follower)."""
+    pytest.importorskip("mpi4py")
+    done = _command(tmp_path, ["train", "lm", "--quick", "--out", "run"], OMPI_COMM_WORLD_RANK=str(rank),
+                    OMPI_COMM_WORLD_SIZE="2", OMPI_MCA_ess_base_jobid="7", **{launch.LAUNCHED: "2"})
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "world of 1" in lines[0] and "--ranks 1" in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_announced_world_needs_a_rank_a_size_that_holds_it_and_a_launcher(monkeypatch):
+    from minitransformer.distributed import LAUNCHER_VARIABLES, announced_world, launcher_rank
+    for rank_var, size_var, connections in LAUNCHER_VARIABLES:
+        for name in (rank_var, size_var, *connections):
+            monkeypatch.delenv(name, raising=False)
+    assert announced_world() is None and launcher_rank() == 0
+    monkeypatch.setenv("PMI_RANK", "1")
+    assert announced_world() is None and launcher_rank() == 0  # a rank alone
+    monkeypatch.setenv("PMI_SIZE", "2")
+    assert announced_world() is None  # no launcher connected
+    monkeypatch.setenv("PMI_FD", "9")
+    assert announced_world() == (1, 2) and launcher_rank() == 1
+    monkeypatch.setenv("PMI_SIZE", "1")
+    assert announced_world() is None  # a rank the world cannot hold
