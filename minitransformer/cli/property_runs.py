@@ -14,8 +14,9 @@ figure worth comparing is a mean over seeds, with its spread:
 ``OUT/metrics.json`` then holds every seed's mean test AUC, their mean and standard deviation
 (:math:`n-1` in the denominator), each seed's bootstrap interval over the test molecules, and
 the per-assay means; the summary prints the same. ``--resume`` skips the runs that finished
-(their ``metrics.json`` is read back, after their recorded settings are compared with this
-command's) and continues the one that stopped.
+(their ``metrics.json`` is read back once their whole run record - data, labels, tasks, split,
+vocabulary and settings - is compared with this command's, as a resume compares it) and
+continues the one that stopped.
 """
 from __future__ import annotations
 
@@ -84,24 +85,13 @@ def _run(command, args, seed: int, member: int, out: Path) -> Path | None:
     sub.seed, sub.split_seed, sub.out, sub.seeds, sub.ensemble = seed + MEMBER_STRIDE * member, seed, str(out), None, 1
     name = f"seed {seed}" + (f", member {member}" if args.ensemble > 1 else "")
     if args.resume is not None and (out / "metrics.json").exists() and (out / PROBABILITIES).exists():
-        _check_same_recipe(command, sub, out)
+        run_training(command, sub, read_back=True)  # refused unless made of this data, labels and settings
         print(f"{name}: finished earlier, read back from {out}")
         return out
     if args.resume is not None and not (out / "last.npz").exists() and not (out / "pretrain" / "last.npz").exists():
         sub.resume = None  # this run never started: start it
     print(f"--- {name} (model seed {sub.seed}) -> {out}")
     return out if run_training(command, sub) == 0 else None
-
-
-def _check_same_recipe(command, sub, out: Path) -> None:
-    """A finished run is averaged with this command's only if it was trained the same way."""
-    from minitransformer.cli.outputs import json_safe
-    then = read_json(out / "config.json")["run"]
-    now = {"settings": json_safe(command.recipe(sub).record()), "split": sub.split, "encoder": sub.encoder}
-    differ = [k for k, v in now.items() if json_safe(then.get(k)) != v]
-    if differ:
-        raise ValueError(f"{out} was trained with other {', '.join(differ)} than this command's; continue with the "
-                         "same options, or start afresh with --force")
 
 
 def read_json(path: Path) -> dict:

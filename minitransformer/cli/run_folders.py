@@ -130,6 +130,20 @@ def data_fingerprint(*splits: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
+def labels_fingerprint(tasks: Sequence[str], *labels) -> str:
+    """SHA-256 (first 16 hex digits) of the task names and of each split's label table ((N, K),
+    NaN = missing): the same molecules with one label changed give another fingerprint."""
+    import json
+
+    import numpy as np
+    h = hashlib.sha256(json.dumps(list(tasks)).encode("utf-8"))
+    for table in labels:
+        table = np.asarray(table, dtype=np.float64)  # (N, K)
+        h.update(f"{table.shape}".encode())
+        h.update(np.where(np.isnan(table), -1.0, table).tobytes())
+    return h.hexdigest()[:16]
+
+
 #: What a resumed run may change: its time budget and its sample count.
 _RESUME_IGNORES = ("settings.max_time", "settings.fine_tune_time", "settings.samples")
 

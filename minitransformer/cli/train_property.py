@@ -241,13 +241,16 @@ class TrainProperty(TrainingCommand):
 
     def facts(self, run):
         from minitransformer.cli.pretrained_encoder import EXCLUDES_TABLE, table_fingerprint
+        from minitransformer.cli.run_folders import labels_fingerprint
         table, train, val, test, features, encoder = run.data.own
         pretrained = len(run.data.extra) or (len(train.smiles) if run.args.pretrain else 0)
         split_seed = run.args.seed if getattr(run.args, "split_seed", None) is None else run.args.split_seed
         return {"split": run.args.split, "split_seed": split_seed if run.args.split == "random" else None,
                 "pretrain": run.args.pretrain, "pretrain_data": run.recipe.pretrain_data,
                 "pretrain_molecules": pretrained, EXCLUDES_TABLE: bool(run.data.extra), "tasks": table.tasks,
-                "table_sha256": table_fingerprint(table.smiles), "encoder": None if encoder is None else encoder.path,
+                "table_sha256": table_fingerprint(table.smiles),
+                "labels_sha256": labels_fingerprint(table.tasks, train.labels, val.labels, test.labels),
+                "encoder": None if encoder is None else encoder.path,
                 "sizes": [len(train.smiles), len(val.smiles), len(test.smiles)],
                 **({} if features is None else {"descriptors": features.scale.to_json()})}
 

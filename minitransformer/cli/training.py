@@ -143,8 +143,10 @@ class TrainingCommand:
         raise NotImplementedError
 
 
-def run_training(command: TrainingCommand, args) -> int:
-    """Train, evaluate and report one run of ``command`` (see the module's story)."""
+def run_training(command: TrainingCommand, args, read_back: bool = False) -> int:
+    """Train, evaluate and report one run of ``command`` (see the module's story). ``read_back``
+    (with ``--resume``, for a run that finished): stop once the run in the folder is shown to be
+    this command's (its data, labels, vocabulary and settings, as a resume compares them)."""
     from minitransformer import cli
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
     from minitransformer.train.history import tagged
@@ -172,6 +174,10 @@ def run_training(command: TrainingCommand, args) -> int:
             raise ValueError(f"{resume} says it was saved in phase {str(run.resumed_phase)[:40]!r}, which train "
                              f"{command.kind} does not have (pretrain or train); it is damaged or not this "
                              "command's checkpoint")
+    if read_back:
+        if resume is None:
+            raise ValueError(f"{out} holds no run to read back; continue it with --resume")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     cli.write_provenance(out, args.argv, args.seed, args.data, run.info["data_sha256"])
 

@@ -1,6 +1,7 @@
 """End-to-end: ``demos/tox21_property.py --quick`` on a small labelled file."""
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -368,12 +369,63 @@ def test_seeds_and_ensembles_report_the_mean_and_spread_of_what_each_seed_scored
     assert capsys.readouterr().out.count("finished earlier, read back") == 4
     assert json.loads((out / "metrics.json").read_text())["test_auc_per_seed"] == summary["test_auc_per_seed"]
     assert run_cli(demo.main, argv + ["--resume", "--descriptors", "off"]) == 2  # not averaged with another recipe
-    assert "trained with other settings" in capsys.readouterr().err
+    assert "made with other data or settings" in capsys.readouterr().err
     for bad, said in ((["--seeds", "0,1000", "--ensemble", "2"], "two runs would be one model"),
                       (["--seeds", "4294967295", "--ensemble", "2"], "past"),
                       (["--seeds", "0,1", "--resume", str(out / "seed-0" / "member-0" / "last.npz")], "own folder")):
         assert run_cli(demo.main, ["--quick", "--data", str(labelled_csv), "--out", str(tmp_path / "x"), *bad]) == 2
         assert said in capsys.readouterr().err
+
+
+def _relabelled(labelled_csv, folder, row: int = 5, column: int = 3):
+    """``labelled_csv`` with one label of one molecule flipped: the same molecules, in the same order."""
+    lines = labelled_csv.read_text().splitlines()
+    cells = lines[row].split(",")
+    cells[column] = "1" if cells[column] == "0" else "0"
+    lines[row] = ",".join(cells)
+    path = folder / "relabelled.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_seeds_resume_reads_back_only_runs_made_of_this_data_and_these_labels(labelled_csv, load_demo, tmp_path,
+                                                                                capsys):
+    """--seeds --resume compares each finished run's whole record with this command's, as a resume does:
+    other molecules, one label changed, or other task names are refused, and nothing is averaged or written."""
+    from minitransformer.cli import run_cli
+    demo = load_demo("tox21_property")
+    out = tmp_path / "seeds"
+    argv = ["--quick", "--quiet", "--seeds", "0,1", "--out", str(out)]
+    assert demo.main(argv + ["--data", str(labelled_csv)]) == 0
+    summary = (out / "metrics.json").read_text()
+    fewer = tmp_path / "fewer.csv"
+    fewer.write_text("\n".join(labelled_csv.read_text().splitlines()[:250]) + "\n")
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_text(labelled_csv.read_text().replace("carbonyl", "ketone", 1))
+    for data, said in ((fewer, "data_sha256"), (_relabelled(labelled_csv, tmp_path), "labels_sha256"),
+                       (renamed, "tasks")):
+        assert run_cli(demo.main, argv + ["--data", str(data), "--resume"]) == 2, data
+        captured = capsys.readouterr()
+        assert said in captured.err and "finished earlier" not in captured.out, (data, captured.err)
+        assert (out / "metrics.json").read_text() == summary  # no summary of runs on two tables
+    shutil.rmtree(out / "seed-1")  # one seed missing: the finished one is still compared first
+    assert run_cli(demo.main, argv + ["--data", str(fewer), "--resume"]) == 2
+    assert "data_sha256" in capsys.readouterr().err and not (out / "seed-1").exists()
+    assert demo.main(argv + ["--data", str(labelled_csv), "--resume"]) == 0  # its own data: read back, seed 1 trained
+    assert "seed 0: finished earlier, read back" in capsys.readouterr().out
+
+
+def test_a_resume_on_the_same_molecules_with_other_labels_is_refused(labelled_csv, load_demo, tmp_path, capsys):
+    """The run record fingerprints the labels and task names, not only the SMILES: best.npz is never chosen by
+    validation AUCs measured against two label sets."""
+    from minitransformer.cli import run_cli
+    demo = load_demo("tox21_property")
+    out = tmp_path / "run"
+    assert demo.main(["--quick", "--quiet", "--data", str(labelled_csv), "--out", str(out)]) == 0
+    relabelled = _relabelled(labelled_csv, tmp_path)
+    assert run_cli(demo.main, ["--quick", "--data", str(relabelled), "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "labels_sha256" in err and err.count("\n") == 1
 
 
 def test_one_seed_given_with_seeds_is_the_seed_that_runs(labelled_csv, load_demo, tmp_path):
