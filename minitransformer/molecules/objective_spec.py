@@ -58,7 +58,7 @@ import numpy as np
 
 from minitransformer.atomic import parse_json
 from minitransformer.chem.goals.objectives import (COMPONENTS, FINGERPRINT_RANGES, TRANSFORMS, UNIT_RANGE,
-                                                  Component, Objective, is_finite_number)
+                                                  Component, Objective, ScoreFunctionFailed, is_finite_number)
 
 __all__ = ["objective_from_spec", "read_spec", "check_spec", "score_fingerprint", "OWN_KEYS", "REQUIRED"]
 
@@ -253,6 +253,9 @@ def _user_function(spec: str):
         raise ValueError(f"component user: function {spec!r} must be written module:function")
     try:
         fn = getattr(importlib.import_module(module), name)
+    except SystemExit as exc:  # the user's module ended the program as it loaded: a failure of its code
+        raise ScoreFunctionFailed(f"component user: loading {spec} called sys.exit({exc.code!r}); a scoring module "
+                                  "must not end the program") from None
     except Exception as exc:  # any failure to import is the user's to fix: say which and why
         raise ValueError(f"component user: cannot load {spec} ({type(exc).__name__}: {exc})") from None
     if not callable(fn):

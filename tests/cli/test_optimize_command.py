@@ -174,6 +174,35 @@ def test_a_user_function_failing_mid_run_stops_in_one_line_and_resumes(tiny_chec
     monkeypatch.delitem(sys.modules, "flaky_score", raising=False)
 
 
+@pytest.mark.parametrize("code", ["0", "None", "'done'"])
+def test_a_user_function_calling_sys_exit_is_a_runtime_failure_not_a_finished_run(tiny_checkpoints, tmp_path,
+                                                                                   capsys, monkeypatch, code):
+    """sys.exit() inside the scoring function, at its third call, or in its module as it loads: exit 1 in one
+    line naming the component, never exit 0 with the run cut short."""
+    name = f"exiting_score_{abs(hash(code))}"
+    (tmp_path / f"{name}.py").write_text(
+        "import sys\nCALLS = [0]\n"
+        "def score(smiles):\n"
+        "    CALLS[0] += 1\n"
+        f"    if CALLS[0] == 3:\n        sys.exit({code})\n"
+        "    return [0.5] * len(smiles)\n")
+    (tmp_path / f"{name}_at_import.py").write_text(f"import sys\nsys.exit({code})\ndef score(s):\n    return s\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module, out in ((name, "run"), (f"{name}_at_import", "early")):
+        spec = tmp_path / f"{out}.json"
+        spec.write_text(json.dumps({"components": [{"name": "user", "function": f"{module}:score"}]}))
+        argv = ["optimize", tiny_checkpoints["lm"], "--score", spec, "--batch-size", "16", "--out", tmp_path / out,
+                "--quiet", "--steps", "4", "--grammar", "valence"]
+        status, said = run(argv, capsys)
+        line = error_line(said)
+        assert status == 1 and "component user" in line and "sys.exit" in line, (module, said.err)
+        assert "this is a bug" not in line
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    rows = list(csv.DictReader(open(tmp_path / "run" / "scored.csv")))
+    assert {r["step"] for r in rows} == {"1", "2"}, "the two finished steps are kept"
+    assert not (tmp_path / "early" / "scored.csv").exists()
+
+
 # --------------------------------------------------------------------------- the run folder is one transaction
 def _stop_at_checkpoint_of_step(monkeypatch, step, exc=KeyboardInterrupt):
     """Make writing last.npz at ``step`` fail with ``exc``: the records of that step are on disk, its checkpoint is not."""

@@ -267,6 +267,9 @@ class Component:
         saying what it returned instead (a runtime failure, like the function raising)."""
         try:
             values = np.asarray(self._fn(list(smiles)), dtype=np.float64)  # (N,)
+        except SystemExit as exc:  # sys.exit() in the user's code: a failure of the function, not the program's end
+            raise ScoreFunctionFailed(f"component {self.name}: the scoring function called sys.exit({exc.code!r}); "
+                                      "a scoring function must return its scores") from None
         except Exception as exc:  # the user's code: say whose it is, not "a bug"
             raise ScoreFunctionFailed(f"component {self.name}: the scoring function failed "
                                       f"({type(exc).__name__}: {exc})") from exc
