@@ -29,6 +29,29 @@ def test_read_csv_prefers_exact_smiles_column(tmp_path):
     assert read_smiles(path) == ["CCO"]
 
 
+@pytest.mark.parametrize("header, named", [("smiles,smiles", "'smiles' (column 1), 'smiles' (column 2)"),
+                                           ("id,Smiles,SMILES", "'Smiles' (column 2), 'SMILES' (column 3)"),
+                                           ("canonical_smiles,isomeric_smiles", "'canonical_smiles' (column 1)")])
+def test_two_columns_that_could_hold_the_smiles_are_refused_naming_both(tmp_path, header, named):
+    """Which column holds the molecules is the user's to say: the first one never wins silently."""
+    path = tmp_path / "mols.csv"
+    path.write_text(f"{header}\n" + ",".join(["CCO", "CCN", "CCC"][:header.count(",") + 1]) + "\n")
+    with pytest.raises(ValueError, match="columns could hold the SMILES") as err:
+        read_smiles(path)
+    assert named in str(err.value)
+    path.write_text("x,Structure,STRUCTURE\n1,CCO,CCN\n")
+    with pytest.raises(ValueError, match="2 columns are named 'structure'"):
+        read_smiles(path, column="structure")
+
+
+def test_a_labelled_table_with_one_task_in_two_columns_is_refused(tmp_path):
+    from minitransformer.chem.datasets.properties import load_labelled
+    path = tmp_path / "labels.csv"
+    path.write_text("smiles,NR-AR,SR-p53,NR-AR\nCCO,1,0,0\nCCN,0,1,1\n")
+    with pytest.raises(ValueError, match="'NR-AR' appears 2 times"):
+        load_labelled(path)
+
+
 def test_read_csv_explicit_column_and_headerless(tmp_path):
     path = tmp_path / "mols.csv"
     path.write_text("structure,id\nCCO,1\n")

@@ -101,6 +101,11 @@ def read_labelled(path: str | os.PathLike, tasks: Sequence[str] | None = None) -
         t_cols = [header.index(t) for t in tasks]
     if not t_cols:
         raise ValueError(f"{path}: no label columns besides the SMILES; the columns are {header}")
+    named = [header[c].strip() for c in t_cols]
+    twice = sorted({n for n in named if named.count(n) > 1})
+    if twice:
+        raise ValueError(f"{path}: the label column {twice[0]!r} appears {named.count(twice[0])} times; give each "
+                         "task one column (rename or drop the others)")
     labels = np.full((len(body), len(t_cols)), np.nan)  # (N, K)
     for r, row in enumerate(body):
         for k, c in enumerate(t_cols):

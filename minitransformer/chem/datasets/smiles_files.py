@@ -230,16 +230,21 @@ def first_field(cell: str) -> str:
 
 
 def smiles_column(header: list[str], where) -> int:
-    """Index of the SMILES column: a name equal to 'smiles', else one containing it (any case)."""
+    """Index of the SMILES column: the one named 'smiles', else the one whose name contains it (any
+    case). Two candidates of one kind are refused (a ValueError naming them): which one holds the
+    molecules is the user's to say, not the first one's to win."""
     names = [h.strip().lower() for h in header]
-    for i, name in enumerate(names):
-        if name == "smiles":
-            return i
-    for i, name in enumerate(names):
-        if "smiles" in name:
-            print(f"{where}: no column is named 'smiles'; using column {header[i].strip()!r} as the SMILES",
+    for matches in ([i for i, name in enumerate(names) if name == "smiles"],
+                    [i for i, name in enumerate(names) if "smiles" in name]):
+        if len(matches) > 1:
+            shown = ", ".join(f"{header[i].strip()!r} (column {i + 1})" for i in matches)
+            raise ValueError(f"{where}: {len(matches)} columns could hold the SMILES ({shown}); keep one of them, "
+                             "or rename the others so that only the SMILES column's name contains 'smiles'")
+        if matches and names[matches[0]] != "smiles":
+            print(f"{where}: no column is named 'smiles'; using column {header[matches[0]].strip()!r} as the SMILES",
                   file=sys.stderr)
-            return i
+        if matches:
+            return matches[0]
     shown = ", ".join(repr(h.strip()) for h in header[:8]) + (", ..." if len(header) > 8 else "")
     raise ValueError(f"{where}: no SMILES column (the columns are {shown}); rename the SMILES column to "
                      "'smiles' (any case), or give a .smi file with one SMILES per line")
@@ -253,6 +258,9 @@ def _column_index(head: list[str], column, where) -> int:
     lowered = [h.strip().lower() for h in head]
     if column.lower() not in lowered:
         raise ValueError(f"{where}: no column {column!r}; the columns are {head}")
+    if lowered.count(column.lower()) > 1:
+        raise ValueError(f"{where}: {lowered.count(column.lower())} columns are named {column!r} (any case); keep "
+                         "one of them")
     return lowered.index(column.lower())
 
 
