@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["describe", "summary_line", "BLAS_PINS"]
+__all__ = ["describe", "summary_line", "available_memory", "BLAS_PINS"]
 
 #: Environment variables that pin OpenBLAS's kernel or cache model (read once, at NumPy's import).
 BLAS_PINS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_VERBOSE", "MKL_ENABLE_INSTRUCTIONS")
@@ -100,3 +100,19 @@ def summary_line(d: dict | None = None) -> str:
         line += ("; BLAS pinned by " + ", ".join(f"{k}={v}" for k, v in d["blas_pins"].items())
                  + " (on a newer CPU a pin can halve the speed of matrix products: unset them)")
     return line
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can still give a process (Linux's ``MemAvailable``; else its
+    physical memory), or None where neither can be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None

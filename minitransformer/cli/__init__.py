@@ -31,7 +31,8 @@ that code lives here once, one concern per file:
 The commands use ``from minitransformer import cli`` and ``cli.<name>``; every
 name below is importable from this package.
 """
-from minitransformer.cli.arguments import (AUTO, MAX_SAMPLES, ArgumentParser, add_command, add_common_arguments,
+from minitransformer.cli.arguments import (AUTO, MAX_EPOCHS, MAX_LAYERS, MAX_MINUTES, MAX_MOLECULES, MAX_SAMPLES,
+                                           MAX_STEPS, MAX_WIDTH, ArgumentParser, add_command, add_common_arguments,
                                            add_resume_argument, check_phase_budget, data_source, existing_file,
                                            input_file, int_at_least, max_time, number, output_file,
                                            refuse_overwrite, run_folder, seed, smiles_text, use_backend)
@@ -49,4 +50,5 @@ __all__ = ["ArgumentParser", "add_command", "add_common_arguments", "add_resume_
            "json_safe", "outputs_line", "print_table", "read_history", "attention_example", "format_duration", "int_at_least",
            "number", "seed", "data_source", "existing_file", "input_file", "output_file", "run_folder",
            "refuse_overwrite", "claim_run_folder", "check_resume", "data_fingerprint", "run_fit",
-           "write_provenance", "WriteError", "BackendUnavailable", "DEBUG_ENV", "AUTO"]
+           "write_provenance", "WriteError", "BackendUnavailable", "DEBUG_ENV", "AUTO", "MAX_SAMPLES", "MAX_EPOCHS",
+           "MAX_LAYERS", "MAX_MINUTES", "MAX_MOLECULES", "MAX_STEPS", "MAX_WIDTH"]

@@ -70,6 +70,16 @@ def int_at_least(lo: int, hi: int | None = None, why: str = "") -> Callable[[str
     return parse
 
 
+#: The bounds of the size options: each far above any run that fits a machine, low enough that a typo (an
+#: extra zero or three) is refused in one line before any work instead of failing hours or gigabytes later.
+MAX_EPOCHS = 100_000
+MAX_BATCH = 8192
+MAX_WIDTH = 8192  # --d-model, --head-hidden: a layer of D x D weights
+MAX_LAYERS = 128
+MAX_MOLECULES = 20_000_000  # --pretrain-limit, --pretrain-mix: molecules held in memory
+MAX_MINUTES = 525_600  # a year: --max-minutes, --pretrain-minutes
+MAX_STEPS = 1_000_000  # optimize --steps
+
 #: The most molecules one command draws or judges: the samples are held in memory (a
 #: million SMILES is about 100 MB) and judged together; run the command again for more.
 MAX_SAMPLES = 1_000_000
@@ -256,12 +266,14 @@ def add_common_arguments(parser: argparse.ArgumentParser, out: str,
                              f"(default: {data_default})")
     parser.add_argument("--quick", action="store_true",
                         help="tiny model, 400 molecules, 2 epochs: a smoke test that takes seconds")
-    parser.add_argument("--epochs", type=int_at_least(1), default=None, help="override the preset's number of epochs")
+    parser.add_argument("--epochs", type=int_at_least(1, MAX_EPOCHS), default=None,
+                        help="override the preset's number of epochs")
     parser.add_argument("--lr", type=number(0, lo_open=True), default=None,
                         help="override the peak learning rate (train property: of the fine-tuning; its "
                              "pretraining has its own)")
-    parser.add_argument("--batch-size", type=int_at_least(1), default=None, help="override the batch size")
-    parser.add_argument("--max-minutes", type=number(0), default=None,
+    parser.add_argument("--batch-size", type=int_at_least(1, MAX_BATCH, "a batch is held in memory at once"),
+                        default=None, help="override the batch size")
+    parser.add_argument("--max-minutes", type=number(0, MAX_MINUTES), default=None,
                         help="training time budget (the preset's by default; 0 = no limit); what a pretraining "
                              "phase leaves, and never under 1 minute, goes to the main phase")
     parser.add_argument("--out", default=out, type=run_folder,

@@ -42,17 +42,17 @@ def add_parser(commands):
                         "({\"mean\": ..., \"components\": [{\"name\": ...}, ...]}); components: qed, sa, mw, logp, tpsa, hbd, hba, rotb, similarity, "
                         "smarts, forbid, tox21, user, and pmo:TASK for a task of the PMO benchmark "
                         "(e.g. pmo:osimertinib_mpo; benchmarks/pmo.py lists them)")
-    p.add_argument("--steps", type=cli.int_at_least(1), default=100, help="steering steps (default: 100)")
+    p.add_argument("--steps", type=cli.int_at_least(1, cli.MAX_STEPS), default=100, help="steering steps (default: 100)")
     p.add_argument("--batch-size", type=cli.int_at_least(1, 4096, "they are scored every step"), default=64,
                    help="molecules sampled per step (default: 64)")
     p.add_argument("--sigma", type=cli.number(0, lo_open=True), default=60.0,
                    help="the score's weight in the augmented likelihood (default: 60)")
     p.add_argument("--lr", type=cli.number(0, lo_open=True), default=1e-4, help="Adam's learning rate (default: 1e-4)")
-    p.add_argument("--replay", type=cli.int_at_least(0), default=100,
+    p.add_argument("--replay", type=cli.int_at_least(0, 100_000, "the memory is held and rescored"), default=100,
                    help="memory of the best molecules replayed each step (default: 100; 0: off)")
-    p.add_argument("--replay-k", type=cli.int_at_least(0), default=None,
+    p.add_argument("--replay-k", type=cli.int_at_least(0, 100_000), default=None,
                    help=f"molecules replayed a step, at most --replay (default: {DEFAULTS['replay_k']})")
-    p.add_argument("--scaffold-limit", type=cli.int_at_least(0), default=25,
+    p.add_argument("--scaffold-limit", type=cli.int_at_least(0, 1_000_000), default=25,
                    help="rewards per Bemis-Murcko scaffold before it scores 0 (default: 25; 0: no diversity filter)")
     p.add_argument("--score-repeats", action="store_true",
                    help="a molecule drawn again gets its score again (PMO's REINVENT); default: it scores 0")

@@ -29,7 +29,7 @@ def add_parser(commands):
                                                          "command again, with another --seed, for more"),
                    default=100, help=f"number of molecules, at most {cli.MAX_SAMPLES:,} (default: 100)")
     p.add_argument("--temperature", type=cli.number(0, lo_open=True), default=1.0, help="> 0 (default: 1)")
-    p.add_argument("--top-k", type=cli.int_at_least(1), default=None,
+    p.add_argument("--top-k", type=cli.int_at_least(1, 1_000_000), default=None,
                    help="sample among the k most likely tokens only (default: all)")
     p.add_argument("--top-p", type=cli.number(0, 1, lo_open=True), default=None,
                    help="sample among the most likely tokens whose probabilities add up to p (default: 1)")

@@ -67,7 +67,7 @@ def add_parser(kinds):
                    help="random 80/10/10 (seeded) or Bemis-Murcko scaffold split")
     p.add_argument("--pretrain", action="store_true",
                    help="pretrain as a masked language model before fine-tuning (on MOSES: 15 more minutes)")
-    p.add_argument("--pretrain-epochs", type=cli.int_at_least(0), default=None)
+    p.add_argument("--pretrain-epochs", type=cli.int_at_least(0, cli.MAX_EPOCHS), default=None)
     p.add_argument("--pretrain-data", default=None, type=cli.data_source(("train", "moses", "druglike")),
                    help="molecules for --pretrain: moses (the default; the training split's when MOSES cannot be "
                         "had), train (the training split's), druglike or a file (every molecule of the labelled "
@@ -75,10 +75,10 @@ def add_parser(kinds):
     p.add_argument("--pretrain-limit", type=count_or_all, default=None,
                    help="pretrain on at most this many molecules of --pretrain-data, or all (on MOSES: 1.58 million; "
                         "give --pretrain-minutes 0 too for the whole pass, about 55 minutes on one thread)")
-    p.add_argument("--pretrain-minutes", type=cli.number(0), default=None,
+    p.add_argument("--pretrain-minutes", type=cli.number(0, cli.MAX_MINUTES), default=None,
                    help="time budget of the pretraining (default: 15 minutes on MOSES, else 5; 0 = none); it "
                         "counts against --max-minutes, whose default grows by it")
-    p.add_argument("--pretrain-descriptors", type=cli.number(0), default=None, metavar="WEIGHT",
+    p.add_argument("--pretrain-descriptors", type=cli.number(0, 1000), default=None, metavar="WEIGHT",
                    help="with --pretrain: the <cls> state also learns to predict each pretraining molecule's RDKit "
                         "descriptors, their squared error at this weight beside the masked tokens' loss (default 0: "
                         "not at all; 1 lost on Tox21's validation sets, docs/RESULTS.md). Computing them (about 5 ms "
@@ -96,7 +96,7 @@ def add_parser(kinds):
                         "their mean test ROC-AUC and its standard deviation over seeds (OUT/seed-S, OUT/metrics.json)")
     p.add_argument("--ensemble", type=cli.int_at_least(1, 32, "each is a whole training run"), default=1,
                    help="train N models per seed on the same split and average their test probabilities")
-    p.add_argument("--head-hidden", type=cli.int_at_least(0), default=None,
+    p.add_argument("--head-hidden", type=cli.int_at_least(0, cli.MAX_WIDTH), default=None,
                    help="a hidden layer of this many units in the classifier head (0: one linear layer, the preset)")
     p.add_argument("--pooling", choices=("cls", "cls+mean"), default=None,
                    help="what the head reads of the encoder's states: the <cls> token's (the preset), or also their "
@@ -116,9 +116,9 @@ def count_or_all(text: str) -> int | str:
     if text.strip().lower() == "all":
         return "all"
     try:
-        return cli.int_at_least(1)(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be a count >= 1 or all, got {text!r}") from None
+        return cli.int_at_least(1, cli.MAX_MOLECULES, "they are held in memory")(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"must be all or a count: {err}") from None
 
 
 def resolve_recipe(args) -> PropertyRecipe:

@@ -67,7 +67,7 @@ def add_parser(kinds):
     p.add_argument("--augment", choices=("fresh", "fixed"), default="fresh",
                    help="the training sources: a fresh random SMILES of each molecule every epoch (fresh, the "
                         "default), or one random SMILES per molecule for the whole run (fixed: no augmentation)")
-    p.add_argument("--examples", type=cli.int_at_least(0), default=6, help="worked test examples to print")
+    p.add_argument("--examples", type=cli.int_at_least(0, 1000), default=6, help="worked test examples to print")
     p.set_defaults(run=run)
     return p
 

@@ -160,6 +160,7 @@ def run_training(command: TrainingCommand, args, read_back: bool = False) -> int
     recipe, data = command.load(args, recipe, resume)
     run = Run(args, recipe, out, data, resume=resume)
     run.model = command.build_model(recipe, data, args.seed)
+    check_fits_in_memory(run.model)  # before anything is written: a retry then needs no --force
     print(f"model: {type(run.model).__name__}, {run.model.num_parameters():,} weights; {command.describe(run)}"
           f"{' (quick)' if args.quick else ''}")
     run.info = {"quick": args.quick, "seed": args.seed, "settings": recipe.record(), "data": data.description,
@@ -211,6 +212,28 @@ def run_training(command: TrainingCommand, args, read_back: bool = False) -> int
     cli.write_json(out / "metrics.json", metrics)
     command.summary(run, metrics)
     return 0
+
+
+#: Bytes training holds per weight: the weight, its gradient and Adam's two moments, in float32.
+TRAINING_BYTES_PER_WEIGHT = 16
+
+
+def check_fits_in_memory(model, available: int | None = None) -> None:
+    """Refuse (ValueError, exit status 2), before any file is written, a model whose weights,
+    gradients and optimizer moments alone need more memory than this machine has free
+    (``available`` bytes; read from the machine when not given). On a GPU the device's memory
+    decides, and is not checked here."""
+    from minitransformer import backend
+    from minitransformer.runtime import available_memory
+    if backend.name() != "numpy":
+        return
+    available = available_memory() if available is None else available
+    need = TRAINING_BYTES_PER_WEIGHT * model.num_parameters()
+    if available is not None and need > available:
+        raise ValueError(f"the model has {model.num_parameters():,} weights: training them takes at least "
+                         f"{need / 2 ** 30:.1f} GiB (weights, gradients and Adam's two moments in float32), more "
+                         f"than the {available / 2 ** 30:.1f} GiB this machine has free; choose a smaller model "
+                         "(--d-model, --n-layers, --head-hidden)")
 
 
 def _check_ranks_agree(info: dict) -> None:

@@ -383,3 +383,57 @@ def test_ranks_that_share_the_sampling_draw_what_one_process_draws(tiny_checkpoi
 
     together, shares = two_ranks(lambda rank: sample_smiles(model, vocab, 7, seed=3, batch_size=2, parallel=rank))
     assert together == alone and len(shares[0]) == 2 and len(shares[1]) == 2  # batches 0, 4 / 2, 6 of 7
+
+
+def _size_options():
+    """(command, option, action) for every option of every command whose value is a count or a time."""
+    from minitransformer.cli.main import build_parser
+
+    def walk(parser, prefix):
+        for action in parser._actions:
+            if getattr(action, "choices", None) and isinstance(action.choices, dict):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, prefix + [name])
+            elif action.option_strings and getattr(action.type, "__name__", "").startswith(
+                    ("integer >=", "a number", "count_or_all")):
+                yield " ".join(prefix), action.option_strings[-1], action
+    return list(walk(build_parser(), []))
+
+
+SIZE_OPTIONS = [(c, o, a) for c, o, a in _size_options() if not any(
+    word in o for word in ("lr", "temperature", "sigma", "dropout", "augment", "smoothing", "top-p",
+                           "top-fraction", "pretrain-descriptors"))]
+
+
+@pytest.mark.parametrize("command, option, action", SIZE_OPTIONS, ids=[f"{c} {o}" for c, o, _ in SIZE_OPTIONS])
+def test_every_size_option_is_bounded_in_one_line_before_any_work(command, option, action):
+    """A count or a time typed with three zeros too many is refused by the parser, not hours or gigabytes later."""
+    import argparse
+    with pytest.raises(argparse.ArgumentTypeError, match="at most|in \\["):
+        action.type("1000000000000")
+
+
+def test_the_size_options_are_found():
+    found = {(c, o) for c, o, _ in SIZE_OPTIONS}
+    assert {("train property", "--head-hidden"), ("train property", "--pretrain-limit"), ("train lm", "--d-model"), ("train lm", "--max-minutes"),
+            ("optimize", "--steps"), ("sample", "--count")} <= found
+
+
+def test_a_model_too_large_for_the_memory_is_refused_before_any_file_is_written(tmp_path, capsys, monkeypatch):
+    """Refused after the model is built and before provenance.json: the same command then runs without --force."""
+    from minitransformer import runtime
+    out = tmp_path / "run"
+    argv = ["train", "property", "--quick", "--data", "druglike-labelled.csv", "--out", str(out)]
+    labelled = tmp_path / "druglike-labelled.csv"
+    from minitransformer.chem.datasets.data import druglike_path, read_smiles
+    smiles = read_smiles(druglike_path(), header=False)[:120]
+    labelled.write_text("smiles,a\n" + "".join(f"{s},{int('N' in s)}\n" for s in smiles))
+    argv[4] = str(labelled)
+    monkeypatch.setattr(runtime, "available_memory", lambda: 10_000)
+    code, said = run(argv, capsys)
+    line = error_line(said)
+    assert code == 2 and "weights: training them takes at least" in line and "--head-hidden" in line
+    assert not any(p.is_file() for p in out.rglob("*")), "nothing written"
+    monkeypatch.undo()
+    code, said = run(argv + ["--quiet"], capsys)
+    assert code == 0, said.err
