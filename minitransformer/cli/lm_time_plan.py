@@ -33,9 +33,8 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model,
     from minitransformer.train.time_plan import plan_phases
     if resume is not None:
         kept = load_checkpoint(resume).meta.get("run", {}).get("settings", {})
-        fields = ("pretrain_limit", "epochs", "pretrain_max_time", "max_time")
-        if all(k in kept for k in fields):
-            return dataclasses.replace(recipe, **{k: kept[k] for k in fields})
+        if all(k in kept for k in PLANNED):
+            return kept_plan(recipe, kept)
     from minitransformer.fast.parallel import usable_cpus
     dp = parallel.current()
     ranks = 1 if dp is None else dp.size
@@ -58,6 +57,27 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model,
     return dataclasses.replace(recipe, pretrain_limit=max(plan.phase1_molecules, recipe.batch_size),
                                epochs=plan.phase2_epochs, pretrain_max_time=plan.phase1_s,
                                max_time=recipe.time_budget - plan.judge_s)  # training ends by then
+
+
+#: The settings a time plan decides, which a resumed run keeps.
+PLANNED = ("pretrain_limit", "epochs", "pretrain_max_time", "max_time")
+
+
+def kept_plan(recipe: LMRecipe, kept: dict) -> LMRecipe:
+    """``recipe`` resumed on the plan its checkpoint records (``kept``: the run's saved settings):
+    the molecules and epochs stay (the schedules were planned for them), and a budget changed on
+    the command line (``recipe.time_budget``; None: no limit) moves the training's end by as much
+    as the budget moved, the judging's reserve kept; phase 1 never runs past that end less a minute."""
+    counts = {k: kept[k] for k in PLANNED}
+    old, new = kept.get("time_budget"), recipe.time_budget
+    if old is not None and new != old:
+        if new is None:
+            counts.update(max_time=None, pretrain_max_time=None)
+        elif counts["max_time"] is not None:
+            end = max(60.0, counts["max_time"] + new - old)
+            phase1 = counts["pretrain_max_time"]
+            counts.update(max_time=end, pretrain_max_time=None if phase1 is None else min(phase1, max(end - 60, 1.0)))
+    return dataclasses.replace(recipe, **counts)
 
 
 class Probe(NamedTuple):

@@ -144,8 +144,10 @@ def labels_fingerprint(tasks: Sequence[str], *labels) -> str:
     return h.hexdigest()[:16]
 
 
-#: What a resumed run may change: its time budget and its sample count.
-_RESUME_IGNORES = ("settings.max_time", "settings.fine_tune_time", "settings.samples")
+#: What a resumed run may change: its time budget (and the phases' budgets a time plan derives from it)
+#: and its sample count.
+_RESUME_IGNORES = ("settings.max_time", "settings.fine_tune_time", "settings.time_budget",
+                   "settings.pretrain_max_time", "settings.samples")
 
 
 def _flat(obj, prefix: str = "") -> dict:

@@ -168,8 +168,9 @@ def run_training(command: TrainingCommand, args, read_back: bool = False) -> int
                 "data_sha256": data.fingerprint(),
                 **command.facts(run)}
     _check_ranks_agree(run.info)
-    if resume is not None:  # the same data, vocabulary and settings, or a clear refusal
-        cli.check_resume(resume, out, run.info, data.vocab)
+    if resume is not None:  # the same data, vocabulary and settings, or a clear refusal (rank 0's, said once)
+        from minitransformer.cli import parallel
+        parallel.on_rank0(lambda: cli.check_resume(resume, out, run.info, data.vocab))
         run.resumed_phase = load_checkpoint(resume).meta.get("phase", "train")
         if run.resumed_phase not in ("pretrain", "train"):
             raise ValueError(f"{resume} says it was saved in phase {str(run.resumed_phase)[:40]!r}, which train "

@@ -225,3 +225,34 @@ def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keep
     monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: lm_time_plan.Probe(10_000.0, 0.0, 0.0, 1.0))
     again = lm_time_plan.time_planned(_recipe([]), data, args, path, 10.0, train_lm.make_model, train_lm.MAX_LEN)
     assert (again.pretrain_limit, again.epochs, again.max_time) == (r.pretrain_limit, r.epochs, r.max_time)
+
+
+def test_a_planned_run_resumes_with_another_budget_keeping_its_counts(monkeypatch, tmp_path):
+    """Only the time budget may change on --resume: the plan's molecules and epochs stay, the training's end moves
+    by as much as the budget did, --max-minutes 0 lifts the limits, and check_resume lets all of them pass."""
+    from types import SimpleNamespace
+    import minitransformer.cli.lm_time_plan as lm_time_plan
+    import minitransformer.cli.train_lm as train_lm
+    from minitransformer.checkpoint import save_checkpoint
+    from minitransformer.chem import Vocab
+    from minitransformer.cli.run_folders import check_resume
+    train = ["CCO", "c1ccccc1O", "CC(=O)N"] * 100
+    vocab = Vocab.build(train)
+    data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
+    args = SimpleNamespace(seed=0)
+    monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: lm_time_plan.Probe(30_000.0, 0.0, 0.0, 1.0))
+    r = lm_time_plan.time_planned(_recipe(["--max-minutes", "10"]), data, args, None, 10.0, train_lm.make_model,
+                                  train_lm.MAX_LEN)
+    path = save_checkpoint(tmp_path / "last.npz", train_lm.make_model(r, vocab, 0), vocab=vocab,
+                           extra={"run": {"settings": r.record()}})
+    for minutes in ("25", "6", "0"):
+        again = lm_time_plan.time_planned(_recipe(["--max-minutes", minutes]), data, args, path, 10.0,
+                                          train_lm.make_model, train_lm.MAX_LEN) if minutes != "0" else \
+            lm_time_plan.kept_plan(_recipe(["--max-minutes", "0"]), r.record())
+        assert (again.pretrain_limit, again.epochs) == (r.pretrain_limit, r.epochs), minutes
+        if minutes == "0":
+            assert again.max_time is None and again.pretrain_max_time is None
+        else:
+            assert again.max_time == pytest.approx(r.max_time + (float(minutes) - 10) * 60)
+            assert again.pretrain_max_time <= again.max_time - 60
+        check_resume(path, tmp_path, {"settings": again.record()}, vocab)  # nothing else differs: no refusal

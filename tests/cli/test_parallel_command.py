@@ -50,6 +50,10 @@ def test_train_lm_on_two_ranks_writes_once_and_prints_once(tmp_path):
     # and --resume continues it on both ranks
     resumed = _mpi(tmp_path, *args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # a resume with other settings is refused once, by rank 0
+    refused = _mpi(tmp_path, *args, "--resume", "--lr", "0.01")
+    assert refused.returncode == 2 and refused.stderr.count("error:") == 1, refused.stderr
+    assert "settings.lr" in refused.stderr
 
 
 def test_train_property_is_refused_before_work(tmp_path):
