@@ -96,6 +96,36 @@ def test_the_set_is_made_once_and_read_back_from_the_cache(druglike, tmp_path, m
     assert recombined_moses_quietly(s) == (made, path)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "foreign", "edited", "headerless", "other settings"])
+def test_a_cache_file_that_does_not_check_out_is_made_again(druglike, tmp_path, monkeypatch, damage):
+    """The cache is trusted by its header (format, settings, count, checksum), never by its name alone."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    source = tmp_path / "train.csv.gz"
+    source.write_bytes(gzip.compress(("SMILES\n" + "".join(f"{s}\n" for s in druglike)).encode()))
+    monkeypatch.setattr("minitransformer.chem.datasets.moses.find_moses", lambda *a, **k: source)
+    s = RecombineSettings(n=30, sources=200, seed=2)
+    made, path = recombined_moses_quietly(s)
+    lines = open(path).read().splitlines()
+    assert lines[0].startswith("# minitransformer-recombined-v1 ") and lines[1:] == made
+    bad = {"truncated": lines[:15], "foreign": ["CCO"] * 31, "edited": lines[:1] + ["CCO"] + lines[2:],
+           "headerless": lines[1:], "other settings": [lines[0].replace("seed2", "seed3")] + lines[1:]}[damage]
+    open(path, "w").write("\n".join(bad) + "\n")
+    said = []
+    again, _ = recombined.recombined_moses(s, log=said.append)
+    assert again == made and "making it again" in said[0], said
+    assert open(path).read().splitlines() == lines
+
+
+def test_a_quick_run_makes_a_small_recombined_set_of_its_own(druglike, tmp_path, monkeypatch):
+    from minitransformer.chem.datasets.data import load_source
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    source = tmp_path / "train.csv.gz"
+    source.write_bytes(gzip.compress(("SMILES\n" + "".join(f"{s}\n" for s in druglike)).encode()))
+    monkeypatch.setattr("minitransformer.chem.datasets.moses.find_moses", lambda *a, **k: source)
+    loaded = load_source("recombined", limit=20)
+    assert 0 < len(loaded.smiles) <= 20 and "recombined-n20-" in loaded.description
+
+
 def recombined_moses_quietly(settings):
     return recombined.recombined_moses(settings, log=lambda *_: None)
 
@@ -114,7 +144,7 @@ def test_the_pmo_preset_trains_on_the_recombined_set_after_moses():
 
 def test_the_recombined_set_trains_on_all_but_its_held_out_molecules(druglike, monkeypatch):
     from minitransformer.chem.datasets import lm_data
-    monkeypatch.setattr(recombined, "recombined_moses", lambda **kw: (druglike[:40], "cache file"))
+    monkeypatch.setattr(recombined, "recombined_moses", lambda *a, **kw: (druglike[:40], "cache file"))
     monkeypatch.setattr(lm_data, "RECOMBINED_HELD_OUT", 5)
     splits = lm_data.prepare_smiles("recombined", log=lambda *_: None)
     assert (len(splits.val), len(splits.test)) == (5, 5) and len(splits.train) >= 25  # (repeats once standardized)

@@ -50,7 +50,7 @@ def load_and_clean(data=None, min_len: int | None = 10, max_len: int | None = 10
 
     Returns ``(kept SMILES, LoadedSmiles, CleanReport)``.
     """
-    loaded = load_source(data, download=download)
+    loaded = load_source(data, download=download, limit=limit)
     sample = check_rdkit and is_moses(data)  # 1.58M clean molecules: RDKit checks a sample only
     try:
         kept, report = clean_smiles(loaded.smiles, min_len=min_len, max_len=max_len,

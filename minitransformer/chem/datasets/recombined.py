@@ -29,7 +29,9 @@ in chunks whose results do not depend on how many workers ran them).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -234,21 +236,60 @@ def recombine(smiles: Sequence[str], settings: RecombineSettings = RecombineSett
 
 
 # --------------------------------------------------------------------------- the cached set
+#: The cache file's format: its first line, then one SMILES a line. The header carries the count and
+#: the SHA-256 of the lines that follow, so a truncated, edited or foreign file under the cache's
+#: name is never read as the set (it is made again, said in one line).
+CACHE_FORMAT = "minitransformer-recombined-v1"
+
+
+def _digest(smiles: Sequence[str]) -> str:
+    return hashlib.sha256("".join(s + "\n" for s in smiles).encode("utf-8")).hexdigest()
+
+
+def cache_header(smiles: Sequence[str], settings: RecombineSettings) -> str:
+    """The first line of a cache file holding ``smiles``, made with ``settings``."""
+    return f"# {CACHE_FORMAT} settings={settings.key()} count={len(smiles)} sha256={_digest(smiles)}"
+
+
+def read_cache(path, settings: RecombineSettings) -> tuple[list[str] | None, str]:
+    """(the cached SMILES, "") when ``path`` holds this set whole, else (None, why not)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        return None, f"unreadable ({type(err).__name__})"
+    head, _, body = text.partition("\n")
+    fields = dict(f.split("=", 1) for f in head.split()[2:] if "=" in f) if head.startswith("# ") else {}
+    if not head.startswith(f"# {CACHE_FORMAT} "):
+        return None, "not a cache file of this version (no header)"
+    smiles = body.splitlines()
+    if fields.get("settings") != settings.key():
+        return None, "made with other settings"
+    if fields.get("count") != str(len(smiles)):
+        return None, f"{len(smiles):,} molecules where its header says {fields.get('count')}: truncated or edited"
+    if fields.get("sha256") != _digest(smiles):
+        return None, "its molecules do not match its header's checksum: damaged or edited"
+    return smiles, ""
+
+
 def recombined_moses(settings: RecombineSettings = RecombineSettings(), data_dir=None, download: bool = True,
                      timeout: float = 10.0, log=print) -> tuple[list[str], str]:
     """:func:`recombine` over the MOSES training molecules, made once and kept in the user
-    cache (``recombined-<settings>.smi``, written atomically; about 30 minutes on 2 cores for
-    the default 300,000): (SMILES, the cache file's path)."""
+    cache (``recombined-<settings>.smi``, written atomically, with a header giving its format,
+    count and checksum; about 30 minutes on 2 cores for the default 300,000): (SMILES, the cache
+    file's path). A cache file that does not check out is made again."""
     from minitransformer.atomic import atomic_write
     from minitransformer.chem.datasets.download import cache_dir
     from minitransformer.chem.datasets.moses import find_moses, read_moses_file
-    from minitransformer.chem.datasets.smiles_files import read_smiles_file
     path = cache_dir() / f"recombined-{settings.key()}.smi"
     if path.is_file():
-        return read_smiles_file(path, every_line=False, header=False).smiles, str(path)
+        smiles, why = read_cache(path, settings)
+        if smiles is not None:
+            return smiles, str(path)
+        log(f"the cached recombined set {path} is {why}; making it again")
     source = find_moses("train", data_dir=data_dir, download=download, timeout=timeout)
     log(f"recombining MOSES molecules into {settings.n:,} of {settings.min_weight:g}-{settings.max_weight:g} Da, "
         f"once (kept in {path})")
     smiles = recombine(read_moses_file(source), settings, log=log)
-    atomic_write(path, lambda f: f.write("".join(s + "\n" for s in smiles)), binary=False)
+    text = cache_header(smiles, settings) + "\n" + "".join(s + "\n" for s in smiles)
+    atomic_write(path, lambda f: f.write(text), binary=False)
     return smiles, str(path)
