@@ -46,6 +46,7 @@ from blas_threads import configure_from_argv
 if __name__ == "__main__":
     configure_from_argv(sys.argv[1:])  # before NumPy is imported (by common)
 
+import math  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -234,15 +235,47 @@ def same_prior(earlier: dict, prior: Prior) -> bool:
     return earlier.get("prior_sha256") == prior.file_sha256
 
 
+#: The fields of a run in a results file that the table and the sums read: (name, kind, low, high).
+RUN_FIELDS = (("auc_top10", float, 0.0, 1.0), ("top1", float, 0.0, 1.0), ("calls", int, 0, None),
+              ("steps", int, 0, None), ("wall_s", float, 0.0, None))
+
+
+def check_run(r, where: str) -> str | None:
+    """Why the run ``r`` of a results file cannot enter the table (None: it can), field by field."""
+    if not isinstance(r, dict):
+        return f"{where} is {type(r).__name__}, not a run"
+    if r.get("task") not in TASKS:
+        return f"{where} has task {str(r.get('task'))[:40]!r}, not one of PMO's"
+    if not isinstance(r.get("seed"), int) or isinstance(r.get("seed"), bool) or r["seed"] < 0:
+        return f"{where} ({r['task']}) has seed {str(r.get('seed'))[:20]!r}, not a whole number >= 0"
+    for name, kind, low, high in RUN_FIELDS:
+        value = r.get(name)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or (kind is int and not isinstance(value, int)) or not math.isfinite(value) \
+                or value < low or (high is not None and value > high):
+            span = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+            return (f"{where} ({r['task']} seed {r['seed']}) has {name} {str(value)[:20]}, not a finite "
+                    f"{'whole number' if kind is int else 'number'} {span}")
+    return None
+
+
 def earlier_runs(path: Path, args, prior: Prior) -> list:
-    """The runs in the results file ``path``, refused unless measured as this run measures."""
+    """The runs in the results file ``path``, refused unless measured as this run measures and
+    whole: every run's task, seed and figures checked (a NaN or a missing field never enters the table)."""
     import json
     try:
         earlier = json.loads(path.read_text())
         settings, runs = earlier["pmo_settings"], earlier["runs"]
+        if not isinstance(settings, dict) or not isinstance(runs, list):
+            raise TypeError("pmo_settings must be an object and runs a list")
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         refuse(f"{path} is not a results file of pmo.py ({type(e).__name__}: {str(e)[:80]}); "
                "give the --json of a run")
+    for i, r in enumerate(runs):
+        problem = check_run(r, f"run {i + 1}")
+        if problem:
+            refuse(f"{path} is damaged: {problem}; give the --json of a run as pmo.py wrote it, or run again "
+                   "without it")
     from minitransformer.cli.optimize import SETTINGS_ADDED  # a file written before a setting ran with its value
     changed = [k for k in MEASURED if settings.get(k, SETTINGS_ADDED.get(k)) != getattr(args, k)]
     if not same_prior(earlier, prior):

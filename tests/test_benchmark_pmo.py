@@ -124,6 +124,40 @@ def test_runs_made_in_parts_merge_into_the_table_of_one_run(tmp_path):
     assert "Traceback" not in refused.stderr
 
 
+DAMAGES = {
+    "a list at the top": lambda f, r: [f],
+    "runs not a list": lambda f, r: {**f, "runs": {"qed": r}},
+    "settings not an object": lambda f, r: {**f, "pmo_settings": [1, 2]},
+    "a run not an object": lambda f, r: {**f, "runs": ["qed"]},
+    "no task": lambda f, r: {**f, "runs": [{k: v for k, v in r.items() if k != "task"}]},
+    "an unknown task": lambda f, r: {**f, "runs": [{**r, "task": "tea"}]},
+    "a NaN AUC": lambda f, r: {**f, "runs": [{**r, "auc_top10": float("nan")}]},
+    "an AUC above 1": lambda f, r: {**f, "runs": [{**r, "auc_top10": 7.5}]},
+    "calls as text": lambda f, r: {**f, "runs": [{**r, "calls": "many"}]},
+    "a seed of true": lambda f, r: {**f, "runs": [{**r, "seed": True}]},
+    "no wall time": lambda f, r: {**f, "runs": [{k: v for k, v in r.items() if k != "wall_s"}]},
+}
+
+
+def test_a_damaged_results_file_is_refused_in_one_line_for_resume_and_merge(tmp_path):
+    """Every field the table reads is checked: a damaged file is one line and exit 2, never a traceback, and a NaN
+    never enters the table."""
+    pytest.importorskip("rdkit")
+    _tiny_prior(tmp_path)
+    good = tmp_path / "good.json"
+    assert _pmo(tmp_path, "--tasks", "qed", "--json", str(good)).returncode == 0
+    saved = json.loads(good.read_text())
+    for name, damage in DAMAGES.items():
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(damage(saved, saved["runs"][0])))
+        for argv in (["--json", str(bad), "--resume"], ["--json", str(tmp_path / "new.json"), "--merge", str(bad)]):
+            done = _pmo(tmp_path, "--tasks", "qed", "--seeds", "0,1", *argv)
+            assert done.returncode == 2, (name, done.stderr[-1500:])
+            assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, (name, done.stderr[-1500:])
+            assert str(bad) in done.stderr, name
+    assert not (tmp_path / "new.json").exists()
+
+
 def test_stopping_the_benchmark_stops_its_worker_processes(tmp_path):
     """A worker outlives a killed parent only until its watcher notices (about a second)."""
     import signal
