@@ -14,10 +14,11 @@ import contextlib
 import sys
 import time
 
-__all__ = ["progress", "LINE_EVERY_S", "QUIET_S"]
+__all__ = ["progress", "tracked", "size_warning", "LINE_EVERY_S", "QUIET_S", "LARGE"]
 
 LINE_EVERY_S = 30.0  # seconds between two progress lines when standard error is no terminal
 QUIET_S = 5.0  # a step that ends sooner says nothing
+LARGE = 50_000  # samples from which judging warns, before it starts, of its size
 
 
 def _minutes(seconds: float) -> str:
@@ -53,3 +54,31 @@ def progress(label: str, total: int, unit: str = "mol", stream=None):
             yield bar.update
         return
     yield _Lines(label, total, unit, stream).update
+
+
+def tracked(label: str | None, items, total: int | None = None, unit: str = "mol", every: int = 256):
+    """Iterate over ``items``, showing the progress of the loop as :func:`progress` does (``label``
+    None: nothing shown); ``total`` defaults to ``len(items)``."""
+    if label is None:
+        yield from items
+        return
+    total = len(items) if total is None else total
+    with progress(label, total, unit) as update:
+        done = 0
+        for item in items:
+            yield item
+            done += 1
+            if done % every == 0:
+                update(every)
+        update(done % every)
+
+
+def size_warning(n: int, stream=None) -> None:
+    """One line on standard error, before judging ``n`` samples begins, when ``n`` is large
+    (:data:`LARGE`): what grows with it, so that a long silence is never a surprise."""
+    if n < LARGE:
+        return
+    stream = stream if stream is not None else sys.stderr
+    print(f"judging {n:,} samples: every metric reads each of them (a few milliseconds a molecule and core), "
+          f"and IntDiv compares all {n * n / 1e9:,.1f} billion pairs, so this takes many minutes; each step shows "
+          "its progress and the time it has left", file=stream, flush=True)

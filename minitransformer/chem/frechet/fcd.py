@@ -212,7 +212,8 @@ class FCDJudge:
             return {}, 0
         while len(self._activations) < n and self._drawn < len(self.real):  # read only what is not read yet
             take = self._order[self._drawn:self._drawn + n - len(self._activations)]
-            more = chemnet_activations([self.real[i] for i in take], self.net)  # (<= len(take), 512)
+            more = chemnet_activations([self.real[i] for i in take], self.net,  # (<= len(take), 512)
+                                       progress=f"ChemNet on {len(take):,} real molecules (the FCD floor)")
             self._activations, self._drawn = np.concatenate([self._activations, more]), self._drawn + len(take)
         if min(n, len(self._activations)) < 2:
             return {}, 0
@@ -221,7 +222,7 @@ class FCDJudge:
 
     def __call__(self, samples: Sequence[str]) -> dict:
         try:
-            stats = fcd_statistics(samples, self.net)
+            stats = fcd_statistics(samples, self.net, progress=f"ChemNet on {len(samples):,} samples")
         except ValueError:  # fewer than two valid samples
             return {name: None for name in self.references}
         return {name: frechet_distance(stats, ref) for name, ref in self.references.items()}

@@ -121,7 +121,7 @@ def discrete_kl(reference: np.ndarray, generated: np.ndarray) -> float:
     return kl_divergence(p, q)
 
 
-def descriptor_matrix(mols: Sequence) -> np.ndarray:
+def descriptor_matrix(mols: Sequence, label: str | None = None) -> np.ndarray:
     """The nine RDKit descriptors of each molecule, shape (len(mols), 9), columns in
     the order ``CONTINUOUS + DISCRETE``. This is the slow part of the score
     (about 0.7 ms per molecule, mostly ``BertzCT`` and ``MolLogP``), so callers
@@ -130,9 +130,10 @@ def descriptor_matrix(mols: Sequence) -> np.ndarray:
     require_rdkit()
     from rdkit.Chem import Descriptors
 
+    from minitransformer.chem.progress import tracked
     functions = [getattr(Descriptors, name) for name in DESCRIPTORS]
-    out = np.empty((len(mols), len(functions)), dtype=np.float64)
-    for row, mol in enumerate(mols):
+    out = np.empty((len(mols), len(functions)), dtype=np.float64)  # (N, 9)
+    for row, mol in tracked(label, list(enumerate(mols)), total=len(mols)):
         out[row] = [f(mol) for f in functions]
     out[~np.isfinite(out)] = 0.0
     return out

@@ -50,6 +50,10 @@ class Undefined(Exception):
     """Raised by a metric whose value cannot be had; the message (why) becomes its note."""
 
 
+#: Samples parsed at a time (the parsing's progress moves by this much).
+PARSE_CHUNK = 2_000
+
+
 class SampleSet:
     """The samples parsed once (``mols``, ``canon``: the valid ones and their canonical SMILES,
     in sample order, repeats kept; ``distinct``: the canonical SMILES without repeats), and what
@@ -57,8 +61,15 @@ class SampleSet:
 
     def __init__(self, samples: Sequence[str], train=None, references=None, fcd_judge=None, heldout=None,
                  all_training=None, seed: int = KL_SEED, filters="moses"):
+        from minitransformer.chem.progress import size_warning, tracked
         self.samples = [s.strip() if isinstance(s, str) else "" for s in samples]
-        self.mols, self.canon = parse_valid(self.samples)
+        size_warning(len(self.samples))
+        self.mols, self.canon = [], []
+        chunks = range(0, len(self.samples), PARSE_CHUNK)
+        for start in tracked(f"parsing {len(self.samples):,} samples", chunks, unit="chunks", every=1):
+            mols, canon = parse_valid(self.samples[start:start + PARSE_CHUNK])
+            self.mols += mols
+            self.canon += canon
         self.distinct = list(dict.fromkeys(self.canon))
         self.training = _training_set(tuple(train)) if train is not None and len(train) else None
         self.references = {name: list(mols) for name, mols in (references or {}).items()}
@@ -96,12 +107,13 @@ class SampleSet:
     def fingerprints(self):
         """Morgan bits of the valid samples (repeats kept; each distinct molecule computed once)."""
         from minitransformer.chem.judge.fragments import distinct_fingerprints
-        return distinct_fingerprints(self.mols, self.canon)
+        return distinct_fingerprints(self.mols, self.canon, label=f"fingerprints of {len(self.mols):,} valid samples")
 
     @functools.cached_property
     def intdiv(self) -> tuple[float, float]:
         self.need_valid()
-        return tuple(map(float, _intdiv(self.fingerprints, (1, 2))))
+        n = len(self.fingerprints)
+        return tuple(map(float, _intdiv(self.fingerprints, (1, 2), f"IntDiv over all {n * n:,} pairs")))
 
     @functools.cached_property
     def kl(self) -> tuple:
@@ -164,14 +176,17 @@ def fcd(s: SampleSet, name: str) -> float:
 def snn(s: SampleSet, name: str) -> float:
     from minitransformer.chem.judge.fragments import snn as nearest_neighbour_similarity
     s.need_valid()
-    return nearest_neighbour_similarity(s.fingerprints, s.reference_features(name).fps)
+    reference = s.reference_features(name).fps
+    return nearest_neighbour_similarity(s.fingerprints, reference,
+                                        f"SNN: {len(s.mols):,} samples against {len(reference):,} of {name}")
 
 
 def _cosine_with_reference(s: SampleSet, name: str, counts_of, feature: str, missing: str) -> float:
     """The cosine of the samples' counts (``counts_of(mols, canon)``) and the reference's ``feature``."""
     from minitransformer.chem.judge.fragments import cosine_of_counts
     s.need_valid()
-    value = cosine_of_counts(counts_of(s.mols, s.canon), getattr(s.reference_features(name), feature))
+    value = cosine_of_counts(counts_of(s.mols, s.canon, label=f"{feature} of {len(s.mols):,} valid samples"),
+                             getattr(s.reference_features(name), feature))
     if value is None:
         raise Undefined(missing)
     return value

@@ -79,34 +79,36 @@ def scaffold_of(mol, min_rings: int = 2) -> str | None:
     return smiles
 
 
-def _by_molecule(smiles: Sequence[str], mols: Sequence, count_one) -> Counter:
-    """Sum of ``count_one(mol)`` (a Counter) over ``mols``, computed once per distinct SMILES."""
+def _by_molecule(smiles: Sequence[str], mols: Sequence, count_one, label: str | None = None) -> Counter:
+    """Sum of ``count_one(mol)`` (a Counter) over ``mols``, computed once per distinct SMILES
+    (``label``: the loop's progress, :func:`~minitransformer.chem.progress.tracked`)."""
+    from minitransformer.chem.progress import tracked
     copies = Counter(smiles)
     first = {}
     for s, m in zip(smiles, mols):
         first.setdefault(s, m)
     total = Counter()
     with quiet_rdkit():
-        for s, n in copies.items():
+        for s, n in tracked(label, list(copies.items())):
             for key, c in count_one(first[s]).items():
                 total[key] += c * n
     return total
 
 
-def fragment_counts(mols: Sequence, smiles: Sequence[str] | None = None) -> Counter:
+def fragment_counts(mols: Sequence, smiles: Sequence[str] | None = None, label: str | None = None) -> Counter:
     """:math:`c[f]` over ``mols``; pass their canonical ``smiles`` to cut each distinct one once."""
     smiles = list(smiles) if smiles is not None else list(range(len(mols)))
-    return _by_molecule(smiles, mols, lambda m: Counter(fragments_of(m)))
+    return _by_molecule(smiles, mols, lambda m: Counter(fragments_of(m)), label)
 
 
-def scaffold_counts(mols: Sequence, smiles: Sequence[str] | None = None) -> Counter:
+def scaffold_counts(mols: Sequence, smiles: Sequence[str] | None = None, label: str | None = None) -> Counter:
     """Scaffold counts over ``mols`` (scaffolds of two rings or more only)."""
     smiles = list(smiles) if smiles is not None else list(range(len(mols)))
 
     def one(m):
         s = scaffold_of(m)
         return Counter() if s is None else Counter({s: 1})
-    return _by_molecule(smiles, mols, one)
+    return _by_molecule(smiles, mols, one, label)
 
 
 def cosine_of_counts(a: Counter, b: Counter) -> float | None:
@@ -119,18 +121,18 @@ def cosine_of_counts(a: Counter, b: Counter) -> float | None:
     return float(dot / norm)
 
 
-def snn(sample_fps: np.ndarray, reference_fps: np.ndarray) -> float:
+def snn(sample_fps: np.ndarray, reference_fps: np.ndarray, label: str | None = None) -> float:
     """Mean over the rows of ``sample_fps`` of the largest Tanimoto similarity to a row of
-    ``reference_fps`` (both need at least one row)."""
-    return float(max_tanimoto(sample_fps, reference_fps).mean())
+    ``reference_fps`` (both need at least one row; ``label``: the progress shown when it takes long)."""
+    return float(max_tanimoto(sample_fps, reference_fps, label).mean())
 
 
-def distinct_fingerprints(mols: Sequence, smiles: Sequence[str]) -> np.ndarray:
+def distinct_fingerprints(mols: Sequence, smiles: Sequence[str], label: str | None = None) -> np.ndarray:
     """Morgan r=2, 1024-bit rows of ``mols``, fingerprinting each distinct SMILES once."""
     index = {}
     for i, s in enumerate(smiles):
         index.setdefault(s, i)
-    rows = morgan_bits([mols[i] for i in index.values()])
+    rows = morgan_bits([mols[i] for i in index.values()], label=label)
     where = {s: k for k, s in enumerate(index)}
     return rows[[where[s] for s in smiles]]
 

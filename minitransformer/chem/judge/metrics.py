@@ -132,7 +132,8 @@ class _TrainingSet:
     def descriptors(self, smiles: Sequence[str], mols: Sequence) -> np.ndarray:
         todo = [i for i, s in enumerate(smiles) if s not in self._descriptors]
         if todo:
-            for i, row in zip(todo, descriptor_matrix([mols[i] for i in todo])):
+            for i, row in zip(todo, descriptor_matrix([mols[i] for i in todo],
+                                                      label=f"KL: descriptors of {len(todo):,} molecules")):
                 self._descriptors[smiles[i]] = row
         if not smiles:
             return np.zeros((0, len(DESCRIPTORS)))
@@ -170,10 +171,11 @@ def novelty(samples: Sequence[str], train_smiles: Sequence[str]) -> float:
     return _fraction(sum(s not in known for s in distinct), len(distinct))
 
 
-def _intdiv(fps: np.ndarray, powers: tuple) -> np.ndarray:
-    """MOSES IntDiv_p for each p: 1 - mean over j of (mean over i of T_ij^p)^(1/p)."""
+def _intdiv(fps: np.ndarray, powers: tuple, label: str | None = None) -> np.ndarray:
+    """MOSES IntDiv_p for each p: 1 - mean over j of (mean over i of T_ij^p)^(1/p) (``label``: the
+    progress of the pairs, shown when it takes long)."""
     p = np.asarray(powers, dtype=np.float64)[:, None]
-    return 1.0 - np.mean(column_mean_tanimoto_powers(fps, powers) ** (1.0 / p), axis=1)
+    return 1.0 - np.mean(column_mean_tanimoto_powers(fps, powers, label) ** (1.0 / p), axis=1)
 
 
 def internal_diversity(samples: Sequence[str], p: int = 1) -> float:
@@ -242,9 +244,10 @@ def _filters(mols, canon, filters) -> tuple[float | None, str]:
             return None, why
     if not mols:
         return None, "no valid sample"
+    from minitransformer.chem.progress import tracked
     verdict = {}
     with quiet_rdkit():
-        for m, s in zip(mols, canon):
+        for m, s in tracked(f"MOSES filters on {len(mols):,} valid samples", list(zip(mols, canon))):
             if s not in verdict:
                 verdict[s] = passes_filters(m, filters)
     return sum(verdict[s] for s in canon) / len(canon), ""

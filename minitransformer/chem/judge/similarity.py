@@ -13,8 +13,8 @@ so for whole sets of molecules, held as 0/1 matrices ``A`` (n x bits) and
 integers) and the product runs in optimized BLAS instead of a Python double
 loop. Two empty fingerprints (0/0) are given similarity 1, as MOSES does.
 
-The aggregate functions work through the rows in blocks, so memory stays at
-``block x m`` floats however large the sets are.
+The aggregate functions work through the rows in blocks of at most 2**25 similarities
+(128 MiB a temporary), so memory stays bounded however large the sets are.
 """
 from __future__ import annotations
 
@@ -30,14 +30,16 @@ __all__ = ["morgan_bits", "tanimoto_matrix", "mean_tanimoto_powers", "column_mea
 _BLOCK = 2048
 
 
-def morgan_bits(mols: Sequence, radius: int = 2, n_bits: int = 1024) -> np.ndarray:
-    """Morgan fingerprints of RDKit molecules as a float32 0/1 matrix of shape (len(mols), n_bits)."""
+def morgan_bits(mols: Sequence, radius: int = 2, n_bits: int = 1024, label: str | None = None) -> np.ndarray:
+    """Morgan fingerprints of RDKit molecules as a float32 0/1 matrix of shape (len(mols), n_bits)
+    (``label``: the loop's progress, :func:`~minitransformer.chem.progress.tracked`)."""
     require_rdkit()
     from rdkit.Chem import rdFingerprintGenerator
 
+    from minitransformer.chem.progress import tracked
     generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=n_bits)
-    out = np.zeros((len(mols), n_bits), dtype=np.float32)
-    for row, mol in enumerate(mols):
+    out = np.zeros((len(mols), n_bits), dtype=np.float32)  # (N, n_bits)
+    for row, mol in tracked(label, list(enumerate(mols)), total=len(mols)):
         out[row] = generator.GetFingerprintAsNumPy(mol)
     return out
 
@@ -54,26 +56,37 @@ def tanimoto_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return sim
 
 
-def _row_blocks(n: int) -> Iterator[slice]:
-    for start in range(0, n, _BLOCK):
-        yield slice(start, min(start + _BLOCK, n))
+#: The most similarities one block holds (float32: 128 MiB a temporary, whatever the set's size).
+_BLOCK_VALUES = 1 << 25
 
 
-def mean_tanimoto_powers(fps: np.ndarray, powers: Sequence[float] = (1.0,)) -> np.ndarray:
+def _row_blocks(n: int, m: int | None = None, label: str | None = None) -> Iterator[slice]:
+    """Slices of ``n`` rows, each compared with ``m`` others (default ``n``) within
+    :data:`_BLOCK_VALUES` similarities; ``label``: the loop's progress, in rows
+    (:func:`~minitransformer.chem.progress.tracked`)."""
+    from minitransformer.chem.progress import tracked
+    block = max(1, min(_BLOCK, _BLOCK_VALUES // max(1, n if m is None else m)))
+    starts = range(0, n, block)
+    for start in tracked(label, starts, total=len(starts), unit="blocks", every=1):
+        yield slice(start, min(start + block, n))
+
+
+def mean_tanimoto_powers(fps: np.ndarray, powers: Sequence[float] = (1.0,), label: str | None = None) -> np.ndarray:
     """For each p in ``powers``, the mean of ``T(i, j) ** p`` over all ordered pairs of rows,
     self-pairs included. The similarity matrix is computed once for all powers."""
     n = len(fps)
     if n == 0:
         raise ValueError("need at least one fingerprint")
     totals = np.zeros(len(powers), dtype=np.float64)
-    for rows in _row_blocks(n):
+    for rows in _row_blocks(n, label=label):
         sim = tanimoto_matrix(fps[rows], fps)
         for k, p in enumerate(powers):
             totals[k] += np.sum(sim if p == 1 else sim ** p, dtype=np.float64)
     return totals / (n * n)
 
 
-def column_mean_tanimoto_powers(fps: np.ndarray, powers: Sequence[float] = (1.0,)) -> np.ndarray:
+def column_mean_tanimoto_powers(fps: np.ndarray, powers: Sequence[float] = (1.0,),
+                                label: str | None = None) -> np.ndarray:
     r"""For each p in ``powers`` and each row j, :math:`\frac{1}{n} \sum_i T(i, j)^p` (self-pair
     included): an array of shape ``(len(powers), n)``. MOSES's internal diversity takes the
     p-th root of each of these before averaging over j."""
@@ -81,14 +94,14 @@ def column_mean_tanimoto_powers(fps: np.ndarray, powers: Sequence[float] = (1.0,
     if n == 0:
         raise ValueError("need at least one fingerprint")
     out = np.zeros((len(powers), n), dtype=np.float64)
-    for rows in _row_blocks(n):
+    for rows in _row_blocks(n, label=label):
         sim = tanimoto_matrix(fps[rows], fps)  # symmetric, so row sums are column sums
         for k, p in enumerate(powers):
             out[k, rows] = np.sum(sim if p == 1 else sim ** p, axis=1, dtype=np.float64)
     return out / n
 
 
-def max_tanimoto(fps: np.ndarray, reference_fps: np.ndarray) -> np.ndarray:
+def max_tanimoto(fps: np.ndarray, reference_fps: np.ndarray, label: str | None = None) -> np.ndarray:
     """For each row of ``fps`` (n, k), the largest Tanimoto similarity to a row of
     ``reference_fps`` (m, k); memory stays at ``block x m`` floats."""
     if len(fps) == 0 or len(reference_fps) == 0:
@@ -96,14 +109,13 @@ def max_tanimoto(fps: np.ndarray, reference_fps: np.ndarray) -> np.ndarray:
     out = np.empty(len(fps), dtype=np.float64)
     reference_fps = np.asarray(reference_fps, dtype=np.float32)
     ref_counts = reference_fps.sum(axis=1)[None, :]
-    block = max(1, min(_BLOCK, (1 << 25) // max(1, len(reference_fps))))  # ~128 MiB per temporary
-    for start in range(0, len(fps), block):
-        a = np.asarray(fps[start:start + block], dtype=np.float32)
-        inter = a @ reference_fps.T
-        union = a.sum(axis=1)[:, None] + ref_counts - inter
+    for rows in _row_blocks(len(fps), len(reference_fps), label):
+        a = np.asarray(fps[rows], dtype=np.float32)  # (block, k)
+        inter = a @ reference_fps.T  # (block, m)
+        union = a.sum(axis=1)[:, None] + ref_counts - inter  # (block, m)
         with np.errstate(invalid="ignore", divide="ignore"):
-            sim = np.where(union == 0, 1.0, inter / union)
-        out[start:start + block] = sim.max(axis=1)
+            sim = np.where(union == 0, 1.0, inter / union)  # (block, m)
+        out[rows] = sim.max(axis=1)
     return out
 
 
