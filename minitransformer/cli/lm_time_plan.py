@@ -14,6 +14,33 @@ from typing import NamedTuple
 from minitransformer.train.recipe import LMRecipe
 
 
+#: What the end of a run costs at :data:`REFERENCE_SPEED` training tokens/s, scaled to the machine by
+#: the measured speed: a fixed part (the test NLL, ChemNet on the held-out molecules), each sample of
+#: each set (drawing it, about 1.2 ms, and judging it: ChemNet, filters, fingerprints, fragments,
+#: descriptors, about 5 ms) and each pair IntDiv compares. Measured 2026-12-06 (a 2-core AMD EPYC
+#: whose probe read 15,100 tokens/s; judging 2 x 4,000 drug-like molecules took 96 s, drawing an
+#: untrained model's 100-token samples 6.7 ms each, bare or under the valence grammar alike; IntDiv of
+#: 60,000 molecules 73 s) and scaled to the reference speed.
+REFERENCE_SPEED = 36_000.0
+JUDGE_FIXED_S = 15.0
+JUDGE_PER_SAMPLE_S = 6.2e-3
+INTDIV_PER_PAIR_S = 0.85e-8
+#: The preset's samples, for which ``judge_time`` is the reserve (bare and under a grammar).
+PRESET_SAMPLES = 2000
+
+
+def judging_seconds(recipe: LMRecipe, tokens_per_s: float) -> float:
+    """The seconds to reserve for drawing and judging ``recipe.samples`` samples (bare, and as many
+    again under ``recipe.grammar``) on a machine that trains at ``tokens_per_s``: the preset's
+    ``judge_time`` for its 2,000 bare and 2,000 constrained samples, grown or shrunk with the
+    sample count and the sets by the measured costs above (IntDiv's pairs grow as its square)."""
+    def at_reference(n: int, sets: int) -> float:
+        return JUDGE_FIXED_S + sets * n * JUDGE_PER_SAMPLE_S + sets * n * n * INTDIV_PER_PAIR_S
+    sets = 2 if recipe.grammar else 1
+    scale = recipe.judge_time / at_reference(PRESET_SAMPLES, 2)
+    return scale * at_reference(recipe.samples, sets) * REFERENCE_SPEED / tokens_per_s
+
+
 #: Scored tokens of a phase-1 molecule (MOSES, Kekule form, EOS included), on average.
 PHASE1_TOKENS = 41.5
 #: The probe reads 5-33 % below the speed training reaches (its few steps come first in a
@@ -46,13 +73,15 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model,
     phase2_tokens = (probe.stretch * sum(len(ids) - 1 for ids in data.encode(data.train))  # as written at random
                      + recipe.pretrain_mix * PHASE1_TOKENS)
     plan = parallel.on_rank0(lambda: plan_phases(  # rank 0's plan, or its refusal, on every rank
-        recipe.time_budget, spent, recipe.judge_time * 36_000 / speed, speed, PHASE1_TOKENS, phase2_tokens,
+        recipe.time_budget, spent, judging_seconds(recipe, speed), speed, PHASE1_TOKENS, phase2_tokens,
         recipe.epochs, recipe.min_epochs, recipe.pretrain_share,
         write_s=probe.write_s / usable_cpus(),  # phase 1's many molecules: written by workers on every core
         phase2_write_s=probe.write_s / ranks,  # phase 2's few: each rank writes its share itself
         phase2_molecules=len(data.train) + recipe.pretrain_mix,
         judge_per_molecule=probe.canon_s,  # novelty canonicalizes every phase-1 molecule, on rank 0
-        margin=PROBE_MARGIN))
+        margin=PROBE_MARGIN,
+        judged=f"drawing and judging {recipe.samples:,} samples" + (f" and as many under the {recipe.grammar} grammar"
+                                                                    if recipe.grammar else "")))
     print(plan.line())
     return dataclasses.replace(recipe, pretrain_limit=max(plan.phase1_molecules, recipe.batch_size),
                                epochs=plan.phase2_epochs, pretrain_max_time=plan.phase1_s,

@@ -150,8 +150,10 @@ class LMRecipe(Recipe):
     time_budget: seconds from start to summary, planned on the machine
     (:mod:`minitransformer.train.time_plan`): phase 1's molecules and phase 2's epochs
     (at least ``min_epochs``; phase 1 keeps at least ``pretrain_share`` of the training time)
-    follow from the measured speed, with ``judge_time`` (the seconds sampling and judging
-    take at 36,000 tokens/s, scaled by the measured speed) reserved. None: the counts as given."""
+    follow from the measured speed, with the judging reserved: ``judge_time`` is the seconds drawing
+    and judging 2,000 samples bare and 2,000 under a grammar take at 36,000 tokens/s, grown with
+    ``samples`` and scaled by the measured speed
+    (:func:`minitransformer.cli.lm_time_plan.judging_seconds`). None: the counts as given."""
 
     label_smoothing: float = 0.0
     check_rdkit: bool = True

@@ -46,7 +46,8 @@ class PhasePlan:
 def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: float, phase1_tokens: float,
                 phase2_tokens: float, epochs: int, min_epochs: int, phase1_share: float,
                 overhead: float = 1.1, write_s: float = 0.0, phase2_write_s: float = 0.0,
-                phase2_molecules: int = 0, judge_per_molecule: float = 0.0, margin: float = 1.0) -> PhasePlan:
+                phase2_molecules: int = 0, judge_per_molecule: float = 0.0, margin: float = 1.0,
+                judged: str = "the judging") -> PhasePlan:
     """Split ``budget_s`` (start to summary) between the phases.
 
     ``spent_s`` have gone already (reading the data); ``judge_s`` are reserved for the
@@ -61,7 +62,8 @@ def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: f
     phase-1 molecule (canonicalizing it, for novelty against every training molecule), reserved
     beside ``judge_s``. ``margin``: phase 1 is handed that many times the molecules its time
     covers at ``tokens_per_s`` and stops at its time (a probe that reads low then costs no
-    time; the reserve counts every molecule handed). A ValueError when nothing is left for training."""
+    time; the reserve counts every molecule handed). ``judged``: what ``judge_s`` is reserved for, in
+    words (the refusal names it). A ValueError when too little is left for training."""
     if not tokens_per_s > 0:
         raise ValueError(f"the measured speed must be > 0 tokens/s, got {tokens_per_s}")
     T = budget_s - spent_s - judge_s
@@ -69,8 +71,9 @@ def plan_phases(budget_s: float, spent_s: float, judge_s: float, tokens_per_s: f
     per_molecule = overhead * phase1_tokens / tokens_per_s + write_s  # phase 1's training
     if T < min_epochs * per_epoch:
         raise ValueError(f"a {budget_s / 60:g}-minute budget leaves {max(T, 0) / 60:.1f} minutes of training on this "
-                         f"machine ({tokens_per_s:,.0f} tokens/s), less than {min_epochs} epochs of the main set "
-                         f"need ({min_epochs * per_epoch / 60:.1f} minutes); raise --max-minutes")
+                         f"machine ({tokens_per_s:,.0f} tokens/s) beside {judge_s / 60:.1f} reserved for {judged}, "
+                         f"less than {min_epochs} epochs of the main set need ({min_epochs * per_epoch / 60:.1f} "
+                         "minutes); raise --max-minutes" + (" or draw fewer --samples" if "samples" in judged else ""))
     E = epochs
     if T - E * per_epoch < phase1_share * T:
         E = max(min_epochs, int((1 - phase1_share) * T // per_epoch))

@@ -227,6 +227,34 @@ def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keep
     assert (again.pretrain_limit, again.epochs, again.max_time) == (r.pretrain_limit, r.epochs, r.max_time)
 
 
+def test_the_judging_reserve_grows_with_the_samples_and_the_grammar_and_a_budget_that_cannot_hold_them_is_refused(
+        monkeypatch):
+    """--samples and --grammar change what the end of the run costs: the reserve follows them (the preset's 2,000
+    keep its judge_time), and a --samples the budget cannot hold is refused before any training."""
+    from types import SimpleNamespace
+    import minitransformer.cli.lm_time_plan as lm_time_plan
+    import minitransformer.cli.train_lm as train_lm
+    from minitransformer.chem import Vocab
+    speed = 30_000.0
+    preset = _recipe([])
+    assert lm_time_plan.judging_seconds(preset, speed) == pytest.approx(preset.judge_time * 36_000 / speed)
+    more, fewer, bare = (_recipe(a) for a in (["--samples", "20000"], ["--samples", "500"], ["--grammar", "off"]))
+    reserve = {k: lm_time_plan.judging_seconds(r, speed) for k, r in
+               (("more", more), ("fewer", fewer), ("bare", bare), ("preset", preset))}
+    assert reserve["more"] > 6 * reserve["preset"] and reserve["fewer"] < reserve["bare"] < reserve["preset"]
+    train = ["CCO", "c1ccccc1O", "CC(=O)N"] * 100
+    vocab = Vocab.build(train)
+    data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
+    monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: lm_time_plan.Probe(speed, 0.0, 0.0, 1.0))
+    r = lm_time_plan.time_planned(more, data, SimpleNamespace(seed=0), None, 10.0, train_lm.make_model,
+                                  train_lm.MAX_LEN)
+    assert r.max_time == pytest.approx(15 * 60 - reserve["more"])  # training ends early enough to judge them all
+    with pytest.raises(ValueError, match="--samples") as err:
+        lm_time_plan.time_planned(_recipe(["--samples", "20000", "--max-minutes", "4"]), data, SimpleNamespace(seed=0),
+                                  None, 10.0, train_lm.make_model, train_lm.MAX_LEN)
+    assert "drawing and judging 20,000 samples" in str(err.value)
+
+
 def test_a_planned_run_resumes_with_another_budget_keeping_its_counts(monkeypatch, tmp_path):
     """Only the time budget may change on --resume: the plan's molecules and epochs stay, the training's end moves
     by as much as the budget did, --max-minutes 0 lifts the limits, and check_resume lets all of them pass."""
