@@ -85,13 +85,27 @@ def _csv(header, rows) -> str:
     return buf.getvalue()
 
 
+def progress_line(r: dict, steps: int) -> str:
+    """One step of a run, as a user reads it: the objective's own mean score (what the molecules are
+    worth), then the mean the agent learns from and what set it apart (the diversity filter and the
+    repeats score 0 there), the top-10, validity and the best molecule so far."""
+    zeroed = ", ".join(f"{what} {100 * r[key]:.0f} %" for what, key in (("diversity filter", "filtered"),
+                                                                          ("repeats", "repeats")) if r.get(key))
+    learned = f"{r['mean_score']:.3f}" + (f", zeroed: {zeroed}" if zeroed else "")
+    head = f"step {r['step']}/{steps}: mean score {r['mean_raw_score']:.3f} (rewarded {learned})"
+    if not r["best"]:
+        return f"{head}; no molecule scored above 0 yet"
+    return f"{head}, top-10 {r['top10']:.3f}, validity {r['validity']:.2f}, best {r['best'][0]:.3f} {r['best'][1]}"
+
+
 def _draw_curves(history, target: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     steps = [h["step"] for h in history]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
-    a.plot(steps, [h["mean_score"] for h in history], label="mean score")
+    a.plot(steps, [h.get("mean_raw_score", h["mean_score"]) for h in history], label="mean score")
+    a.plot(steps, [h["mean_score"] for h in history], label="mean rewarded (filter, repeats at 0)", alpha=0.6)
     a.plot(steps, [h["top10"] for h in history], label="top-10 score")
     a.plot(steps, [h["validity"] for h in history], label="validity", alpha=0.6)
     a.set_xlabel("step")
@@ -268,7 +282,7 @@ def run(args) -> int:
             rows += [[r["step"], s, c or "", f"{score:.4f}", *(f"{r['parts'][n][i]:.4f}" for n in names)]
                      for i, (s, c, score) in enumerate(zip(r["smiles"], r["canonical"], r["scores"]))]
             history.append({k: r[k] for k in ("step", "loss", "mean_score", "mean_raw_score", "validity", "top10",
-                                              "rewarded_scaffolds")})
+                                              "rewarded_scaffolds", "filtered", "repeats")})
             _save(out, steer, vocab, rows, header, history, run_info)
         except ScoreFunctionFailed as err:  # the user's function: once it works, the run goes on
             raise ScoreFunctionFailed(f"{err}; {_saved_note(out, saved)}") from err
@@ -281,9 +295,7 @@ def run(args) -> int:
         saved = steer.t
         PROGRESS.saved_note = _saved_note(out, saved)
         if not args.quiet:
-            print(f"step {r['step']}/{args.steps}: mean score {r['mean_score']:.3f}, top-10 {r['top10']:.3f}, "
-                  f"validity {r['validity']:.2f}, best {r['best'][0]:.3f} {r['best'][1]}" if r["best"] else
-                  f"step {r['step']}/{args.steps}: no molecule scored above 0 yet", flush=True)
+            print(progress_line(r, args.steps), flush=True)
     cli.save_plot(out / "curves.png", lambda target: _draw_curves(history, target))
     try:
         png, drawn = molecule_grid_png([c for _, c in steer.top], n=24)

@@ -54,6 +54,7 @@ from minitransformer.train.divergence import TrainingDiverged
 __all__ = ["SteeringConfig", "Steering", "check_steering_state", "TOP_KEPT"]
 
 TOP_KEPT = 100  # the best distinct molecules a run reports (Steering.top)
+REPEAT, FILTERED = 1, 2  # why Steering.score set a molecule the objective scored above 0 to 0
 
 
 @dataclass
@@ -122,13 +123,16 @@ class Steering:
     # ------------------------------------------------------------------ scoring
     def score(self, smiles: list[str]) -> tuple[np.ndarray, list, dict]:
         """(scores with invalid, repeated and filtered molecules at 0, canonical SMILES or None,
-        the objective's raw scores and parts)."""
+        the objective's raw scores and parts). The dict's ``"zeroed"`` (B,) says why a molecule the
+        objective scored above 0 scores 0: 1 a repeat, 2 the diversity filter (0: it did not)."""
         raw, parts = self.objective(smiles)
         canon = [canonical(s) if s else None for s in smiles]
-        scores = np.array(raw, dtype=np.float64)
+        scores = np.array(raw, dtype=np.float64)  # (B,)
+        zeroed = np.zeros(len(smiles), dtype=np.int8)  # (B,)
         for i, c in enumerate(canon):
             repeat = c in self.seen
             if c is None or (repeat and not self.config.score_repeats):
+                zeroed[i] = REPEAT if c is not None and scores[i] > 0 else 0
                 scores[i] = 0.0
                 continue
             if not repeat and scores[i] > 0:
@@ -137,12 +141,12 @@ class Steering:
             if self.config.scaffold_limit and scores[i] > 0:
                 scaffold = murcko_scaffold(c)
                 if self.scaffold_counts.get(scaffold, 0) >= self.config.scaffold_limit:
-                    scores[i] = 0.0  # the scaffold's bucket is full (a repeat was counted when first drawn)
+                    scores[i], zeroed[i] = 0.0, FILTERED  # the scaffold's bucket is full (a repeat counted when first drawn)
                 elif not repeat:
                     self.scaffold_counts[scaffold] = self.scaffold_counts.get(scaffold, 0) + 1
         self.top.sort(key=lambda m: -m[0])
         del self.top[TOP_KEPT:]
-        return scores, canon, {"raw": np.asarray(raw), **parts}
+        return scores, canon, {"raw": np.asarray(raw), "zeroed": zeroed, **parts}
 
     def _remember(self, scores, canon, rows) -> None:
         if not self.config.replay:
@@ -232,9 +236,12 @@ class Steering:
         return {"step": self.t, "loss": loss, "mean_score": float(scores.mean()),
                 "rewritten": rewritten / written if written else None,
                 "mean_raw_score": float(np.mean(parts["raw"])), "validity": valid / len(smiles),
+                "filtered": float(np.mean(parts["zeroed"] == FILTERED)),
+                "repeats": float(np.mean(parts["zeroed"] == REPEAT)),
                 "top10": float(np.mean(sorted(scores)[-10:])), "best": self.top[0] if self.top else None,
                 "smiles": smiles, "scores": scores.tolist(), "canonical": canon,
-                "parts": {k: np.asarray(v, dtype=np.float64).tolist() for k, v in parts.items() if k != "raw"},
+                "parts": {k: np.asarray(v, dtype=np.float64).tolist() for k, v in parts.items()
+                          if k not in ("raw", "zeroed")},
                 "rewarded_scaffolds": len(self.scaffold_counts)}
 
     def _best_of_batch(self, scores: np.ndarray) -> list:

@@ -65,8 +65,26 @@ def test_the_diversity_filter_zeroes_an_overused_scaffold():
     prior, vocab = _prior()
     run = Steering(prior, vocab, Objective([Component("user", params={"function": lambda s: [1.0] * len(s)})]),
                    SteeringConfig(batch_size=4, scaffold_limit=2))
-    scores, _, _ = run.score(["Cc1ccccc1", "CCc1ccccc1", "CCCc1ccccc1", "C1CCCCC1"])
+    scores, _, parts = run.score(["Cc1ccccc1", "CCc1ccccc1", "CCCc1ccccc1", "C1CCCCC1"])
     assert scores.tolist() == [1.0, 1.0, 0.0, 1.0], "the third benzene scaffold gets nothing"
+    assert parts["raw"].tolist() == [1.0] * 4 and parts["zeroed"].tolist() == [0, 0, 2, 0], "and says why"
+    assert run.score(["CCO", "CCO"])[2]["zeroed"].tolist() == [0, 1], "a repeat is zeroed as one"
+
+
+def test_a_step_reports_the_objectives_mean_beside_the_rewarded_one_and_what_zeroed_the_difference():
+    """The diversity filter lowers the mean the agent learns from, not what the molecules are worth: the progress
+    line leads with the objective's own mean and names the shares the filter and the repeats set to 0."""
+    from minitransformer.cli.optimize import progress_line
+    prior, vocab = _prior()
+    run = Steering(prior, vocab, Objective([Component("user", params={"function": lambda s: [1.0] * len(s)})]),
+                   SteeringConfig(batch_size=32, scaffold_limit=1, seed=3))
+    r = [run.step() for _ in range(3)][-1]
+    assert r["filtered"] + r["repeats"] > 0 and r["mean_raw_score"] > r["mean_score"]
+    zeroed = (r["filtered"] + r["repeats"]) * 32
+    assert r["mean_score"] == pytest.approx(r["mean_raw_score"] - zeroed / 32)  # the objective scores every one 1
+    line = progress_line(r, 3)
+    assert line.startswith(f"step 3/3: mean score {r['mean_raw_score']:.3f} (rewarded {r['mean_score']:.3f}, zeroed: ")
+    assert ("diversity filter" in line) == (r["filtered"] > 0) and ("repeats" in line) == (r["repeats"] > 0)
 
 
 def test_the_memory_keeps_the_best_and_replays_them():
