@@ -92,16 +92,35 @@ def save_plot(path: str | Path, draw: Callable[[Path], object]) -> Path:
     return write_bytes(path, data)
 
 
-def print_table(rows: Sequence[tuple[str, str]], footer: str | None = None) -> None:
-    """Print ``(name, value)`` rows as an aligned table between two rules."""
-    width = max(len(name) for name, _ in rows)
-    rule = "=" * (width + 40)
-    print("\n" + rule)
+#: The columns a summary fits (a normal terminal's 100), and the most its names take of them.
+TABLE_WIDTH = 100
+NAME_WIDTH = 40
+
+
+def table_lines(rows: Sequence[tuple[str, str]], footer: str | None = None, width: int = TABLE_WIDTH) -> list[str]:
+    """``(name, value)`` rows as aligned lines between two rules, none wider than ``width``: a long
+    name wraps within its column (at most :data:`NAME_WIDTH` wide), a long value within the rest."""
+    import textwrap
+    names = min(max(len(name) for name, _ in rows), NAME_WIDTH)
+    room = max(width - names - 2, 20)
+    lines = []
     for name, value in rows:
-        print(f"{name:<{width}}  {value}")
-    print(rule)
+        left = textwrap.wrap(name, names) or [""]
+        right = textwrap.wrap(str(value), room, subsequent_indent="  ", break_on_hyphens=False) or [""]
+        for k in range(max(len(left), len(right))):
+            line = f"{left[k] if k < len(left) else '':<{names}}  {right[k] if k < len(right) else ''}"
+            lines.append(line.rstrip())
+    rule = "=" * min(width, max(len(line) for line in lines))
+    out = ["", rule, *lines, rule]
     if footer:
-        print(footer)
+        out += textwrap.wrap(footer, width, subsequent_indent="  ", break_on_hyphens=False)
+    return out
+
+
+def print_table(rows: Sequence[tuple[str, str]], footer: str | None = None) -> None:
+    """Print ``(name, value)`` rows as an aligned table between two rules, within :data:`TABLE_WIDTH`
+    columns (:func:`table_lines`)."""
+    print("\n".join(table_lines(rows, footer)))
 
 
 def attention_example(smiles: Sequence[str], lo: int = 20, hi: int = 45) -> str:

@@ -112,6 +112,18 @@ def test_resuming_the_second_phase_skips_pretraining(quick_run, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "pretraining on" not in printed, "a finished phase 1 must not run again on resume"
+    summary = printed[printed.index("\n====="):]
+    assert "FCD floor" in summary and max(len(line) for line in summary.splitlines()) <= 100, summary
+
+
+def test_a_summary_table_fits_a_terminal_of_100_columns_whatever_its_names_and_values():
+    from minitransformer.cli.outputs import table_lines
+    rows = [("short", "1"), ("a name of many words that would not fit its column on one line " * 2, "0.5 | 0.7"),
+            ("value", "term " * 60), ("unbroken", "x" * 150)]
+    lines = table_lines(rows, footer="outputs in " + "folder/" * 30)
+    assert max(len(line) for line in lines) <= 100
+    text = " ".join(" ".join(lines).split())
+    assert "0.5 | 0.7" in text and text.count("term") == 60 and "x" * 60 in text.replace(" ", "")
 
 
 def _recipe(argv):

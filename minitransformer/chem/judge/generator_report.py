@@ -81,8 +81,8 @@ def side_by_side(results: dict, fcd_labels: dict | None = None) -> list:
                          " | ".join(_cell((r.get(metric.key) or {}).get(name), metric, floor)
                                     for r, floor in zip(results.values(), floors))))
             if metric.key == "fcd" and any(f is not None for f in floors):
-                rows.append((f"FCD floor against {label} (as many real molecules as valid samples)",
-                             " | ".join("n/a" if f is None else f"{f:.3f} ({r['fcd_floor_n']:,} molecules)"
+                rows.append((f"FCD floor against {label}",
+                             " | ".join("n/a" if f is None else f"{f:.3f} ({r['fcd_floor_n']:,} real molecules)"
                                         for r, f in zip(results.values(), floors))))
     return rows
 
