@@ -222,6 +222,10 @@ def _meta_problem(meta: dict) -> str | None:
             problem = "format" in vocab and _vocab_size_problem(len(tokens), meta.get("config"))
             if problem:
                 return problem
+        recorded = (meta.get("fingerprint") or {}).get("vocab") if isinstance(meta.get("fingerprint"), dict) else None
+        if isinstance(recorded, str) and fingerprint_hashes(None, vocab)["vocab"] != recorded:
+            return ("its vocabulary is not the one it was saved with (its tokens do not match the checksum recorded "
+                    "beside them): the file was edited")
     return None
 
 

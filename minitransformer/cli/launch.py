@@ -14,7 +14,7 @@ train as one process does (the loss is normalised over the global batch), so
   ``mpiexec`` are installed, and the backend is NumPy; otherwise one process, and the
   first line says why;
 * ``--ranks N``: N ranks, each with ``cores // N`` BLAS threads (refused in one line
-  where they cannot run); ``--ranks 1``: one process, as before.
+  where they cannot run, or where N is more than the cores); ``--ranks 1``: one process, as before.
 
 :func:`launch` decides before any work (the command line is checked first) and, to
 start ranks, replaces this process by ``mpiexec -n N python -m minitransformer ...``
@@ -82,6 +82,10 @@ def plan(args, n_cores: int | None = None, mpi_missing=_mpi_missing) -> Plan:
             refusal = _refusal(args, mpi_missing)
             if refusal:
                 raise ValueError(f"--ranks {asked}: {refusal}; pass --ranks 1 (or leave --ranks out)")
+        if asked > n_cores:
+            raise ValueError(f"--ranks {asked}: this process may use {n_cores} core{'s' * (n_cores != 1)}, and ranks "
+                             "beyond one a core only share them and wait for each other (4 ranks on 2 cores trained "
+                             f"11 times slower than 2); pass --ranks {n_cores} or fewer, or leave --ranks out")
         return Plan(asked, one_process if asked == 1 else max(1, n_cores // asked), "--ranks")
     if n_cores < 2:
         return Plan(1, 1, "one core")

@@ -157,3 +157,30 @@ def test_optimizer_mismatch_leaves_model_and_optimizer_untouched(tmp_path, targe
 def test_missing_file():
     with pytest.raises(FileNotFoundError):
         load_checkpoint("/nonexistent/ck.npz")
+
+
+@pytest.mark.parametrize("edit", ["rename", "swap"])
+def test_a_vocabulary_edited_after_saving_is_refused(tmp_path, edit):
+    """A token renamed, or two swapped, would read every molecule with the wrong embeddings: the vocabulary's
+    checksum, saved beside it, no longer matches and the checkpoint is refused in one line."""
+    from minitransformer.checkpoint import CheckpointError, save_checkpoint
+    from minitransformer.chem import Vocab
+    from minitransformer.models import Encoder, EncoderConfig
+    vocab = Vocab.build(["CCO", "c1ccccc1", "CC(=O)N"], extras=(Vocab.CLS, Vocab.MASK))
+    model = Encoder(EncoderConfig(vocab_size=len(vocab), pad_id=vocab.pad_id, n_outputs=1, n_layers=1, d_model=16,
+                                  n_heads=2, d_ff=32, max_len=20))
+    path = save_checkpoint(tmp_path / "e.npz", model, vocab=vocab)
+    assert load_checkpoint(path).vocab == vocab.to_json()
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["__meta__"].tobytes())
+    tokens = meta["vocab"]["tokens"]
+    i, j = tokens.index("C"), tokens.index("c")
+    if edit == "rename":
+        tokens[i] = "Q"
+    else:
+        tokens[i], tokens[j] = tokens[j], tokens[i]
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(path, **arrays)
+    with pytest.raises(CheckpointError, match="its vocabulary is not the one it was saved with"):
+        load_checkpoint(path)

@@ -48,6 +48,14 @@ def test_an_explicit_count_that_cannot_run_is_refused_naming_the_fix():
     assert launch.plan(_args(ranks=3), n_cores=6, mpi_missing=_mpi()).threads == 2
 
 
+@pytest.mark.parametrize("ranks", [3, 4, 64])
+def test_more_ranks_than_cores_are_refused_naming_how_many_can_run(ranks):
+    """Ranks beyond the cores only wait for each other (4 on 2 cores trained 11x slower): never started silently."""
+    with pytest.raises(ValueError, match=rf"--ranks {ranks}: this process may use 2 cores.*pass --ranks 2 or fewer"):
+        launch.plan(_args(ranks=ranks), n_cores=2, mpi_missing=_mpi())
+    assert launch.plan(_args(ranks=2), n_cores=2, mpi_missing=_mpi()).ranks == 2
+
+
 def test_the_ranks_option_reads_auto_or_a_positive_whole_number():
     assert launch.ranks_argument("auto") == "auto" and launch.ranks_argument(" AUTO ") == "auto"
     assert launch.ranks_argument("3") == 3
