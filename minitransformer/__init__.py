@@ -9,6 +9,18 @@ calls its plain reference kernel or that kernel's fast twin, as
 __version__ = "0.2.0"
 
 
-# What ``import minitransformer`` has always made available: the layers, the optimizers,
-# both kernel sets and the switch between them.
-from minitransformer import fast, kernels, nn, optim  # noqa: E402, F401
+#: What ``import minitransformer`` makes available: the layers, the optimizers, both kernel sets and
+#: the switch between them, each imported on first use (so that the command starts by importing
+#: nothing heavy, and a Ctrl-C while it starts is one line: :mod:`minitransformer.console`).
+_SUBMODULES = ("fast", "kernels", "nn", "optim")
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module(f"minitransformer.{name}")
+    raise AttributeError(f"module 'minitransformer' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_SUBMODULES))

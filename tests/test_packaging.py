@@ -69,7 +69,7 @@ def test_the_wheel_holds_the_package_and_the_script_but_no_tests(installed):
         assert required in names, required
     assert not any(n.startswith(("tests/", "benchmarks/", "demos/")) for n in names)
     entry = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "minitransformer = minitransformer.cli.main:console" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert "minitransformer = minitransformer.console:console" in zipfile.ZipFile(wheel).read(entry).decode()
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "License: MIT" in metadata or "License-Expression: MIT" in metadata
     assert any(n.endswith("LICENSE") for n in names)

@@ -32,8 +32,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-#: The environment variable the started ranks carry (the number of ranks), so none starts more.
-LAUNCHED = "MINITRANSFORMER_RANKS"
+from minitransformer.cli.parallel import LAUNCHED  # the variable the started ranks carry
+
 #: The training commands whose loss is a sum over tokens, so that ranks can share a batch.
 DATA_PARALLEL_KINDS = ("lm", "seq2seq")
 #: What ``--ranks auto`` starts on a machine with at least this many cores (measured on 2).

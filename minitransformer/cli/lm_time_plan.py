@@ -49,19 +49,44 @@ PHASE1_TOKENS = 41.5
 PROBE_MARGIN = 1.3
 
 
+#: The options that fix a count the plan would decide: given, they turn the plan off.
+COUNTS = ("epochs", "pretrain_epochs", "pretrain_limit", "pretrain_minutes")
+
+
+def plans(r: LMRecipe, args, preset: LMRecipe) -> bool:
+    """Whether the run is planned in minutes: a ``preset`` with a ``time_budget``, phase 1 on MOSES,
+    and no option that fixes a count (``--max-minutes 0`` lifts the plan's limits, not its counts)."""
+    return (preset.time_budget is not None and r.pretrain_data == "moses"
+            and not any(getattr(args, name, None) is not None for name in COUNTS))
+
+
+def with_time_budget(r: LMRecipe, args) -> LMRecipe:
+    """A preset that plans its phases in minutes (``time_budget``), with the command line applied:
+    ``--max-minutes`` is then the whole run's budget (0: none); an option that fixes a count turns
+    the plan off."""
+    if not plans(r, args, r):
+        return dataclasses.replace(r, time_budget=None)
+    if args.max_minutes is not None:
+        return dataclasses.replace(r, time_budget=args.max_minutes * 60 if args.max_minutes > 0 else None)
+    return r
+
+
 def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model, max_len: int) -> LMRecipe:
     """``recipe`` with phase 1's molecules, phase 2's epochs and the budgets planned to end the
     run within ``recipe.time_budget`` on this machine (:mod:`minitransformer.train.time_plan`).
     The speed is measured on the run's own model (at most ``max_len`` tokens a sequence), every
     rank side by side; data-parallel ranks all take rank 0's plan (their data must agree). A
-    resumed run keeps the plan it started with."""
+    resumed run keeps the plan it started with (:func:`kept_plan`: another budget, or none with
+    ``--max-minutes 0``, moves only its end)."""
     from minitransformer.checkpoint import load_checkpoint
     from minitransformer.cli import parallel
     from minitransformer.train.time_plan import plan_phases
     if resume is not None:
         kept = load_checkpoint(resume).meta.get("run", {}).get("settings", {})
-        if all(k in kept for k in PLANNED):
+        if all(k in kept for k in PLANNED) and (recipe.time_budget or kept.get("time_budget")) is not None:
             return kept_plan(recipe, kept)
+    if recipe.time_budget is None:  # --max-minutes 0 on a run that recorded no plan: nothing to plan or keep
+        return recipe
     from minitransformer.fast.parallel import usable_cpus
     dp = parallel.current()
     ranks = 1 if dp is None else dp.size

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import sys
 
+#: The environment variable the ranks ``--ranks N`` starts carry (the number of ranks), so none starts more.
+LAUNCHED = "MINITRANSFORMER_RANKS"
 #: dp: the ranks joined (None: one process); joined: MPI's world was checked; may_run_as_ranks: the
 #: command may run as ranks (``train``), so that before the ranks join only rank 0 reports its errors
 _STATE = {"dp": None, "joined": False, "may_run_as_ranks": True}
@@ -53,7 +55,6 @@ def check_world_formed(size: int | None = None) -> None:
     N``'s launch (``MINITRANSFORMER_RANKS``) or the launcher announced (``size``: MPI's world,
     read here when not given)."""
     from minitransformer import distributed
-    from minitransformer.cli.launch import LAUNCHED
     variables = distributed.rank_variables()
     asked = os.environ.get(LAUNCHED, "").strip()
     announced = distributed.announced_world()

@@ -159,26 +159,9 @@ def resolve_recipe(args) -> LMRecipe:
     if args.grammar is not None:
         r = dataclasses.replace(r, grammar=None if args.grammar == "off" else args.grammar)
     if r.time_budget is not None:
-        r = _time_budget(r, args)
+        from minitransformer.cli.lm_time_plan import with_time_budget
+        r = with_time_budget(r, args)
     return set_budgets(r, args, pretraining=r.pretrain_epochs > 0 and r.time_budget is None)
-
-
-def plans(r: LMRecipe, args) -> bool:
-    """Whether the run is planned in minutes: a preset with a ``time_budget``, phase 1 on MOSES, and
-    no option that fixes a count (``--max-minutes 0`` lifts the plan's limits, not its counts)."""
-    counts = ("epochs", "pretrain_epochs", "pretrain_limit", "pretrain_minutes")
-    return (PRESETS[args.preset].time_budget is not None and r.pretrain_data == "moses"
-            and not any(getattr(args, name, None) is not None for name in counts))
-
-
-def _time_budget(r: LMRecipe, args) -> LMRecipe:
-    """The default preset plans its phases in minutes (``time_budget``): ``--max-minutes`` is
-    then the whole run's budget (0: none); options that fix a count turn the plan off."""
-    if not plans(r, args):
-        return dataclasses.replace(r, time_budget=None)
-    if args.max_minutes is not None:
-        return dataclasses.replace(r, time_budget=args.max_minutes * 60 if args.max_minutes > 0 else None)
-    return r
 
 
 def _lstm_recipe(r: LMRecipe, args) -> LMRecipe:
@@ -244,15 +227,9 @@ class TrainLM(TrainingCommand):
         data = prepare_smiles(args.data, check_rdkit=recipe.check_rdkit, form=recipe.form, limit=recipe.limit,
                               test_limit=recipe.test_limit)
         extra = []
-        if recipe.time_budget is not None:  # (a plan needs a pretraining phase: resolve_recipe saw to that)
-            from minitransformer.cli.lm_time_plan import time_planned
+        from minitransformer.cli.lm_time_plan import plans, time_planned
+        if recipe.time_budget is not None or (resume is not None and plans(recipe, args, PRESETS[args.preset])):
             recipe = time_planned(recipe, data, args, resume, time.perf_counter() - t0, make_model, MAX_LEN)
-        elif resume is not None and not args.quick and plans(recipe, args):  # --max-minutes 0: the plan, unlimited
-            from minitransformer.checkpoint import load_checkpoint
-            from minitransformer.cli.lm_time_plan import PLANNED, kept_plan
-            kept = load_checkpoint(resume).meta.get("run", {}).get("settings", {})
-            if kept.get("time_budget") is not None and all(k in kept for k in PLANNED):
-                recipe = kept_plan(recipe, kept)
         if recipe.pretrain_epochs > 0:
             recipe, extra = phase1_molecules(recipe, data.val + data.test, user_chose=args.pretrain_data is not None)
             data.vocab = Vocab.build(data.train + extra)  # one vocabulary for both phases

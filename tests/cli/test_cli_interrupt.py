@@ -130,3 +130,33 @@ def test_a_second_sigterm_while_the_first_is_reported_is_noted_not_raised(capsys
     monkeypatch.setattr(errors, "interrupt_message", report_with_a_second_sigterm)
     assert run_cli(main, []) == 143
     assert capsys.readouterr().err.strip() == "terminated (SIGTERM): interrupted at the last step"
+
+
+@pytest.mark.parametrize("delay", [0.15, 0.4, 0.8])
+def test_ctrl_c_while_the_command_starts_is_one_line_and_status_130(tmp_path, delay):
+    """A Ctrl-C during the first second (the imports) is answered in one line, never with a traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    env = {k: v for k, v in __import__("os").environ.items() if k != "MINITRANSFORMER_DEBUG"}
+    process = subprocess.Popen([sys.executable, "-m", "minitransformer", "train", "lm", "--quick", "--out",
+                                str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env, cwd=tmp_path)
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, (process.returncode, err[-2000:])
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-2000:]
+
+
+def test_the_package_imports_nothing_heavy_until_it_is_used():
+    """What lets the command answer an early Ctrl-C: ``import minitransformer`` loads no NumPy; its layers and
+    optimizers come on first use."""
+    import subprocess
+    import sys
+    code = ("import sys, minitransformer; assert 'numpy' not in sys.modules, 'numpy at import'; "
+            "import minitransformer.console; assert 'numpy' not in sys.modules; "
+            "print(minitransformer.nn.Linear.__name__, minitransformer.optim.Adam.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["Linear", "Adam"], done.stderr
