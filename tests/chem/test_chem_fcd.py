@@ -134,6 +134,41 @@ def test_reference_statistics_are_cached_by_content(chemnet, tmp_path, monkeypat
     cached.write_bytes(b"damaged")
     assert np.array_equal(reference_statistics(mols, net=chemnet, progress=False).mu, first.mu)
     assert len(computed) == 3
+    # a whole file under the name that is another set's, or whose numbers were edited, is not read as these
+    other = fcd_module.cache_path(mols[::-1])
+    for damage in ("foreign", "edited", "no checksum"):
+        if damage == "foreign":
+            cached.write_bytes(other.read_bytes())
+        elif damage == "edited":
+            fcd_module.write_cached(cached, first, mols)
+            with np.load(cached) as z:
+                arrays = {k: z[k] for k in z.files}
+            arrays["mu"] = arrays["mu"] + 1.0
+            np.savez(cached, **arrays)
+        else:
+            np.savez(cached, mu=first.mu, sigma=first.sigma, n=np.array(first.n))
+        assert np.array_equal(reference_statistics(mols, net=chemnet, progress=False).mu, first.mu), damage
+    assert len(computed) == 6
+
+
+def test_reference_features_on_disk_are_read_only_when_whole_and_theirs(tmp_path, monkeypatch):
+    from minitransformer.chem.judge import fragments
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    reference = ("CCO", "c1ccccc1CCN", "CC(=O)Nc1ccc(O)cc1", "C1CC1C(=O)O")
+    other = ("CCN", "c1ccncc1")
+    features = fragments.ReferenceFeatures.compute(reference)
+    path = fragments.cache_path(reference)
+    path.parent.mkdir(parents=True)
+    features.save(path, reference)
+    assert fragments.ReferenceFeatures.cached(reference).n_valid == 4
+    fragments.ReferenceFeatures.compute(other).save(path, other)  # another set's file under this name
+    assert fragments.ReferenceFeatures.cached(reference) is None
+    features.save(path, reference)
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["weights"] = arrays["weights"] * 2  # edited numbers
+    np.savez_compressed(path, **arrays)
+    assert fragments.ReferenceFeatures.cached(reference) is None
 
 
 @pytest.mark.skipif(os.environ.get("MINITRANSFORMER_KERNELS", "fast") == "reference",

@@ -186,6 +186,25 @@ def test_token_cache_miss_then_hit_and_a_new_vocabulary_gets_its_own_entry(pinne
     assert len(names) == 2 and all(n.startswith("train-") and n.endswith(".npy") for n in names)
 
 
+@pytest.mark.parametrize("damage", ["truncated ids", "foreign offsets", "ids outside the vocabulary"])
+def test_a_token_cache_that_does_not_hold_whole_arrays_is_built_again(pinned, tmp_path, damage):
+    from minitransformer.chem.datasets.moses_tokens import token_cache_paths
+    folder = _write_files(tmp_path / "given")
+    vocab = Vocab.build(SMILES["train"])
+    ids, offsets = (np.array(a) for a in moses_token_arrays("train", vocab, data_dir=folder, log=lambda line: None))
+    ids_path, offsets_path = token_cache_paths("train", vocab)
+    if damage == "truncated ids":
+        np.save(ids_path, ids[:-3])
+    elif damage == "foreign offsets":
+        np.save(offsets_path, offsets[::-1])
+    else:
+        np.save(ids_path, ids + len(vocab))
+    said = []
+    again = moses_token_arrays("train", vocab, data_dir=folder, log=said.append)
+    assert np.array_equal(again[0], ids) and np.array_equal(again[1], offsets)
+    assert any("building it again" in line for line in said), said
+
+
 # --------------------------------------------------------------------------- the pipeline and the command line
 def test_prepare_smiles_uses_the_moses_test_split(pinned, tmp_path, monkeypatch):
     from minitransformer.chem.datasets.lm_data import prepare_smiles, pretraining_smiles

@@ -114,6 +114,18 @@ def _vocab_hash(vocab: Vocab) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def arrays_whole(ids: np.ndarray, offsets: np.ndarray, vocab_size: int) -> bool:
+    """Whether ``(ids, offsets)`` read from the cache can be the tokens of a split: offsets rising from
+    0 to ``len(ids)`` over at least one molecule, every id within the vocabulary (a truncated, edited or
+    foreign file under the cache's name fails)."""
+    if ids.ndim != 1 or offsets.ndim != 1 or len(offsets) < 2 or not np.issubdtype(ids.dtype, np.integer) \
+            or not np.issubdtype(offsets.dtype, np.integer):
+        return False
+    if offsets[0] != 0 or offsets[-1] != len(ids) or np.any(np.diff(offsets) < 0):
+        return False
+    return len(ids) == 0 or (int(ids.min()) >= 0 and int(ids.max()) < vocab_size)
+
+
 def token_cache_paths(split: str, vocab: Vocab):
     """The two ``.npy`` files ``(ids, offsets)`` that cache ``split`` under ``vocab``."""
     stem = f"{split}-{moses.SHA256[f'{split}.csv.gz'][:16]}-{_vocab_hash(vocab)[:16]}"
@@ -133,7 +145,10 @@ def moses_token_arrays(split: str, vocab: Vocab, data_dir=None, download: bool =
     ids_path, offsets_path = token_cache_paths(split, vocab)
     if ids_path.is_file() and offsets_path.is_file():
         try:
-            return np.load(ids_path, mmap_mode="r"), np.load(offsets_path, mmap_mode="r")
+            ids, offsets = np.load(ids_path, mmap_mode="r"), np.load(offsets_path, mmap_mode="r")
+            if arrays_whole(ids, offsets, len(vocab)):
+                return ids, offsets
+            log(f"MOSES {split}: the token cache {ids_path.name} does not hold whole arrays; building it again")
         except (OSError, ValueError):  # damaged by hand: build it again
             pass
     path = moses.find_moses(split, data_dir=data_dir, download=download)

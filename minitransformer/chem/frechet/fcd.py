@@ -147,21 +147,49 @@ def cache_path(smiles: Sequence[str]):
     return cache_dir() / "fcd" / f"{_cache_key(smiles)}.npz"
 
 
-def _read_cached(path) -> FCDStatistics | None:
-    """The statistics cached at ``path``; None when there are none, or the file is damaged."""
+#: The cache file's format. Beside the statistics it holds the key it was written for (the molecules
+#: and ChemNet's weights) and the SHA-256 of its arrays, so a damaged, edited or foreign file under
+#: the cache's name is never read as the statistics (they are computed again).
+CACHE_FORMAT = "minitransformer-fcd-statistics-v2"
+
+
+def _arrays_sha256(mu: np.ndarray, sigma: np.ndarray, n: int) -> str:
+    h = hashlib.sha256(f"{n}".encode())
+    for a in (np.ascontiguousarray(mu, dtype=np.float64), np.ascontiguousarray(sigma, dtype=np.float64)):
+        h.update(f"{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _read_cached(path, key: str) -> FCDStatistics | None:
+    """The statistics cached at ``path`` for ``key``; None when there are none, or the file is not
+    whole (another format, another key, arrays of the wrong shape, non-finite, or edited)."""
     try:
         with np.load(path, allow_pickle=False) as f:
-            return FCDStatistics(mu=f["mu"], sigma=f["sigma"], n=int(f["n"]))
-    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+            mu, sigma, n = np.asarray(f["mu"], np.float64), np.asarray(f["sigma"], np.float64), int(f["n"])
+            fields = {name: bytes(f[name].tobytes()).decode() for name in ("format", "key", "sha256")}
+    except (OSError, KeyError, ValueError, TypeError, EOFError, UnicodeDecodeError, zipfile.BadZipFile):
         return None
+    whole = (fields["format"] == CACHE_FORMAT and fields["key"] == key and n >= 2 and mu.shape == (512,)
+             and sigma.shape == (512, 512) and np.isfinite(mu).all() and np.isfinite(sigma).all()
+             and fields["sha256"] == _arrays_sha256(mu, sigma, n))
+    return FCDStatistics(mu=mu, sigma=sigma, n=n) if whole else None
 
 
-def write_cached(path, stats: FCDStatistics) -> None:
-    """Keep ``stats`` at ``path`` (:func:`cache_path`), atomically; OSError when it cannot be written."""
+def write_cached(path, stats: FCDStatistics, smiles: Sequence[str]) -> None:
+    """Keep ``stats`` of ``smiles`` at ``path`` (:func:`cache_path`), atomically, with its format, key
+    and checksum; OSError when it cannot be written."""
     from minitransformer.atomic import write_bytes
+    text = lambda value: np.frombuffer(value.encode(), dtype=np.uint8)  # noqa: E731
     buffer = io.BytesIO()
-    np.savez(buffer, mu=stats.mu, sigma=stats.sigma, n=np.array(stats.n))
+    np.savez(buffer, mu=stats.mu, sigma=stats.sigma, n=np.array(stats.n), format=text(CACHE_FORMAT),
+             key=text(_cache_key(smiles)), sha256=text(_arrays_sha256(stats.mu, stats.sigma, stats.n)))
     write_bytes(path, buffer.getvalue())
+
+
+def cached_statistics(smiles: Sequence[str]) -> FCDStatistics | None:
+    """The statistics of ``smiles`` the cache holds whole, or None."""
+    return _read_cached(cache_path(smiles), _cache_key(smiles))
 
 
 def reference_statistics(smiles: Sequence[str], name: str = "reference", net=None,
@@ -171,12 +199,12 @@ def reference_statistics(smiles: Sequence[str], name: str = "reference", net=Non
     ChemNet's weights, so changed data is never served stale). ``name`` labels the
     progress bar."""
     path = cache_path(smiles)
-    cached = _read_cached(path)
+    cached = _read_cached(path, _cache_key(smiles))
     if cached is not None:
         return cached
     stats = fcd_statistics(smiles, net, progress=f"ChemNet on {name} (once)" if progress else None)
     try:
-        write_cached(path, stats)
+        write_cached(path, stats, smiles)
     except OSError:  # a read-only cache only costs the computation next time
         pass
     return stats

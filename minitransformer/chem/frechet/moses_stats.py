@@ -117,7 +117,7 @@ def seed_caches(smiles, download: bool = True) -> bool:
     import sys
 
     from minitransformer.chem.datasets.download import ChecksumError, DownloadError
-    from minitransformer.chem.frechet.fcd import FCDStatistics, write_cached
+    from minitransformer.chem.frechet.fcd import FCDStatistics, cached_statistics, write_cached
     from minitransformer.chem.frechet.fcd import cache_path as fcd_cache_path
     from minitransformer.chem.judge.fragments import ReferenceFeatures
     from minitransformer.chem.judge.fragments import cache_path as features_cache_path
@@ -130,8 +130,8 @@ def seed_caches(smiles, download: bool = True) -> bool:
         return False
     name, n = found
     caches = (fcd_cache_path(smiles), features_cache_path(tuple(smiles)))
-    if all(path.is_file() for path in caches):  # seeded before
-        return True
+    if cached_statistics(smiles) is not None and ReferenceFeatures.cached(tuple(smiles)) is not None:
+        return True  # seeded before, and both files whole
     try:
         mu, sigma, fps, fragments, scaffolds, weights = read_shipped(find_moses_file(name, download=download), n)
     except (DownloadError, ChecksumError, FileNotFoundError, ValueError) as exc:
@@ -139,8 +139,9 @@ def seed_caches(smiles, download: bool = True) -> bool:
               "them instead (once, then cached)", file=sys.stderr)
         return False
     try:
-        write_cached(caches[0], FCDStatistics(mu=mu, sigma=sigma, n=n))
-        ReferenceFeatures(n, fps.astype(np.float32), fragments, scaffolds, weights).save(caches[1])
+        write_cached(caches[0], FCDStatistics(mu=mu, sigma=sigma, n=n), smiles)
+        ReferenceFeatures(n, fps.astype(np.float32), fragments, scaffolds, weights).save(caches[1],
+                                                                                        tuple(smiles))
     except OSError as exc:
         print(f"MOSES's shipped statistics {name} could not be cached ({exc}); computing them instead",
               file=sys.stderr)

@@ -56,7 +56,7 @@ __all__ = ["fragments_of", "scaffold_of", "fragment_counts", "scaffold_counts", 
 
 DISK_CACHE_MIN = 50_000
 CHUNK = 10_000  # molecules a step of ReferenceFeatures.compute
-_FORMAT = "moses-reference-v2"  # v2: the molecular weights too
+_FORMAT = "moses-reference-v3"  # v2: the molecular weights too; v3: the key, count and checksum
 
 
 def fragments_of(mol) -> list[str]:
@@ -167,24 +167,49 @@ class ReferenceFeatures:
         fps = np.concatenate(fps) if fps else np.zeros((0, 1024), np.float32)  # (n_valid, 1024)
         return cls(n_valid, fps, fragments, scaffolds, np.array(weights, dtype=np.float64))
 
-    def save(self, path) -> None:
+    def _sha256(self) -> str:
+        h = hashlib.sha256(f"{self.n_valid}".encode())
+        for a in (np.packbits(self.fps.astype(np.uint8), axis=1), np.ascontiguousarray(self.weights, np.float64)):
+            h.update(f"{a.shape}".encode())
+            h.update(a.tobytes())
+        h.update(json.dumps([self.fragments, self.scaffolds], sort_keys=True).encode())
+        return h.hexdigest()
+
+    def save(self, path, reference: tuple[str, ...]) -> None:
+        """Keep the features of ``reference`` at ``path``, atomically, with the format, the key they
+        belong to (the molecules), their count and a checksum of every array and count."""
         from minitransformer.atomic import write_bytes
-        meta = json.dumps({"format": _FORMAT, "n_valid": self.n_valid,
-                           "fragments": self.fragments, "scaffolds": self.scaffolds})
+        meta = json.dumps({"format": _FORMAT, "key": _digest(reference), "n_valid": self.n_valid,
+                           "sha256": self._sha256(), "fragments": self.fragments, "scaffolds": self.scaffolds})
         buffer = io.BytesIO()
         np.savez_compressed(buffer, fps=np.packbits(self.fps.astype(np.uint8), axis=1), weights=self.weights,
                             meta=np.frombuffer(meta.encode(), dtype=np.uint8))
         write_bytes(path, buffer.getvalue())
 
     @classmethod
-    def load(cls, path) -> "ReferenceFeatures":
+    def load(cls, path, reference: tuple[str, ...]) -> "ReferenceFeatures":
+        """The features of ``reference`` kept at ``path``; a ValueError unless the file is whole and theirs."""
         with np.load(path) as z:
             meta = parse_json(z["meta"].tobytes().decode())
-            if meta.get("format") != _FORMAT:
-                raise ValueError(f"{path}: not a {_FORMAT} file")
-            fps = np.unpackbits(z["fps"], axis=1, count=1024).astype(np.float32)
-            weights = z["weights"]
-        return cls(meta["n_valid"], fps, Counter(meta["fragments"]), Counter(meta["scaffolds"]), weights)
+            if not isinstance(meta, dict) or meta.get("format") != _FORMAT or meta.get("key") != _digest(reference):
+                raise ValueError(f"{path}: not a {_FORMAT} file of this reference")
+            fps = np.unpackbits(z["fps"], axis=1, count=1024).astype(np.float32)  # (n_valid, 1024)
+            weights = z["weights"]  # (n_valid,)
+        n = meta.get("n_valid")
+        if not isinstance(n, int) or fps.shape[0] != n or weights.shape != (n,):
+            raise ValueError(f"{path}: {fps.shape[0]} fingerprints and {weights.shape} weights for {n} molecules")
+        features = cls(n, fps, Counter(meta["fragments"]), Counter(meta["scaffolds"]), weights)
+        if features._sha256() != meta.get("sha256"):
+            raise ValueError(f"{path}: its arrays do not match its checksum")
+        return features
+
+    @classmethod
+    def cached(cls, reference: tuple[str, ...]) -> "ReferenceFeatures | None":
+        """The features of ``reference`` the disk cache holds whole, or None."""
+        try:
+            return cls.load(cache_path(reference), reference)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
 
 
 def _digest(reference: tuple[str, ...]) -> str:
@@ -207,15 +232,13 @@ def reference_features(reference: tuple[str, ...]) -> ReferenceFeatures:
     if len(reference) < DISK_CACHE_MIN:
         return ReferenceFeatures.compute(reference)
     path = cache_path(reference)
-    if path.exists():
-        try:
-            return ReferenceFeatures.load(path)
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged or old cache file: recompute and overwrite it
+    cached = ReferenceFeatures.cached(reference) if path.exists() else None
+    if cached is not None:
+        return cached  # (a damaged, edited or older file is recomputed and overwritten)
     features = ReferenceFeatures.compute(reference)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        features.save(path)
+        features.save(path, reference)
     except OSError:
         pass  # a read-only cache only costs time
     return features
