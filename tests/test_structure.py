@@ -195,3 +195,30 @@ def test_no_package_file_is_longer_than_400_lines():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_FILE_LINES}
     assert not long, f"package files over {MAX_FILE_LINES} lines (split them by concept): {long}"
+
+
+def _private_imports(tree: ast.Module, own: str) -> list[str]:
+    """``module:name`` for every private name (one leading underscore) the module ``own`` (dotted)
+    imports from another package module, at module level or inside a function."""
+    return [f"{node.module}:{alias.name}" for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("minitransformer")
+            and node.module != own for alias in node.names
+            if alias.name.startswith("_") and not alias.name.startswith("__")]
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name one module shares with another is public there: no ``from minitransformer.x import _y``."""
+    found = {}
+    for rel in _graph():
+        own = "minitransformer." + rel[:-3].replace("/", ".").removesuffix(".__init__")
+        names = _private_imports(_tree(rel), own)
+        if names:
+            found[rel] = names
+    assert not found, f"private names imported across modules (make them public where they are defined): {found}"
+
+
+def test_the_private_import_finder_sees_one_inside_a_function():
+    tree = ast.parse("from minitransformer.generate.decode import shown\n"
+                     "def f():\n    from minitransformer.generate.decode import _hidden, __version__\n"
+                     "    from minitransformer.cli.x import _mine\n")
+    assert _private_imports(tree, "minitransformer.cli.x") == ["minitransformer.generate.decode:_hidden"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 FORMAT_VERSION = 1  # raised when the layout changes; a reader refuses newer files
-_META = "__meta__"  # the archive entry that holds the JSON metadata
+META_ENTRY = "__meta__"  # the archive entry that holds the JSON metadata
 
 
 @dataclass
@@ -94,7 +94,7 @@ def first_non_finite(arrays: dict, kind: str) -> tuple[str, str] | None:
     return None
 
 
-def _check_finite(where, weights: dict, optim_arrays: dict) -> None:
+def check_finite(where, weights: dict, optim_arrays: dict) -> None:
     bad = first_non_finite(weights, "weight") or first_non_finite(optim_arrays, "optimizer state")
     if bad is not None:
         raise NonFiniteCheckpoint(
@@ -102,11 +102,11 @@ def _check_finite(where, weights: dict, optim_arrays: dict) -> None:
             "diverged and cannot be used: use an earlier checkpoint", bad[0])
 
 
-def _one_line(err) -> str:
+def one_line(err) -> str:
     return " ".join(str(err).split())
 
 
-def _json_default(obj):
+def json_default(obj):
     if isinstance(obj, np.generic):
         return obj.item()
     raise TypeError(f"checkpoint metadata: {type(obj).__name__} is not JSON-serialisable")

@@ -31,8 +31,8 @@ import numpy as np
 from minitransformer.atomic import atomic_write, parse_json
 from minitransformer.checkpoint import limits
 from minitransformer.checkpoint.contents import (
-    _META, FORMAT_VERSION, Checkpoint, CheckpointError, NonFiniteCheckpoint, _check_finite, _json_default,
-    _one_line, first_non_finite,
+    META_ENTRY, FORMAT_VERSION, Checkpoint, CheckpointError, NonFiniteCheckpoint, check_finite, json_default,
+    one_line, first_non_finite,
 )
 from minitransformer.checkpoint.fingerprint import fingerprint_hashes
 
@@ -79,15 +79,15 @@ def save_checkpoint(path, model, optimizer=None, vocab=None, extra: dict | None 
     if extra:
         meta.update(extra)
     meta["entries"] = sorted(arrays)  # the table of contents: a damaged entry name cannot go unnoticed
-    blob = json.dumps(meta, default=_json_default).encode("utf-8")
-    arrays[_META] = np.frombuffer(blob, dtype=np.uint8)
+    blob = json.dumps(meta, default=json_default).encode("utf-8")
+    arrays[META_ENTRY] = np.frombuffer(blob, dtype=np.uint8)
 
     atomic_write(path, lambda f: np.savez(f, **arrays))
     return path
 
 
 def _corrupt(path, err) -> CheckpointError:
-    return CheckpointError(f"{path} is truncated or corrupted ({type(err).__name__}: {_one_line(err)}); use an "
+    return CheckpointError(f"{path} is truncated or corrupted ({type(err).__name__}: {one_line(err)}); use an "
                            "earlier checkpoint (the trainer keeps best.npz and last.npz)")
 
 
@@ -116,10 +116,10 @@ def _directory(path: Path, zf: zipfile.ZipFile) -> dict:
             raise CheckpointError(f"{path} is not a minitransformer checkpoint (its entry {info.filename!r} "
                                   "is not an array)")
         members[info.filename[:-len(".npy")]] = info
-    if _META not in members:
+    if META_ENTRY not in members:
         shown = sorted(members)
         raise CheckpointError(
-            f"{path} is not a minitransformer checkpoint (it has no {_META} entry; "
+            f"{path} is not a minitransformer checkpoint (it has no {META_ENTRY} entry; "
             f"its entries are {shown[:8]}{' ...' if len(shown) > 8 else ''})")
     return members
 
@@ -164,7 +164,7 @@ def _parse_meta(path: Path, raw: np.ndarray) -> dict:
     try:
         meta = parse_json(raw.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{path}: its metadata is not valid JSON ({_one_line(err)})") from err
+        raise CheckpointError(f"{path}: its metadata is not valid JSON ({one_line(err)})") from err
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path} is not a minitransformer checkpoint (its metadata is not a JSON object)")
     version = meta.get("format_version")
@@ -246,7 +246,7 @@ def _vocab_size_problem(n: int, config) -> str | None:
     return None
 
 
-def _read(path, before_arrays=None) -> Checkpoint:
+def read_checkpoint(path, before_arrays=None) -> Checkpoint:
     """Read a checkpoint in the bounded order of the module notes. ``before_arrays(meta,
     weight_shapes)`` runs after the metadata and the headers are checked and before any
     array is read; it may raise CheckpointError."""
@@ -265,7 +265,7 @@ def _read(path, before_arrays=None) -> Checkpoint:
     zf = _guarded(path, zipfile.ZipFile, path)
     with zf:
         members = _guarded(path, _directory, path, zf)
-        meta_info = members.pop(_META)
+        meta_info = members.pop(META_ENTRY)
         _guarded(path, _header, path, zf, meta_info)
         meta = _parse_meta(path, _guarded(path, _read_array, zf, meta_info.filename))
         problem = _meta_problem(meta)
@@ -289,7 +289,7 @@ def _read(path, before_arrays=None) -> Checkpoint:
         data = {k: _guarded(path, _read_array, zf, info.filename) for k, info in members.items()}
     weights = {k[len("weights/"):]: v for k, v in data.items() if k.startswith("weights/")}
     optim = {k[len("optim/"):]: v for k, v in data.items() if k.startswith("optim/")}
-    _check_finite(path, weights, optim)
+    check_finite(path, weights, optim)
     return Checkpoint(weights=weights, meta=meta, optim_arrays=optim, path=path)
 
 
@@ -301,4 +301,4 @@ def load_checkpoint(path) -> Checkpoint:
     (the limits of the module notes), pickled objects, a newer format, NaN or infinite
     weights or optimizer state (:class:`NonFiniteCheckpoint`).
     """
-    return _read(path)
+    return read_checkpoint(path)

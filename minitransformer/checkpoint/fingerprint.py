@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from minitransformer.checkpoint.contents import Checkpoint, CheckpointError, _json_default, _one_line
+from minitransformer.checkpoint.contents import Checkpoint, CheckpointError, json_default, one_line
 
 
 class FingerprintMismatch(CheckpointError):
@@ -24,10 +24,10 @@ class FingerprintMismatch(CheckpointError):
 
 def _hash(value, name: str) -> str:
     try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=json_default)
     except (TypeError, ValueError) as err:
         raise ValueError(f"fingerprint entry {name!r} must be JSON data (numbers, strings, lists, dicts): "
-                         f"{_one_line(err)}") from None
+                         f"{one_line(err)}") from None
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -70,7 +70,7 @@ def model_sha256(ckpt: Checkpoint) -> str:
     another weight, even by one bit, gives another."""
     import numpy as np
     h = hashlib.sha256(json.dumps([ckpt.meta.get(k) for k in ("model_type", "config", "vocab")],
-                                  sort_keys=True, default=_json_default).encode())
+                                  sort_keys=True, default=json_default).encode())
     for name in sorted(ckpt.weights):
         w = np.ascontiguousarray(ckpt.weights[name])  # (any shape)
         h.update(f"{name}:{w.dtype.str}:{w.shape}".encode())

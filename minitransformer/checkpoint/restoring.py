@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from minitransformer.checkpoint.contents import Checkpoint, CheckpointError, _check_finite, _one_line
-from minitransformer.checkpoint.files import _read, load_checkpoint
+from minitransformer.checkpoint.contents import Checkpoint, CheckpointError, check_finite, one_line
+from minitransformer.checkpoint.files import read_checkpoint, load_checkpoint
 from minitransformer.checkpoint.limits import check_declared_parameters, model_classes
 
 
@@ -62,7 +62,7 @@ def restore(model, ckpt: Checkpoint, optimizer=None) -> None:
     problems = _fit_problems(model, ckpt.model_type, {k: np.shape(v) for k, v in ckpt.weights.items()})
     if problems:
         raise _does_not_fit(ckpt.where, problems)
-    _check_finite(ckpt.where, ckpt.weights, ckpt.optim_arrays if optimizer is not None else {})
+    check_finite(ckpt.where, ckpt.weights, ckpt.optim_arrays if optimizer is not None else {})
     opt_state = ckpt.optimizer_state() if optimizer is not None else None
     if optimizer is not None and opt_state is None:
         raise CheckpointError(f"{ckpt.where} has no optimizer state to restore")
@@ -70,7 +70,7 @@ def restore(model, ckpt: Checkpoint, optimizer=None) -> None:
         try:
             optimizer.load_state_dict(opt_state)  # checks everything before it writes anything
         except ValueError as err:
-            raise CheckpointError(f"{ckpt.where}: its optimizer state does not fit ({_one_line(err)})") from err
+            raise CheckpointError(f"{ckpt.where}: its optimizer state does not fit ({one_line(err)})") from err
     model.load_state_dict(ckpt.weights)  # cannot fail now: names and shapes were checked above
     if "model_rng" in ckpt.meta and getattr(model, "rng", None) is not None:
         model.rng.load_state_dict(ckpt.meta["model_rng"])
@@ -88,7 +88,7 @@ def _build_model(meta: dict, where):
     try:
         config = cfg_cls.from_dict(meta["config"])
     except Exception as err:  # the config's own checks (ValueError, TypeError ...)
-        raise CheckpointError(f"{where}: its model config is invalid ({_one_line(err)})") from err
+        raise CheckpointError(f"{where}: its model config is invalid ({one_line(err)})") from err
     return cls(config)
 
 
@@ -114,7 +114,7 @@ def model_from_checkpoint(path_or_ckpt):
         ckpt = path_or_ckpt
         build(ckpt.meta, {k: np.shape(v) for k, v in ckpt.weights.items()})
     else:
-        ckpt = _read(path_or_ckpt, before_arrays=build)
+        ckpt = read_checkpoint(path_or_ckpt, before_arrays=build)
     model = built["model"]
     restore(model, ckpt)
     return model.eval(), ckpt

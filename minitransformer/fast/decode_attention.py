@@ -20,7 +20,7 @@ CPU's prefetcher must find anew: on 2 cores (``benchmarks/decode_attention.py``,
 one pair's keys run straight into the next's.
 
 Per pair the math is the reference's: the logits in the arrays' dtype, the masked
-softmax in float64 (:func:`minitransformer.fast.fused_attention._softmax_row`:
+softmax in float64 (:func:`minitransformer.fast.fused_attention.softmax_row`:
 a row that may see no key is zeros, a NaN or :math:`+\infty` logit makes it NaN),
 then the weighted sum of the values. Results agree with the reference to
 rounding (the sums are regrouped to vectorise: ``tests/fast/test_fast_decode_attention.py``).
@@ -97,7 +97,7 @@ def attention_forward(q, k, v, mask, scale: float):
 
 
 if compiled.AVAILABLE:
-    from minitransformer.fast.fused_attention import _softmax_row
+    from minitransformer.fast.fused_attention import softmax_row
 
     _VECTORIZE = {"reassoc", "contract"}  # as compiled._jit(vectorize_sums=True)
 
@@ -126,7 +126,7 @@ if compiled.AVAILABLE:
             for bh in range(q.shape[0]):
                 p[bh, j] = _dot(q[bh], kj[bh], zero) * scale
         for bh in range(q.shape[0]):  # P = softmax(S) row by row, in place
-            _softmax_row(p[bh], allowed[bh // H, bh % H, 0], T)
+            softmax_row(p[bh], allowed[bh // H, bh % H, 0], T)
             out[bh, :] = 0.0
         for j in range(T):  # o = P V, again one position at a time
             vj = v[j]  # (BH, Dv)

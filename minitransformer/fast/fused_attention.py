@@ -226,7 +226,7 @@ if compiled.AVAILABLE:
                    numba.float64(beta), _pointer(c), ldc)
 
     @numba.njit(cache=True, fastmath={"reassoc", "contract"})
-    def _softmax_row(row, allowed, n):
+    def softmax_row(row, allowed, n):
         """row[:n] (the logits of one query over the keys it may reach) -> probabilities,
         in place; allowed[:n] True where the mask lets it attend."""
         top = -np.inf
@@ -283,7 +283,7 @@ if compiled.AVAILABLE:
                 gemm(single, False, True, q1 - q0, k_end, Dh, scale, _at(at, st, its, 0, b, h, q0), ld_q,
                      _at(at, st, its, 1, b, h, 0), ld_k, 0.0, pb[q0:].ctypes.data, Tk)
                 for i in range(q0, q1):
-                    _softmax_row(pb[i], mb[i if Mq > 1 else 0], k_end)
+                    softmax_row(pb[i], mb[i if Mq > 1 else 0], k_end)
                     if has_drop:
                         for j in range(k_end):
                             pdb[i, j] = pb[i, j] * drop[b, h, i, j]

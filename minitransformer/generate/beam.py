@@ -9,7 +9,7 @@ from minitransformer import backend
 from minitransformer.backend import xp
 from minitransformer.nn.softmax import log_softmax
 from minitransformer.generate.decode import (
-    _eval_mode, _setup, ban_specials, check_finite_rows, decode_step_logits, init_decode_state,
+    eval_mode, setup_decoding, ban_specials, check_finite_rows, decode_step_logits, init_decode_state,
 )
 
 
@@ -85,7 +85,7 @@ def beam_search(model, src=None, batch_size=None, prompt=None, beam_size: int = 
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not math.isfinite(alpha):
         raise ValueError(f"length_penalty must be a finite number, got {alpha!r}")
     alpha = float(alpha)
-    src, prefix, max_len = _setup(model, batch_size, src, prompt, max_len)
+    src, prefix, max_len = setup_decoding(model, batch_size, src, prompt, max_len)
     cfg = model.config
     B, P = prefix.shape
     if B == 0:  # no source: nothing to decode (the arrays keep their documented axes)
@@ -104,7 +104,7 @@ def beam_search(model, src=None, batch_size=None, prompt=None, beam_size: int = 
     fin_score = xp.full((B, K), ninf, dtype=xp.float64)  # (B, K) their normalised scores, sorted
     done = xp.zeros((B,), dtype=bool)  # (B,)
     t = P
-    with _eval_mode(model):
+    with eval_mode(model):
         state = init_decode_state(model, src, use_cache)
         state.reorder(xp.repeat(items, K))  # B rows -> N rows (Seq2Seq: reuse the one encoding)
         while t < L:

@@ -111,7 +111,7 @@ def check_finite_rows(logits, t: int) -> None:
 # Shared set-up
 # ---------------------------------------------------------------------------
 @contextlib.contextmanager
-def _eval_mode(model):
+def eval_mode(model):
     """Switch every module to eval mode; restore each module's own mode on exit."""
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
@@ -135,7 +135,7 @@ def _device_ids(a, what: str):
     return arr.astype(xp.int64)  # (B, T)
 
 
-def _setup(model, batch_size, src, prompt, max_len):
+def setup_decoding(model, batch_size, src, prompt, max_len):
     """Validate the common arguments.
 
     Returns ``(src, prefix, max_len)``: the device source (B, S) or None, the
@@ -208,7 +208,7 @@ def ban_specials(scores, cfg):
     return scores
 
 
-def _autoregress(model, src, prefix, max_len, use_cache, choose, constraint=None):
+def autoregress(model, src, prefix, max_len, use_cache, choose, constraint=None):
     """The loop of greedy decoding and sampling, one token per row per step.
 
     ``choose(logits (B, V)) -> (B,)`` picks each row's next token (PAD and BOS
@@ -224,7 +224,7 @@ def _autoregress(model, src, prefix, max_len, use_cache, choose, constraint=None
     ids[:, :P] = prefix
     done = xp.zeros((B,), dtype=bool)  # (B,), True once a row has emitted EOS
     t = P
-    with _eval_mode(model):
+    with eval_mode(model):
         state = init_decode_state(model, src, use_cache)
         if constraint is not None:
             start_constraint(constraint, prefix, max_len)
@@ -273,6 +273,6 @@ def greedy(model, batch_size=None, src=None, max_len=None, prompt=None, use_cach
         Host ``numpy`` int64 array (B, T_out): the prefix, the generated tokens,
         EOS, then PAD. ``T_out`` is the longest row's length (<= ``max_len``).
     """
-    src, prefix, max_len = _setup(model, batch_size, src, prompt, max_len)
-    return _autoregress(model, src, prefix, max_len, use_cache,
+    src, prefix, max_len = setup_decoding(model, batch_size, src, prompt, max_len)
+    return autoregress(model, src, prefix, max_len, use_cache,
                         lambda logits: logits.argmax(axis=1), constraint)  # (B,)

@@ -3,7 +3,7 @@
 :func:`filter_logits` applies the temperature, top-k and nucleus (top-p) truncation;
 :func:`sample` draws one token per row from what is left by inverting its CDF
 (:func:`_inverse_cdf_draw`, the reference of :func:`minitransformer.fast.decode.inverse_cdf_draw`),
-inside the loop every strategy shares (:func:`~minitransformer.generate.decode._autoregress`).
+inside the loop every strategy shares (:func:`~minitransformer.generate.decode.autoregress`).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 from minitransformer import backend, kernels
 from minitransformer.backend import xp
 from minitransformer.fast import decode as fast_decode
-from minitransformer.generate.decode import _autoregress, _setup
+from minitransformer.generate.decode import autoregress, setup_decoding
 
 
 def _check_sampling_args(temperature, top_k, top_p):
@@ -146,7 +146,7 @@ def sample(model, batch_size=None, src=None, max_len=None, prompt=None, temperat
     """
     _check_sampling_args(temperature, top_k, top_p)
     rng = _as_rng(rng)
-    src, prefix, max_len = _setup(model, batch_size, src, prompt, max_len)
+    src, prefix, max_len = setup_decoding(model, batch_size, src, prompt, max_len)
     B = prefix.shape[0]
 
     def choose(logits):
@@ -156,4 +156,4 @@ def sample(model, batch_size=None, src=None, max_len=None, prompt=None, temperat
             return _inverse_cdf_draw(z, u)  # (B,)
         return fast_decode.inverse_cdf_draw(z, u)  # (B,): one compiled loop, the same tokens
 
-    return _autoregress(model, src, prefix, max_len, use_cache, choose, constraint)
+    return autoregress(model, src, prefix, max_len, use_cache, choose, constraint)

@@ -18,11 +18,11 @@ import numpy as np
 
 from minitransformer import backend
 from minitransformer.gradcheck.numerical import (
-    DEFAULT_EPS, _as_list, _is_float_array, _looks_like_array, _require_float64,
+    DEFAULT_EPS, as_list, is_float_array, looks_like_array, require_float64,
     numerical_directional, numerical_grad,
 )
 from minitransformer.gradcheck.report import (
-    DEFAULT_ATOL, DEFAULT_RTOL, GradcheckError, GradcheckReport, TensorCheck, _fmt_where,
+    DEFAULT_ATOL, DEFAULT_RTOL, GradcheckError, GradcheckReport, TensorCheck, format_where,
     compare_gradients, relative_error,
 )
 
@@ -47,7 +47,7 @@ def _weights(outs: Sequence, seed: int) -> list:
     rng = np.random.default_rng(seed)
     weights = []
     for o in outs:
-        if _looks_like_array(o) and getattr(o.dtype, "kind", "") == "f":
+        if looks_like_array(o) and getattr(o.dtype, "kind", "") == "f":
             sign = np.where(rng.random(o.shape) < 0.5, -1.0, 1.0)
             r = sign * (0.5 + rng.random(o.shape))
             weights.append(backend.asarray(np.asarray(r, dtype=np.float64)))
@@ -199,10 +199,10 @@ def check_kernel(forward: Callable, backward: Callable, inputs: dict, kwargs: di
     names = list(inputs)
     values = {}
     for n, v in inputs.items():
-        values[n] = v.copy() if _is_float_array(v, n) else v
-    float_names = [n for n in names if _is_float_array(values[n], n)]
+        values[n] = v.copy() if is_float_array(v, n) else v
+    float_names = [n for n in names if is_float_array(values[n], n)]
     for n in float_names:
-        _require_float64(values[n], n)
+        require_float64(values[n], n)
     targets = list(float_names if wrt is None else wrt)
     for n in targets:
         if n not in float_names:
@@ -217,7 +217,7 @@ def check_kernel(forward: Callable, backward: Callable, inputs: dict, kwargs: di
 
     before = {n: _host_copy(values[n]) for n in float_names}
     out, cache = run()
-    dout = _weights(_as_list(out), seed)
+    dout = _weights(as_list(out), seed)
     grads = backward(_pack(out, _copy_struct(dout)), cache)
     analytic = _match_grads(grads, list(grad_names or float_names), "backward")
     for n in float_names:
@@ -230,7 +230,7 @@ def check_kernel(forward: Callable, backward: Callable, inputs: dict, kwargs: di
         analytic.setdefault(n, None)
 
     def evaluate():
-        return _as_list(run()[0])
+        return as_list(run()[0])
 
     report = GradcheckReport(
         _check_all([(n, values[n]) for n in targets], analytic, evaluate, dout, mode=mode,
@@ -305,10 +305,10 @@ def check_module(module, inputs, loss_fn: Callable | None = None, *, kwargs: dic
         names, raw = [f"inputs[{i}]" for i in range(len(inputs))], list(inputs)
     else:
         names, raw = ["input"], [inputs]
-    values = [v.copy() if _is_float_array(v, n) else v for n, v in zip(names, raw)]
-    float_idx = [i for i, (n, v) in enumerate(zip(names, values)) if _is_float_array(v, n)]
+    values = [v.copy() if is_float_array(v, n) else v for n, v in zip(names, raw)]
+    float_idx = [i for i, (n, v) in enumerate(zip(names, values)) if is_float_array(v, n)]
     for i in float_idx:
-        _require_float64(values[i], names[i])
+        require_float64(values[i], names[i])
 
     all_params = list(module.named_parameters())
     wanted = None if params is None else list(params)
@@ -319,7 +319,7 @@ def check_module(module, inputs, loss_fn: Callable | None = None, *, kwargs: dic
                              f"{[n for n, _ in all_params]}")
     checked = [(n, p) for n, p in all_params if wanted is None or n in wanted]
     for n, p in checked:
-        _require_float64(p.data, n)
+        require_float64(p.data, n)
 
     flags = [(m, m.training) for m in module.modules()]
     if eval_mode:
@@ -338,7 +338,7 @@ def check_module(module, inputs, loss_fn: Callable | None = None, *, kwargs: dic
 
         module.zero_grad()
         out = forward()
-        dout = _weights(_as_list(out), seed) if loss_fn is None else None
+        dout = _weights(as_list(out), seed) if loss_fn is None else None
         if loss_fn is None:
             dinputs = module.backward(_pack(out, _copy_struct(dout)))
         else:
@@ -366,14 +366,14 @@ def check_module(module, inputs, loss_fn: Callable | None = None, *, kwargs: dic
                         f"{n} (accumulation)", first.shape, False, float(err.flat[k]), where,
                         float(second.flat[k]), float(2.0 * first.flat[k]), int(first.size),
                         note=f"a second backward must add to .grad (+=), not overwrite it: at "
-                             f"{_fmt_where(n, where)} .grad is {second.flat[k]:.9e} after two "
+                             f"{format_where(n, where)} .grad is {second.flat[k]:.9e} after two "
                              f"backward passes, expected twice {first.flat[k]:.9e}",
                     ))
         module.zero_grad()
 
         if loss_fn is None:
             def evaluate():
-                return _as_list(forward())
+                return as_list(forward())
         else:
             def evaluate():
                 return loss_fn(forward())[0]

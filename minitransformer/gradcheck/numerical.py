@@ -84,16 +84,16 @@ DEFAULT_EPS = 1e-6
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------
-def _looks_like_array(v) -> bool:
+def looks_like_array(v) -> bool:
     """Arrays of any backend and NumPy scalars (NumPy reductions return those), not Python numbers."""
     if isinstance(v, np.generic):
         return True
     return v is not None and hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, (int, float))
 
 
-def _is_float_array(v, name: str = "input") -> bool:
+def is_float_array(v, name: str = "input") -> bool:
     """True for floating-point arrays of the active backend (the differentiable inputs)."""
-    if not _looks_like_array(v) or getattr(v.dtype, "kind", "") != "f":
+    if not looks_like_array(v) or getattr(v.dtype, "kind", "") != "f":
         return False
     if not backend.is_device_array(v):
         raise TypeError(
@@ -103,7 +103,7 @@ def _is_float_array(v, name: str = "input") -> bool:
     return True
 
 
-def _require_float64(x, name: str) -> None:
+def require_float64(x, name: str) -> None:
     if x.dtype != np.float64:
         raise ValueError(
             f"gradcheck: {name!r} has dtype {x.dtype}; finite-difference checks need float64 "
@@ -112,25 +112,25 @@ def _require_float64(x, name: str) -> None:
         )
 
 
-def _as_list(out) -> list:
+def as_list(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def _snapshot(outs) -> list:
     """Copies of the float outputs (a later forward pass may reuse their buffers)."""
-    return [o.copy() if _looks_like_array(o) else o for o in _as_list(outs)]
+    return [o.copy() if looks_like_array(o) else o for o in as_list(outs)]
 
 
 def _difference(plus, minus, dout) -> float:
     """``L(+) - L(-)``: for scalars directly, for arrays as ``sum((out+ - out-) * dout)``."""
     if dout is None:
-        if _looks_like_array(plus) and plus.size != 1:
+        if looks_like_array(plus) and plus.size != 1:
             raise ValueError(
                 f"gradcheck: the function returned an array of shape {tuple(plus.shape)}; "
                 "return a scalar or pass dout= to weight the outputs"
             )
         return float(plus) - float(minus)
-    plus, minus, dout = _as_list(plus), _as_list(minus), _as_list(dout)
+    plus, minus, dout = as_list(plus), as_list(minus), as_list(dout)
     if not (len(plus) == len(minus) == len(dout)):
         raise ValueError(f"gradcheck: {len(plus)} output(s) but {len(dout)} dout array(s)")
     total = 0.0
@@ -174,9 +174,9 @@ def numerical_grad(f: Callable[[], Any], x, eps: float = DEFAULT_EPS, dout=None)
     Returns:
         A host ``numpy.ndarray`` (float64) of ``x``'s shape.
     """
-    if not _is_float_array(x, "x"):
+    if not is_float_array(x, "x"):
         raise ValueError(f"gradcheck: x must be a floating-point array, got {type(x).__name__}")
-    _require_float64(x, "x")
+    require_float64(x, "x")
     grad = np.zeros(tuple(x.shape), dtype=np.float64)
     for idx in np.ndindex(*grad.shape):
         orig = x[idx].item()  # a Python float: exact for float64, and not a view (CuPy)

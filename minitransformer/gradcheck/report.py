@@ -54,7 +54,7 @@ class GradcheckError(AssertionError):
         self.report = report
 
 
-def _fmt_where(name: str, where) -> str:
+def format_where(name: str, where) -> str:
     """``W[1, 0]`` for an element index, ``W (direction 2 of 3)`` for a direction."""
     if isinstance(where, tuple):
         return f"{name}[{', '.join(str(i) for i in where)}]" if where else name
@@ -97,7 +97,7 @@ class TensorCheck:
         if self.n_compared == 0:
             return f"{head}: nothing to compare (empty)"
         return (
-            f"{head}: max relative error {self.max_error:.3e} at {_fmt_where(self.name, self.where)}: "
+            f"{head}: max relative error {self.max_error:.3e} at {format_where(self.name, self.where)}: "
             f"analytic {self.analytic:.9e} vs numerical {self.numerical:.9e}"
         )
 
@@ -141,7 +141,7 @@ class GradcheckReport:
             return self
         worst = "; ".join(
             f"{c.name}: {c.note}" if c.note else
-            f"{c.name}: max relative error {c.max_error:.3e} at {_fmt_where(c.name, c.where)} "
+            f"{c.name}: max relative error {c.max_error:.3e} at {format_where(c.name, c.where)} "
             f"(analytic {c.analytic:.9e}, numerical {c.numerical:.9e})"
             for c in self.failures
         )

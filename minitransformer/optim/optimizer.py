@@ -99,7 +99,7 @@ def default_no_decay(name: str, param) -> bool:
     return param.data.ndim < 2
 
 
-def _number(name: str, value) -> float:
+def as_number(name: str, value) -> float:
     """``value`` as a Python float, or a ValueError naming the setting."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a number, got {value!r}")
@@ -108,7 +108,7 @@ def _number(name: str, value) -> float:
 
 def check_lr(value, name: str = "lr") -> float:
     """A learning rate: finite and >= 0 (0 freezes the weights)."""
-    lr = _number(name, value)
+    lr = as_number(name, value)
     if not (math.isfinite(lr) and lr >= 0):
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
     return lr
@@ -119,19 +119,19 @@ def check_hyperparameter(name: str, value):
     if name == "lr":
         return check_lr(value)
     if name == "weight_decay":
-        wd = _number(name, value)
+        wd = as_number(name, value)
         if not (math.isfinite(wd) and wd >= 0):
             raise ValueError(f"weight_decay must be finite and >= 0, got {value!r}")
         return wd
     if name == "eps":
-        eps = _number(name, value)
+        eps = as_number(name, value)
         if not (math.isfinite(eps) and eps > 0):
             raise ValueError(f"eps must be finite and > 0, got {value!r}")
         return eps
     if name == "betas":
         if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
             raise ValueError(f"betas must be two numbers (beta1, beta2), got {value!r}")
-        b1, b2 = (_number("betas", b) for b in value)
+        b1, b2 = (as_number("betas", b) for b in value)
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
             raise ValueError(f"betas must be in [0, 1), got {tuple(value)!r}")
         return (b1, b2)

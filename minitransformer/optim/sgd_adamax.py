@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np  # the number types a setting may have
 
 from minitransformer.backend import xp
-from minitransformer.optim.optimizer import Optimizer, _number, check_hyperparameter
+from minitransformer.optim.optimizer import Optimizer, as_number, check_hyperparameter
 
 __all__ = ["SGD", "Adamax"]
 
@@ -18,7 +18,7 @@ __all__ = ["SGD", "Adamax"]
 def check_sgd_setting(name: str, value):
     """SGD's own settings, ``momentum`` in [0, 1) and ``nesterov`` (a bool), then the shared ones."""
     if name == "momentum":
-        mu = _number(name, value)
+        mu = as_number(name, value)
         if not 0.0 <= mu < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {value!r}")
         return mu

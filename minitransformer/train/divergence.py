@@ -3,9 +3,9 @@
 A NaN or infinite loss, gradient norm or weight must never reach an update or a
 checkpoint. On the CPU the trainer reads the loss and the norm after every step
 and stops before the update. On a GPU each read stalls the device, so the numbers
-stay there for a few steps: :func:`_drop_gradients_unless_finite` zeroes a bad
+stay there for a few steps: :func:`drop_gradients_unless_finite` zeroes a bad
 step's gradients on the device (the weights stay finite) and
-:func:`_weights_finite` keeps a 0-d flag of the weights after the update; both are
+:func:`weights_finite` keeps a 0-d flag of the weights after the update; both are
 read with the deferred losses, and the first bad one stops training with
 :class:`TrainingDiverged`, naming the step, the tensor and the last good checkpoint.
 """
@@ -21,7 +21,7 @@ class TrainingDiverged(RuntimeError):
     """The loss or the gradient became NaN or infinite; the message says where."""
 
 
-def _drop_gradients_unless_finite(model, loss, norm) -> None:
+def drop_gradients_unless_finite(model, loss, norm) -> None:
     """Zero every gradient if the loss or the gradient norm is NaN or infinite, on the device.
 
     With deferred checks (``sync_every > 1``) the optimizer steps before anyone has
@@ -36,7 +36,7 @@ def _drop_gradients_unless_finite(model, loss, norm) -> None:
         backend.xp.copyto(g, 0.0, where=bad)  # in place; where=False: no change
 
 
-def _weights_finite(model):
+def weights_finite(model):
     """True if every weight is finite, as a 0-d bool on the device (no host read)."""
     plist = model.parameters()
     layout = flat.covering(plist)

@@ -24,7 +24,7 @@ import numpy as np
 
 from minitransformer import backend
 from minitransformer import functional as F
-from minitransformer.train.tasks import MLMTask, _check_lengths, _where, pad_batch
+from minitransformer.train.tasks import MLMTask, check_lengths, task_label, pad_batch
 
 #: The centred CDF scale is uniform on [-1/2, 1/2], of variance 1/12: this factor makes it 1.
 UNIT_VARIANCE = math.sqrt(12.0)
@@ -86,8 +86,8 @@ class MLMDescriptorTask(MLMTask):
         return len(example[0])
 
     def validate(self, examples, what: str = "") -> None:
-        where = _where(self, what)
-        _check_lengths(where, [e[0] for e in examples], 1, "an example needs at least 1 token (<cls>)")
+        where = task_label(self, what)
+        check_lengths(where, [e[0] for e in examples], 1, "an example needs at least 1 token (<cls>)")
         for i, e in enumerate(examples):
             y = np.asarray(e[1], dtype=np.float64)
             if y.shape != (self.n_targets,) or not np.isfinite(y).all():

@@ -45,11 +45,11 @@ def pad_batch(seqs, pad_id: int) -> np.ndarray:
     return out
 
 
-def _where(task, what: str) -> str:
+def task_label(task, what: str) -> str:
     return f"{type(task).__name__} {what}".strip()
 
 
-def _check_lengths(where: str, seqs, minimum: int, need: str) -> None:
+def check_lengths(where: str, seqs, minimum: int, need: str) -> None:
     """Refuse the first sequence shorter than ``minimum``, naming its index."""
     for i, seq in enumerate(seqs):
         n = len(seq)
@@ -121,7 +121,7 @@ class LMTask(_TokenLossTask):
         return len(example)
 
     def validate(self, examples, what: str = "") -> None:
-        _check_lengths(_where(self, what), examples, 2,
+        check_lengths(task_label(self, what), examples, 2,
                        "an LM example needs at least 2 tokens (BOS and one to predict)")
 
     def collate(self, examples):
@@ -162,7 +162,7 @@ class Seq2SeqTask(_TokenLossTask):
         return max(len(example[0]), len(example[1]))
 
     def validate(self, examples, what: str = "") -> None:
-        where = _where(self, what)
+        where = task_label(self, what)
         for i, (src, tgt) in enumerate(examples):
             if len(src) < 1:
                 raise ValueError(f"{where}: example {i} has an empty source; a source needs at least 1 token "
@@ -222,7 +222,7 @@ class MLMTask(_TokenLossTask):
         return len(example)
 
     def validate(self, examples, what: str = "") -> None:
-        _check_lengths(_where(self, what), examples, 1, "an MLM example needs at least 1 token")
+        check_lengths(task_label(self, what), examples, 1, "an MLM example needs at least 1 token")
 
     def collate(self, examples):
         self.validate(examples)
@@ -292,8 +292,8 @@ class PropertyTask:
         return len(example[0])
 
     def validate(self, examples, what: str = "") -> None:
-        where = _where(self, what)
-        _check_lengths(where, [e[0] for e in examples], 1, "an example needs at least 1 token (<cls>)")
+        where = task_label(self, what)
+        check_lengths(where, [e[0] for e in examples], 1, "an example needs at least 1 token (<cls>)")
         k0 = None
         widths = {len(e) for e in examples}
         if not widths <= {2, 3} or len(widths) > 1:

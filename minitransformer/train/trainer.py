@@ -29,7 +29,7 @@ from minitransformer.train.batches import plan_batches
 from minitransformer.train.checkpointing import Checkpointing
 from minitransformer.train.config import TrainConfig
 from minitransformer.train.divergence import (
-    DivergenceChecks, TrainingDiverged, _drop_gradients_unless_finite, _weights_finite,
+    DivergenceChecks, TrainingDiverged, drop_gradients_unless_finite, weights_finite,
 )
 
 
@@ -242,7 +242,7 @@ class Trainer(Checkpointing, DivergenceChecks):
         if check_now:
             self._check_finite(float(norm), "gradient norm", self.step + 1)
         else:
-            _drop_gradients_unless_finite(model, loss, norm)  # no host read
+            drop_gradients_unless_finite(model, loss, norm)  # no host read
         try:
             self.optimizer.step()
         except ValueError as err:  # a schedule's NaN, infinite or negative rate: refused before any update
@@ -251,7 +251,7 @@ class Trainer(Checkpointing, DivergenceChecks):
         if check_now:  # the update can make weights non-finite from finite gradients
             self._check_weights(self.step + 1)
             return loss, None, None, n_tok
-        return loss, norm, _weights_finite(model), n_tok  # checked at the next read
+        return loss, norm, weights_finite(model), n_tok  # checked at the next read
 
     def _agreed(self, decision) -> bool:
         """A decision read from a rank's own clock, made the same on every rank: rank 0's

@@ -314,20 +314,20 @@ def test_covering_asks_for_exactly_the_layouts_gradients(monkeypatch):
 def test_the_deferred_finite_checks_over_the_layout(monkeypatch):
     """The trainer's checks without a host read: over the buffers where the optimizer's
     layout holds the whole model, with the answers of the per-tensor checks."""
-    from minitransformer.train.divergence import _drop_gradients_unless_finite, _weights_finite
+    from minitransformer.train.divergence import drop_gradients_unless_finite, weights_finite
     _, _, opt = _run(monkeypatch, True, OPTIMIZERS["adam"], steps=1)
     model = type("Model", (), {"parameters": lambda self: list(opt.params.values())})()
     assert flat.covering(model.parameters()) is layout_of(opt)
-    assert bool(_weights_finite(model))
+    assert bool(weights_finite(model))
     p = layout_of(opt).params[2]
     p.data.flat[3] = np.nan
-    assert not bool(_weights_finite(model))
+    assert not bool(weights_finite(model))
     p.data.flat[3] = 0.0
     for q in opt.params.values():
         q.grad.fill(2.0)
-    _drop_gradients_unless_finite(model, np.float64(1.0), np.float64(5.0))  # finite: kept
+    drop_gradients_unless_finite(model, np.float64(1.0), np.float64(5.0))  # finite: kept
     assert all((q.grad == 2.0).all() for q in opt.params.values())
-    _drop_gradients_unless_finite(model, np.float64(np.nan), np.float64(5.0))  # a NaN loss: dropped
+    drop_gradients_unless_finite(model, np.float64(np.nan), np.float64(5.0))  # a NaN loss: dropped
     assert not any(q.grad.any() for q in opt.params.values())
 
 

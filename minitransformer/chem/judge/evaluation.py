@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from minitransformer.chem._rdkit import has_radicals, parse_valid
-from minitransformer.chem.judge.metrics import (KL_SEED, UNIQUE_AT, _filters, _intdiv, _kl, _training_set, kl_against,
+from minitransformer.chem.judge.metrics import (KL_SEED, UNIQUE_AT, filters_fraction, intdiv_values, kl_of, training_set, kl_against,
                                           novelty as novelty_against, unique_at_k)
 
 __all__ = ["evaluate_samples", "SampleSet", "Metric", "METRICS", "Undefined", "INPUTS"]
@@ -71,7 +71,7 @@ class SampleSet:
             self.mols += mols
             self.canon += canon
         self.distinct = list(dict.fromkeys(self.canon))
-        self.training = _training_set(tuple(train)) if train is not None and len(train) else None
+        self.training = training_set(tuple(train)) if train is not None and len(train) else None
         self.references = {name: list(mols) for name, mols in (references or {}).items()}
         self.fcd_judge, self.heldout, self.all_training = fcd_judge, heldout, all_training
         self.seed, self.filters = seed, filters
@@ -113,12 +113,12 @@ class SampleSet:
     def intdiv(self) -> tuple[float, float]:
         self.need_valid()
         n = len(self.fingerprints)
-        return tuple(map(float, _intdiv(self.fingerprints, (1, 2), f"IntDiv over all {n * n:,} pairs")))
+        return tuple(map(float, intdiv_values(self.fingerprints, (1, 2), f"IntDiv over all {n * n:,} pairs")))
 
     @functools.cached_property
     def kl(self) -> tuple:
         """(KL score or None, the ten KL values, generated size, reference size)."""
-        return _kl(self.samples, self.need_training(), self.seed)
+        return kl_of(self.samples, self.need_training(), self.seed)
 
     @functools.cached_property
     def fcd(self) -> dict:
@@ -211,7 +211,7 @@ def intdiv2(s: SampleSet) -> float:
 
 
 def filters(s: SampleSet) -> float:
-    value, why = _filters(s.mols, s.canon, s.filters)
+    value, why = filters_fraction(s.mols, s.canon, s.filters)
     if value is None:
         raise Undefined(why)
     return value

@@ -141,7 +141,7 @@ class _TrainingSet:
 
 
 @functools.lru_cache(maxsize=4)
-def _training_set(train: tuple[str, ...]) -> _TrainingSet:
+def training_set(train: tuple[str, ...]) -> _TrainingSet:
     return _TrainingSet(train)
 
 
@@ -167,11 +167,11 @@ def novelty(samples: Sequence[str], train_smiles: Sequence[str]) -> float:
     """Distinct valid samples absent from the (canonicalized) training set / distinct valid samples
     (MOSES's training set as written, as MOSES counts: see :func:`_canonical_set`)."""
     distinct = set(parse_valid(samples)[1])
-    known = _training_set(tuple(train_smiles)).index
+    known = training_set(tuple(train_smiles)).index
     return _fraction(sum(s not in known for s in distinct), len(distinct))
 
 
-def _intdiv(fps: np.ndarray, powers: tuple, label: str | None = None) -> np.ndarray:
+def intdiv_values(fps: np.ndarray, powers: tuple, label: str | None = None) -> np.ndarray:
     """MOSES IntDiv_p for each p: 1 - mean over j of (mean over i of T_ij^p)^(1/p) (``label``: the
     progress of the pairs, shown when it takes long)."""
     p = np.asarray(powers, dtype=np.float64)[:, None]
@@ -181,7 +181,7 @@ def _intdiv(fps: np.ndarray, powers: tuple, label: str | None = None) -> np.ndar
 def internal_diversity(samples: Sequence[str], p: int = 1) -> float:
     """MOSES's IntDiv_p of the valid samples, repeats kept (0.0 when there are none)."""
     mols = parse_valid(samples)[0]
-    return float(_intdiv(morgan_bits(mols), (p,))[0]) if mols else 0.0
+    return float(intdiv_values(morgan_bits(mols), (p,))[0]) if mols else 0.0
 
 
 def kl_sets(samples: Sequence[str], train_smiles: Sequence[str], seed: int = KL_SEED,
@@ -202,17 +202,17 @@ def kl_sets(samples: Sequence[str], train_smiles: Sequence[str], seed: int = KL_
     if n is None:
         n = min(len(samples), KL_SAMPLES, len(train_smiles))
     generated = _stereo_free(samples)[:n]
-    return generated, _training_set(tuple(train_smiles)).reference(n, seed)
+    return generated, training_set(tuple(train_smiles)).reference(n, seed)
 
 
 def kl_against(samples: Sequence[str], reference: Sequence[str], seed: int = KL_SEED) -> float | None:
     """GuacaMol's KL score of ``samples`` against any ``reference`` set (for example molecules
     held out from training), with the sets of :func:`kl_sets`; None with fewer than two
     molecules on a side."""
-    return _kl(list(samples), _training_set(tuple(reference)), seed)[0]
+    return kl_of(list(samples), training_set(tuple(reference)), seed)[0]
 
 
-def _kl(samples, training: _TrainingSet, seed: int) -> tuple[float | None, dict, int, int]:
+def kl_of(samples, training: _TrainingSet, seed: int) -> tuple[float | None, dict, int, int]:
     """(KL score or None, the ten KL values, generated size, reference size)."""
     n = min(len(samples), KL_SAMPLES, len(training.train))
     if n < 2:
@@ -231,7 +231,7 @@ def _kl(samples, training: _TrainingSet, seed: int) -> tuple[float | None, dict,
     return score, kls, len(generated), len(reference)
 
 
-def _filters(mols, canon, filters) -> tuple[float | None, str]:
+def filters_fraction(mols, canon, filters) -> tuple[float | None, str]:
     """(fraction passing MOSES's filters, "") or (None, why not); each distinct molecule checked once."""
     from minitransformer.chem.judge.filters import default_filters, passes_filters
     if filters is None:
