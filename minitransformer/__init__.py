@@ -5,6 +5,21 @@ and a handwritten ``backward``. Array math goes through
 :mod:`minitransformer.backend` (NumPy on the CPU, CuPy on a GPU), and each layer
 calls its plain reference kernel or that kernel's fast twin, as
 :mod:`minitransformer.kernels` says (``MINITRANSFORMER_KERNELS``).
+
+The library, from the bottom up:
+
+* ``backend`` (``xp``: NumPy, CuPy or the strict stand-in of ``testing``), ``devices`` (the
+  array libraries, and what matters only on a GPU), ``kernels`` (which kernel set runs),
+  ``runtime`` (what runs: backend, kernels, BLAS) and ``atomic`` (files never half-written);
+* ``nn`` (the layers and their reference kernels), ``fast`` (their fast twins),
+  ``functional`` (both sets as tables of plain functions), ``optim`` (optimizers, schedules,
+  clipping) and ``gradcheck`` (finite-difference checks of every backward);
+* ``models`` (the transformer families and the recurrent models), ``generate`` (decoding),
+  ``train`` (the training loop and its tasks; ``tasks`` names where they live),
+  ``distributed`` (data-parallel training over MPI) and ``checkpoint`` (safe ``.npz`` files);
+* ``chem`` (molecules on the host, judged as the field does), ``molecules`` (what a trained
+  model does with them), ``metrics`` (ROC-AUC), ``viz`` (attention pictures);
+* ``cli`` (the ``minitransformer`` command), entered through ``console`` (and ``__main__``).
 """
 __version__ = "0.2.0"
 

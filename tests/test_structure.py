@@ -222,3 +222,18 @@ def test_the_private_import_finder_sees_one_inside_a_function():
                      "def f():\n    from minitransformer.generate.decode import _hidden, __version__\n"
                      "    from minitransformer.cli.x import _mine\n")
     assert _private_imports(tree, "minitransformer.cli.x") == ["minitransformer.generate.decode:_hidden"]
+
+
+def _package_members(package: Path) -> list[str]:
+    """The module and subpackage names of ``package`` (a folder of the package)."""
+    modules = [p.stem for p in package.glob("*.py") if not p.stem.startswith("__")]
+    return sorted(modules + [d.name for d in package.iterdir() if (d / "__init__.py").is_file()])
+
+
+@pytest.mark.parametrize("init", sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("__init__.py")))
+def test_every_package_docstring_names_each_of_its_modules(init):
+    """A reader who opens a package's ``__init__`` finds every room in it named there."""
+    import re
+    doc = ast.get_docstring(_tree(init)) or ""
+    missing = [m for m in _package_members((PACKAGE / init).parent) if not re.search(rf"\b{re.escape(m)}\b", doc)]
+    assert not missing, f"{init}: its docstring does not name {missing}"

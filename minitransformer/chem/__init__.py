@@ -6,7 +6,9 @@ holds it to that); what runs a trained model on molecules is :mod:`minitransform
 * :mod:`~minitransformer.chem.frechet` - the Fréchet ChemNet Distance and ChemNet.
 * :mod:`~minitransformer.chem.grammar` - the SMILES grammar as a sampling constraint.
 * :mod:`~minitransformer.chem.goals` - what a steered generator aims at: score components, PMO tasks.
-* ``_rdkit`` (RDKit, imported when first needed), ``workers`` (a thread pool for RDKit work) and
+* :mod:`~minitransformer.chem.descriptors` - RDKit's 2D descriptors of a molecule, put on one scale:
+  extra inputs for a property model.
+* ``_rdkit`` (RDKit, imported when first needed), ``workers`` (worker processes for RDKit work) and
   ``progress`` (how a long step reports) serve them all.
 
 The tokenizer and the vocabulary need nothing beyond NumPy. Everything that looks at molecules needs

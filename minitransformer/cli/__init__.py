@@ -4,8 +4,8 @@ One module per subcommand (each has ``add_parser`` and ``run``):
 :mod:`~minitransformer.cli.train_lm`, :mod:`~minitransformer.cli.train_property`,
 :mod:`~minitransformer.cli.train_seq2seq`, :mod:`~minitransformer.cli.sample`,
 :mod:`~minitransformer.cli.translate`, :mod:`~minitransformer.cli.predict`,
-:mod:`~minitransformer.cli.score`, :mod:`~minitransformer.cli.attention` and
-:mod:`~minitransformer.cli.info`; :mod:`~minitransformer.cli.main` puts them
+:mod:`~minitransformer.cli.score`, :mod:`~minitransformer.cli.optimize`,
+:mod:`~minitransformer.cli.attention` and :mod:`~minitransformer.cli.info`; :mod:`~minitransformer.cli.main` puts them
 under one parser. The three ``train`` commands run one skeleton,
 :func:`~minitransformer.cli.training.run_training`, each filling in only what
 differs (its typed recipe, data, model, phases, evaluation and summary). Every
@@ -27,6 +27,13 @@ that code lives here once, one concern per file:
   :func:`write_json`, :func:`write_text`, :func:`write_bytes`,
   :func:`save_curves` and :func:`save_plot` write atomically; :func:`print_table`.
 * :mod:`~minitransformer.cli.provenance` - ``provenance.json``: what produced a run.
+* :mod:`~minitransformer.cli.folder_lock` - one run at a time in a run folder.
+* :mod:`~minitransformer.cli.launch` (``--ranks``: the command starts its own data-parallel
+  ranks) and :mod:`~minitransformer.cli.parallel` (the command as one data-parallel run:
+  rank 0 writes and prints).
+* :mod:`~minitransformer.cli.lm_time_plan` - ``train lm``'s default run planned in minutes;
+  :mod:`~minitransformer.cli.property_runs` - ``train property --seeds/--ensemble``;
+  :mod:`~minitransformer.cli.pretrained_encoder` - ``train property --encoder``.
 
 The commands use ``from minitransformer import cli`` and ``cli.<name>``; every
 name below is importable from this package.

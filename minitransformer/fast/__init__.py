@@ -4,11 +4,17 @@ of ``optim/optimizer.py``), with the same signatures, written for speed. The lay
 call them while ``minitransformer.kernels.fast`` is set (the default); the whole set,
 as a table, is :data:`minitransformer.functional.FAST`.
 
+The twins: ``linear``, ``elementwise`` (GELU through a table), ``embedding`` (the
+scatter-add as a sort and a segmented sum), ``softmax`` (and cross-entropy),
+``layernorm``, ``attention``, ``lstm``, ``optimizer`` (Adam and AdamW) and ``clip``
+(the global-norm clipping on a GPU).
+
 This package sits below :mod:`minitransformer.nn`: it imports nothing from it (the
 argument checks both sets share live in :mod:`minitransformer.backend`), so the
 layers can name their twins directly. ``parallel`` (the CPU thread pool),
 ``compiled`` (the optional Numba kernels), ``blas`` (BLAS called from compiled
-loops) and ``cuda`` (the GPU's fused kernels) are its machinery;
+loops), ``cuda`` (the GPU's fused kernels), ``flat`` (an optimizer's tensors as views
+of flat buffers) and ``cuda_flat`` (one GPU launch over that layout) are its machinery;
 ``fused_attention`` is an opt-in variant of the attention twin, ``decode_attention``
 its loop for a decoding step, and ``decode`` the twin of the sampling draw of
 :mod:`minitransformer.generate.decode`.

@@ -12,6 +12,11 @@ position of the prefix :math:`y_{<t}`. Every strategy here repeats one step:
 *get* :math:`z_t`, *choose* the next token(s), *append*, until each sequence has
 produced EOS or the length limit is reached.
 
+The loop and greedy decoding are :mod:`~minitransformer.generate.decode`, ancestral
+sampling :mod:`~minitransformer.generate.sampling`, beam search
+:mod:`~minitransformer.generate.beam`, and the rules that ban tokens
+:mod:`~minitransformer.generate.constraint`.
+
 Strategies
 ==========
 

@@ -8,5 +8,9 @@ knows nothing of models; the modules here run one:
 * :mod:`~minitransformer.molecules.predicting`: an encoder predicts the Tox21 assays
   of SMILES, averaged over random writings of each;
 * :mod:`~minitransformer.molecules.likelihood`: a language model's NLL and next-token
-  accuracy over held-out molecules.
+  accuracy over held-out molecules;
+* :mod:`~minitransformer.molecules.sampling`: new molecules from a trained generator, the
+  sample sets ``sample`` and ``train lm`` draw;
+* :mod:`~minitransformer.molecules.steering`: a copy of a generator fine-tuned toward a score
+  (REINVENT), with :mod:`~minitransformer.molecules.objective_spec`, the score as a user writes it.
 """

@@ -5,7 +5,9 @@ Reading order: module, linear, elementwise (GELU, ReLU, dropout), embedding,
 softmax (and cross-entropy), relative_position (a bias on the attention logits),
 kv_cache (the keys and values kept while decoding), attention, layernorm, config
 (the options a model is built from), blocks: each file imports only files before
-it. ``bce`` is the loss of the property models, ``mse`` that of a regression head."""
+it. ``bce`` is the loss of the property models, ``mse`` that of a regression head. The
+recurrent layers the transformer replaced: ``lstm`` (a cell, and the layer that unrolls
+it) and ``rnn_attention`` (attention over encoder states, Bahdanau's and Luong's)."""
 from minitransformer.nn import (
     attention, bce, elementwise, embedding, layernorm, linear, mse, relative_position, softmax,
 )

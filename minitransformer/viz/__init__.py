@@ -7,7 +7,10 @@
   grid of heatmaps (per-panel colour scale, tokens on both axes), and the three
   one-example wrappers for ``DecoderLM``, ``Encoder`` and ``Seq2Seq``.
 * :mod:`~minitransformer.viz.report` - :func:`render_attention`: heatmaps and
-  molecule drawings for one SMILES and any of the three model kinds.
+  molecule drawings for one SMILES and any of the three model kinds, with
+  :mod:`~minitransformer.viz.attention_drawing` (each atom shaded by the attention its
+  token receives).
+* :mod:`~minitransformer.viz.plots` - training curves from a trainer's history.
 
 How to read the pictures: ``docs/attention.md``.
 """

@@ -6,4 +6,5 @@
 * ``standardize`` - one clean, neutral, organic molecule per row.
 * ``tokenizer`` and ``vocab`` - SMILES tokens and their ids.
 * ``lm_data``, ``seq2seq_data``, ``properties`` - the data of ``train lm``, ``train seq2seq``, ``train property``.
+* ``recombined`` - heavier drug-like molecules, made once by joining halves of MOSES molecules at BRICS bonds.
 """

@@ -57,8 +57,8 @@ DEFINITIONS = _definitions()
 # --------------------------------------------------------------------------- inputs
 def load_reference(name_or_path: str | os.PathLike) -> list[str]:
     """The SMILES of a reference set: ``"tox21"`` (the training molecules, found as
-    :func:`~minitransformer.chem.datasets.data.find_tox21` finds them: ``../shared/data``,
-    ``$MINITRANSFORMER_DATA``, the cache, or a download), ``"druglike"`` (RDKit's
+    :func:`~minitransformer.chem.datasets.download.find_tox21` finds them: ``$MINITRANSFORMER_DATA``,
+    the user cache, or a download), ``"druglike"`` (RDKit's
     bundled 10,000 drug-like molecules) or the path of a SMILES file."""
     from minitransformer.chem.datasets.data import load_source
     if name_or_path is None:
