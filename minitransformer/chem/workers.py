@@ -35,7 +35,7 @@ def worker_count() -> int:
         except ValueError:
             raise ValueError(f"MINITRANSFORMER_WORKERS={value!r} is not a whole number; set it to the number of "
                              "worker processes (1 for none), or unset it") from None
-    from minitransformer.fast.parallel import usable_cpus
+    from minitransformer.cpus import usable_cpus
     return usable_cpus()
 
 

@@ -73,7 +73,7 @@ def _mpi_missing() -> str | None:
 def plan(args, n_cores: int | None = None, mpi_missing=_mpi_missing) -> Plan:
     """The ranks and threads of the training command ``args`` (parsed); a ValueError (exit
     status 2) for a ``--ranks N`` that cannot run here, naming why and what to do."""
-    from minitransformer.fast.parallel import blas_threads_asked, usable_cpus
+    from minitransformer.cpus import blas_threads_asked, usable_cpus
     n_cores = usable_cpus() if n_cores is None else n_cores
     one_process = blas_threads_asked() or n_cores  # a single process's BLAS threads
     asked = getattr(args, "ranks", "auto")

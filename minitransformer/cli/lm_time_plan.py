@@ -87,7 +87,7 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model,
             return kept_plan(recipe, kept)
     if recipe.time_budget is None:  # --max-minutes 0 on a run that recorded no plan: nothing to plan or keep
         return recipe
-    from minitransformer.fast.parallel import usable_cpus
+    from minitransformer.cpus import usable_cpus
     dp = parallel.current()
     ranks = 1 if dp is None else dp.size
     if dp is not None:

@@ -109,7 +109,7 @@ def blas_thread_timeout(argv: Sequence[str]) -> int:
     """The ``OPENBLAS_THREAD_TIMEOUT`` a command runs best with: the training commands
     that of training, every other one (sampling, beam search, scoring) that of decoding
     (:mod:`minitransformer.fast.parallel` has the measurements)."""
-    from minitransformer.fast.parallel import DECODING_THREAD_TIMEOUT, TRAINING_THREAD_TIMEOUT
+    from minitransformer.cpus import DECODING_THREAD_TIMEOUT, TRAINING_THREAD_TIMEOUT
     command = next((a for a in argv if not a.startswith("-")), None)
     return TRAINING_THREAD_TIMEOUT if command == "train" else DECODING_THREAD_TIMEOUT
 

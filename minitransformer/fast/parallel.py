@@ -68,33 +68,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from minitransformer import backend
-
-_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-TRAINING_THREAD_TIMEOUT = 8  # OPENBLAS_THREAD_TIMEOUT for training (module notes)
-DECODING_THREAD_TIMEOUT = 22  # and for decoding
+from minitransformer.cpus import (DECODING_THREAD_TIMEOUT, TRAINING_THREAD_TIMEOUT,  # noqa: F401 (module notes)
+                                  blas_threads_asked, usable_cpus)
 
 BLOCK_BYTES = 1 << 19  # aim for pieces of about this many bytes of their largest array (512 KiB)
 
 _state = {"threads": None, "pool": None, "blas_setter": None}
 _in_worker = threading.local()  # .active is True inside a pool thread: no nested pools
 _section = threading.Lock()  # held while a parallel section runs (callers from several threads)
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, else the machine's count)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
-
-
-def blas_threads_asked() -> int | None:
-    """The BLAS threads the environment asks for (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
-    ``MKL_NUM_THREADS``, the first set), or None."""
-    for var in _THREAD_VARIABLES:
-        value = os.environ.get(var, "").strip()
-        if value.isdigit() and int(value) >= 1:
-            return int(value)
-    return None
 
 
 def _default_threads() -> int:

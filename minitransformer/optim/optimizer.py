@@ -225,6 +225,18 @@ class Optimizer(OptimizerState):
         for p in self.params.values():
             p.grad.fill(0)
 
+    def zero_model_grad(self, model) -> None:
+        """``model.zero_grad()``, in one fill for the gradients the fast set laid out flat for this
+        optimizer (:func:`minitransformer.fast.optimizer.zero_grad`); a gradient of the model's that
+        this optimizer does not hold is zeroed too, and one outside the model is left as it is."""
+        fast_optimizer.zero_grad(model, self)
+
+    def close(self) -> None:
+        """Let go of what the fast set laid out for this optimizer (its tensors get arrays of their
+        own again, the same values): a finished training run closes its optimizer, so that a next
+        phase's optimizer over the same weights lays them out itself."""
+        fast_optimizer.release(self)
+
     def step(self) -> None:
         """One update of every unfrozen parameter from its ``grad``; ``t`` moves once.
         A schedule's bad rate raises before anything changes."""

@@ -22,7 +22,6 @@ import numpy as np
 from minitransformer import backend
 from minitransformer.atomic import write_json, write_text
 from minitransformer.checkpoint import fingerprint_hashes
-from minitransformer.fast import optimizer as fast_optimizer
 from minitransformer.optim import clip_grad_norm
 from minitransformer.train import history
 from minitransformer.train.batches import plan_batches
@@ -236,7 +235,7 @@ class Trainer(Checkpointing, DivergenceChecks):
             loss, n_tok = self.task.loss(model, batch, rng)  # forward and loss
             if check_now:
                 self._check_finite(float(loss), "loss", self.step + 1)
-            fast_optimizer.zero_grad(model, self.optimizer)  # one fill for the gradients laid out flat
+            self.optimizer.zero_model_grad(model)  # one fill for the gradients laid out flat
             self.task.backward(model)  # every parameter's gradient
         norm = clip_grad_norm(model, self.config.clip or None)  # None: measure only
         if check_now:
@@ -351,7 +350,7 @@ class Trainer(Checkpointing, DivergenceChecks):
             print(msg, flush=True)
         if self.parallel is not None:  # rank 0's checkpoints are on disk before any rank goes on
             self.parallel.barrier()
-        fast_optimizer.release(self.optimizer)  # the fast set's flat layout, for a next phase's optimizer
+        self.optimizer.close()  # the fast set's flat layout, for a next phase's optimizer
         return self
 
 
