@@ -1,4 +1,5 @@
-"""``demos/canonicalize.py``: the paired data, a ``--quick`` end-to-end run, clear errors."""
+"""End-to-end: ``minitransformer train seq2seq`` (run as its demo, ``demos/canonicalize.py``, runs it):
+the paired data, a ``--quick`` run, clear errors."""
 import json
 import math
 

@@ -1,4 +1,5 @@
-"""End-to-end: ``demos/molecules.py --quick`` writes every output, with sane metrics."""
+"""End-to-end: ``minitransformer train lm`` (run as its demo, ``demos/molecules.py``, runs it) writes
+every output, with sane metrics; its recipe, its time plan and its summary."""
 import json
 import math
 

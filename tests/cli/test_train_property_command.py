@@ -1,4 +1,5 @@
-"""End-to-end: ``demos/tox21_property.py --quick`` on a small labelled file."""
+"""End-to-end: ``minitransformer train property`` (run as its demo, ``demos/tox21_property.py``, runs it)
+on a small labelled file: seeds, ensembles, encoders, descriptors, resumes."""
 import json
 import math
 import shutil
