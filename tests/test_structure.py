@@ -173,6 +173,8 @@ FORBIDDEN = {
     # the chemistry layer reads, cleans and judges SMILES on the host; what runs a model is molecules/
     "chem/": ("models/", "generate/", "train/", "checkpoint/", "tasks.py", "cli/", "molecules/", "viz/", "nn/",
               "optim/"),
+    # the FCD is a tool of the judging: the judging imports it, never the other way round
+    "chem/frechet/": ("chem/judge/",),
     "backend.py": ("fast/", "nn/"),
     "kernels.py": ("fast/", "nn/", "backend.py"),
 }

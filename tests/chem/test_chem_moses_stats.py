@@ -11,7 +11,8 @@ from test_chem_moses import FILES, SMILES, STATS, pinned, stats_npz  # noqa: F40
 
 from minitransformer.chem.datasets import moses
 
-from minitransformer.chem.frechet import fcd, moses_stats
+from minitransformer.chem.frechet import fcd
+from minitransformer.chem.judge import moses_stats
 
 from minitransformer.chem.judge import fragments
 

@@ -29,7 +29,7 @@ user's pip settings apply; no address is written here). Every member is extracte
 with the two structural-alert tables of MOSES's "Filters" metric (``mcf.csv``
 and ``wehi_pains.csv``, see :func:`moses_filter_files`) and the FCD statistics of
 the two test sets (``test_stats.npz``, ``test_scaffolds_stats.npz``, see
-:mod:`minitransformer.chem.frechet.moses_stats`), and a downloaded wheel is deleted afterwards.
+:mod:`minitransformer.chem.judge.moses_stats`), and a downloaded wheel is deleted afterwards.
 
 Verification
 ------------

@@ -40,7 +40,7 @@ Reference statistics (MOSES's 176,074 test molecules take a few minutes) are
 computed once and kept in the user cache, keyed by the SHA-256 of the
 molecules and of ChemNet's weights (:func:`reference_statistics`); for MOSES's
 two test sets the cache is filled with the statistics MOSES ships
-(:mod:`minitransformer.chem.frechet.moses_stats`), checksum-verified, not computed.
+(:mod:`minitransformer.chem.judge.moses_stats`), checksum-verified, not computed.
 """
 from __future__ import annotations
 

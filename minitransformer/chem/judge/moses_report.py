@@ -57,9 +57,9 @@ PUBLISHED = {model: dict(zip(PUBLISHED_COLUMNS, map(float, row.split()))) for mo
 def moses_references(download: bool = True) -> dict:
     """MOSES's two test sets by name, the comparison sets of SNN, Frag, Scaf and FCD, with the
     statistics MOSES ships for them in the caches those metrics read
-    (:func:`~minitransformer.chem.frechet.moses_stats.seed_caches`: seconds, not minutes, on first use)."""
+    (:func:`~minitransformer.chem.judge.moses_stats.seed_caches`: seconds, not minutes, on first use)."""
     from minitransformer.chem.datasets.moses import load_moses
-    from minitransformer.chem.frechet.moses_stats import seed_caches
+    from minitransformer.chem.judge.moses_stats import seed_caches
     sets = {name: load_moses(name, download=download) for name, _, _ in MOSES_SETS}
     for molecules in sets.values():
         seed_caches(molecules, download=download)
