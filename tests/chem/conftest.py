@@ -1,13 +1,19 @@
-"""Fixtures for the chemistry tests.
+"""Fixtures for the chemistry tests, which follow the package's rooms: ``datasets/``, ``judge/``,
+``frechet/``, ``goals/``, ``grammar/``, and here the modules of ``chem`` itself.
 
 The real Tox21 file is used only when the environment variable
 ``MINITRANSFORMER_DATA`` names a directory that holds ``tox21.csv.gz`` (CI sets
 it); otherwise the tests that need it are skipped. No path is hard-coded.
 """
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# The tests of every room of ``minitransformer.chem`` (one folder each, as the package has them) share
+# ``chem_helpers``, beside this file.
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")

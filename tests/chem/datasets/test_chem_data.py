@@ -300,7 +300,7 @@ def test_tokenizer_and_vocab_import_without_rdkit():
         "assert v.decode(v.encode('CCO')) == 'CCO'\n"
         "assert 'rdkit' not in sys.modules\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
