@@ -10,7 +10,7 @@ The library, from the bottom up:
 
 * ``backend`` (``xp``: NumPy, CuPy or the strict stand-in of ``testing``), ``devices`` (the
   array libraries, and what matters only on a GPU), ``cpus`` (the cores and threads this process
-  may use), ``kernels`` (which kernel set runs),
+  may use), ``checks`` (one way to check a setting), ``kernels`` (which kernel set runs),
   ``runtime`` (what runs: backend, kernels, BLAS) and ``atomic`` (files never half-written);
 * ``nn`` (the layers and their reference kernels), ``fast`` (their fast twins),
   ``functional`` (both sets as tables of plain functions), ``optim`` (optimizers, schedules,

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from minitransformer.atomic import atomic_write, parse_json
+from minitransformer.checks import is_number, is_whole
 from minitransformer.checkpoint import limits
 from minitransformer.checkpoint.contents import (
     META_ENTRY, FORMAT_VERSION, Checkpoint, CheckpointError, NonFiniteCheckpoint, check_finite, json_default,
@@ -178,14 +179,6 @@ def _parse_meta(path: Path, raw: np.ndarray) -> dict:
     return meta
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 _TRAINER_KEYS = {"epoch": "int", "batch": "int", "step": "int", "best": "number or null",
                  "best_epoch": "int or null", "bad_epochs": "int", "history": "list"}
 
@@ -195,7 +188,7 @@ def _meta_problem(meta: dict) -> str | None:
     each entry that restoring or resuming reads later is checked here, so a crafted file fails now."""
     if "model_rng" in meta:
         rng = meta["model_rng"]
-        if not (isinstance(rng, dict) and _is_int(rng.get("seed")) and _is_int(rng.get("counter"))):
+        if not (isinstance(rng, dict) and is_whole(rng.get("seed")) and is_whole(rng.get("counter"))):
             return f"its metadata entry 'model_rng' is {str(rng)[:80]!r}, not {{'seed': int, 'counter': int}}"
     if "trainer" in meta:
         st = meta["trainer"]
@@ -203,8 +196,8 @@ def _meta_problem(meta: dict) -> str | None:
             return f"its metadata entry 'trainer' is a {type(st).__name__}, not a JSON object"
         for key, kind in _TRAINER_KEYS.items():
             v = st.get(key, ...)
-            ok = {"int": _is_int(v) and v >= 0, "number or null": v is None or _is_number(v),
-                  "int or null": v is None or _is_int(v), "list": isinstance(v, list)}[kind]
+            ok = {"int": is_whole(v) and v >= 0, "number or null": v is None or is_number(v),
+                  "int or null": v is None or is_whole(v), "list": isinstance(v, list)}[kind]
             if not ok:
                 got = "missing" if v is ... else repr(v)[:40]
                 return f"its metadata entry 'trainer' has {key} {got}, not {kind if kind != 'int' else 'an int >= 0'}"
@@ -233,9 +226,9 @@ def _vocab_size_problem(n: int, config) -> str | None:
     """A recorded vocabulary whose size is not the model's vocabulary size."""
     if not isinstance(config, dict):
         return None  # the config's own checks say what is wrong with it
-    if _is_int(config.get("vocab_size")):
+    if is_whole(config.get("vocab_size")):
         sizes = {config["vocab_size"]}
-    elif _is_int(config.get("tgt_vocab_size")):
+    elif is_whole(config.get("tgt_vocab_size")):
         src, tgt = config.get("src_vocab_size"), config["tgt_vocab_size"]
         sizes = {tgt} if config.get("share_embeddings") or src == tgt else {src, tgt}
     else:

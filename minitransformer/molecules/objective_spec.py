@@ -51,14 +51,15 @@ import hashlib
 import importlib
 import importlib.util
 import math
-import reprlib
 from pathlib import Path
 
 import numpy as np
 
+from minitransformer import checks
 from minitransformer.atomic import parse_json
+from minitransformer.checks import shown as _shown
 from minitransformer.chem.goals.objectives import (COMPONENTS, FINGERPRINT_RANGES, TRANSFORMS, UNIT_RANGE,
-                                                  Component, Objective, ScoreFunctionFailed, is_finite_number)
+                                                  Component, Objective, ScoreFunctionFailed)
 
 __all__ = ["objective_from_spec", "read_spec", "check_spec", "score_fingerprint", "OWN_KEYS", "REQUIRED"]
 
@@ -125,26 +126,12 @@ def _read_file(path: Path) -> dict:
 
 
 # --------------------------------------------------------------------------- the schema
-_SHORT = reprlib.Repr()  # (Python 3.10 and 3.11 take no settings in the constructor)
-_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 60, 60, 4, 4
-
-
-def _shown(value) -> str:
-    """``repr(value)`` cut short (a forged file's megabyte string or deep nesting stays one short line)."""
-    return _SHORT.repr(value)
-
-
 def _number(where: str, value, positive: bool = False) -> float:
-    want = "a finite number > 0" if positive else "a finite number"
-    if not is_finite_number(value) or (positive and not value > 0):
-        raise ValueError(f"{where} must be {want}, got {_shown(value)}")
-    return value
+    return checks.real(where, value, 0 if positive else None, low_open=True)
 
 
 def _whole(where: str, value, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{where} must be a whole number from {low:,} to {high:,}, got {_shown(value)}")
-    return value
+    return checks.whole(where, value, low, high)
 
 
 def _text(where: str, value) -> str:

@@ -22,8 +22,9 @@ recipe. :meth:`Recipe.record` is the recipe as the run folder records it
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Mapping
+
+from minitransformer import checks
 
 #: The model every default preset starts from: pre-LN, D = 128 in 4 heads, GELU, no dropout.
 BASE_MODEL = dict(d_model=128, n_heads=4, d_ff=512, norm="pre", activation="gelu", emb_dropout=0.0,
@@ -49,27 +50,15 @@ def quick_model(**changes) -> dict:
 
 
 def _whole(name, value, low, optional=False):
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"recipe.{name} must be a whole number >= {low}{' (or None)' if optional else ''}, "
-                         f"got {value!r}")
+    checks.whole(f"recipe.{name}", value, low, optional=optional)
 
 
-def _real(name, value, low, high=math.inf, optional=False, low_open=False):
-    if value is None and optional:
-        return
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-        and (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        span = f"{'>' if low_open else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
-        raise ValueError(f"recipe.{name} must be a finite number {span}{' (or None)' if optional else ''}, "
-                         f"got {value!r}")
+def _real(name, value, low, high=None, optional=False, low_open=False):
+    checks.real(f"recipe.{name}", value, low, high, low_open=low_open, optional=optional)
 
 
 def _choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"recipe.{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    checks.choice(f"recipe.{name}", value, choices)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,6 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit, require_rdkit
+from minitransformer.checks import is_finite_number
 
 __all__ = ["Component", "Objective", "COMPONENTS", "TRANSFORMS", "UNIT_RANGE", "FINGERPRINT_RANGES", "transform",
            "sa_score", "ScoreFunctionFailed"]
@@ -138,16 +139,6 @@ COMPONENTS = {
 FINGERPRINT_RANGES = {"radius": (0, 10), "bits": (64, 2**20)}
 #: The components whose raw values already lie in [0, 1], the only ones the ``none`` transform may take.
 UNIT_RANGE = ("qed", "similarity", "smarts", "forbid", "user", "pmo", "tox21")
-
-
-def is_finite_number(value) -> bool:
-    """A real number (not a bool, not a string) that is finite as a float (10**400 is not)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
 
 
 @dataclass
