@@ -46,7 +46,7 @@ import time
 import numpy as np
 
 from minitransformer import backend
-from minitransformer.fast import flat as flat_layout  # the optimizer's buffers (fast/flat.py)
+from minitransformer.optim.memory import flat_buffers  # the optimizer's buffers, when the fast set laid them out
 
 #: Seconds a rank that stops every rank (:meth:`DataParallel.abort`) waits after flushing its
 #: error line, to give mpiexec time to forward it before MPI_Abort ends the processes (a
@@ -188,7 +188,7 @@ class DataParallel:
         gradient buffer is summed as it is, with no copy. On CuPy the buffer lives on
         the device and NCCL sums it there."""
         params = [p for _, p in model.named_parameters()]
-        layout = flat_layout.covering(params)
+        layout = flat_buffers(params)
         if layout is not None:  # the optimizer's flat buffer holds them all: sum it as it is
             self._sum_in_place(layout.grad)  # its gaps are zeros on every rank, and stay so
             return

@@ -246,3 +246,15 @@ def test_every_package_docstring_names_each_of_its_modules(init):
     doc = ast.get_docstring(_tree(init)) or ""
     missing = [m for m in _package_members((PACKAGE / init).parent) if not re.search(rf"\b{re.escape(m)}\b", doc)]
     assert not missing, f"{init}: its docstring does not name {missing}"
+
+
+#: The files outside ``fast/`` that may import it: the book's layers that dispatch to a twin (``nn/``,
+#: ``optim/``, the sampling draw), the tables of both sets (``functional/``) and what reports what runs.
+FAST_DOORS = ("nn/", "optim/", "generate/sampling.py", "functional/", "runtime.py")
+
+
+def test_the_fast_set_is_reached_only_through_the_layers_that_dispatch_to_it():
+    graph = _graph()
+    reaching = sorted(rel for rel, targets in graph.items() if not rel.startswith("fast/")
+                      and any(t.startswith("fast/") for t in targets) and not rel.startswith(FAST_DOORS))
+    assert not reaching, f"{reaching} import the fast set; ask the layer or the optimizer that dispatches to it"

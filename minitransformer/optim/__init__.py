@@ -14,7 +14,9 @@ The package has one module per job:
   ``weight_decay``) and :func:`param_groups`, the decay / no-decay split;
 * :mod:`~minitransformer.optim.state`: :class:`~minitransformer.optim.state.OptimizerState`,
   the mixin that gives every optimizer ``state_dict`` and ``load_state_dict``;
-* :mod:`~minitransformer.optim.sgd_adamax`: :class:`SGD` and :class:`Adamax`.
+* :mod:`~minitransformer.optim.sgd_adamax`: :class:`SGD` and :class:`Adamax`;
+* :mod:`~minitransformer.optim.memory`: where an optimizer's tensors live (their own arrays,
+  or the flat buffers the fast set lays out), for code that works on all of them at once.
 
 Everything is re-exported here, so ``from minitransformer.optim import AdamW,
 WarmupCosineLR, clip_grad_norm`` is all a training script needs.

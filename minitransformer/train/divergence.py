@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from minitransformer import backend
-from minitransformer.fast import flat
+from minitransformer.optim.memory import flat_buffers
 
 
 class TrainingDiverged(RuntimeError):
@@ -31,7 +31,7 @@ def drop_gradients_unless_finite(model, loss, norm) -> None:
     """
     bad = ~(backend.xp.isfinite(loss) & backend.xp.isfinite(norm))  # () bool, on the device
     plist = model.parameters()
-    layout = flat.covering(plist)  # the optimizer's flat buffers (fast/flat.py): one launch for all
+    layout = flat_buffers(plist)  # the optimizer's flat buffers: one launch for all
     for g in [layout.grad] if layout is not None else [p.grad for p in plist]:
         backend.xp.copyto(g, 0.0, where=bad)  # in place; where=False: no change
 
@@ -39,7 +39,7 @@ def drop_gradients_unless_finite(model, loss, norm) -> None:
 def weights_finite(model):
     """True if every weight is finite, as a 0-d bool on the device (no host read)."""
     plist = model.parameters()
-    layout = flat.covering(plist)
+    layout = flat_buffers(plist)
     if layout is not None:  # one buffer holds them all (its gaps are zeros)
         return backend.xp.isfinite(layout.data).all()  # () bool
     ok = None
