@@ -42,7 +42,8 @@ def add_parser(commands):
                         "({\"mean\": ..., \"components\": [{\"name\": ...}, ...]}); components: qed, sa, mw, logp, tpsa, hbd, hba, rotb, similarity, "
                         "smarts, forbid, tox21, user, and pmo:TASK for a task of the PMO benchmark "
                         "(e.g. pmo:osimertinib_mpo; benchmarks/pmo.py lists them)")
-    p.add_argument("--steps", type=cli.int_at_least(1, cli.MAX_STEPS), default=100, help="steering steps (default: 100)")
+    p.add_argument("--steps", type=cli.int_at_least(1, cli.MAX_STEPS), default=100,
+                   help="steering steps (default: 100)")
     p.add_argument("--batch-size", type=cli.int_at_least(1, 4096, "they are scored every step"), default=64,
                    help="molecules sampled per step (default: 64)")
     p.add_argument("--sigma", type=cli.number(0, lo_open=True), default=60.0,

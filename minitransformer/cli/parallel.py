@@ -58,7 +58,8 @@ def check_world_formed(size: int | None = None) -> None:
     variables = distributed.rank_variables()
     asked = os.environ.get(LAUNCHED, "").strip()
     announced = distributed.announced_world()
-    said = ", ".join(f"{name}={value}" for name, value in ([(LAUNCHED, asked)] if asked else []) + list(variables.items()))
+    named = ([(LAUNCHED, asked)] if asked else []) + list(variables.items())
+    said = ", ".join(f"{name}={value}" for name, value in named)
     if variables and announced is None:
         _STATE["joined"] = True  # no launcher: this process is alone, and says so itself
         raise ValueError(f"this process carries MPI launcher variables ({said}) but no launcher started it: they "

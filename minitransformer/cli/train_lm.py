@@ -104,7 +104,8 @@ def add_parser(kinds):
                    help="override every dropout of the model")
     p.add_argument("--d-model", type=cli.int_at_least(16, cli.MAX_WIDTH), default=None,
                    help="override the model width D (heads of 32 numbers each, feed-forward 4 D)")
-    p.add_argument("--n-layers", type=cli.int_at_least(1, cli.MAX_LAYERS), default=None, help="override the number of blocks")
+    p.add_argument("--n-layers", type=cli.int_at_least(1, cli.MAX_LAYERS), default=None,
+                   help="override the number of blocks")
     p.add_argument("--samples", type=cli.int_at_least(1, cli.MAX_SAMPLES, "they are held in memory and judged"),
                    default=None,
                    help="molecules to sample at the end (default: the preset's, 2000; 30,000 for moses)")
@@ -119,11 +120,13 @@ def add_parser(kinds):
     p.add_argument("--pretrain-epochs", type=cli.int_at_least(0, cli.MAX_EPOCHS), default=None)
     p.add_argument("--pretrain-augment", type=cli.number(0, 1), default=None,
                    help="probability of writing a pretraining molecule as a random SMILES each epoch")
-    p.add_argument("--pretrain-limit", type=cli.int_at_least(1, cli.MAX_MOLECULES, "they are held in memory"), default=None,
+    p.add_argument("--pretrain-limit", type=cli.int_at_least(1, cli.MAX_MOLECULES, "they are held in memory"),
+                   default=None,
                    help="pretrain on at most this many molecules (the first ones of the pretraining data)")
     p.add_argument("--pretrain-minutes", type=cli.number(0, cli.MAX_MINUTES), default=None,
                    help="time budget of the pretraining phase (0 = none; it counts against --max-minutes)")
-    p.add_argument("--pretrain-mix", type=cli.int_at_least(0, cli.MAX_MOLECULES, "they are held in memory"), default=None,
+    p.add_argument("--pretrain-mix", type=cli.int_at_least(0, cli.MAX_MOLECULES, "they are held in memory"),
+                   default=None,
                    help="keep this many phase-1 molecules in the phase-2 training set (against over-fitting)")
     p.set_defaults(run=run)
     return p

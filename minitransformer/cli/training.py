@@ -262,9 +262,10 @@ def _fit(run: Run, phase: Phase, resume: Path | None):
     steps = max(2, -(-phase.examples // recipe.batch_size) * phase.epochs)
     optimizer = make_optimizer(recipe, run.model, steps, lr=phase.lr)
     folder = run.out / "pretrain" if phase.name == "pretrain" else run.out
-    config = TrainConfig(epochs=phase.epochs, batch_size=recipe.batch_size, clip=1.0, patience=phase.patience,
-                         metric=phase.metric, mode=phase.mode, seed=args.seed, max_time=phase.max_time,
-                         eval_batch_size=phase.eval_batch_size, out_dir=str(folder), quiet=args.quiet)
+    config = TrainConfig(epochs=phase.epochs, batch_size=recipe.batch_size, clip=recipe.clip,
+                         patience=phase.patience, metric=phase.metric, mode=phase.mode, seed=args.seed,
+                         max_time=phase.max_time, eval_batch_size=phase.eval_batch_size, out_dir=str(folder),
+                         quiet=args.quiet)
     if phase.name == "train":
         cli.write_json(run.out / "config.json", {"model": run.model.config.to_dict(), "train": config.__dict__,
                                                  "run": run.info})

@@ -141,7 +141,8 @@ class Steering:
             if self.config.scaffold_limit and scores[i] > 0:
                 scaffold = murcko_scaffold(c)
                 if self.scaffold_counts.get(scaffold, 0) >= self.config.scaffold_limit:
-                    scores[i], zeroed[i] = 0.0, FILTERED  # the scaffold's bucket is full (a repeat counted when first drawn)
+                    # the scaffold's bucket is full (a repeat was counted when first drawn)
+                    scores[i], zeroed[i] = 0.0, FILTERED
                 elif not repeat:
                     self.scaffold_counts[scaffold] = self.scaffold_counts.get(scaffold, 0) + 1
         self.top.sort(key=lambda m: -m[0])

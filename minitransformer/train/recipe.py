@@ -70,6 +70,7 @@ class Recipe:
     optimizer / lr / warmup / schedule / weight_decay: AdamW (or Adam, Adamax) at peak ``lr``,
         with ``warmup`` linear steps then a cosine decay to 5% of the peak (or a constant rate).
     batch_size / epochs / patience: the main phase (patience None: no early stopping).
+    clip: the largest global gradient norm (None: no clipping).
     max_time: the whole run's training budget; ``fine_tune_time`` is the main phase's own
         when the pretraining's budget comes on top of it.
     augment: probability of writing a training molecule as a random SMILES each epoch.
@@ -87,6 +88,7 @@ class Recipe:
     batch_size: int = 32
     epochs: int = 10
     patience: int | None = None
+    clip: float | None = 1.0
     max_time: float | None = None
     fine_tune_time: float | None = None
     augment: float = 0.0
@@ -106,6 +108,7 @@ class Recipe:
         _real("lr", self.lr, 0, low_open=True)
         _real("weight_decay", self.weight_decay, 0)
         _real("augment", self.augment, 0, 1)
+        _real("clip", self.clip, 0, low_open=True, optional=True)
         for name in ("max_time", "fine_tune_time", "pretrain_max_time"):
             _real(name, getattr(self, name), 0, optional=True)
         _whole("warmup", self.warmup, 0)

@@ -415,8 +415,8 @@ def test_every_size_option_is_bounded_in_one_line_before_any_work(command, optio
 
 def test_the_size_options_are_found():
     found = {(c, o) for c, o, _ in SIZE_OPTIONS}
-    assert {("train property", "--head-hidden"), ("train property", "--pretrain-limit"), ("train lm", "--d-model"), ("train lm", "--max-minutes"),
-            ("optimize", "--steps"), ("sample", "--count")} <= found
+    assert {("train property", "--head-hidden"), ("train property", "--pretrain-limit"), ("train lm", "--d-model"),
+            ("train lm", "--max-minutes"), ("optimize", "--steps"), ("sample", "--count")} <= found
 
 
 def test_a_model_too_large_for_the_memory_is_refused_before_any_file_is_written(tmp_path, capsys, monkeypatch):

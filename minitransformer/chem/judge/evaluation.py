@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from minitransformer.chem._rdkit import has_radicals, parse_valid
-from minitransformer.chem.judge.metrics import (KL_SEED, UNIQUE_AT, filters_fraction, intdiv_values, kl_of, training_set, kl_against,
+from minitransformer.chem.judge.metrics import (KL_SEED, UNIQUE_AT, filters_fraction, intdiv_values, kl_of, training_set,
+                                                kl_against,
                                           novelty as novelty_against, unique_at_k)
 
 __all__ = ["evaluate_samples", "SampleSet", "Metric", "METRICS", "Undefined", "INPUTS"]

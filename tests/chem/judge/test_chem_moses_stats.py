@@ -4,10 +4,14 @@ minutes there)."""
 import collections
 import hashlib
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from test_chem_moses import FILES, SMILES, STATS, pinned, stats_npz  # noqa: F401  (pinned: a fixture)
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "datasets"))  # the MOSES stand-in files, beside their own tests
+from test_chem_moses import FILES, SMILES, STATS, pinned, stats_npz  # noqa: E402, F401  (pinned: a fixture)
 
 from minitransformer.chem.datasets import moses
 
