@@ -82,9 +82,10 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model,
     from minitransformer.cli import parallel
     from minitransformer.train.time_plan import plan_phases
     if resume is not None:
-        kept = load_checkpoint(resume).meta.get("run", {}).get("settings", {})
+        meta = load_checkpoint(resume).meta
+        kept = meta.get("run", {}).get("settings", {})
         if all(k in kept for k in PLANNED) and (recipe.time_budget or kept.get("time_budget")) is not None:
-            return kept_plan(recipe, kept)
+            return kept_plan(recipe, kept, trained_speed(meta))
     if recipe.time_budget is None:  # --max-minutes 0 on a run that recorded no plan: nothing to plan or keep
         return recipe
     from minitransformer.cpus import usable_cpus
@@ -92,8 +93,10 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model,
     ranks = 1 if dp is None else dp.size
     if dp is not None:
         dp.barrier()  # every rank has read its data: they measure side by side, as they will train
-    probe = probe_speed(make_model(recipe, data.vocab, args.seed), recipe, data.train, data.vocab, args.seed, ranks,
-                        max_len)
+    from minitransformer.cli.training import check_fits_in_memory
+    model = make_model(recipe, data.vocab, args.seed)
+    check_fits_in_memory(model)  # before the probe trains it: a model too large is refused, not swapped
+    probe = probe_speed(model, recipe, data.train, data.vocab, args.seed, ranks, max_len)
     speed = probe.tokens_per_s
     phase2_tokens = (probe.stretch * sum(len(ids) - 1 for ids in data.encode(data.train))  # as written at random
                      + recipe.pretrain_mix * PHASE1_TOKENS)
@@ -117,21 +120,43 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model,
 PLANNED = ("pretrain_limit", "epochs", "pretrain_max_time", "max_time")
 
 
-def kept_plan(recipe: LMRecipe, kept: dict) -> LMRecipe:
+def kept_plan(recipe: LMRecipe, kept: dict, speed: float | None = None) -> LMRecipe:
     """``recipe`` resumed on the plan its checkpoint records (``kept``: the run's saved settings):
-    the molecules and epochs stay (the schedules were planned for them), and a budget changed on
-    the command line (``recipe.time_budget``; None: no limit) moves the training's end by as much
-    as the budget moved, the judging's reserve kept; phase 1 never runs past that end less a minute."""
+    the molecules and epochs stay (the schedules were planned for them). A budget changed on the
+    command line (``recipe.time_budget``; None: no limit) moves the training's end by as much as the
+    budget moved; a sample count changed moves it by the change in the judging's reserve
+    (:func:`judging_seconds` at ``speed``, the tokens/s the run trained at; None: unknown, taken as
+    half the reference speed). Phase 1 never runs past that end less a minute. A budget the run can
+    no longer hold, or a limit given to a run resumed before without one, is a one-line ValueError."""
     counts = {k: kept[k] for k in PLANNED}
     old, new = kept.get("time_budget"), recipe.time_budget
-    if old is not None and new != old:
-        if new is None:
+    if new is None:
+        if old is not None:
             counts.update(max_time=None, pretrain_max_time=None)
-        elif counts["max_time"] is not None:
-            end = max(60.0, counts["max_time"] + new - old)
-            phase1 = counts["pretrain_max_time"]
-            counts.update(max_time=end, pretrain_max_time=None if phase1 is None else min(phase1, max(end - 60, 1.0)))
+        return dataclasses.replace(recipe, **counts)
+    if old is None or counts["max_time"] is None:
+        raise ValueError(f"--max-minutes {new / 60:g}: this run was last trained with no time limit (--max-minutes "
+                         "0), so its plan no longer says where its training ends; resume it with --max-minutes 0, "
+                         "or start afresh with --force")
+    speed = speed or REFERENCE_SPEED / 2
+    then = dataclasses.replace(recipe, samples=kept.get("samples", recipe.samples))
+    reserve = judging_seconds(recipe, speed) - judging_seconds(then, speed)  # more samples: an earlier end
+    end = counts["max_time"] + new - old - reserve
+    if end < 60.0:
+        raise ValueError(f"a {new / 60:g}-minute budget leaves this resumed run {max(end, 0) / 60:.1f} minutes of "
+                         f"training beside {judging_seconds(recipe, speed) / 60:.1f} reserved for drawing and judging "
+                         f"{recipe.samples:,} samples; raise --max-minutes or draw fewer --samples")
+    phase1 = counts["pretrain_max_time"]
+    counts.update(max_time=end, pretrain_max_time=None if phase1 is None else min(phase1, max(end - 60, 1.0)))
     return dataclasses.replace(recipe, **counts)
+
+
+def trained_speed(meta: dict) -> float | None:
+    """The tokens/s a checkpoint's run trained at (the mean of its epochs' records), or None."""
+    history = ((meta.get("trainer") or {}).get("history") or []) if isinstance(meta, dict) else []
+    speeds = [h.get("tokens_per_s") for h in history if isinstance(h, dict)]
+    speeds = [s for s in speeds if isinstance(s, (int, float)) and s > 0]
+    return sum(speeds) / len(speeds) if speeds else None
 
 
 class Probe(NamedTuple):

@@ -182,6 +182,31 @@ def _vocab_difference(saved, new) -> str | None:
     return f"vocabulary: {len(old_tokens)} tokens then, {len(new_tokens)} now ({detail})"
 
 
+def _record_differences(out: Path, run_info: dict) -> list[str]:
+    """What differs between ``run_info`` and the run record of ``out/config.json``."""
+    config = out / "config.json"
+    try:
+        saved = atomic.parse_json(config.read_text(encoding="utf-8")).get("run")
+    except (OSError, ValueError, AttributeError) as err:
+        raise ValueError(f"{config} is not readable JSON ({err}); pass --force to start afresh") from None
+    return [f"config.json: {d}" for d in _differences(saved, run_info)] if isinstance(saved, dict) else []
+
+
+def check_recorded_run(out: str | os.PathLike, run_info: dict) -> None:
+    """Refuse (ValueError) a finished run in ``out`` whose record (``config.json``'s ``run``: data, labels,
+    settings ...) differs from ``run_info``, or that holds no record: for a run read back whose
+    checkpoints were removed, as :func:`check_resume` compares one that has them."""
+    out = Path(out)
+    if not (out / "config.json").is_file():
+        raise ValueError(f"{out} holds no config.json, so the run in it cannot be shown to be this command's; "
+                         "start afresh with --force")
+    problems = _record_differences(out, run_info)
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise ValueError(f"cannot read back the run in {out}: it was made with other data or settings ({shown}); "
+                         "use the options of that run, or pass --force to start afresh")
+
+
 def check_resume(resume: str | os.PathLike, out: str | os.PathLike, run_info: dict, vocab) -> None:
     """Refuse (ValueError) to resume from a checkpoint, or into a folder, made with other
     data, another vocabulary or other settings; the message lists what differs.
@@ -215,14 +240,8 @@ def check_resume(resume: str | os.PathLike, out: str | os.PathLike, run_info: di
         vocab_diff = _vocab_difference(meta.get("vocab"), new_vocab)
         if vocab_diff:
             problems.append(f"{label}: {vocab_diff}")
-    config = out / "config.json"
-    if config.is_file():
-        try:
-            saved = atomic.parse_json(config.read_text(encoding="utf-8")).get("run")
-        except (ValueError, AttributeError) as err:
-            raise ValueError(f"{config} is not readable JSON ({err}); pass --force to start afresh") from None
-        if isinstance(saved, dict):
-            problems += [f"config.json: {d}" for d in _differences(saved, run_info)]
+    if (out / "config.json").is_file():
+        problems += _record_differences(out, run_info)
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise ValueError(f"cannot resume {resume}: it or the run in {out} was made with other data or settings "

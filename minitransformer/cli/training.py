@@ -155,8 +155,10 @@ def run_training(command: TrainingCommand, args, read_back: bool = False) -> int
     recipe = command.recipe(args)
     out = Path(args.out)
     # The folder belongs to one run: reusing it needs --resume (checked below) or --force.
-    resume = cli.claim_run_folder(out, args.resume, args.force, resume_places=command.resume_places,
-                                  reads=[getattr(args, name, None) for name in ("data", "pretrain_data", "encoder")])
+    kept = read_back and not any((out / place).is_file() for place in command.resume_places)
+    resume = None if kept else cli.claim_run_folder(  # (a finished run without checkpoints: its record only)
+        out, args.resume, args.force, resume_places=command.resume_places,
+        reads=[getattr(args, name, None) for name in ("data", "pretrain_data", "encoder")])
     recipe, data = command.load(args, recipe, resume)
     run = Run(args, recipe, out, data, resume=resume)
     run.model = command.build_model(recipe, data, args.seed)
@@ -177,8 +179,9 @@ def run_training(command: TrainingCommand, args, read_back: bool = False) -> int
                              f"{command.kind} does not have (pretrain or train); it is damaged or not this "
                              "command's checkpoint")
     if read_back:
-        if resume is None:
-            raise ValueError(f"{out} holds no run to read back; continue it with --resume")
+        if resume is None:  # its checkpoints were removed: config.json's record is compared
+            from minitransformer.cli.run_folders import check_recorded_run
+            check_recorded_run(out, run.info)
         return 0
     out.mkdir(parents=True, exist_ok=True)
     cli.write_provenance(out, args.argv, args.seed, args.data, run.info["data_sha256"])

@@ -297,3 +297,31 @@ def test_a_planned_run_resumes_with_another_budget_keeping_its_counts(monkeypatc
             assert again.max_time == pytest.approx(r.max_time + (float(minutes) - 10) * 60)
             assert again.pretrain_max_time <= again.max_time - 60
         check_resume(path, tmp_path, {"settings": again.record()}, vocab)  # nothing else differs: no refusal
+    # more samples on resume: the training ends earlier by the judging's extra reserve, or is refused
+    more = lm_time_plan.kept_plan(_recipe(["--max-minutes", "10", "--samples", "4000"]), r.record(), 30_000.0)
+    extra = (lm_time_plan.judging_seconds(_recipe(["--samples", "4000"]), 30_000.0)
+             - lm_time_plan.judging_seconds(_recipe([]), 30_000.0))
+    assert extra > 0 and more.max_time == pytest.approx(r.max_time - extra) and more.epochs == r.epochs
+    with pytest.raises(ValueError, match="draw fewer --samples"):
+        lm_time_plan.kept_plan(_recipe(["--max-minutes", "10", "--samples", "200000"]), r.record(), 30_000.0)
+    # a limit given again to a run last trained without one is refused: its plan no longer knows its end
+    lifted = lm_time_plan.kept_plan(_recipe(["--max-minutes", "0"]), r.record())
+    with pytest.raises(ValueError, match="resume it with --max-minutes 0"):
+        lm_time_plan.kept_plan(_recipe(["--max-minutes", "30"]), lifted.record())
+    assert lm_time_plan.trained_speed({"trainer": {"history": [{"tokens_per_s": 10.0}, {"tokens_per_s": 30.0}]}}) == 20
+
+
+def test_a_model_too_large_for_the_memory_is_refused_before_the_time_plan_trains_it(monkeypatch):
+    from types import SimpleNamespace
+    import minitransformer.cli.lm_time_plan as lm_time_plan
+    import minitransformer.cli.train_lm as train_lm
+    from minitransformer import runtime
+    from minitransformer.chem import Vocab
+    train = ["CCO", "c1ccccc1O", "CC(=O)N"] * 100
+    vocab = Vocab.build(train)
+    data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
+    monkeypatch.setattr(runtime, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *a: pytest.fail("the probe trained a model too large"))
+    with pytest.raises(ValueError, match="weights: training them takes at least"):
+        lm_time_plan.time_planned(_recipe([]), data, SimpleNamespace(seed=0), None, 1.0, train_lm.make_model,
+                                  train_lm.MAX_LEN)

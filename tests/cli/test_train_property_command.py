@@ -414,6 +414,12 @@ def test_seeds_resume_reads_back_only_runs_made_of_this_data_and_these_labels(la
     assert "data_sha256" in capsys.readouterr().err and not (out / "seed-1").exists()
     assert demo.main(argv + ["--data", str(labelled_csv), "--resume"]) == 0  # its own data: read back, seed 1 trained
     assert "seed 0: finished earlier, read back" in capsys.readouterr().out
+    for checkpoint in (out / "seed-0").rglob("*.npz"):  # removed to save space: config.json is the run's record
+        checkpoint.unlink()
+    assert demo.main(argv + ["--data", str(labelled_csv), "--resume"]) == 0
+    assert "seed 0: finished earlier, read back" in capsys.readouterr().out
+    assert run_cli(demo.main, argv + ["--data", str(fewer), "--resume"]) == 2
+    assert "data_sha256" in capsys.readouterr().err
 
 
 def test_a_resume_on_the_same_molecules_with_other_labels_is_refused(labelled_csv, load_demo, tmp_path, capsys):
