@@ -46,13 +46,13 @@ from blas_threads import configure_from_argv
 if __name__ == "__main__":
     configure_from_argv(sys.argv[1:])  # before NumPy is imported (by common)
 
-import math  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 import common  # noqa: E402
+from minitransformer.checks import is_finite_number  # noqa: E402
 from minitransformer.chem.goals.oracle_budget import OracleBudget  # noqa: E402
 from minitransformer.chem.goals.pmo_tasks import TASKS, get_task  # noqa: E402
 
@@ -251,7 +251,7 @@ def check_run(r, where: str) -> str | None:
     for name, kind, low, high in RUN_FIELDS:
         value = r.get(name)
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or (kind is int and not isinstance(value, int)) or not math.isfinite(value) \
+        if not number or (kind is int and not isinstance(value, int)) or not is_finite_number(value) \
                 or value < low or (high is not None and value > high):
             span = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
             return (f"{where} ({r['task']} seed {r['seed']}) has {name} {str(value)[:20]}, not a finite "

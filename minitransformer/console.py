@@ -22,11 +22,15 @@ def _interrupted_while_starting(signum, frame) -> None:
 
 
 def console() -> None:
-    """The ``minitransformer`` script (and ``python -m minitransformer``)."""
+    """The ``minitransformer`` script (and ``python -m minitransformer``). A process started with
+    SIGINT ignored (a background job of a script, ``nohup``) keeps ignoring it."""
     try:
-        signal.signal(signal.SIGINT, _interrupted_while_starting)
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, _interrupted_while_starting)
     except (ValueError, OSError):  # not the main thread: nothing to guard
-        pass
+        previous = None
     from minitransformer.cli.main import console as run
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if previous is not None and previous is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, previous)
     run()

@@ -136,6 +136,7 @@ DAMAGES = {
     "calls as text": lambda f, r: {**f, "runs": [{**r, "calls": "many"}]},
     "a seed of true": lambda f, r: {**f, "runs": [{**r, "seed": True}]},
     "no wall time": lambda f, r: {**f, "runs": [{k: v for k, v in r.items() if k != "wall_s"}]},
+    "calls beyond a float": lambda f, r: {**f, "runs": [{**r, "calls": 10 ** 400}]},
 }
 
 

@@ -216,7 +216,10 @@ def _meta_problem(meta: dict) -> str | None:
             if problem:
                 return problem
         recorded = (meta.get("fingerprint") or {}).get("vocab") if isinstance(meta.get("fingerprint"), dict) else None
-        if isinstance(recorded, str) and fingerprint_hashes(None, vocab)["vocab"] != recorded:
+        # a serialized vocabulary (it names its format: lists and strings, which JSON keeps exactly) must be
+        # the one whose checksum was saved beside it; free-form JSON is the user's, as above
+        if isinstance(recorded, str) and isinstance(vocab, dict) and "format" in vocab \
+                and fingerprint_hashes(None, vocab)["vocab"] != recorded:
             return ("its vocabulary is not the one it was saved with (its tokens do not match the checksum recorded "
                     "beside them): the file was edited")
     return None

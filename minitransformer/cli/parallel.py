@@ -70,9 +70,14 @@ def check_world_formed(size: int | None = None) -> None:
     expected = (int(asked) if asked.isdigit() else None) or (announced[1] if announced else None)
     if expected is None or expected == size:
         return
-    raise ValueError(f"this process was started as one of {expected} ranks ({said}), but MPI runs it in a world of "
-                     f"{size}: the mpiexec that started it belongs to another MPI than mpi4py's; run with --ranks 1, "
-                     "or start the ranks with mpi4py's own mpiexec (pip install mpich)")
+    if announced is None:  # MINITRANSFORMER_RANKS alone: set by hand, or inherited from a run of the command
+        raise ValueError(f"{LAUNCHED}={asked} is set, but no mpiexec started this process (MPI runs it alone): the "
+                         "command sets it for the ranks it starts itself; unset it")
+    _STATE["joined"] = False  # each process is alone: the launcher's rank 0 alone says why, as before the ranks join
+    raise ValueError(f"this process was started by an mpiexec as rank {announced[0]} of {expected} ({said}), but MPI "
+                     f"runs it in a world of {size}: that mpiexec belongs to another MPI than mpi4py's; start the "
+                     "command without mpiexec (it starts its own ranks; --ranks 1 for one process), or with "
+                     "mpi4py's own mpiexec (pip install mpich)")
 
 
 def current():

@@ -184,3 +184,12 @@ def test_a_vocabulary_edited_after_saving_is_refused(tmp_path, edit):
     np.savez(path, **arrays)
     with pytest.raises(CheckpointError, match="its vocabulary is not the one it was saved with"):
         load_checkpoint(path)
+
+
+def test_a_free_form_vocabulary_with_number_keys_loads_as_saved(tmp_path):
+    """JSON turns a dict's number keys into strings: the checksum check reads the library's vocabularies only."""
+    from minitransformer.checkpoint import save_checkpoint
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    model = DecoderLM(DecoderLMConfig(vocab_size=12, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    path = save_checkpoint(tmp_path / "m.npz", model, vocab={i: t for i, t in enumerate("abcdefghijkl")})
+    assert load_checkpoint(path).vocab == {str(i): t for i, t in enumerate("abcdefghijkl")}

@@ -160,3 +160,21 @@ def test_the_package_imports_nothing_heavy_until_it_is_used():
             "print(minitransformer.nn.Linear.__name__, minitransformer.optim.Adam.__name__)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.split() == ["Linear", "Adam"], done.stderr
+
+
+def test_a_command_started_with_ctrl_c_ignored_keeps_ignoring_it(tmp_path):
+    """A background job of a script (or nohup) starts with SIGINT ignored: the start-up guard leaves that alone."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    process = subprocess.Popen([sys.executable, "-m", "minitransformer", "train", "lm", "--quick", "--data",
+                                "druglike", "--samples", "10", "--pretrain-data", "none", "--ranks", "1",
+                                "--out", str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    for delay in (0.3, 1.5):
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-2000:]
+    assert (tmp_path / "run" / "metrics.json").is_file()

@@ -140,16 +140,26 @@ def test_an_inherited_rank_never_silences_a_usage_error(tmp_path, argv, said, va
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_ranks_that_another_mpi_started_as_worlds_of_one_are_refused_naming_ranks_1(tmp_path, rank):
-    """Open MPI's mpiexec starting an MPICH-built mpi4py: each process is a world of one, and says so
-    instead of running the whole command alone (or as a silent follower)."""
+def test_ranks_that_another_mpi_started_as_worlds_of_one_are_refused_once_naming_ranks_1(tmp_path, rank):
+    """Open MPI's mpiexec starting an MPICH-built mpi4py: each process is a world of one, and the launcher's
+    rank 0 says so in one line (the others exit alike, silent) instead of each running the whole command."""
     pytest.importorskip("mpi4py")
     done = _command(tmp_path, ["train", "lm", "--quick", "--out", "run"], OMPI_COMM_WORLD_RANK=str(rank),
                     OMPI_COMM_WORLD_SIZE="2", OMPI_MCA_ess_base_jobid="7", **{launch.LAUNCHED: "2"})
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    assert "world of 1" in lines[0] and "--ranks 1" in lines[0]
+    if rank == 0:
+        assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+        assert "world of 1" in lines[0] and "--ranks 1" in lines[0] and "another MPI" in lines[0]
+    else:
+        assert lines == [], done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_commands_own_rank_variable_alone_is_refused_naming_it(tmp_path):
+    done = _command(tmp_path, ["train", "lm", "--quick", "--out", "run"], **{launch.LAUNCHED: "2"})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{launch.LAUNCHED}=2 is set, but no mpiexec started this process" in done.stderr
     assert not (tmp_path / "run").exists()
 
 

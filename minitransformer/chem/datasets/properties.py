@@ -98,6 +98,10 @@ def read_labelled(path: str | os.PathLike, tasks: Sequence[str] | None = None) -
         missing = [t for t in tasks if t not in header]
         if missing:
             raise ValueError(f"{path}: no label column(s) {missing}; the columns are {header}")
+        twice = [t for t in tasks if header.count(t) > 1]
+        if twice:
+            raise ValueError(f"{path}: the label column {twice[0]!r} appears {header.count(twice[0])} times; give "
+                             "each task one column (rename or drop the others)")
         t_cols = [header.index(t) for t in tasks]
     if not t_cols:
         raise ValueError(f"{path}: no label columns besides the SMILES; the columns are {header}")

@@ -50,6 +50,9 @@ def test_a_labelled_table_with_one_task_in_two_columns_is_refused(tmp_path):
     path.write_text("smiles,NR-AR,SR-p53,NR-AR\nCCO,1,0,0\nCCN,0,1,1\n")
     with pytest.raises(ValueError, match="'NR-AR' appears 2 times"):
         load_labelled(path)
+    from minitransformer.chem.datasets.properties import read_labelled
+    with pytest.raises(ValueError, match="'NR-AR' appears 2 times"):  # the tasks named, as Tox21 names its twelve
+        read_labelled(path, tasks=["NR-AR", "SR-p53"])
 
 
 def test_read_csv_explicit_column_and_headerless(tmp_path):
