@@ -38,7 +38,7 @@ epochs as epochs, so with ``--epochs 1`` or ``2`` the warm-up is shortened to ``
     ``rdkit_2d`` of Chemprop 2 is RDKit's raw ``descList``, which Chemprop itself warns is far from
     normal.)
 
-**Metric.** ``minitransformer.metrics.multilabel_roc_auc`` on the test molecules' present labels: an
+**Metric.** ``minitransformer.roc_auc.multilabel_roc_auc`` on the test molecules' present labels: an
 assay whose test labels hold one class is skipped and left out of the mean (possible with
 ``--limit``, not on the full splits). Every run's probabilities also go to scikit-learn's
 ``roc_auc_score`` in the Chemprop environment (same skipping rule); both are recorded with their
@@ -179,7 +179,7 @@ def sklearn_aucs(args, labels: np.ndarray, scores: np.ndarray) -> list:
 
 def run_one(args, work: Path, key: str, test, tasks: list, side: str, split: str, seed: int) -> dict:
     """Train and predict one (side, split, seed) with Chemprop; score its test predictions."""
-    from minitransformer.metrics import multilabel_roc_auc
+    from minitransformer.roc_auc import multilabel_roc_auc
     out = f"{key}-{side}-seed{seed}"
     warmup = [] if args.epochs > CHEMPROP_WARMUP_EPOCHS else ["--warmup-epochs", str(args.epochs - 1)]
     device = ["--accelerator", args.accelerator, "--devices", "1"]
@@ -348,7 +348,7 @@ def main(argv=None):
         "epochs": args.epochs, "warmup_epochs": min(CHEMPROP_WARMUP_EPOCHS, args.epochs - 1), "limit": args.limit,
         "sides": {s: SIDES[s] for s in args.sides}, "tasks": tasks, **data_record(args, table),
         "splits": {k: {"sizes": v["sizes"], "test_smiles_sha256": v["test_smiles_sha256"]} for k, v in parts.items()},
-        "metric": "minitransformer.metrics.multilabel_roc_auc (a one-class assay skipped); scikit-learn's "
+        "metric": "minitransformer.roc_auc.multilabel_roc_auc (a one-class assay skipped); scikit-learn's "
                   "roc_auc_score beside it", "summary": summary, "runs": runs,
         "table": f"{per_run}\n\n{over_seeds}"})
     shown = path.relative_to(Path.cwd()) if path.is_absolute() and path.is_relative_to(Path.cwd()) else path

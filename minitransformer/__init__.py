@@ -19,7 +19,7 @@ The library, from the bottom up:
   ``train`` (the training loop and its tasks; ``tasks`` names where they live),
   ``distributed`` (data-parallel training over MPI) and ``checkpoint`` (safe ``.npz`` files);
 * ``chem`` (molecules on the host, judged as the field does), ``molecules`` (what a trained
-  model does with them), ``metrics`` (ROC-AUC), ``viz`` (attention pictures);
+  model does with them), ``roc_auc`` (ROC-AUC, the property models' metric), ``viz`` (attention pictures);
 * ``cli`` (the ``minitransformer`` command), entered through ``console`` (and ``__main__``).
 """
 __version__ = "0.2.0"

@@ -18,7 +18,7 @@ that code lives here once, one concern per file:
 * :mod:`~minitransformer.cli.errors` - :func:`run_cli`: every failure is
   one line on stderr, with exit status 2 (usage), 1 (runtime) or 130 (Ctrl-C);
   ``MINITRANSFORMER_DEBUG=1`` shows the traceback instead.
-* :mod:`~minitransformer.cli.progress` - what the command is doing, so that
+* :mod:`~minitransformer.cli.run_state` - what the command is doing, so that
   Ctrl-C can name the epoch, the step and the last good checkpoint.
 * :mod:`~minitransformer.cli.run_folders` - a run folder belongs to one run:
   :func:`claim_run_folder` with ``--resume`` (checked by :func:`check_resume`)
@@ -46,7 +46,7 @@ from minitransformer.cli.arguments import (AUTO, MAX_EPOCHS, MAX_LAYERS, MAX_MIN
 from minitransformer.cli.errors import DEBUG_ENV, BackendUnavailable, WriteError, run_cli
 from minitransformer.cli.outputs import (attention_example, format_duration, json_safe, outputs_line, print_table,
                                          read_history, save_curves, save_plot, write_bytes, write_json, write_text)
-from minitransformer.cli.progress import run_fit
+from minitransformer.cli.run_state import run_fit
 from minitransformer.cli.provenance import write_provenance
 from minitransformer.cli.run_folders import check_resume, claim_run_folder, data_fingerprint
 

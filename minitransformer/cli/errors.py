@@ -13,7 +13,7 @@ of three kinds, and each kind has its own exit status:
   exception nobody expected also lands here, named by its type and flagged as a
   bug;
 * **130, Ctrl-C**: the message comes from
-  :func:`~minitransformer.cli.progress.interrupt_message` and says where
+  :func:`~minitransformer.cli.run_state.interrupt_message` and says where
   training stopped and which checkpoint is the last good one.
 
 Setting ``MINITRANSFORMER_DEBUG=1`` re-raises instead, so a developer sees the
@@ -27,7 +27,7 @@ import sys
 import warnings
 from typing import Callable, Sequence
 
-from minitransformer.cli.progress import interrupt_message
+from minitransformer.cli.run_state import interrupt_message
 
 DEBUG_ENV = "MINITRANSFORMER_DEBUG"
 

@@ -30,7 +30,7 @@ from minitransformer.cli import (attention, info, optimize, predict, sample, sco
 from minitransformer.cli import launch
 from minitransformer.cli import parallel as cli_parallel
 from minitransformer.cli.arguments import ArgumentParser, add_command, use_backend
-from minitransformer.cli.progress import PROGRESS
+from minitransformer.cli.run_state import PROGRESS
 
 #: The kinds of ``train``, and the other subcommands, in the order ``--help`` lists them.
 TRAIN_KINDS = (train_lm, train_property, train_seq2seq)

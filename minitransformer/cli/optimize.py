@@ -245,7 +245,7 @@ def _settings_used(args) -> None:
 def run(args) -> int:
     from minitransformer import cli
     from minitransformer.chem.judge.draw import DrawingUnavailable, molecule_grid_png
-    from minitransformer.cli.progress import PROGRESS
+    from minitransformer.cli.run_state import PROGRESS
     from minitransformer.cli.provenance import file_sha256
     from minitransformer.molecules.sampling import load_generator
     from minitransformer.molecules.objective_spec import check_spec, objective_from_spec, score_fingerprint

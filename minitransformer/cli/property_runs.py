@@ -101,7 +101,7 @@ def read_json(path: Path) -> dict:
 
 def _seed_result(seed: int, folders) -> dict | None:
     """One seed's test AUC: its run's, or its members' averaged probabilities' (None: a run was stopped)."""
-    from minitransformer.metrics import bootstrap_mean_auc, multilabel_roc_auc
+    from minitransformer.roc_auc import bootstrap_mean_auc, multilabel_roc_auc
     if None in folders:
         return None
     runs = [read_json(Path(f) / "metrics.json") for f in folders]

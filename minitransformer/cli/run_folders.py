@@ -29,7 +29,7 @@ from minitransformer import atomic
 from minitransformer.cli import parallel
 from minitransformer.cli.arguments import Auto
 from minitransformer.cli.outputs import json_safe
-from minitransformer.cli.progress import PROGRESS, resume_point, saved_meta
+from minitransformer.cli.run_state import PROGRESS, resume_point, saved_meta
 
 
 RUN_FILES = ("config.json", "metrics.json", "history.json", "history.csv", "provenance.json", "best.npz",

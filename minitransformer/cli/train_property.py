@@ -300,7 +300,7 @@ class TrainProperty(TrainingCommand):
 
     def evaluate(self, run, trainer):
         """Test ROC-AUC of every assay, the predictions averaged over several writings of each molecule."""
-        from minitransformer.metrics import bootstrap_mean_auc, multilabel_roc_auc
+        from minitransformer.roc_auc import bootstrap_mean_auc, multilabel_roc_auc
         from minitransformer.molecules.predicting import view_probabilities
         r, (table, train, val, test, features, _) = run.recipe, run.data.own
         per_view = view_probabilities(run.model, run.data.vocab, test.smiles, r.tta, run.args.seed, r.max_len,

@@ -258,7 +258,7 @@ def _check_ranks_agree(info: dict) -> None:
 
 def _fit(run: Run, phase: Phase, resume: Path | None):
     """One phase: its optimizer (the schedule as long as the phase), its settings, and
-    :func:`~minitransformer.cli.progress.run_fit`; the main phase writes ``config.json`` first."""
+    :func:`~minitransformer.cli.run_state.run_fit`; the main phase writes ``config.json`` first."""
     from minitransformer import cli
     from minitransformer.train import TrainConfig
     recipe, args = run.recipe, run.args

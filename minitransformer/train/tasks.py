@@ -358,7 +358,7 @@ class PropertyTask:
         The logits serve as the scores: ROC-AUC depends only on their order, which
         the sigmoid does not change.
         """
-        from minitransformer.metrics import multilabel_roc_auc
+        from minitransformer.roc_auc import multilabel_roc_auc
         if self.validation_tokens(batches) == 0:
             raise ValueError("PropertyTask.evaluate: the batches hold no labels (all are missing), so there is "
                              "no loss to report; give validation examples with labels")

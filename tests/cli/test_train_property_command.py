@@ -336,7 +336,7 @@ def test_seeds_and_ensembles_report_the_mean_and_spread_of_what_each_seed_scored
     probabilities are its score; the summary's mean and spread are those of the seeds' scores;
     --resume reads finished runs back instead of training them again."""
     from minitransformer.cli import run_cli
-    from minitransformer.metrics import multilabel_roc_auc
+    from minitransformer.roc_auc import multilabel_roc_auc
     demo = load_demo("tox21_property")
     out = tmp_path / "seeds"
     argv = ["--quick", "--quiet", "--seeds", "0,1", "--ensemble", "2", "--data", str(labelled_csv), "--out", str(out)]

@@ -5,7 +5,7 @@ Tox21 each of the 12 columns holds 1 (active), 0 (inactive) or nothing (the
 molecule was not tested in that assay, about 17% of the cells). Missing labels
 stay missing: they become NaN in the label matrix, and the loss and the metrics
 skip them (see :mod:`minitransformer.nn.bce` and
-:func:`minitransformer.metrics.multilabel_roc_auc`).
+:func:`minitransformer.roc_auc.multilabel_roc_auc`).
 
 :func:`load_labelled` reads such a table and cleans it with the same rules as
 the language-model data (:func:`~minitransformer.chem.datasets.data.clean_indices`),

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minitransformer import backend
-from minitransformer.metrics import multilabel_roc_auc, roc_auc
+from minitransformer.roc_auc import multilabel_roc_auc, roc_auc
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -207,7 +207,7 @@ def test_multilabel_errors_name_the_label():
 
 
 def test_bootstrap_interval_holds_the_mean_auc_and_narrows_with_more_molecules():
-    from minitransformer.metrics import bootstrap_mean_auc
+    from minitransformer.roc_auc import bootstrap_mean_auc
     rng = np.random.default_rng(0)
 
     def data(n):
