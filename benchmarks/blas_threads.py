@@ -8,7 +8,7 @@ matrix products on an AVX-512 CPU, and a user's machine has no pin. The
 benchmarks therefore drop both variables in their own processes and in every
 process they start, unless ``--pinned`` is given (to measure the pinned figures,
 labelled as such); tests and CI keep the environment they are given. ``import minitransformer`` no longer sets
-``OPENBLAS_THREAD_TIMEOUT``: programs do (see minitransformer/fast/parallel.py).
+``OPENBLAS_THREAD_TIMEOUT``: programs do (see minitransformer/fast/engine/parallel.py).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import os
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 # OPENBLAS_THREAD_TIMEOUT for training and for decoding: the values of
-# minitransformer.fast.parallel (TRAINING_/DECODING_THREAD_TIMEOUT; a test checks they agree),
+# minitransformer.fast.engine.parallel (TRAINING_/DECODING_THREAD_TIMEOUT; a test checks they agree),
 # repeated here because this module must not import NumPy
 TIMEOUTS = {"train": "8", "decode": "22"}
 PIN_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -40,7 +40,7 @@ def unpin(env: dict, pinned: bool = False) -> dict:
 def set_blas_threads(n: int, work: str = "train") -> None:
     """Set the BLAS/OpenMP thread-count variables to ``n``, and OpenBLAS's idle-thread
     timeout for ``work`` (``"train"``: sleep at once; ``"decode"``: after about 1.5 ms;
-    :data:`TIMEOUTS`, unless set; see minitransformer/fast/parallel.py). Must run before
+    :data:`TIMEOUTS`, unless set; see minitransformer/fast/engine/parallel.py). Must run before
     ``import numpy``."""
     for var in THREAD_VARIABLES:
         os.environ[var] = str(n)

@@ -27,7 +27,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from minitransformer import backend, devices, kernels, runtime  # noqa: E402
 from minitransformer.backend import xp  # noqa: E402
-from minitransformer.fast import parallel  # noqa: E402
+from minitransformer.fast.engine import parallel  # noqa: E402
 from minitransformer.models import DecoderLM, DecoderLMConfig  # noqa: E402
 from minitransformer.nn import CrossEntropyLoss  # noqa: E402
 from minitransformer.optim import Adam, clip_grad_norm  # noqa: E402

@@ -41,7 +41,8 @@ from common import (  # noqa: E402
     SAMPLE_BATCH, SAMPLE_MAX_LEN, add_config_options, d_head, finish_args, format_table, make_config, parser,
     start, time_call, write_result,
 )
-from minitransformer.fast import attention as fast_attention, compiled  # noqa: E402
+from minitransformer.fast import attention as fast_attention  # noqa: E402
+from minitransformer.fast.engine import compiled
 from minitransformer.nn.attention import causal_mask  # noqa: E402
 
 WAYS = ("pairs, NumPy", "time-major, NumPy", "time-major, loop")

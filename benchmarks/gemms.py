@@ -18,7 +18,7 @@ import numpy as np
 from common import build, d_head, make_batch, make_config, time_call
 from minitransformer import backend, kernels
 from minitransformer.backend import xp
-from minitransformer.fast import parallel
+from minitransformer.fast.engine import parallel
 from minitransformer.models import DecoderLMConfig
 
 MIN_GEMM_SECONDS = 0.005  # a timed GEMM sample loops until it lasts about this long
@@ -48,7 +48,7 @@ class Gemm:
     b_layout: str
     count: int  # times per step: n_layers for a block's products, 1 for the vocab head
     pieces: int = 1  # the model runs it as this many equal slices of the batch axis, together
-    #                  on the CPU pool (attention: minitransformer.fast.parallel); 1 = one call
+    #                  on the CPU pool (attention: minitransformer.fast.engine.parallel); 1 = one call
 
     def piece_shapes(self) -> tuple:
         """(a, b) shapes of one piece: the leading (batch) axis divided by ``pieces``."""

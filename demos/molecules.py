@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 # Before NumPy loads: idle OpenBLAS threads sleep at once, so the library's compiled
-# loops get the cores; a demo's time is mostly training (minitransformer/fast/parallel.py).
+# loops get the cores; a demo's time is mostly training (minitransformer/fast/engine/parallel.py).
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "8")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 

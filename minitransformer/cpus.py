@@ -5,7 +5,7 @@ data-parallel launcher, the RDKit worker processes, the time plan, the fast set'
 pool), and how many BLAS threads does the environment ask for. They are answered here,
 below everything that uses them, so that none of those rooms reaches into another's
 machinery for them. ``OPENBLAS_THREAD_TIMEOUT``'s two values are the command's choice per
-kind of work, measured in :mod:`minitransformer.fast.parallel` (its module notes).
+kind of work, measured in :mod:`minitransformer.fast.engine.parallel` (its module notes).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["usable_cpus", "blas_threads_asked", "THREAD_VARIABLES", "TRAINING_TH
 
 #: The environment variables that set a BLAS library's threads, in the order they are read.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-TRAINING_THREAD_TIMEOUT = 8  # OPENBLAS_THREAD_TIMEOUT for training (fast/parallel.py's module notes)
+TRAINING_THREAD_TIMEOUT = 8  # OPENBLAS_THREAD_TIMEOUT for training (fast/engine/parallel.py's module notes)
 DECODING_THREAD_TIMEOUT = 22  # and for decoding
 
 

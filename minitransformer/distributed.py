@@ -184,7 +184,7 @@ class DataParallel:
 
         The gradients are copied into one flat buffer (made once, in the gradients'
         dtype), summed across the ranks in place with one ``Allreduce``, and copied
-        back; where the optimizer's flat layout (``fast/flat.py``) holds them all, its
+        back; where the optimizer's flat layout (``fast/engine/flat.py``) holds them all, its
         gradient buffer is summed as it is, with no copy. On CuPy the buffer lives on
         the device and NCCL sums it there."""
         params = [p for _, p in model.named_parameters()]

@@ -32,14 +32,15 @@ def _compiled() -> tuple[bool, str]:
         return False, "the reference kernels are selected (no compiled kernels in that set)"
     if backend.name() == "cupy":
         return False, "on the GPU the fast kernels are CuPy's"
-    from minitransformer.fast import compiled
+    from minitransformer.fast.engine import compiled
     if not compiled.AVAILABLE:
         return False, f"Numba is not installed: the fast kernels run their NumPy fallback, 1.1-1.3x slower; " \
                       f"{COMPILED_HINT}"
     if not compiled.enabled():
-        return False, "the compiled kernels are switched off (fast.compiled.set_enabled(False))"
+        return False, "the compiled kernels are switched off (fast.engine.compiled.set_enabled(False))"
     import numba
-    from minitransformer.fast import blas, fused_attention
+    from minitransformer.fast import fused_attention
+    from minitransformer.fast.engine import blas
     note = f"Numba {numba.__version__}"
     if fused_attention.enabled():
         note += ", attention loop calling BLAS" if blas.available() else \
@@ -69,7 +70,7 @@ def describe(ranks: int = 1) -> dict:
     "blas_thread_timeout"}``: what runs in this process (JSON-ready). ``ranks``: the
     data-parallel processes this one is part of; ``blas_pins``: the pinning variables that
     are set; ``blas_thread_timeout``: ``OPENBLAS_THREAD_TIMEOUT`` or None (how long idle
-    BLAS threads spin: :mod:`minitransformer.fast.parallel`)."""
+    BLAS threads spin: :mod:`minitransformer.fast.engine.parallel`)."""
     from minitransformer import backend, kernels
     compiled, note = _compiled()
     return {"ranks": ranks, "backend": backend.name(), "kernels": kernels.name(), "compiled": compiled,

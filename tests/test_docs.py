@@ -28,7 +28,7 @@ import traceback
 import pytest
 
 from minitransformer import backend, kernels
-from minitransformer.fast import parallel
+from minitransformer.fast.engine import parallel
 
 _spec = importlib.util.spec_from_file_location(
     "sync_excerpts", __import__("pathlib").Path(__file__).resolve().parent.parent / "docs" / "sync_excerpts.py")

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 def _run(name, fn):
     """``fn()`` in float64 on backend ``name``: on NumPy with the reference kernels (the
     oracle; the CPU's fast GELU is a table within 1e-8 of it), on CuPy with the
-    selected set (the fast one, with the fused kernels of fast/cuda.py, by default)."""
+    selected set (the fast one, with the fused kernels of fast/engine/cuda.py, by default)."""
     backend.use(name)
     try:
         with backend.dtype_scope("float64"), kernels.scope("reference" if name == "numpy" else kernels.name()):

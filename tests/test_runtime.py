@@ -4,7 +4,7 @@ import json
 import pytest
 
 from minitransformer import kernels, runtime
-from minitransformer.fast import compiled
+from minitransformer.fast.engine import compiled
 
 
 def test_describe_names_the_kernels_and_the_blas_library():
@@ -58,7 +58,8 @@ def test_provenance_records_the_runtime(tmp_path, capsys):
 
 
 def test_the_opt_in_attention_loop_is_reported_when_on():
-    from minitransformer.fast import compiled, fused_attention
+    from minitransformer.fast import fused_attention
+    from minitransformer.fast.engine import compiled
     if not compiled.AVAILABLE or kernels.name() != "fast":
         pytest.skip("needs Numba and the fast kernels")
     saved = fused_attention.enabled()

@@ -15,7 +15,7 @@ dry run says how long each part takes. The parts (``--parts``, in this order):
               run on the backend (``MINITRANSFORMER_BACKEND``): gradient checks, KV cache = full
               forward, one seed = the same weights, checkpoints across backends;
 ``speed``     training tokens/s of the small, tomczak and medium models (float32, fast kernels),
-              with the fused CUDA kernels of ``fast/cuda.py`` off and on, Adam and the clipping
+              with the fused CUDA kernels of ``fast/engine/cuda.py`` off and on, Adam and the clipping
               per tensor and over the flat layout (``MINITRANSFORMER_FLAT``), the peak memory,
               and PyTorch eager on the same device in the same run (``--torch-python``,
               default: this Python, if it has torch);
@@ -134,10 +134,10 @@ def part_speed(args) -> dict:
         steps, warmup = (3, 1) if args.quick else (20, 5)
         os.environ["MINITRANSFORMER_CUDA_KERNELS"] = "0"  # CuPy's operator chains, side by side
         unfused = speed.measure(name, steps=steps, warmup=warmup)["median_step_s"]
-        os.environ["MINITRANSFORMER_CUDA_KERNELS"] = "1"  # the fused kernels (fast/cuda.py)
+        os.environ["MINITRANSFORMER_CUDA_KERNELS"] = "1"  # the fused kernels (fast/engine/cuda.py)
         os.environ["MINITRANSFORMER_FLAT"] = "0"  # Adam and the clipping once per tensor
         per_tensor = speed.measure(name, steps=steps, warmup=warmup)["median_step_s"]
-        os.environ["MINITRANSFORMER_FLAT"] = "1"  # once for all tensors (fast/flat.py, fast/cuda_flat.py)
+        os.environ["MINITRANSFORMER_FLAT"] = "1"  # once for all tensors (fast/engine/flat.py, fast/engine/cuda_flat.py)
         ours = speed.measure(name, steps=steps, warmup=warmup)
         theirs = _torch(args, "train", ours["config"], ours["B"], ours["T"])
         ratio = theirs["median_s"] / ours["median_step_s"] if "median_s" in theirs else None

@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None, start_ranks: bool = False) -> int:
 def blas_thread_timeout(argv: Sequence[str]) -> int:
     """The ``OPENBLAS_THREAD_TIMEOUT`` a command runs best with: the training commands
     that of training, every other one (sampling, beam search, scoring) that of decoding
-    (:mod:`minitransformer.fast.parallel` has the measurements)."""
+    (:mod:`minitransformer.fast.engine.parallel` has the measurements)."""
     from minitransformer.cpus import DECODING_THREAD_TIMEOUT, TRAINING_THREAD_TIMEOUT
     command = next((a for a in argv if not a.startswith("-")), None)
     return TRAINING_THREAD_TIMEOUT if command == "train" else DECODING_THREAD_TIMEOUT
@@ -121,7 +121,7 @@ def _relaunch_with_prompt_blas_threads(argv: Sequence[str]) -> None:
     OpenBLAS reads the variable once, when NumPy loads it, and by the time an
     installed script runs, ``import minitransformer`` has loaded NumPy. Without
     it, idle BLAS threads spin and the library's CPU thread pool
-    (:mod:`minitransformer.fast.parallel`) must stay at one thread. The library
+    (:mod:`minitransformer.fast.engine.parallel`) must stay at one thread. The library
     itself never changes the environment; the command, as a program, may.
     """
     if os.environ.get("OPENBLAS_THREAD_TIMEOUT") is not None or os.name != "posix":

@@ -11,10 +11,9 @@ scatter-add as a sort and a segmented sum), ``softmax`` (and cross-entropy),
 
 This package sits below :mod:`minitransformer.nn`: it imports nothing from it (the
 argument checks both sets share live in :mod:`minitransformer.backend`), so the
-layers can name their twins directly. ``parallel`` (the CPU thread pool),
-``compiled`` (the optional Numba kernels), ``blas`` (BLAS called from compiled
-loops), ``cuda`` (the GPU's fused kernels), ``flat`` (an optimizer's tensors as views
-of flat buffers) and ``cuda_flat`` (one GPU launch over that layout) are its machinery;
+layers can name their twins directly. Its machinery is the ``engine`` folder
+(:mod:`minitransformer.fast.engine`: the thread pool, the Numba kernels, BLAS from
+compiled loops, the GPU's fused kernels, the flat optimizer layout);
 ``fused_attention`` is an opt-in variant of the attention twin, ``decode_attention``
 its loop for a decoding step, and ``decode`` the twin of the sampling draw of
 :mod:`minitransformer.generate.decode`.

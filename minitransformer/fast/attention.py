@@ -6,7 +6,7 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
 * The scale is applied to :math:`Q` (a (Tq, d) array) rather than to the (Tq, Tk)
   logits: :math:`S = (sQ)K^\top`, and :math:`sQ` is kept for :math:`dK = dS^\top (sQ)`.
 * The softmax runs in place in the logits' buffer, with one reciprocal per row (on
-  a GPU, forward and backward are one CUDA kernel each: :mod:`minitransformer.fast.cuda`).
+  a GPU, forward and backward are one CUDA kernel each: :mod:`minitransformer.fast.engine.cuda`).
 * The softmax backward's row term :math:`\delta_i = \sum_j dP_{ij}P_{ij}` is formed as
   :math:`dO_i \cdot O_i` from two (Tq, Dv) arrays instead of the (Tq, Tk) product,
   since :math:`\sum_j (dO_i \cdot V_j) P_{ij} = dO_i \cdot \sum_j P_{ij} V_j`
@@ -18,7 +18,7 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
   that putting the heads side by side afterwards (``merge_heads``) is a free
   reshape, not a copy.
 * The batch is cut into blocks of about 512 KiB of scores that stay in the CPU
-  cache, handed to the thread pool (:mod:`minitransformer.fast.parallel`).
+  cache, handed to the thread pool (:mod:`minitransformer.fast.engine.parallel`).
 * **Masked key blocks are skipped** (:func:`query_blocks`). The query axis is cut
   into blocks of rows; for each block, the keys after the last one that any of
   its rows may see (in any sequence, any head) are never touched: no logits, no
@@ -40,8 +40,9 @@ from typing import NamedTuple
 
 from minitransformer import backend
 from minitransformer.backend import check_attention_dout, check_attention_inputs, sum_to_shape, xp
-from minitransformer.fast import cuda, decode_attention, fused_attention
-from minitransformer.fast.parallel import batch_slices, parallel_for
+from minitransformer.fast import decode_attention, fused_attention
+from minitransformer.fast.engine import cuda
+from minitransformer.fast.engine.parallel import batch_slices, parallel_for
 
 
 class FastAttentionCache(NamedTuple):

@@ -7,14 +7,14 @@ differs is the number of launches: per gradient, one for its sum of squares (wri
 into a slot of one float64 array, not added up in Python) and one for the scaling by a
 factor that stays on the device, against four for the reference's chain. Sums in
 float64, in a fixed order. Where the gradients are an optimizer's flat layout
-(:mod:`minitransformer.fast.flat`), the sum of squares is one launch over its chunks
+(:mod:`minitransformer.fast.engine.flat`), the sum of squares is one launch over its chunks
 and the scaling one launch over the buffer, whatever the number of tensors.
 ``tests/fast/test_fast_cuda.py`` proves it equal to the reference on a GPU.
 """
 from __future__ import annotations
 
 from minitransformer.backend import xp
-from minitransformer.fast import cuda, cuda_flat, flat
+from minitransformer.fast.engine import cuda, cuda_flat, flat
 
 
 def usable(plist) -> bool:

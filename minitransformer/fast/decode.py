@@ -20,7 +20,7 @@ and its token is 0, as there. ``tests/fast/test_fast_decode.py`` proves it.
 :math:`u F` rounds below :math:`F \ge 1`, so it binds only at u = 1.)
 
 It runs on the calling thread: (64, 112) is far below what pays for waking
-threads (:data:`minitransformer.fast.compiled.MIN_SIZE`). Measured side by side,
+threads (:data:`minitransformer.fast.engine.compiled.MIN_SIZE`). Measured side by side,
 whole KV-cached sampling runs: the small model 1.03x, tomczak 0.99-1.03x (the draw
 is a smaller share of its step).
 
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from minitransformer.fast import compiled
-from minitransformer.fast.compiled import numba
+from minitransformer.fast.engine import compiled
+from minitransformer.fast.engine.compiled import numba
 
 
 def usable(z, u) -> bool:

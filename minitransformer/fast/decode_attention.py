@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from minitransformer.fast import compiled
-from minitransformer.fast.compiled import numba
+from minitransformer.fast.engine import compiled
+from minitransformer.fast.engine.compiled import numba
 
 MAX_QUERIES = 1  # query rows per pair: a decoding step's one; a prompt goes the twin's way
 
@@ -58,7 +58,7 @@ def time_major(a):
 
 def usable(q, k, v, mask, bias, dropout_mask) -> bool:
     """True when this loop can take the call (module notes): Numba runs on this thread
-    (:func:`minitransformer.fast.compiled.usable`), q, k, v are host float arrays of one
+    (:func:`minitransformer.fast.engine.compiled.usable`), q, k, v are host float arrays of one
     dtype, q has :data:`MAX_QUERIES` row a pair and every axis non-empty, k and v
     are time-major views with q's (B, H), and there is neither a bias nor a dropout
     mask (the caller has checked the inputs: the mask is boolean)."""

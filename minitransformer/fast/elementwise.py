@@ -30,7 +30,7 @@ finite-difference checks) keeps the table.
 
 The tanh form is computed as in the reference, with ``out=`` into the result,
 and both run in blocks of 512 KiB (:func:`_blocked`). On a GPU the exact form is one
-CUDA kernel that calls ``erf`` itself, no table (:mod:`minitransformer.fast.cuda`).
+CUDA kernel that calls ``erf`` itself, no table (:mod:`minitransformer.fast.engine.cuda`).
 """
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ import math
 import numpy as np
 
 from minitransformer.backend import xp
-from minitransformer.fast import compiled, cuda
-from minitransformer.fast.parallel import parallel_for
+from minitransformer.fast.engine import compiled, cuda
+from minitransformer.fast.engine.parallel import parallel_for
 
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -128,7 +128,7 @@ def _gelu_exact(x, y, dydx):
 
 # Element-wise work of about 20 array passes (exact GELU) runs faster when done in
 # blocks that stay in the CPU cache than over a large array at once, and the blocks
-# are independent, so the CPU's cores can share them (see minitransformer.fast.parallel).
+# are independent, so the CPU's cores can share them (see minitransformer.fast.engine.parallel).
 _BLOCK = 1 << 17  # elements: 512 KiB of float32, large enough that threads rarely wait for the GIL
 
 
@@ -162,7 +162,7 @@ def _gelu_tanh(x, y, dydx):
 def gelu_forward(x, approximate: str = "none"):
     """As :func:`minitransformer.nn.elementwise.gelu_forward` (exact form: within the
     documented bounds of the module docstring). With Numba, the exact form is one
-    compiled loop (:mod:`minitransformer.fast.compiled`) that writes y and dy/dx in one pass
+    compiled loop (:mod:`minitransformer.fast.engine.compiled`) that writes y and dy/dx in one pass
     (for float32, without the table)."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")

@@ -16,7 +16,7 @@ backward
     :math:`dQ = s\,dS\,K`, :math:`dK = s\,dS^\top Q`.
 
 Every matrix is read and written in place through its leading dimension
-(:func:`gemm`; :mod:`minitransformer.fast.blas` finds the library): Q, K and V are the strided (B, H, T, d) views
+(:func:`gemm`; :mod:`minitransformer.fast.engine.blas` finds the library): Q, K and V are the strided (B, H, T, d) views
 of the fused projection, the output and dQ, dK, dV are token-major views. While a
 pair's (T, T) block is worked on it stays in the core's cache: the products, the
 softmax and the dropout each touch it there, instead of one pass over all
@@ -39,7 +39,7 @@ The query axis may be cut into blocks that see only a prefix of the keys (the
 twin's :func:`~minitransformer.fast.attention.query_blocks`); their other
 probabilities are exact zeros.
 
-**The exponential** is :func:`minitransformer.fast.compiled.exp_nonpositive`, written
+**The exponential** is :func:`minitransformer.fast.engine.compiled.exp_nonpositive`, written
 out so that the row loop vectorises (NumPy's ``exp`` cannot be called per row from a
 compiled loop without losing that); its error bound is documented there. Scores are
 summed and exponentiated in float64 whatever the dtype.
@@ -53,8 +53,8 @@ import os
 
 import numpy as np
 
-from minitransformer.fast import blas, compiled
-from minitransformer.fast.compiled import exp_nonpositive, numba, prange
+from minitransformer.fast.engine import blas, compiled
+from minitransformer.fast.engine.compiled import exp_nonpositive, numba, prange
 
 _enabled = {"on": os.environ.get("MINITRANSFORMER_BLAS_ATTENTION", "0").strip() == "1"}
 
@@ -72,8 +72,8 @@ def enabled() -> bool:
 
 def usable(q, k, v, mask, bias, scale: float) -> bool:
     """True when the compiled loop can take this call: it is switched on, Numba and an
-    ILP64 OpenBLAS are there (:func:`minitransformer.fast.blas.available`), this is the
-    main thread (:func:`minitransformer.fast.compiled.usable`), the arrays are host float32
+    ILP64 OpenBLAS are there (:func:`minitransformer.fast.engine.blas.available`), this is the
+    main thread (:func:`minitransformer.fast.engine.compiled.usable`), the arrays are host float32
     or float64 arrays of one dtype with every axis non-empty, there is no additive bias
     (its gradient is summed over the batch: the twin does that), and the scale is not 0
     (BLAS skips a product whose alpha is 0, so a NaN in q or k would not reach the output)."""
@@ -193,7 +193,7 @@ if compiled.AVAILABLE:
 
     _i32, _i64 = types.int32, types.int64
     # void cblas_?gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), 64-bit
-    # integers; the routines are registered under these names by minitransformer.fast.blas
+    # integers; the routines are registered under these names by minitransformer.fast.engine.blas
     _sgemm = types.ExternalFunction(blas.SYMBOLS["s"], types.void(
         _i32, _i32, _i32, _i64, _i64, _i64, types.float32, types.voidptr, _i64, types.voidptr, _i64,
         types.float32, types.voidptr, _i64))

@@ -4,15 +4,15 @@ Row sums are einsums (one read of the rows, no (..., D) temporary, several times
 faster than ``.mean(axis=-1)`` on rows this short), and temporaries that are not
 needed again are overwritten in place. The cache holds what the reference's holds,
 under its own type, so that a layer sends it back through this file's backward.
-With Numba, each way is one compiled loop (:mod:`minitransformer.fast.compiled`); on a
-GPU, fused CUDA kernels (:mod:`minitransformer.fast.cuda`).
+With Numba, each way is one compiled loop (:mod:`minitransformer.fast.engine.compiled`); on a
+GPU, fused CUDA kernels (:mod:`minitransformer.fast.engine.cuda`).
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from minitransformer.backend import xp
-from minitransformer.fast import compiled, cuda
+from minitransformer.fast.engine import compiled, cuda
 
 
 class FastLayerNormCache(NamedTuple):

@@ -12,11 +12,11 @@ here the assignment just rebinds each name to the array it already holds.
 The cost of one call is one scratch allocation and about a dozen element-wise
 passes over memory, against ten or so fresh arrays for the reference version;
 ``tests/fast/test_fast_optimizer.py`` checks that both give the same numbers.
-On a GPU the whole update is one CUDA kernel (:mod:`minitransformer.fast.cuda`).
+On a GPU the whole update is one CUDA kernel (:mod:`minitransformer.fast.engine.cuda`).
 
 The fast set's part of ``Optimizer.step`` is :func:`step_flat`: an Adam lays its tensors
-out in flat buffers (:mod:`minitransformer.fast.flat`) and, on a GPU, updates all of them
-in one launch (:mod:`minitransformer.fast.cuda_flat`). :func:`zero_grad` zeroes a model's
+out in flat buffers (:mod:`minitransformer.fast.engine.flat`) and, on a GPU, updates all of them
+in one launch (:mod:`minitransformer.fast.engine.cuda_flat`). :func:`zero_grad` zeroes a model's
 gradients with one ``fill`` for those an optimizer holds flat. The layout is kept here, by
 optimizer, not on it: a copy of an optimizer (``copy.deepcopy``, pickle) lays out its own.
 """
@@ -27,7 +27,7 @@ import weakref
 import numpy as np
 
 from minitransformer.backend import xp
-from minitransformer.fast import cuda, cuda_flat, flat
+from minitransformer.fast.engine import cuda, cuda_flat, flat
 
 __all__ = ["adam_update", "step_flat", "zero_grad", "release", "layout_of"]
 

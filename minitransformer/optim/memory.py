@@ -1,5 +1,5 @@
 """Where an optimizer's tensors live: each in an array of its own, or all of them views of the flat
-buffers the fast set lays out at an optimizer's first step (:mod:`minitransformer.fast.flat`).
+buffers the fast set lays out at an optimizer's first step (:mod:`minitransformer.fast.engine.flat`).
 
 Code that works on every weight or every gradient at once (the finite checks of the training loop,
 the data-parallel all-reduce) asks here, not the fast set: one buffer, when there is one, is one
@@ -7,7 +7,7 @@ launch or one message for all of them.
 """
 from __future__ import annotations
 
-from minitransformer.fast import flat
+from minitransformer.fast.engine import flat
 
 __all__ = ["flat_buffers"]
 

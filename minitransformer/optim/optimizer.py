@@ -255,7 +255,7 @@ class Optimizer(OptimizerState):
             for key, arr in state.items():  # the model was cast (astype) after we were built
                 if arr.dtype != p.data.dtype:
                     state[key] = arr.astype(p.data.dtype)  # (*p.shape)
-        if kernels.fast and fast_optimizer.step_flat(self, trainable, lrs):  # fast/flat.py
+        if kernels.fast and fast_optimizer.step_flat(self, trainable, lrs):  # fast/engine/flat.py
             return
         for name, p in trainable:
             self._update(name, p, self.state[name], lrs[self._group_of[name]])

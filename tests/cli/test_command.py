@@ -76,9 +76,9 @@ def test_python_dash_m_runs_the_command(tmp_path):
                                             (["sample", "run/"], 22), (["translate", "x"], 22), ([], 22)])
 def test_the_command_starts_itself_with_the_blas_timeout_of_its_work(argv, timeout):
     """Training runs with idle BLAS threads asleep at once, decoding with them spinning
-    about 1.5 ms (the measured choice of minitransformer/fast/parallel.py)."""
+    about 1.5 ms (the measured choice of minitransformer/fast/engine/parallel.py)."""
     from minitransformer.cli.main import blas_thread_timeout
-    from minitransformer.fast import parallel
+    from minitransformer.fast.engine import parallel
     assert blas_thread_timeout(argv) == timeout
     assert {parallel.TRAINING_THREAD_TIMEOUT, parallel.DECODING_THREAD_TIMEOUT} == {8, 22}
 

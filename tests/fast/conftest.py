@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from minitransformer import backend
-from minitransformer.fast import compiled, cuda, cuda_flat
+from minitransformer.fast.engine import compiled, cuda, cuda_flat
 
 # The kernels with compiled (Numba) loops run both ways: compiled, and the NumPy
 # fast kernels that run without Numba. (On the strict stand-in the NumPy ones run.)
@@ -38,7 +38,7 @@ def on_gpu():
 
 @pytest.fixture
 def launches(monkeypatch):
-    """Counts the fused CUDA kernels launched (fast/cuda.py, fast/cuda_flat.py), by name:
+    """Counts the fused CUDA kernels launched (fast/engine/cuda.py, fast/engine/cuda_flat.py), by name:
     proves the fast twins took them."""
     counts = {}
     for module in (cuda, cuda_flat):

@@ -36,7 +36,7 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 
 from minitransformer import backend, functional, kernels
-from minitransformer.fast import parallel
+from minitransformer.fast.engine import parallel
 from minitransformer.fast import elementwise as fast_elementwise
 from minitransformer.fast import attention as fast_attention
 

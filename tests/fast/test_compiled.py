@@ -1,4 +1,4 @@
-"""The compiled (Numba) loops of minitransformer.fast.compiled, beyond the equality
+"""The compiled (Numba) loops of minitransformer.fast.engine.compiled, beyond the equality
 tests of test_fast_*.py (which run every kernel with and without them):
 many parts of a LayerNorm gradient, results that do not depend on the thread count
 nor on the build (threaded or serial), float32, the switch, and the fallback off the
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from minitransformer import functional, kernels
-from minitransformer.fast import compiled, parallel
+from minitransformer.fast.engine import compiled, parallel
 
 pytestmark = pytest.mark.skipif(not compiled.AVAILABLE, reason="Numba is not installed (pip install minitransformer[fast])")
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minitransformer.fast import parallel
+from minitransformer.fast.engine import parallel
 from minitransformer.fast import attention as fast_attention
 from minitransformer.nn.attention import causal_mask, combine_masks
 from fast_helpers import (

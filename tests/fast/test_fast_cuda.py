@@ -1,4 +1,4 @@
-"""The fused GPU kernels (minitransformer/fast/cuda.py) equal their references.
+"""The fused GPU kernels (minitransformer/fast/engine/cuda.py) equal their references.
 
 The tests marked ``gpu`` run the fast twins on CuPy (where they take the CUDA kernels)
 and the reference kernels on CuPy, on the same inputs, in float64 and float32;
@@ -16,7 +16,7 @@ import pytest
 
 from minitransformer import backend, kernels
 from minitransformer import functional as F
-from minitransformer.fast import cuda, cuda_flat
+from minitransformer.fast.engine import cuda, cuda_flat
 
 from cuda_helpers import MODEL_TOLERANCE, close, dev
 

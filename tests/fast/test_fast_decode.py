@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from minitransformer import kernels
-from minitransformer.fast import compiled, decode as fast_decode
+from minitransformer.fast import decode as fast_decode
+from minitransformer.fast.engine import compiled
 from minitransformer.generate import sampling
 from minitransformer.models import DecoderLM, DecoderLMConfig
 from fast_helpers import count_calls, SETTINGS

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from minitransformer.fast import compiled, decode_attention
+from minitransformer.fast import decode_attention
+from minitransformer.fast.engine import compiled
 from minitransformer.nn.attention import causal_mask
 from minitransformer.nn.kv_cache import KVCache
 from fast_helpers import assert_close, count_calls, FAST, REFERENCE, SETTINGS

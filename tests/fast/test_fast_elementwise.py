@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minitransformer.fast import parallel
+from minitransformer.fast.engine import parallel
 from minitransformer.fast import elementwise as fast_elementwise
 from fast_helpers import (
     assert_close, assert_unchanged, covers, dev, FAST, GELU_DYDX_BOUND, GELU_Y_BOUND, host, REFERENCE,

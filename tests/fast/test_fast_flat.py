@@ -1,4 +1,4 @@
-"""The optimizer's flat layout (minitransformer/fast/flat.py) changes no number.
+"""The optimizer's flat layout (minitransformer/fast/engine/flat.py) changes no number.
 
 With the fast set, Adam's first step lays every weight, gradient and moment out as a
 view of a flat buffer. On the CPU the per-tensor kernels then run on those views, so a
@@ -6,7 +6,7 @@ run with the layout must equal one without it bit for bit (``MINITRANSFORMER_FLA
 through clipping, both kinds of weight decay, parameter groups, frozen tensors and
 everything that rebinds a tensor (loading weights or an optimizer's state, a cast).
 On a GPU (the tests marked ``gpu``) the one-launch Adam and clipping over the layout
-(minitransformer/fast/cuda_flat.py) equal the reference set's per-tensor chains.
+(minitransformer/fast/engine/cuda_flat.py) equal the reference set's per-tensor chains.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 
 from minitransformer import backend, kernels
 from minitransformer import functional as F
-from minitransformer.fast import cuda_flat, flat
+from minitransformer.fast.engine import cuda_flat, flat
 from minitransformer.fast import optimizer as fast_optimizer
 from minitransformer.fast.optimizer import layout_of
 from minitransformer.models import DecoderLM, DecoderLMConfig
@@ -401,7 +401,7 @@ FLAT_OPTIMIZERS = {
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("kind", FLAT_OPTIMIZERS)
 def test_adam_over_the_flat_layout(on_gpu, launches, monkeypatch, dtype, kind):
-    """Four steps of the fast set's one-launch Adam (fast/cuda_flat.py) against the
+    """Four steps of the fast set's one-launch Adam (fast/engine/cuda_flat.py) against the
     reference set's per-tensor update: weights and moments, each segment with its own
     step count, rate and decay, across a freeze and an optimizer state loaded."""
     monkeypatch.setenv("MINITRANSFORMER_FLAT", "1")

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from minitransformer.fast import blas, compiled, decode_attention, fused_attention
+from minitransformer.fast import decode_attention, fused_attention
+from minitransformer.fast.engine import blas, compiled
 from minitransformer.nn.attention import causal_mask
 from fast_helpers import assert_close, count_calls, FAST, REFERENCE, SETTINGS
 from test_fast_attention import _check_attention, attention_cases

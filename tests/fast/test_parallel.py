@@ -1,11 +1,11 @@
-"""minitransformer.fast.parallel: pieces cover the work exactly once, results do not depend
+"""minitransformer.fast.engine.parallel: pieces cover the work exactly once, results do not depend
 on the thread count, errors surface, BLAS's thread count comes back, and the
 attention and GELU kernels that use it give the same numbers on 1 and 2 threads."""
 import numpy as np
 import pytest
 
 from minitransformer import backend
-from minitransformer.fast import parallel
+from minitransformer.fast.engine import parallel
 from minitransformer.fast.attention import attention_backward, attention_forward
 from minitransformer.nn.attention import causal_mask
 from minitransformer.fast.elementwise import gelu_forward

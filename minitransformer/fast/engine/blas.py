@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import ctypes
 
-from minitransformer.fast import compiled, parallel
+from minitransformer.fast.engine import compiled, parallel
 
 # The names the kernels call (the 64: the integers are 64 bits wide). The kernels that name
 # them, and the call's signature, live in fused_attention.py, so that Numba's disk cache,
@@ -93,5 +93,5 @@ def library_path() -> str | None:
 
 def one_thread():
     """A context in which BLAS runs on one thread: the compiled loop's own threads call it
-    (:func:`minitransformer.fast.parallel.one_blas_thread` with this library's setter)."""
+    (:func:`minitransformer.fast.engine.parallel.one_blas_thread` with this library's setter)."""
     return parallel.one_blas_thread(_state["thread_setter"] if available() else None)

@@ -5,7 +5,7 @@ NumPy evaluates ``y = x * cdf`` as one pass over memory per operator, so a
 kernel of twenty operators reads and writes its arrays twenty times. With
 `Numba <https://numba.pydata.org>`_ installed (``pip install minitransformer[fast]``)
 the fast kernels below run as one compiled loop each, spread over the CPU's
-cores by Numba (``prange``, as many threads as :mod:`minitransformer.fast.parallel`
+cores by Numba (``prange``, as many threads as :mod:`minitransformer.fast.engine.parallel`
 uses): an element-wise loop reads each input once and writes each output once; a
 row-wise loop makes its few passes over a row while the row is in the core's cache.
 
@@ -71,7 +71,7 @@ def usable(*arrays) -> bool:
         return False
     if not all(type(a) is np.ndarray and a.dtype in (np.float32, np.float64) for a in arrays):
         return False
-    from minitransformer.fast import parallel  # as many threads as the library's pool
+    from minitransformer.fast.engine import parallel  # as many threads as the library's pool
     n = min(parallel.threads(), numba.config.NUMBA_NUM_THREADS)
     if _enabled["threads"] != n:
         numba.set_num_threads(n)

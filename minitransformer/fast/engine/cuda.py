@@ -25,13 +25,13 @@ kernel                        one launch does
 ``gelu_exact``                GELU and its derivative (``erf``), one thread per element
 ============================  =========================================================
 
-Where an optimizer's tensors are views of flat buffers (:mod:`minitransformer.fast.flat`),
-:mod:`minitransformer.fast.cuda_flat` goes one step further: Adam and the clipping's
+Where an optimizer's tensors are views of flat buffers (:mod:`minitransformer.fast.engine.flat`),
+:mod:`minitransformer.fast.engine.cuda_flat` goes one step further: Adam and the clipping's
 sum of squares over every tensor in one launch each.
 
 The math is that of the reference kernels, per element or per row, with every sum
 and every intermediate in float64 whatever the arrays' dtype (as the compiled CPU
-loops of :mod:`minitransformer.fast.compiled`), so float32 results are the
+loops of :mod:`minitransformer.fast.engine.compiled`), so float32 results are the
 reference's up to the rounding of the result; the sums over rows of the parameter
 gradients are split into fixed blocks of :data:`ROWS_PER_PART` rows, so they never
 depend on the launch shape. ``tests/fast/test_fast_cuda.py`` proves each kernel

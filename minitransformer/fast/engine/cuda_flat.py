@@ -1,6 +1,6 @@
-r"""GPU kernels over a flat layout (:mod:`minitransformer.fast.flat`): one launch for all tensors.
+r"""GPU kernels over a flat layout (:mod:`minitransformer.fast.engine.flat`): one launch for all tensors.
 
-Where :mod:`minitransformer.fast.cuda` launches its Adam and its clipping's sum of squares
+Where :mod:`minitransformer.fast.engine.cuda` launches its Adam and its clipping's sum of squares
 once per tensor, these take every tensor of an optimizer at once, the tensors being
 segments of flat buffers. A segment is cut into *chunks* of at most :data:`CHUNK`
 elements, one CUDA block each; a table made once per layout (:class:`Chunks`, on the
@@ -17,7 +17,7 @@ kernel                      one launch does
                             squared global norm)
 ==========================  ===========================================================
 
-The math per element is that of ``adam_update`` in :mod:`minitransformer.fast.cuda`
+The math per element is that of ``adam_update`` in :mod:`minitransformer.fast.engine.cuda`
 (itself the reference's), with every intermediate in float64. The settings of each
 segment (step size :math:`\eta/(1-\beta_1^t)`, :math:`1/(1-\beta_2^t)`, the L2 term and
 the AdamW shrink) are formed on the host, where the step counts live, and sent as one
@@ -31,7 +31,7 @@ import functools
 
 import numpy as np
 
-from minitransformer.fast import cuda
+from minitransformer.fast.engine import cuda
 
 __all__ = ["CHUNK", "Chunks", "adam_flat", "sum_squares_flat"]
 

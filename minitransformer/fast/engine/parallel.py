@@ -214,7 +214,7 @@ def one_blas_thread(blas):
     """While the block runs, no other parallel section starts and BLAS uses one thread
     (``blas``: OpenBLAS's ``openblas_set_num_threads_local``, or None to leave it): for
     work that runs its own products on several threads (:func:`parallel_for`'s pool, or
-    a compiled loop that calls BLAS itself, :mod:`minitransformer.fast.blas`)."""
+    a compiled loop that calls BLAS itself, :mod:`minitransformer.fast.engine.blas`)."""
     with _section:  # one parallel section at a time: the BLAS setting is the process's
         previous = blas(1) if blas else None
         try:

@@ -11,7 +11,7 @@ writes its own tensors, and in place (``p.grad += ...``) writes the flat buffer.
 What the layout buys is the number of launches on a GPU, where a small model's step is
 launch-bound (``benchmarks/RESULTS.md``): zeroing every gradient is one ``fill``, the
 global norm of the clipping one sum of squares, its scaling one multiplication, and
-Adam one kernel for all tensors (:mod:`minitransformer.fast.cuda_flat`), where each
+Adam one kernel for all tensors (:mod:`minitransformer.fast.engine.cuda_flat`), where each
 was once per tensor. On the CPU the per-tensor kernels run on the views, so every
 number is bit for bit what it was without the layout.
 
