@@ -81,7 +81,7 @@ def model_classes() -> dict:
 _SIZE_FIELDS = {  # config field -> smallest allowed value (fields a model's size grows with)
     "vocab_size": 1, "src_vocab_size": 1, "tgt_vocab_size": 1, "max_len": 1, "d_model": 1, "n_heads": 1,
     "d_head": 1, "d_ff": 0, "n_layers": 0, "n_enc_layers": 0, "n_dec_layers": 0, "n_outputs": 0,
-    "n_features": 0, "head_hidden": 0, "n_aux": 0, "hidden": 1,
+    "n_features": 0, "head_hidden": 0, "hidden": 1,
 }
 
 
@@ -129,8 +129,7 @@ def declared_parameters(model_type: str, config: dict) -> int:
         return embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D + head(c["vocab_size"])
     if model_type == "Encoder":
         return (embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D + head(c["vocab_size"])
-                + (D * (2 if c.get("pooling") == "cls+mean" else 1) + c["n_features"] + 1)
-                * (c["head_hidden"] or c["n_outputs"])
-                + (c["head_hidden"] + 1) * c["n_outputs"] + (D + 1) * c["n_aux"])
+                + (D + c["n_features"] + 1) * (c["head_hidden"] or c["n_outputs"])
+                + (c["head_hidden"] + 1) * c["n_outputs"])
     return (embedder(c["src_vocab_size"]) + embedder(c["tgt_vocab_size"]) + c["n_enc_layers"] * block
             + c["n_dec_layers"] * (block + attention + 2 * D) + 4 * D + head(c["tgt_vocab_size"]))

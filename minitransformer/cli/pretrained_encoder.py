@@ -75,18 +75,18 @@ def load_encoder(path: str, table_smiles) -> PretrainedEncoder:
 
 
 def fine_tuning_config(encoder: PretrainedEncoder, recipe_model: dict, **head):
-    """The encoder's architecture with this run's dropouts, head width and pooling, and ``head``
+    """The encoder's architecture with this run's dropouts and head width, and ``head``
     (n_outputs, n_features, seed)."""
     from minitransformer.models import EncoderConfig
     dropouts = {k: v for k, v in recipe_model.items() if k.endswith("dropout")}
-    return EncoderConfig.from_dict({**encoder.config, **dropouts, "head_hidden": recipe_model.get("head_hidden", 0),
-                                    "pooling": recipe_model.get("pooling", "cls"), "mlm_head": False, "n_aux": 0,
-                                    **head})
+    body = {k: v for k, v in encoder.config.items() if k not in EncoderConfig.REMOVED}  # its pretraining heads'
+    return EncoderConfig.from_dict({**body, **dropouts, "head_hidden": recipe_model.get("head_hidden", 0),
+                                    "mlm_head": False, **head})
 
 
 def load_weights(model, encoder: PretrainedEncoder) -> None:
     """Copy every weight of the encoder but its heads into ``model``; the head stays as drawn."""
-    heads = ("mlm.", "cls.", "cls_hidden.", "aux.")
+    heads = ("mlm.", "cls.", "cls_hidden.", "aux.")  # (aux.: an encoder pretrained beside a removed head)
     body = {k: v for k, v in encoder.weights.items() if not k.startswith(heads)}
     missing, _ = model.load_state_dict(body, strict=False)
     if any(not name.startswith(heads) for name in missing):

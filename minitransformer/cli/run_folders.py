@@ -164,10 +164,15 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+#: Settings since removed, at the value that did nothing: a run that recorded them there is the same run.
+_REMOVED_AT_DEFAULT = {"settings.pretrain_descriptors": 0.0, "settings.model.pooling": "cls"}
+
+
 def _differences(saved: dict, new: dict) -> list[str]:
     saved, new = _flat(json_safe(saved)), _flat(json_safe(new))
     return [f"{key}: {_short(saved[key])} then, {_short(new.get(key))} now" for key in saved
-            if key not in _RESUME_IGNORES and new.get(key) != saved[key]]
+            if key not in _RESUME_IGNORES and new.get(key) != saved[key]
+            and not (key not in new and _REMOVED_AT_DEFAULT.get(key, ...) == saved[key])]
 
 
 def _vocab_difference(saved, new) -> str | None:

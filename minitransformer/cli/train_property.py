@@ -78,11 +78,6 @@ def add_parser(kinds):
     p.add_argument("--pretrain-minutes", type=cli.number(0, cli.MAX_MINUTES), default=None,
                    help="time budget of the pretraining (default: 15 minutes on MOSES, else 5; 0 = none); it "
                         "counts against --max-minutes, whose default grows by it")
-    p.add_argument("--pretrain-descriptors", type=cli.number(0, 1000), default=None, metavar="WEIGHT",
-                   help="with --pretrain: the <cls> state also learns to predict each pretraining molecule's RDKit "
-                        "descriptors, their squared error at this weight beside the masked tokens' loss (default 0: "
-                        "not at all; 1 lost on Tox21's validation sets, docs/RESULTS.md). Computing them (about 5 ms "
-                        "a molecule and core) comes on top of the time budgets")
     p.add_argument("--augment", type=cli.number(0, 1), default=None,
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--tta", type=cli.int_at_least(1, 256, "each is a full pass of the model"), default=None,
@@ -98,9 +93,6 @@ def add_parser(kinds):
                    help="train N models per seed on the same split and average their test probabilities")
     p.add_argument("--head-hidden", type=cli.int_at_least(0, cli.MAX_WIDTH), default=None,
                    help="a hidden layer of this many units in the classifier head (0: one linear layer, the preset)")
-    p.add_argument("--pooling", choices=("cls", "cls+mean"), default=None,
-                   help="what the head reads of the encoder's states: the <cls> token's (the preset), or also their "
-                        "mean over the molecule's tokens")
     p.add_argument("--descriptors", choices=("on", "off"), default=None,
                    help="the head also reads RDKit's 2D descriptors of each molecule, scaled on the training split "
                         "(default: on)")
@@ -130,17 +122,12 @@ def resolve_recipe(args) -> PropertyRecipe:
     r = apply_overrides(r, args, ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta"))
     if args.pretrain_limit is not None:
         r = dataclasses.replace(r, pretrain_limit=None if args.pretrain_limit == "all" else args.pretrain_limit)
-    for name in ("head_hidden", "pooling"):
-        if getattr(args, name) is not None:
-            r = dataclasses.replace(r, model=dict(r.model, **{name: getattr(args, name)}))
+    if args.head_hidden is not None:
+        r = dataclasses.replace(r, model=dict(r.model, head_hidden=args.head_hidden))
     if args.descriptors is not None:
         r = dataclasses.replace(r, descriptors=args.descriptors == "on")
     if args.encoder and args.pretrain:
         raise ValueError("--encoder and --pretrain: the encoder given is pretrained already; drop one of them")
-    if args.pretrain_descriptors is not None:
-        if not args.pretrain:
-            raise ValueError("--pretrain-descriptors is a target of the pretraining; give --pretrain too")
-        r = dataclasses.replace(r, pretrain_descriptors=args.pretrain_descriptors)
     if args.encoder:  # refused before the run folder is claimed (the table's own check comes with the data)
         from minitransformer.cli.pretrained_encoder import check_encoder
         check_encoder(args.encoder)
@@ -225,7 +212,6 @@ class TrainProperty(TrainingCommand):
     def build_model(self, recipe, data, seed):
         """An encoder with one output per assay (and a masked-language-model head when it pretrains),
         or the pretrained encoder given with a fresh head."""
-        from minitransformer.chem.descriptors import descriptor_names
         from minitransformer.cli.pretrained_encoder import fine_tuning_config, load_weights
         from minitransformer.models import Encoder, EncoderConfig
         vocab, own = data.vocab, data.own
@@ -235,9 +221,8 @@ class TrainProperty(TrainingCommand):
             model = Encoder(fine_tuning_config(own.encoder, recipe.model, **head))
             load_weights(model, own.encoder)
             return model
-        n_aux = len(descriptor_names()) if recipe.pretrain_epochs and recipe.pretrain_descriptors else 0
         return Encoder(EncoderConfig(vocab_size=len(vocab), max_len=recipe.max_len, pad_id=vocab.pad_id,
-                                     mlm_head=recipe.pretrain_epochs > 0, n_aux=n_aux, **head, **recipe.model))
+                                     mlm_head=recipe.pretrain_epochs > 0, **head, **recipe.model))
 
     def facts(self, run):
         from minitransformer.cli.pretrained_encoder import EXCLUDES_TABLE, table_fingerprint
@@ -256,11 +241,8 @@ class TrainProperty(TrainingCommand):
 
     def pretraining(self, run):
         """A masked language model on the pretraining molecules (the training split's, or
-        --pretrain-data's), written at random each epoch; with --pretrain-descriptors it also
-        predicts their descriptors."""
+        --pretrain-data's), written at random each epoch."""
         from minitransformer.chem.datasets.lm_data import RandomizedEpochs
-        from minitransformer.chem.descriptors import descriptor_names
-        from minitransformer.train.mlm_descriptors import DescriptorEpochs, MLMDescriptorTask
         from minitransformer.train.tasks import MLMTask
         r, vocab = run.recipe, run.data.vocab
         if r.pretrain_epochs == 0:
@@ -270,15 +252,10 @@ class TrainProperty(TrainingCommand):
             print(f"pretraining: masked language model on {len(smiles)} molecules, {r.pretrain_epochs} epochs "
                   "at most")
         ids = dict(mask_id=vocab.mask_id, vocab_size=len(vocab), pad_id=vocab.pad_id, special_ids=vocab.special_ids)
-        if r.pretrain_descriptors:  # and the molecules' descriptors, computed here, on top of the time budgets
-            data = DescriptorEpochs(smiles, vocab, run.args.seed + 1, r.max_len)
-            run.untimed_s += data.prepare() if run.resumed_phase != "train" else 0.0
-            task = MLMDescriptorTask(n_targets=len(descriptor_names()), weight=r.pretrain_descriptors, **ids)
-        else:
-            data = RandomizedEpochs(smiles, vocab, seed=run.args.seed + 1, p=1.0, max_tokens=r.max_len,
-                                    encode=dict(cls=True))
-            task = MLMTask(**ids)
-        return Phase("pretrain", task, data, len(smiles), r.pretrain_epochs, r.pretrain_max_time, lr=r.pretrain_lr)
+        data = RandomizedEpochs(smiles, vocab, seed=run.args.seed + 1, p=1.0, max_tokens=r.max_len,
+                                encode=dict(cls=True))
+        return Phase("pretrain", MLMTask(**ids), data, len(smiles), r.pretrain_epochs, r.pretrain_max_time,
+                     lr=r.pretrain_lr)
 
     def training(self, run):
         """Fine-tuning: all the assays at once from the <cls> state, rare positives weighted up."""

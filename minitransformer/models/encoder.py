@@ -23,19 +23,12 @@ Heads (chosen per call with ``forward(ids, head=...)``):
   (D + F, n_outputs). The features are inputs: they get no gradient. With
   ``head_hidden`` = H > 0 the head is a two-layer network, as Chemprop's:
   :math:`y = \mathrm{drop}(\mathrm{act}([h_{:,0}; f] W_1 + b_1)) W_c + b_c`, :math:`W_1` of shape
-  (D + F, H), the block's activation and ``resid_dropout``. With ``pooling="cls+mean"``
-  the head reads the mean of the final states over the molecule's tokens (every
-  non-padding position) beside the first token's: :math:`[h_{:,0}; \bar h; f]`, the mean's
-  gradient shared equally by those positions. A masked-language model trains every
-  position's state but never scores the first token's, so the mean carries what
-  pretraining taught.
-* ``"mlm+aux"``: pretraining with a second target, both from one pass: the MLM logits
-  (B, T, V) and, with ``n_aux`` = A > 0, a linear regression head on the first token's
-  state, :math:`a = h_{:,0} W_a + b_a` of shape (B, A), trained to predict numbers known
-  of each molecule (RDKit's descriptors, :mod:`minitransformer.train.mlm_descriptors`).
-  ``backward`` then takes the pair of gradients (dlogits, da), and the first token's state
-  gets both: the MLM head alone never scores it.
+  (D + F, H), the block's activation and ``resid_dropout``.
 * ``None``: the hidden states (B, T, D) themselves.
+
+(Two heads measured on Tox21 lost on its validation sets and left: the mean of the token
+states beside the first token's, and a second pretraining target, the molecules' descriptors,
+on the first token; ``docs/RESULTS.md`` keeps their figures.)
 """
 from __future__ import annotations
 
@@ -52,17 +45,13 @@ from minitransformer.nn.config import TransformerOptions
 from minitransformer.nn import Dropout, LayerNorm, Linear, Module, ModuleList, make_activation, set_rng
 
 
-#: What the cls head may read of the final states (``EncoderConfig.pooling``).
-POOLINGS = ("cls", "cls+mean")
-
 
 @dataclasses.dataclass(kw_only=True)
 class EncoderConfig(TransformerOptions):
     """Options of :class:`Encoder`. ``n_outputs`` > 0 adds the pooled CLS head, which
     reads ``n_features`` numbers per molecule beside the CLS state, through a hidden
     layer of ``head_hidden`` units when that is > 0; ``mlm_head`` adds the masked-LM
-    head (tied to the embedding if ``tie_embeddings``); ``n_aux`` > 0 adds the auxiliary
-    regression head on the first token that pretraining trains beside the MLM head."""
+    head (tied to the embedding if ``tie_embeddings``)."""
 
     vocab_size: int = dataclasses.field(kw_only=False)
     n_layers: int = 2
@@ -71,19 +60,28 @@ class EncoderConfig(TransformerOptions):
     n_outputs: int = 0
     n_features: int = 0
     head_hidden: int = 0
-    pooling: str = "cls"  # what the cls head reads of the states: "cls" (h_0) or "cls+mean" ([h_0; mean])
-    n_aux: int = 0  # outputs of the auxiliary regression head read with head="mlm+aux"
+
+    #: Options an encoder was made with before its heads that lost on validation left: at their
+    #: defaults they change nothing and are read as absent; otherwise the model cannot be made.
+    REMOVED = {"pooling": "cls", "n_aux": 0}
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        """The config of ``d`` (a checkpoint's); a removed option at its default is read as absent."""
+        d = dict(d)
+        for name, default in cls.REMOVED.items():
+            if name in d and d[name] != default:
+                raise ValueError(f"EncoderConfig: {name}={d[name]!r} was an option of a head that has been removed "
+                                 "(it lost on validation, docs/RESULTS.md); this model cannot be made any more")
+            d.pop(name, None)
+        return super().from_dict(d)
 
     def __post_init__(self):
         super().__post_init__()  # types and ranges: n_features, head_hidden >= 0
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"EncoderConfig: pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
         for name in ("n_features", "head_hidden"):
             if getattr(self, name) and not self.n_outputs:
                 raise ValueError(f"EncoderConfig: {name}={getattr(self, name)} needs n_outputs > 0, the cls head "
                                  "it belongs to")
-        if self.n_aux and not self.mlm_head:
-            raise ValueError(f"EncoderConfig: n_aux={self.n_aux} needs mlm_head=True, the head it is trained beside")
 
 
 class Encoder(Module):
@@ -98,14 +96,13 @@ class Encoder(Module):
         self.mlm = (OutputProjection(c.d_model, c.vocab_size, c.bias, self.rng,
                                      tied_to=self.embed.tok if c.tie_embeddings else None)
                     if c.mlm_head else None)
-        width = c.d_model * (2 if c.pooling == "cls+mean" else 1) + c.n_features  # [h_cls; (mean;) f]
+        width = c.d_model + c.n_features  # [h_cls; f]
         self.cls_hidden = self.cls_act = self.cls_drop = None
         if c.n_outputs and c.head_hidden:
             self.cls_hidden = Linear(width, c.head_hidden, bias=True, rng=self.rng)
             self.cls_act, self.cls_drop = make_activation(c.activation), Dropout(c.resid_dropout, rng=self.rng)
             width = c.head_hidden
         self.cls = Linear(width, c.n_outputs, bias=True, rng=self.rng) if c.n_outputs > 0 else None
-        self.aux = Linear(c.d_model, c.n_aux, bias=True, rng=self.rng) if c.n_aux > 0 else None
         self.stack = Stack(self.embed, self.blocks, self.ln_f)  # embed -> blocks -> ln_f, and back
         set_rng(self, self.rng)
 
@@ -120,66 +117,48 @@ class Encoder(Module):
         self.stack.backward(dh)
 
     def forward(self, ids, head: str | None = None, features=None):
-        """Hidden states (head=None), MLM logits (B, T, V), pooled outputs (B, n_outputs) or, with
-        head="mlm+aux", the pair (MLM logits, auxiliary outputs (B, n_aux));
+        """Hidden states (head=None), MLM logits (B, T, V) or pooled outputs (B, n_outputs);
         ``features`` (B, n_features): the cls head's extra inputs (only and always with n_features > 0)."""
         if features is not None and head != "cls":
             raise ValueError(f"Encoder: features are read by the 'cls' head only, not by head={head!r}")
         h = self.encode(ids)  # (B, T, D)
-        self.cache = (head, h.shape, None)  # (head, (B, T, D), token_share (B, T, 1) when the head reads the mean)
+        self.cache = (head, h.shape)  # (head, (B, T, D))
         if head is None:
             return h
         if head == "mlm":
             if self.mlm is None:
                 raise ValueError("Encoder: built with mlm_head=False; there is no 'mlm' head")
             return self.mlm(h)  # (B, T, V)
-        if head == "mlm+aux":
-            if self.aux is None:
-                raise ValueError("Encoder: built with n_aux=0; there is no 'mlm+aux' head")
-            return self.mlm(h), self.aux(h[:, 0])  # (B, T, V), (B, n_aux)
         if head == "cls":
             if self.cls is None:
                 raise ValueError("Encoder: built with n_outputs=0; there is no 'cls' head")
-            share = token_share(ids, self.config.pad_id, h.dtype) if self.config.pooling == "cls+mean" else None
-            self.cache = (head, h.shape, share)
-            z = self._pooled(h, features, ids, share)  # (B, D + F) or (B, 2D + F)
+            z = self._pooled(h, features)  # (B, D + F)
             if self.cls_hidden is not None:
                 z = self.cls_drop(self.cls_act(self.cls_hidden(z)))  # (B, head_hidden)
             return self.cls(z)  # (B, n_outputs)
-        raise ValueError(f"Encoder: head must be None, 'mlm', 'mlm+aux' or 'cls', got {head!r}")
+        raise ValueError(f"Encoder: head must be None, 'mlm' or 'cls', got {head!r}")
 
     def backward(self, dout):
-        """Gradient of whatever the last forward returned (a pair for head="mlm+aux"); returns None."""
-        head, shape, share = self._require_cache()
+        """Gradient of whatever the last forward returned; returns None."""
+        head, shape = self._require_cache()
         if head is None:
             dh = dout
         elif head == "mlm":
             dh = self.mlm.backward(dout)  # (B, T, D)
-        elif head == "mlm+aux":
-            dlogits, daux = dout
-            dh = self.mlm.backward(dlogits)  # (B, T, D)
-            dh[:, 0] += self.aux.backward(daux)  # (B, D): the first token's share of the auxiliary loss
         else:
             D = shape[-1]
-            dh = xp.zeros(shape, dtype=dout.dtype)  # (B, T, D): the first position, and with the mean every token
-            dz = self.cls.backward(dout)  # (B, D (+ D) + F) or (B, head_hidden)
+            dh = xp.zeros(shape, dtype=dout.dtype)  # (B, T, D): the first position's gradient only
+            dz = self.cls.backward(dout)  # (B, D + F) or (B, head_hidden)
             if self.cls_hidden is not None:
-                dz = self.cls_hidden.backward(self.cls_act.backward(self.cls_drop.backward(dz)))  # (B, D (+ D) + F)
-            if share is not None:  # the mean's gradient, shared by the molecule's positions
-                dh += share * dz[:, None, D:2 * D]  # (B, T, D)
+                dz = self.cls_hidden.backward(self.cls_act.backward(self.cls_drop.backward(dz)))  # (B, D + F)
             dh[:, 0] += dz[:, :D]  # the features' columns get no gradient
         self.encode_backward(dh)
         return None
 
-    def _pooled(self, h, features, ids, share=None):
-        """The cls head's input: the first token's state (B, D), with ``pooling="cls+mean"`` the
-        mean state over the non-padding positions (B, D) beside it (``share``: :func:`token_share`
-        of ``ids``, computed here when not given), then the features (B, F)."""
+    def _pooled(self, h, features):
+        """The cls head's input: the first token's state (B, D), then the features (B, F)."""
         F = self.config.n_features
         parts = [h[:, 0]]  # (B, D)
-        if self.config.pooling == "cls+mean":
-            share = token_share(ids, self.config.pad_id, h.dtype) if share is None else share
-            parts.append((h * share).sum(axis=1))  # (B, D)
         if F == 0:
             if features is not None:
                 raise ValueError("Encoder: features given, but the model was built with n_features=0")
@@ -189,14 +168,7 @@ class Encoder(Module):
                              f"got {got}")
         else:
             parts.append(features.astype(h.dtype, copy=False))  # (B, F)
-        return parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=1)  # (B, D (+ D) + F)
-
-
-def token_share(ids, pad_id: int, dtype):
-    """Each position's weight in the mean over a molecule's tokens: 1/n at its n non-padding
-    positions, 0 at padding. ids (B, T) -> (B, T, 1), each row summing to 1."""
-    keep = (ids != pad_id).astype(dtype)[:, :, None]  # (B, T, 1)
-    return keep / keep.sum(axis=1, keepdims=True)  # (B, T, 1)
+        return parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=1)  # (B, D + F)
 
 
 def mask_tokens(ids, mask_id: int, vocab_size: int, rng: np.random.Generator, p: float = 0.15,

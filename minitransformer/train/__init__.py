@@ -16,8 +16,7 @@ The package has one module per concept:
 * :mod:`~minitransformer.train.divergence`: :class:`TrainingDiverged` and the
   finite checks on the device;
 * :mod:`~minitransformer.train.tasks`: how one batch becomes a loss, for each model family,
-  with :mod:`~minitransformer.train.mlm_descriptors` (masked tokens and descriptors) and
-  :mod:`~minitransformer.train.augmented_likelihood` (REINVENT's loss);
+  with :mod:`~minitransformer.train.augmented_likelihood` (REINVENT's loss);
 * :mod:`~minitransformer.train.recipe`: a ``train`` command's typed recipe, and
   :mod:`~minitransformer.train.time_plan`: two phases planned in minutes on the machine.
 

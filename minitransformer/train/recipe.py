@@ -183,21 +183,17 @@ class PropertyRecipe(Recipe):
     tta random writings averaged per test molecule; pos_weight balances each assay's rare
     positives; pretrain_lr is the masked-language-model phase's peak learning rate;
     descriptors: the head also reads RDKit's 2D descriptors of each molecule
-    (:mod:`minitransformer.chem.descriptors`); pretrain_descriptors: the pretraining also
-    predicts them, with that weight beside the masked tokens' loss (0: not at all;
-    :mod:`minitransformer.train.mlm_descriptors`)."""
+    (:mod:`minitransformer.chem.descriptors`)."""
 
     max_len: int = 256
     tta: int = 8
     pos_weight: bool = True
     pretrain_lr: float = 1e-3
     descriptors: bool = False
-    pretrain_descriptors: float = 0.0
 
     def __post_init__(self):
         super().__post_init__()
         _whole("max_len", self.max_len, 3)
-        _real("pretrain_descriptors", self.pretrain_descriptors, 0)
         _whole("tta", self.tta, 1)
         _real("pretrain_lr", self.pretrain_lr, 0, low_open=True)
 

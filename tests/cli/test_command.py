@@ -402,7 +402,7 @@ def _size_options():
 
 SIZE_OPTIONS = [(c, o, a) for c, o, a in _size_options() if not any(
     word in o for word in ("lr", "temperature", "sigma", "dropout", "augment", "smoothing", "top-p",
-                           "top-fraction", "pretrain-descriptors"))]
+                           "top-fraction"))]
 
 
 @pytest.mark.parametrize("command, option, action", SIZE_OPTIONS, ids=[f"{c} {o}" for c, o, _ in SIZE_OPTIONS])

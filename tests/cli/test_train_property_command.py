@@ -126,7 +126,7 @@ def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_wher
     encoder = first / "pretrain" / "last.npz"
     later = tmp_path / "later"
     assert demo.main(["--quick", "--quiet", "--encoder", str(encoder), "--split", "scaffold", "--seed", "3",
-                      "--lr", "1e-12", "--head-hidden", "8", "--pooling", "cls+mean", "--data", str(labelled_csv),
+                      "--lr", "1e-12", "--head-hidden", "8", "--data", str(labelled_csv),
                       "--out", str(later)]) == 0
     assert "fine-tuning the pretrained encoder" in capsys.readouterr().out
     assert json.loads((later / "config.json").read_text())["run"]["encoder"] == str(encoder)
@@ -137,7 +137,7 @@ def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_wher
         assert b["weights/cls_hidden.weight"].shape[1] == 8  # this run's head, on the encoder's body
         D, F = a["weights/ln_f.weight"].shape[0], len(json.loads((later / "config.json").read_text())["run"]
                                                           ["descriptors"]["names"])
-        assert b["weights/cls_hidden.weight"].shape[0] == 2 * D + F  # [h_cls; mean; descriptors]
+        assert b["weights/cls_hidden.weight"].shape[0] == D + F  # [h_cls; descriptors]
     assert run_cli(demo.main, ["--quick", "--pretrain", "--encoder", str(encoder), "--data", str(labelled_csv),
                                "--out", str(tmp_path / "both")]) == 2
     assert "drop one of them" in capsys.readouterr().err
@@ -162,64 +162,6 @@ def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_wher
     assert run_cli(demo.main, ["--quick", "--encoder", str(encoder), "--data", str(other),
                                "--out", str(tmp_path / "other_run")]) == 2
     assert "another labelled table" in capsys.readouterr().err
-
-
-def test_an_encoder_pretrained_to_predict_descriptors_too_is_fine_tuned_without_that_head(
-        labelled_csv, load_demo, tmp_path, capsys):
-    from minitransformer.cli import run_cli
-    from minitransformer.chem.descriptors import descriptor_names
-    demo = load_demo("tox21_property")
-    first = tmp_path / "pretrained"
-    assert demo.main(["--quick", "--pretrain", "--pretrain-descriptors", "2", "--pretrain-data", "druglike",
-                      "--pretrain-limit", "200", "--data", str(labelled_csv), "--out", str(first)]) == 0
-    assert "RDKit descriptors of each of the 200 molecules as a second target" in capsys.readouterr().out
-    config = json.loads((first / "config.json").read_text())
-    assert config["run"]["settings"]["pretrain_descriptors"] == 2
-    assert config["model"]["n_aux"] == len(descriptor_names())
-    encoder = first / "pretrain" / "last.npz"
-    with np.load(encoder) as a:
-        assert a["weights/aux.weight"].shape == (a["weights/ln_f.weight"].shape[0], len(descriptor_names()))
-    later = tmp_path / "later"
-    assert demo.main(["--quick", "--quiet", "--encoder", str(encoder), "--data", str(labelled_csv),
-                      "--out", str(later)]) == 0
-    assert json.loads((later / "config.json").read_text())["model"]["n_aux"] == 0
-    with np.load(later / "best.npz") as b:
-        assert not any(k.startswith(("weights/aux.", "weights/mlm.")) for k in b.files)
-    assert run_cli(demo.main, ["--quick", "--pretrain-descriptors", "1", "--data", str(labelled_csv),
-                               "--out", str(tmp_path / "no_pretraining")]) == 2
-    assert "give --pretrain too" in capsys.readouterr().err
-    assert not (tmp_path / "no_pretraining").exists()
-
-
-def test_computing_the_descriptor_targets_is_left_out_of_the_pretraining_time_budget(
-        labelled_csv, load_demo, tmp_path, monkeypatch):
-    """The descriptors of the pretraining molecules take minutes (5 ms a molecule): that time comes
-    on top of the budgets, so a 1-minute pretraining still makes all its steps after a computation
-    that the clock sees as 1,000 seconds."""
-    import time
-
-    import minitransformer.train.mlm_descriptors as module
-    jump = [0.0]
-    real_clock, real_targets = time.perf_counter, module.descriptor_targets
-    monkeypatch.setattr(time, "perf_counter", lambda: real_clock() + jump[0])
-
-    def slow_targets(smiles):
-        jump[0] += 1000.0
-        return real_targets(smiles)
-    monkeypatch.setattr(module, "descriptor_targets", slow_targets)
-    from minitransformer.cli.train_property import TrainProperty
-    budgets, fine_tuning = [], TrainProperty.training
-    monkeypatch.setattr(TrainProperty, "training",
-                        lambda self, run: budgets.append(run.budget) or fine_tuning(self, run))
-    out = tmp_path / "run"
-    assert load_demo("tox21_property").main([
-        "--quick", "--quiet", "--pretrain", "--pretrain-descriptors", "1", "--pretrain-data", "druglike",
-        "--pretrain-limit", "200", "--pretrain-minutes", "1", "--max-minutes", "5", "--data", str(labelled_csv),
-        "--out", str(out)]) == 0
-    assert jump[0] == 1000.0
-    rows = json.loads((out / "pretrain" / "history.json").read_text())
-    assert rows[-1]["step"] == math.ceil(200 / 32) and rows[-1]["time_s"] < 1000  # every step, none of the jump
-    assert 240 < budgets[0] < 300  # the fine-tuning gets 5 minutes less what the run itself took
 
 
 def _property_recipe(argv):

@@ -173,34 +173,14 @@ def test_encoder_two_layer_cls_head_gradcheck(any_backend, float64):
     assert declared_parameters("Encoder", cfg.to_dict()) >= model.num_parameters()
 
 
-def test_encoder_cls_and_mean_pooling_gradcheck(any_backend, float64):
-    """pooling="cls+mean": [h_cls; mean over the tokens; f], through the two-layer head; every weight
-    checked, the padded positions of ENC_BATCH included (they must get no share of the mean)."""
-    cfg = EncoderConfig(vocab_size=V, n_layers=1, seed=7, n_outputs=2, n_features=3, head_hidden=5,
-                        pooling="cls+mean", mlm_head=False, **SMALL)
-    model = Encoder(cfg)
-    _perturb(model, seed=4)
-    features = _dev(np.random.default_rng(6).standard_normal((3, 3)))  # (B, F)
-    report = check_module(model, _dev(ENC_BATCH), None, kwargs={"head": "cls", "features": features}, **_how())
-    assert _checked_names(report) == {n for n, _ in model.named_parameters()}
-    assert model.cls_hidden.weight.shape == (2 * SMALL["d_model"] + 3, 5)
-    from minitransformer.checkpoint.limits import declared_parameters
-    assert declared_parameters("Encoder", cfg.to_dict()) >= model.num_parameters()
-
-
-def test_the_mean_pooled_state_is_the_mean_over_the_molecules_tokens(float64):
-    model = Encoder(EncoderConfig(vocab_size=V, n_layers=1, n_outputs=2, pooling="cls+mean", mlm_head=False,
-                                  **SMALL))
-    ids = _dev(ENC_BATCH)
-    h = _host(model(ids))  # (B, T, D)
-    z = _host(model._pooled(_dev(h), None, ids))  # (B, 2D)
-    D = SMALL["d_model"]
-    for b, row in enumerate(ENC_BATCH):
-        tokens = np.asarray(row) != model.config.pad_id
-        assert 0 < tokens.sum() and np.allclose(z[b, :D], h[b, 0])
-        np.testing.assert_allclose(z[b, D:], h[b, tokens].mean(axis=0), rtol=1e-12, atol=1e-12)
-    with pytest.raises(ValueError, match="pooling must be one of"):
-        EncoderConfig(vocab_size=V, n_outputs=2, pooling="max")
+def test_an_encoder_made_with_a_removed_head_option_is_refused_in_one_line_and_its_defaults_read_as_absent():
+    """The mean pooling and the descriptor head lost on validation and left: a config that names them at their
+    defaults still loads; one that used them names the removed option."""
+    cfg = EncoderConfig(vocab_size=V, n_outputs=2, **SMALL).to_dict()
+    assert EncoderConfig.from_dict({**cfg, "pooling": "cls", "n_aux": 0}) == EncoderConfig.from_dict(cfg)
+    for name, value in (("pooling", "cls+mean"), ("n_aux", 4)):
+        with pytest.raises(ValueError, match=f"{name}=.* was an option of a head that has been removed"):
+            EncoderConfig.from_dict({**cfg, name: value})
 
 
 def test_encoder_features_change_the_cls_output_only_through_their_rows(float64):
