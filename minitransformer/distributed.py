@@ -101,7 +101,7 @@ def announced_world() -> tuple[int, int] | None:
 def launcher_rank() -> int:
     """This process's rank as a launcher announced it (:func:`announced_world`), 0 without one.
     Lets a command's argument errors, which every rank meets alike before the ranks join, be
-    printed by rank 0 alone; once MPI runs, :func:`minitransformer.cli.parallel.start` checks
+    printed by rank 0 alone; once MPI runs, :func:`minitransformer.cli.ranks.start` checks
     the announcement against the world MPI actually formed."""
     world = announced_world()
     return 0 if world is None else world[0]

@@ -29,7 +29,7 @@ that code lives here once, one concern per file:
 * :mod:`~minitransformer.cli.provenance` - ``provenance.json``: what produced a run.
 * :mod:`~minitransformer.cli.folder_lock` - one run at a time in a run folder.
 * :mod:`~minitransformer.cli.launch` (``--ranks``: the command starts its own data-parallel
-  ranks) and :mod:`~minitransformer.cli.parallel` (the command as one data-parallel run:
+  ranks) and :mod:`~minitransformer.cli.ranks` (the command as one data-parallel run:
   rank 0 writes and prints).
 * :mod:`~minitransformer.cli.lm_time_plan` - ``train lm``'s default run planned in minutes;
   :mod:`~minitransformer.cli.property_runs` - ``train property --seeds/--ensemble``;

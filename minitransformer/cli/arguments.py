@@ -41,8 +41,8 @@ class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` whose errors are one line: ``error: <prog>: <what>``."""
 
     def error(self, message):  # noqa: D102 (argparse's hook)
-        from minitransformer.cli import parallel
-        if not parallel.is_follower():  # under mpiexec every rank meets the same error: rank 0 says it
+        from minitransformer.cli import ranks
+        if not ranks.is_follower():  # under mpiexec every rank meets the same error: rank 0 says it
             sys.stderr.write(f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)\n")
         sys.exit(2)
 

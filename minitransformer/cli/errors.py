@@ -142,11 +142,11 @@ def _run(main, argv, debug: bool) -> int:
         _TERMINATED["stopping"] = True
         if debug:
             raise
-        from minitransformer.cli import parallel
-        dp = parallel.current()
+        from minitransformer.cli import ranks
+        dp = ranks.current()
         terminated = isinstance(exc, Terminated) or _TERMINATED["seen"] or (dp is not None and dp.stopped_by == signal.SIGTERM)
         code = 143 if terminated else 130
-        if not parallel.is_follower():  # under mpiexec, rank 0 alone says where it stopped
+        if not ranks.is_follower():  # under mpiexec, rank 0 alone says where it stopped
             try:
                 sys.stdout.flush()
                 print(("terminated (SIGTERM): " if terminated else "") + interrupt_message(), file=sys.stderr)
@@ -159,14 +159,14 @@ def _run(main, argv, debug: bool) -> int:
         _TERMINATED["stopping"] = True
         if debug:
             raise
-        from minitransformer.cli import parallel
+        from minitransformer.cli import ranks
         code, message = _describe(exc)
         everywhere = getattr(exc, "on_every_rank", False)  # every rank raised it at the same point
-        if not parallel.is_follower():
+        if not ranks.is_follower():
             sys.stdout.flush()
             print(f"error: {message}", file=sys.stderr)
-        elif not everywhere and parallel.current() is not None:  # (before the ranks join, all fail alike)
-            dp = parallel.current()
+        elif not everywhere and ranks.current() is not None:  # (before the ranks join, all fail alike)
+            dp = ranks.current()
             print(f"error: rank {dp.rank} of {dp.size}: {message}", file=sys.stderr)
         if not everywhere:
             _stop_other_ranks(code)
@@ -178,9 +178,9 @@ def _stop_other_ranks(code: int, wait_for_rank0: bool = False) -> None:
     the others would otherwise wait forever for it in their next collective. Its run-folder
     lock goes first (MPI_Abort ends the process at once). A follower interrupted by Ctrl-C
     gives rank 0, interrupted too, a moment to say where the run stopped."""
-    from minitransformer.cli import parallel
+    from minitransformer.cli import ranks
     from minitransformer.cli.folder_lock import release_all
-    dp = parallel.current()
+    dp = ranks.current()
     if dp is not None and dp.size > 1:
         release_all()
         if wait_for_rank0 and not dp.is_writer:

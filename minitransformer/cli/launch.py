@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from minitransformer.cli.parallel import LAUNCHED  # the variable the started ranks carry
+from minitransformer.cli.ranks import LAUNCHED  # the variable the started ranks carry
 
 #: The training commands whose loss is a sum over tokens, so that ranks can share a batch.
 DATA_PARALLEL_KINDS = ("lm", "seq2seq")
@@ -133,7 +133,7 @@ def launch(args, argv: Sequence[str]) -> None:
 def check_world(args) -> None:
     """Refuse a ``--ranks N`` that the ranks running this command do not match (a program that
     calls ``main`` directly, or ``mpiexec -n M`` with another N): one line, exit status 2."""
-    from minitransformer.cli.parallel import check_world_formed
+    from minitransformer.cli.ranks import check_world_formed
     from minitransformer.distributed import world_size
     check_world_formed()  # first: a world that did not form as launched
     running = world_size()

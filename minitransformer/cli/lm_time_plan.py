@@ -79,7 +79,7 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model,
     resumed run keeps the plan it started with (:func:`kept_plan`: another budget, or none with
     ``--max-minutes 0``, moves only its end)."""
     from minitransformer.checkpoint import load_checkpoint
-    from minitransformer.cli import parallel
+    from minitransformer.cli import ranks
     from minitransformer.train.time_plan import plan_phases
     if resume is not None:
         meta = load_checkpoint(resume).meta
@@ -89,22 +89,22 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model,
     if recipe.time_budget is None:  # --max-minutes 0 on a run that recorded no plan: nothing to plan or keep
         return recipe
     from minitransformer.cpus import usable_cpus
-    dp = parallel.current()
-    ranks = 1 if dp is None else dp.size
+    dp = ranks.current()
+    n_ranks = 1 if dp is None else dp.size
     if dp is not None:
         dp.barrier()  # every rank has read its data: they measure side by side, as they will train
     from minitransformer.cli.training import check_fits_in_memory
     model = make_model(recipe, data.vocab, args.seed)
     check_fits_in_memory(model)  # before the probe trains it: a model too large is refused, not swapped
-    probe = probe_speed(model, recipe, data.train, data.vocab, args.seed, ranks, max_len)
+    probe = probe_speed(model, recipe, data.train, data.vocab, args.seed, n_ranks, max_len)
     speed = probe.tokens_per_s
     phase2_tokens = (probe.stretch * sum(len(ids) - 1 for ids in data.encode(data.train))  # as written at random
                      + recipe.pretrain_mix * PHASE1_TOKENS)
-    plan = parallel.on_rank0(lambda: plan_phases(  # rank 0's plan, or its refusal, on every rank
+    plan = ranks.on_rank0(lambda: plan_phases(  # rank 0's plan, or its refusal, on every rank
         recipe.time_budget, spent, judging_seconds(recipe, speed), speed, PHASE1_TOKENS, phase2_tokens,
         recipe.epochs, recipe.min_epochs, recipe.pretrain_share,
         write_s=probe.write_s / usable_cpus(),  # phase 1's many molecules: written by workers on every core
-        phase2_write_s=probe.write_s / ranks,  # phase 2's few: each rank writes its share itself
+        phase2_write_s=probe.write_s / n_ranks,  # phase 2's few: each rank writes its share itself
         phase2_molecules=len(data.train) + recipe.pretrain_mix,
         judge_per_molecule=probe.canon_s,  # novelty canonicalizes every phase-1 molecule, on rank 0
         margin=PROBE_MARGIN,

@@ -28,7 +28,7 @@ from typing import Sequence
 from minitransformer.cli import (attention, info, optimize, predict, sample, score, train_lm, train_property,
                                  train_seq2seq, translate)
 from minitransformer.cli import launch
-from minitransformer.cli import parallel as cli_parallel
+from minitransformer.cli import ranks as cli_ranks
 from minitransformer.cli.arguments import ArgumentParser, add_command, use_backend
 from minitransformer.cli.run_state import PROGRESS
 
@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None, start_ranks: bool = False) -> int:
     (:mod:`~minitransformer.cli.launch`; the installed command does, a program calling
     ``main`` does not, and there ``--ranks N`` needs ``mpiexec -n N``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    cli_parallel.expect(next((a for a in argv if not a.startswith("-")), None))
+    cli_ranks.expect(next((a for a in argv if not a.startswith("-")), None))
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # argparse stops filling a ``nargs="*"`` positional at the first option, so in
@@ -95,8 +95,8 @@ def main(argv: Sequence[str] | None = None, start_ranks: bool = False) -> int:
     PROGRESS.reset(command="train" if args.command == "train" else args.command)
     _quiet_rdkit_logs()
     use_backend(args)
-    if args.command == "train" and cli_parallel.start() is not None and args.kind not in launch.DATA_PARALLEL_KINDS:
-        if cli_parallel.is_follower():
+    if args.command == "train" and cli_ranks.start() is not None and args.kind not in launch.DATA_PARALLEL_KINDS:
+        if cli_ranks.is_follower():
             raise SystemExit(0)  # rank 0 says why
         refusal = ValueError(f"train {args.kind} cannot run data-parallel (its losses are not sums over tokens): "
                              "start it without mpiexec; train lm and train seq2seq can")

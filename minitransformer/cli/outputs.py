@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from minitransformer import atomic
-from minitransformer.cli import parallel
+from minitransformer.cli import ranks
 from minitransformer.cli.errors import WriteError
 
 
@@ -45,8 +45,8 @@ def json_safe(obj):
 
 def _guarded(path, write: Callable[[], Path]) -> Path:
     """Run ``write``; an OSError (other than a refusal or a folder) becomes a WriteError naming ``path``.
-    In a data-parallel command only rank 0 writes (:mod:`minitransformer.cli.parallel`)."""
-    if parallel.is_follower():
+    In a data-parallel command only rank 0 writes (:mod:`minitransformer.cli.ranks`)."""
+    if ranks.is_follower():
         return Path(path)
     try:
         return write()

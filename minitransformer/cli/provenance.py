@@ -80,8 +80,8 @@ def _versions() -> dict:
         versions["rdkit"] = rdBase.rdkitVersion
     except ImportError:
         versions["rdkit"] = None
-    from minitransformer.cli import parallel
-    dp = parallel.current()
+    from minitransformer.cli import ranks
+    dp = ranks.current()
     versions["runtime"] = runtime.describe(ranks=1 if dp is None else dp.size)  # ranks, compiled kernels, BLAS
     versions["blas"] = "; ".join(f"{b['library']} {b['version']}" + (f" ({b['kernel']})" if b.get("kernel") else "")
                                  for b in versions["runtime"]["blas"]) or None

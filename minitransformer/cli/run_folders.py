@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from minitransformer import atomic
-from minitransformer.cli import parallel
+from minitransformer.cli import ranks
 from minitransformer.cli.arguments import Auto
 from minitransformer.cli.outputs import json_safe
 from minitransformer.cli.run_state import PROGRESS, resume_point, saved_meta
@@ -75,7 +75,7 @@ def claim_run_folder(out: str | os.PathLike, resume: str | None, force: bool,
 
     In a data-parallel command rank 0 claims the folder and tells the other ranks.
     """
-    return parallel.on_rank0(lambda: _claim(Path(out), resume, force, resume_places, reads))
+    return ranks.on_rank0(lambda: _claim(Path(out), resume, force, resume_places, reads))
 
 
 def _claim(out: Path, resume, force: bool, resume_places, reads=()) -> Path | None:

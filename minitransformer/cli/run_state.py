@@ -56,9 +56,9 @@ def run_fit(phase: str, model, task, optimizer, train_data, val_data=None, *, co
     kwargs["extra_meta"] = {"phase": phase, **(kwargs.get("extra_meta") or {})}  # names the rows of history.csv
     PROGRESS.phase, PROGRESS.training, PROGRESS.trainer = phase, True, None
     PROGRESS.out_dir = Path(config.out_dir) if config.out_dir else None
-    from minitransformer.cli import parallel
+    from minitransformer.cli import ranks
     trainer = fit(model, task, optimizer, train_data, val_data, config=config,
-                  callbacks=list(callbacks) + [_track], parallel=parallel.current(), **kwargs)
+                  callbacks=list(callbacks) + [_track], parallel=ranks.current(), **kwargs)
     PROGRESS.trainer = trainer
     if trainer.stop_reason == "interrupted":
         raise KeyboardInterrupt

@@ -252,9 +252,9 @@ class TrainLM(TrainingCommand):
         from minitransformer.chem.datasets.lm_data import RandomizedEpochs
         if p <= 0:
             return run.data.own.encode(smiles)
-        from minitransformer.cli import parallel
+        from minitransformer.cli import ranks
         return RandomizedEpochs(smiles, run.data.vocab, seed=run.args.seed, p=p, max_tokens=MAX_LEN,
-                                kekule_form=run.recipe.form == "kekule", share=parallel.current())
+                                kekule_form=run.recipe.form == "kekule", share=ranks.current())
 
     def _validation(self, run):
         """The callback that gives each epoch its validation NLL and accuracy."""
@@ -298,11 +298,11 @@ class TrainLM(TrainingCommand):
         from minitransformer.chem.datasets.moses import is_moses
         from minitransformer.molecules.likelihood import batches_of, sequence_metrics
         from minitransformer.molecules.sampling import draw_sample_sets, samples_file
-        from minitransformer.cli import parallel
+        from minitransformer.cli import ranks
         args, r, d, model = run.args, run.recipe, run.data, run.model
         t1 = time.perf_counter()
         sets = draw_sample_sets(model, d.vocab, r.samples, r.grammar, args.temperature, args.seed, args.quiet,
-                                parallel=parallel.current())  # data-parallel ranks share the drawing
+                                parallel=ranks.current())  # data-parallel ranks share the drawing
         t_sample = time.perf_counter() - t1
         valid = [s for s in sets["bare"] if canonical(s) is not None]
 
@@ -327,7 +327,7 @@ class TrainLM(TrainingCommand):
                 print(f"no valid molecule among the {len(sets['bare'])} bare samples, so there is no molecules.png "
                       "to draw")
             return test, report
-        test, report = parallel.on_rank0(judged)
+        test, report = ranks.on_rank0(judged)
         metrics = {f"test_{k}": v for k, v in test.items()}
         metrics.update(report)
         metrics.update(sample_time_s=t_sample, temperature=args.temperature, grammar=r.grammar)
@@ -352,7 +352,7 @@ def phase2_epochs(run, train_data, train_ids) -> int:
     plan takes more, up to the preset's. Data-parallel ranks take rank 0's count. A resumed
     phase 2 keeps the number it started with (config.json)."""
     from minitransformer.atomic import parse_json
-    from minitransformer.cli import parallel
+    from minitransformer.cli import ranks
     epochs, budget = run.recipe.epochs, run.budget
     speed = run.pre_history[-1].get("tokens_per_s") if run.pre_history else None
     chosen = epochs
@@ -371,7 +371,7 @@ def phase2_epochs(run, train_data, train_ids) -> int:
         if chosen != epochs:
             print(f"phase 2: {chosen} epochs fit the {budget / 60:.1f} minutes left (about {per_epoch:.0f} s each "
                   f"at phase 1's {speed:,.0f} tokens/s; planned {epochs}); the schedule is planned for {chosen}")
-    dp = parallel.current()
+    dp = ranks.current()
     return chosen if dp is None else dp.from_rank0(chosen)  # every rank the same schedule
 
 

@@ -171,8 +171,8 @@ def run_training(command: TrainingCommand, args, read_back: bool = False) -> int
                 **command.facts(run)}
     _check_ranks_agree(run.info)
     if resume is not None:  # the same data, vocabulary and settings, or a clear refusal (rank 0's, said once)
-        from minitransformer.cli import parallel
-        parallel.on_rank0(lambda: cli.check_resume(resume, out, run.info, data.vocab))
+        from minitransformer.cli import ranks
+        ranks.on_rank0(lambda: cli.check_resume(resume, out, run.info, data.vocab))
         run.resumed_phase = load_checkpoint(resume).meta.get("phase", "train")
         if run.resumed_phase not in ("pretrain", "train"):
             raise ValueError(f"{resume} says it was saved in phase {str(run.resumed_phase)[:40]!r}, which train "
@@ -243,9 +243,9 @@ def check_fits_in_memory(model, available: int | None = None) -> None:
 def _check_ranks_agree(info: dict) -> None:
     """Data-parallel ranks must train on the same data with the same settings (a step pairs
     their collective calls one for one): refuse, on every rank, a run where they differ."""
-    from minitransformer.cli import parallel
+    from minitransformer.cli import ranks
     from minitransformer.cli.outputs import json_safe
-    dp = parallel.current()
+    dp = ranks.current()
     if dp is None:
         return
     mine = (info["data_sha256"], repr(json_safe(info["settings"])))

@@ -322,10 +322,10 @@ class _RankZeroOfTwo:
 def test_train_property_under_mpiexec_is_refused_by_rank_0_without_mpi_abort(tmp_path, capsys, monkeypatch):
     """Every rank refuses ``train property`` at the same point, so rank 0 says why and ends
     normally: MPI_Abort would tear mpiexec down and could lose that line (CI saw it lost)."""
-    from minitransformer.cli import parallel
+    from minitransformer.cli import ranks
     from minitransformer.cli.main import main
     dp = _RankZeroOfTwo()
-    monkeypatch.setitem(parallel._STATE, "dp", dp)
+    monkeypatch.setitem(ranks._STATE, "dp", dp)
     monkeypatch.chdir(tmp_path)
     status = run_cli(main, ["train", "property", "--quick", "--out", "prop"])
     message = one_line_error(capsys)
