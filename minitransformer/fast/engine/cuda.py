@@ -284,14 +284,20 @@ def contiguous(*arrays) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _module():
+def compiled_module(source: str, kernels: tuple):
+    """``source``'s templated ``kernels``, each compiled for float and double (NVRTC, once a process)."""
     import cupy
-    names = [f"{k}<{t}>" for k in KERNELS for t in ("float", "double")]
-    return cupy.RawModule(code=SOURCE, name_expressions=names)  # NVRTC, its default C++ standard
+    names = [f"{k}<{t}>" for k in kernels for t in ("float", "double")]
+    return cupy.RawModule(code=source, name_expressions=names)  # NVRTC, its default C++ standard
+
+
+def kernel_of(source: str, kernels: tuple, name: str, dtype):
+    """The kernel ``name`` of ``source`` for arrays of ``dtype`` (float32 or float64)."""
+    return compiled_module(source, tuple(kernels)).get_function(f"{name}<{_CTYPE[np.dtype(dtype)]}>")
 
 
 def _kernel(name: str, dtype):
-    return _module().get_function(f"{name}<{_CTYPE[np.dtype(dtype)]}>")
+    return kernel_of(SOURCE, tuple(KERNELS), name, dtype)
 
 
 def _blocks(n: int, threads: int = THREADS) -> int:

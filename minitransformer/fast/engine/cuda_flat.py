@@ -27,8 +27,6 @@ CPU machine and proves both kernels equal to their references on a GPU.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from minitransformer.fast.engine import cuda
@@ -112,15 +110,8 @@ class Chunks:
         self.partial = cupy.zeros(max(self.count, 1), dtype=cupy.float64)           # (C,) sums of squares
 
 
-@functools.lru_cache(maxsize=None)
-def _module():
-    import cupy
-    names = [f"{k}<{t}>" for k in KERNELS for t in ("float", "double")]
-    return cupy.RawModule(code=SOURCE, name_expressions=names)  # NVRTC, its default C++ standard
-
-
 def _kernel(name: str, dtype):
-    return _module().get_function(f"{name}<{cuda._CTYPE[np.dtype(dtype)]}>")
+    return cuda.kernel_of(SOURCE, tuple(KERNELS), name, dtype)
 
 
 def chunks_of(layout) -> Chunks:

@@ -84,11 +84,16 @@ def test_settings_refuse_what_cannot_be_made(kw, word):
         RecombineSettings(**kw)
 
 
-def test_the_set_is_made_once_and_read_back_from_the_cache(druglike, tmp_path, monkeypatch):
+def _moses_of(druglike, tmp_path, monkeypatch) -> None:
+    """An empty user cache in ``tmp_path``, and the drug-like molecules as MOSES's training file."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     source = tmp_path / "train.csv.gz"
     source.write_bytes(gzip.compress(("SMILES\n" + "".join(f"{s}\n" for s in druglike)).encode()))
     monkeypatch.setattr("minitransformer.chem.datasets.moses.find_moses", lambda *a, **k: source)
+
+
+def test_the_set_is_made_once_and_read_back_from_the_cache(druglike, tmp_path, monkeypatch):
+    _moses_of(druglike, tmp_path, monkeypatch)
     s = RecombineSettings(n=40, sources=200, seed=1)
     made, path = recombined_moses_quietly(s)
     assert len(made) == 40 and path.endswith(f"recombined-{s.key()}.smi")
@@ -99,10 +104,7 @@ def test_the_set_is_made_once_and_read_back_from_the_cache(druglike, tmp_path, m
 @pytest.mark.parametrize("damage", ["truncated", "foreign", "edited", "headerless", "other settings"])
 def test_a_cache_file_that_does_not_check_out_is_made_again(druglike, tmp_path, monkeypatch, damage):
     """The cache is trusted by its header (format, settings, count, checksum), never by its name alone."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    source = tmp_path / "train.csv.gz"
-    source.write_bytes(gzip.compress(("SMILES\n" + "".join(f"{s}\n" for s in druglike)).encode()))
-    monkeypatch.setattr("minitransformer.chem.datasets.moses.find_moses", lambda *a, **k: source)
+    _moses_of(druglike, tmp_path, monkeypatch)
     s = RecombineSettings(n=30, sources=200, seed=2)
     made, path = recombined_moses_quietly(s)
     lines = open(path).read().splitlines()
@@ -118,10 +120,7 @@ def test_a_cache_file_that_does_not_check_out_is_made_again(druglike, tmp_path, 
 
 def test_a_quick_run_makes_a_small_recombined_set_of_its_own(druglike, tmp_path, monkeypatch):
     from minitransformer.chem.datasets.data import load_source
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    source = tmp_path / "train.csv.gz"
-    source.write_bytes(gzip.compress(("SMILES\n" + "".join(f"{s}\n" for s in druglike)).encode()))
-    monkeypatch.setattr("minitransformer.chem.datasets.moses.find_moses", lambda *a, **k: source)
+    _moses_of(druglike, tmp_path, monkeypatch)
     loaded = load_source("recombined", limit=20)
     assert 0 < len(loaded.smiles) <= 20 and "recombined-n20-" in loaded.description
 
