@@ -206,13 +206,14 @@ def test_the_time_plan_measures_the_runs_own_model_on_this_machine(capsys):
     assert 100 < probe.tokens_per_s < 1e8 and 0 < probe.write_s < 0.1 and 0 < probe.canon_s < 0.1, probe
     assert 1 <= probe.stretch < 2, probe  # these, written at random in Kekule form, take as many tokens or more
     data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
-    # a budget of two hours: the plan must fit however busy the machine that runs the suite is (the probe
-    # read 2,036 tokens/s on a 2-core VM running three other jobs, about 1/17 of its speed when idle)
-    r = lm_time_plan.time_planned(_recipe(["--max-minutes", "120"]), data, SimpleNamespace(seed=0), None, 1.0,
+    # a budget of a day: the plan must fit however busy the machine that runs the suite is (the probe read
+    # 2,036 tokens/s on a 2-core VM running three other jobs, about 1/17 of its idle speed, and 322 with a
+    # whole second suite beside this one, where two hours no longer held the judging and 20 epochs)
+    r = lm_time_plan.time_planned(_recipe(["--max-minutes", "1440"]), data, SimpleNamespace(seed=0), None, 1.0,
                                   train_lm.make_model, train_lm.MAX_LEN)
     said = capsys.readouterr().out
     assert said.startswith("time plan at ") and f"(up to {r.pretrain_limit:,} molecules)" in said
-    assert 20 <= r.epochs <= 60 and 0 < r.max_time < 120 * 60
+    assert 20 <= r.epochs <= 60 and 0 < r.max_time < 1440 * 60
 
 
 def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keeps_them(monkeypatch, tmp_path,
