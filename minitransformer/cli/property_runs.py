@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import statistics
 from pathlib import Path
 
@@ -82,16 +83,17 @@ def _run(command, args, seed: int, member: int, out: Path) -> Path | None:
     """One run (its folder comes back, None if it was stopped); a finished one is read back under --resume."""
     from minitransformer.cli.training import run_training
     sub = copy.copy(args)
-    sub.seed, sub.split_seed, sub.out, sub.seeds, sub.ensemble = seed + MEMBER_STRIDE * member, seed, str(out), None, 1
+    sub.seed, sub.out, sub.seeds, sub.ensemble = seed + MEMBER_STRIDE * member, str(out), None, 1
+    recipe = dataclasses.replace(command.recipe(sub), split_seed=seed)  # every member splits as its seed
     name = f"seed {seed}" + (f", member {member}" if args.ensemble > 1 else "")
     if args.resume is not None and (out / "metrics.json").exists() and (out / PROBABILITIES).exists():
-        run_training(command, sub, read_back=True)  # refused unless made of this data, labels and settings
+        run_training(command, sub, read_back=True, recipe=recipe)  # refused unless made of this data and settings
         print(f"{name}: finished earlier, read back from {out}")
         return out
     if args.resume is not None and not (out / "last.npz").exists() and not (out / "pretrain" / "last.npz").exists():
         sub.resume = None  # this run never started: start it
     print(f"--- {name} (model seed {sub.seed}) -> {out}")
-    return out if run_training(command, sub) == 0 else None
+    return out if run_training(command, sub, recipe=recipe) == 0 else None
 
 
 def read_json(path: Path) -> dict:

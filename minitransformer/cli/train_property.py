@@ -175,7 +175,7 @@ class TrainProperty(TrainingCommand):
         table = load_labelled(args.data)
         if args.quick:
             table = table.take(range(min(QUICK_MOLECULES, len(table.smiles))))
-        split_seed = args.seed if getattr(args, "split_seed", None) is None else args.split_seed
+        split_seed = args.seed if recipe.split_seed is None else recipe.split_seed
         train, val, test = (table.take(rows) for rows in split_rows(table.smiles, args.split, split_seed))
         if not train.smiles or not val.smiles or not test.smiles:
             raise ValueError(f"{table.description}: not enough molecules to split three ways: {len(table.smiles)} "
@@ -229,7 +229,7 @@ class TrainProperty(TrainingCommand):
         from minitransformer.cli.run_folders import labels_fingerprint
         table, train, val, test, features, encoder = run.data.own
         pretrained = len(run.data.extra) or (len(train.smiles) if run.args.pretrain else 0)
-        split_seed = run.args.seed if getattr(run.args, "split_seed", None) is None else run.args.split_seed
+        split_seed = run.args.seed if run.recipe.split_seed is None else run.recipe.split_seed
         return {"split": run.args.split, "split_seed": split_seed if run.args.split == "random" else None,
                 "pretrain": run.args.pretrain, "pretrain_data": run.recipe.pretrain_data,
                 "pretrain_molecules": pretrained, EXCLUDES_TABLE: bool(run.data.extra), "tasks": table.tasks,

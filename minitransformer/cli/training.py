@@ -143,16 +143,17 @@ class TrainingCommand:
         raise NotImplementedError
 
 
-def run_training(command: TrainingCommand, args, read_back: bool = False) -> int:
+def run_training(command: TrainingCommand, args, read_back: bool = False, recipe: Recipe | None = None) -> int:
     """Train, evaluate and report one run of ``command`` (see the module's story). ``read_back``
     (with ``--resume``, for a run that finished): stop once the run in the folder is shown to be
-    this command's (its data, labels, vocabulary and settings, as a resume compares them)."""
+    this command's (its data, labels, vocabulary and settings, as a resume compares them).
+    ``recipe``: the run's recipe, when a caller made it (one run of several); else the command's."""
     from minitransformer import cli
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
     from minitransformer.train.history import tagged
 
     t0 = time.perf_counter()
-    recipe = command.recipe(args)
+    recipe = command.recipe(args) if recipe is None else recipe
     out = Path(args.out)
     # The folder belongs to one run: reusing it needs --resume (checked below) or --force.
     kept = read_back and not any((out / place).is_file() for place in command.resume_places)

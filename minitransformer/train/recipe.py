@@ -183,18 +183,21 @@ class PropertyRecipe(Recipe):
     tta random writings averaged per test molecule; pos_weight balances each assay's rare
     positives; pretrain_lr is the masked-language-model phase's peak learning rate;
     descriptors: the head also reads RDKit's 2D descriptors of each molecule
-    (:mod:`minitransformer.chem.descriptors`)."""
+    (:mod:`minitransformer.chem.descriptors`); split_seed: the seed of the random split (None: the
+    run's own; the members of an ensemble share their seed's split)."""
 
     max_len: int = 256
     tta: int = 8
     pos_weight: bool = True
     pretrain_lr: float = 1e-3
     descriptors: bool = False
+    split_seed: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
         _whole("max_len", self.max_len, 3)
         _whole("tta", self.tta, 1)
+        _whole("split_seed", self.split_seed, 0, optional=True)
         _real("pretrain_lr", self.pretrain_lr, 0, low_open=True)
 
 
