@@ -147,7 +147,8 @@ def labels_fingerprint(tasks: Sequence[str], *labels) -> str:
 #: What a resumed run may change: its time budget (and the phases' budgets a time plan derives from it)
 #: and its sample count.
 _RESUME_IGNORES = ("settings.max_time", "settings.fine_tune_time", "settings.time_budget",
-                   "settings.pretrain_max_time", "settings.samples")
+                   "settings.pretrain_max_time", "settings.samples",
+                   "settings.data")  # (the data as named: its molecules' digest is what is compared)
 
 
 def _flat(obj, prefix: str = "") -> dict:

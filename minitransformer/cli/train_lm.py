@@ -135,8 +135,8 @@ def add_parser(kinds):
 def resolve_recipe(args) -> LMRecipe:
     """The preset, with --quick and the overrides of the command line applied."""
     r = preset(PRESETS, args, QUICK)
-    if args.data is None and args.preset in PRESET_DATA and not args.quick:
-        args.data = PRESET_DATA[args.preset]
+    data = PRESET_DATA.get(args.preset) if args.data is None and not args.quick else args.data
+    r = dataclasses.replace(r, data=data)
     if args.quick and args.preset == "tomczak":
         r = dataclasses.replace(r, arch="transformer", model=dict(QUICK["model"], norm="post", tie_embeddings=False))
     r = apply_overrides(r, args, ("epochs", "form", "lr", "batch_size", "augment", "pretrain_augment",
@@ -227,7 +227,7 @@ class TrainLM(TrainingCommand):
         from minitransformer.chem import Vocab
         from minitransformer.chem.datasets.lm_data import prepare_smiles
         t0 = time.perf_counter()
-        data = prepare_smiles(args.data, check_rdkit=recipe.check_rdkit, form=recipe.form, limit=recipe.limit,
+        data = prepare_smiles(recipe.data, check_rdkit=recipe.check_rdkit, form=recipe.form, limit=recipe.limit,
                               test_limit=recipe.test_limit)
         extra = []
         from minitransformer.cli.lm_time_plan import plans, time_planned
@@ -311,7 +311,7 @@ class TrainLM(TrainingCommand):
                                     d.vocab.pad_id) if d.test else {}
             for label, smiles in sets.items():
                 cli.write_text(run.out / samples_file(label), "\n".join(smiles) + "\n")
-            report, table = judge_sample_sets(sets, d.train, d.val + d.test, d.extra, moses=is_moses(args.data),
+            report, table = judge_sample_sets(sets, d.train, d.val + d.test, d.extra, moses=is_moses(r.data),
                                               seed=args.seed)
             if table is not None:
                 cli.write_text(run.out / "moses_table.md", table)

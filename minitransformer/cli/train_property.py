@@ -116,7 +116,8 @@ def count_or_all(text: str) -> int | str:
 def resolve_recipe(args) -> PropertyRecipe:
     """The preset, with --pretrain's phase, --quick and the overrides of the command line applied."""
     data = args.pretrain_data or ("train" if args.quick else "moses")  # a quick run fetches nothing
-    r = dataclasses.replace(PRESET, pretrain_data=data, **PRETRAIN["moses" if data == "moses" else "other"])
+    r = dataclasses.replace(PRESET, data=args.data, pretrain_data=data,
+                            **PRETRAIN["moses" if data == "moses" else "other"])
     if args.quick:
         r = dataclasses.replace(r, **QUICK)
     r = apply_overrides(r, args, ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta"))
@@ -172,7 +173,7 @@ class TrainProperty(TrainingCommand):
         from minitransformer.chem.datasets.properties import load_labelled, split_rows
         from minitransformer.chem.descriptors import split_descriptors
         from minitransformer.cli.pretrained_encoder import load_encoder
-        table = load_labelled(args.data)
+        table = load_labelled(recipe.data)
         if args.quick:
             table = table.take(range(min(QUICK_MOLECULES, len(table.smiles))))
         split_seed = args.seed if recipe.split_seed is None else recipe.split_seed

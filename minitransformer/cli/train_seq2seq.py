@@ -74,7 +74,7 @@ def add_parser(kinds):
 
 def resolve_recipe(args) -> Seq2SeqRecipe:
     """The preset, with --quick, --model and the overrides of the command line applied."""
-    r = preset(PRESETS, args, QUICK)
+    r = dataclasses.replace(preset(PRESETS, args, QUICK), data=args.data)
     r = apply_overrides(r, args, ("epochs", "lr", "batch_size", "label_smoothing"))
     if args.model == "rnn":
         if args.dropout is not None:
@@ -112,7 +112,7 @@ class TrainSeq2Seq(TrainingCommand):
 
     def load(self, args, recipe, resume=None):
         from minitransformer.chem.datasets.seq2seq_data import prepare_pairs
-        data = prepare_pairs(args.data, seed=args.seed, max_tokens=MAX_TOKENS, limit=recipe.limit)
+        data = prepare_pairs(recipe.data, seed=args.seed, max_tokens=MAX_TOKENS, limit=recipe.limit)
         return recipe, Data(data.vocab, data.train, data.val, data.test, None, data.description,
                             data.clean_summary, own=data)
 
@@ -151,7 +151,7 @@ class TrainSeq2Seq(TrainingCommand):
         rows = [judge(*four) for four in zip(d.test_src, d.test, (g[0] for g in greedy_out), beam_out)]
         metrics = score_translations(rows)
         write_predictions(run.out / "predictions.tsv", rows)
-        if is_moses(run.args.data):  # the same model on the Tox21 test molecules it never saw
+        if is_moses(run.recipe.data):  # the same model on the Tox21 test molecules it never saw
             metrics["tox21"] = tox21_exact_match(model, vocab, run.args.seed)
         metrics.update(greedy_time_s=t_greedy, beam_time_s=t_beam, beam_size=BEAM,
                        augmentation=AUGMENTATION[run.args.augment])

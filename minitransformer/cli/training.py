@@ -159,7 +159,7 @@ def run_training(command: TrainingCommand, args, read_back: bool = False, recipe
     kept = read_back and not any((out / place).is_file() for place in command.resume_places)
     resume = None if kept else cli.claim_run_folder(  # (a finished run without checkpoints: its record only)
         out, args.resume, args.force, resume_places=command.resume_places,
-        reads=[getattr(args, name, None) for name in ("data", "pretrain_data", "encoder")])
+        reads=[recipe.data] + [getattr(args, name, None) for name in ("pretrain_data", "encoder")])
     recipe, data = command.load(args, recipe, resume)
     run = Run(args, recipe, out, data, resume=resume)
     run.model = command.build_model(recipe, data, args.seed)
@@ -185,7 +185,7 @@ def run_training(command: TrainingCommand, args, read_back: bool = False, recipe
             check_recorded_run(out, run.info)
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    cli.write_provenance(out, args.argv, args.seed, args.data, run.info["data_sha256"])
+    cli.write_provenance(out, args.argv, args.seed, recipe.data, run.info["data_sha256"])
 
     pretraining = command.pretraining(run)
     if pretraining is not None and run.resumed_phase != "train":

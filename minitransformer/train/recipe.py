@@ -74,6 +74,7 @@ class Recipe:
     max_time: the whole run's training budget; ``fine_tune_time`` is the main phase's own
         when the pretraining's budget comes on top of it.
     augment: probability of writing a training molecule as a random SMILES each epoch.
+    data: what to train on (a data set's name or a file; None: the command's default), as given.
     limit: use at most this many molecules of the data (None: all).
     pretrain_*: the optional first phase (``pretrain_epochs`` 0: none) and its data.
     """
@@ -92,6 +93,7 @@ class Recipe:
     max_time: float | None = None
     fine_tune_time: float | None = None
     augment: float = 0.0
+    data: str | None = None
     limit: int | None = None
     pretrain_data: str | None = None
     pretrain_epochs: int = 0

@@ -134,11 +134,11 @@ def test_the_pmo_preset_trains_on_the_recombined_set_after_moses():
     from minitransformer.cli.train_lm import resolve_recipe
     args = build_parser().parse_args(["train", "lm", "--preset", "pmo"])
     r = resolve_recipe(args)
-    assert args.data == "recombined" and r.pretrain_data == "moses" and r.pretrain_epochs == 1
+    assert r.data == "recombined" and args.data is None, "the recipe holds the preset's data; args is not changed"
+    assert r.pretrain_data == "moses" and r.pretrain_epochs == 1
     assert r.time_budget is None and r.pretrain_mix > 0 and r.epochs == 1
     given = build_parser().parse_args(["train", "lm", "--preset", "pmo", "--data", "druglike"])
-    resolve_recipe(given)
-    assert given.data == "druglike"  # the user's --data is kept
+    assert resolve_recipe(given).data == "druglike"  # the user's --data is kept
 
 
 def test_the_recombined_set_trains_on_all_but_its_held_out_molecules(druglike, monkeypatch):
