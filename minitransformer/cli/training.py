@@ -25,9 +25,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+import argparse
+from typing import Callable, Mapping, Sequence
 
+from minitransformer.chem.datasets.vocab import Vocab
+from minitransformer.nn.module import Module
 from minitransformer.train.recipe import Recipe, make_optimizer
+from minitransformer.train.tasks import Task
 
 
 @dataclasses.dataclass
@@ -45,12 +49,12 @@ class Phase:
     """
 
     name: str
-    task: Any
-    train_data: Any
+    task: Task
+    train_data: Sequence | Callable[[int], Sequence]
     examples: int
     epochs: int
     max_time: float | None
-    val_data: Any = None
+    val_data: Sequence | None = None
     callbacks: Sequence[Callable] = ()
     metric: str | None = None
     mode: str = "min"
@@ -66,14 +70,14 @@ class Data:
     that ``--resume`` refuses other data, where the data came from, and the command's own
     loaded data (``own``)."""
 
-    vocab: Any
+    vocab: Vocab
     train: list
     val: list
     test: list
     extra: list | None
     description: str
-    cleaning: Any
-    own: Any = None
+    cleaning: str | None
+    own: object = None  # whatever the command keeps of its data (its table, splits, features ...)
 
     def fingerprint(self) -> str:
         from minitransformer.cli.run_folders import data_fingerprint
@@ -84,11 +88,11 @@ class Data:
 class Run:
     """A run in progress, handed to every step of a command."""
 
-    args: Any
+    args: argparse.Namespace
     recipe: Recipe
     out: Path
     data: Data
-    model: Any = None
+    model: Module | None = None
     info: dict = dataclasses.field(default_factory=dict)  # what config.json and every checkpoint record
     resume: Path | None = None  # the checkpoint to continue from
     resumed_phase: str | None = None  # the phase it was saved in

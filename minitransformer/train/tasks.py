@@ -26,12 +26,27 @@ scored on the next tokens ``x[:, 1:]`` (padding ignored by the loss).
 """
 from __future__ import annotations
 
+from typing import Protocol, Sequence
+
 import numpy as np
 
 from minitransformer import backend
 from minitransformer.nn.bce import masked_bce_backward, masked_bce_forward
 from minitransformer.nn.embedding import check_ids, ids_to_device
 from minitransformer.nn.softmax import CrossEntropyLoss
+
+
+class Task(Protocol):
+    """What the trainer asks of a task (the module's list): every task here is one."""
+
+    metric_names: Sequence[str]
+
+    def validate(self, examples, what: str) -> None: ...
+    def collate(self, examples): ...
+    def length(self, example) -> int: ...
+    def loss(self, model, batch, rng): ...
+    def backward(self, model) -> None: ...
+    def evaluate(self, model, batches) -> dict: ...
 
 
 def pad_batch(seqs, pad_id: int) -> np.ndarray:
