@@ -352,3 +352,39 @@ def test_the_results_pages_are_the_current_state_not_a_diary(page):
     text = (ROOT / page).read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 300, f"{page} has {len(text.splitlines())} lines; it states the current truth"
     assert not re.search(r"\bsession[s]? ?\d|\bissue \d|this mornin[g]", text, re.I), f"{page} reads like a work log"
+
+
+def _defined_names(path) -> set:
+    """The names a module defines at its top: functions, classes, assigned names (and imported ones)."""
+    import ast
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def test_every_name_the_reading_order_gives_is_defined_in_a_file_its_step_names():
+    """docs/README.md's reading order: a name like `RNG` or `Stack` in a step is defined at the top of one of
+    the files that step names, so a reader who opens the file finds it (once `forbid_host_sync` was sent
+    to the wrong file)."""
+    import re
+    text = (ROOT / "docs" / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## A reading order for newcomers"):text.index("Then the fast twins")]
+    steps = re.split(r"\n(?=\d+\. )", section)[1:]
+    checked = 0
+    for step in steps:
+        files = [ROOT / f for f in re.findall(r"`(minitransformer/[\w/]+\.py)`", step)]
+        assert files and all(f.is_file() for f in files), step[:80]
+        defined = set().union(*(_defined_names(f) for f in files))
+        for name in re.findall(r"`([A-Za-z_]\w*)(?:\(\))?`", step):
+            if name in ("data", "grad", "forward", "backward", "step"):  # attributes and methods, named as such
+                continue
+            assert name in defined, f"docs/README.md's reading order names `{name}` beside {files}, which do not define it"
+            checked += 1
+    assert checked >= 6
