@@ -52,7 +52,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 import common  # noqa: E402
-from minitransformer.checks import is_finite_number  # noqa: E402
+from minitransformer import checks  # noqa: E402
 from minitransformer.chem.goals.oracle_budget import OracleBudget  # noqa: E402
 from minitransformer.chem.goals.pmo_tasks import TASKS, get_task  # noqa: E402
 
@@ -246,16 +246,15 @@ def check_run(r, where: str) -> str | None:
         return f"{where} is {type(r).__name__}, not a run"
     if r.get("task") not in TASKS:
         return f"{where} has task {str(r.get('task'))[:40]!r}, not one of PMO's"
-    if not isinstance(r.get("seed"), int) or isinstance(r.get("seed"), bool) or r["seed"] < 0:
-        return f"{where} ({r['task']}) has seed {str(r.get('seed'))[:20]!r}, not a whole number >= 0"
-    for name, kind, low, high in RUN_FIELDS:
-        value = r.get(name)
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or (kind is int and not isinstance(value, int)) or not is_finite_number(value) \
-                or value < low or (high is not None and value > high):
-            span = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
-            return (f"{where} ({r['task']} seed {r['seed']}) has {name} {str(value)[:20]}, not a finite "
-                    f"{'whole number' if kind is int else 'number'} {span}")
+    try:
+        checks.whole(f"{where} ({r['task']}): seed", r.get("seed"), 0)
+        for name, kind, low, high in RUN_FIELDS:
+            label = f"{where} ({r['task']} seed {r['seed']}): {name}"
+            if kind is int:
+                checks.whole(label, r.get(name), low)
+            checks.real(label, r.get(name), low, high)  # finite too (a whole number beyond a float is not)
+    except ValueError as err:
+        return str(err)
     return None
 
 

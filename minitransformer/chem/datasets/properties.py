@@ -98,15 +98,11 @@ def read_labelled(path: str | os.PathLike, tasks: Sequence[str] | None = None) -
         missing = [t for t in tasks if t not in header]
         if missing:
             raise ValueError(f"{path}: no label column(s) {missing}; the columns are {header}")
-        twice = [t for t in tasks if header.count(t) > 1]
-        if twice:
-            raise ValueError(f"{path}: the label column {twice[0]!r} appears {header.count(twice[0])} times; give "
-                             "each task one column (rename or drop the others)")
         t_cols = [header.index(t) for t in tasks]
     if not t_cols:
         raise ValueError(f"{path}: no label columns besides the SMILES; the columns are {header}")
-    named = [header[c].strip() for c in t_cols]
-    twice = sorted({n for n in named if named.count(n) > 1})
+    named = [n.strip() for n in header]  # a task in two columns, named or found: which one holds it is unsaid
+    twice = sorted({named[c] for c in t_cols if named.count(named[c]) > 1})
     if twice:
         raise ValueError(f"{path}: the label column {twice[0]!r} appears {named.count(twice[0])} times; give each "
                          "task one column (rename or drop the others)")
