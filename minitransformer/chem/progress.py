@@ -57,8 +57,8 @@ def progress(label: str, total: int, unit: str = "mol", stream=None):
 
 
 def tracked(label: str | None, items, total: int | None = None, unit: str = "mol", every: int = 256):
-    """Iterate over ``items``, showing the progress of the loop as :func:`progress` does (``label``
-    None: nothing shown); ``total`` defaults to ``len(items)``."""
+    """Iterate over ``items`` (any iterable: nothing is copied), showing the progress of the loop as
+    :func:`progress` does (``label`` None: nothing shown); ``total`` defaults to ``len(items)``."""
     if label is None:
         yield from items
         return

@@ -133,7 +133,7 @@ def descriptor_matrix(mols: Sequence, label: str | None = None) -> np.ndarray:
     from minitransformer.chem.progress import tracked
     functions = [getattr(Descriptors, name) for name in DESCRIPTORS]
     out = np.empty((len(mols), len(functions)), dtype=np.float64)  # (N, 9)
-    for row, mol in tracked(label, list(enumerate(mols)), total=len(mols)):
+    for row, mol in tracked(label, enumerate(mols), total=len(mols)):
         out[row] = [f(mol) for f in functions]
     out[~np.isfinite(out)] = 0.0
     return out

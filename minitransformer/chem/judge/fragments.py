@@ -89,7 +89,7 @@ def _by_molecule(smiles: Sequence[str], mols: Sequence, count_one, label: str | 
         first.setdefault(s, m)
     total = Counter()
     with quiet_rdkit():
-        for s, n in tracked(label, list(copies.items())):
+        for s, n in tracked(label, copies.items(), len(copies)):
             for key, c in count_one(first[s]).items():
                 total[key] += c * n
     return total

@@ -247,7 +247,7 @@ def filters_fraction(mols, canon, filters) -> tuple[float | None, str]:
     from minitransformer.chem.progress import tracked
     verdict = {}
     with quiet_rdkit():
-        for m, s in tracked(f"MOSES filters on {len(mols):,} valid samples", list(zip(mols, canon))):
+        for m, s in tracked(f"MOSES filters on {len(mols):,} valid samples", zip(mols, canon), len(mols)):
             if s not in verdict:
                 verdict[s] = passes_filters(m, filters)
     return sum(verdict[s] for s in canon) / len(canon), ""

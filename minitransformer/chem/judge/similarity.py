@@ -39,7 +39,7 @@ def morgan_bits(mols: Sequence, radius: int = 2, n_bits: int = 1024, label: str 
     from minitransformer.chem.progress import tracked
     generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=n_bits)
     out = np.zeros((len(mols), n_bits), dtype=np.float32)  # (N, n_bits)
-    for row, mol in tracked(label, list(enumerate(mols)), total=len(mols)):
+    for row, mol in tracked(label, enumerate(mols), total=len(mols)):
         out[row] = generator.GetFingerprintAsNumPy(mol)
     return out
 
