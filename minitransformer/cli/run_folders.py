@@ -188,6 +188,11 @@ def _vocab_difference(saved, new) -> str | None:
     return f"vocabulary: {len(old_tokens)} tokens then, {len(new_tokens)} now ({detail})"
 
 
+def _listed(problems: list[str]) -> str:
+    """The first five differences, and how many more there are."""
+    return "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+
+
 def _record_differences(out: Path, run_info: dict) -> list[str]:
     """What differs between ``run_info`` and the run record of ``out/config.json``."""
     config = out / "config.json"
@@ -208,9 +213,8 @@ def check_recorded_run(out: str | os.PathLike, run_info: dict) -> None:
                          "start afresh with --force")
     problems = _record_differences(out, run_info)
     if problems:
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        raise ValueError(f"cannot read back the run in {out}: it was made with other data or settings ({shown}); "
-                         "use the options of that run, or pass --force to start afresh")
+        raise ValueError(f"cannot read back the run in {out}: it was made with other data or settings "
+                         f"({_listed(problems)}); use the options of that run, or pass --force to start afresh")
 
 
 def check_resume(resume: str | os.PathLike, out: str | os.PathLike, run_info: dict, vocab) -> None:
@@ -249,6 +253,5 @@ def check_resume(resume: str | os.PathLike, out: str | os.PathLike, run_info: di
     if (out / "config.json").is_file():
         problems += _record_differences(out, run_info)
     if problems:
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise ValueError(f"cannot resume {resume}: it or the run in {out} was made with other data or settings "
-                         f"({shown}); resume with the options of that run, or pass --force to start afresh")
+                         f"({_listed(problems)}); resume with the options of that run, or pass --force to start afresh")
