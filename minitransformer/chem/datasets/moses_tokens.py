@@ -115,7 +115,8 @@ def _vocab_hash(vocab: Vocab) -> str:
 
 
 def arrays_whole(ids: np.ndarray, offsets: np.ndarray, vocab_size: int) -> bool:
-    """Whether ``(ids, offsets)`` read from the cache can be the tokens of a split: offsets rising from
+    """Whether ``(ids, offsets)`` read from the cache, ids (L,) and offsets (M + 1,) for M molecules of
+    L tokens in all, can be the tokens of a split: offsets rising from
     0 to ``len(ids)`` over at least one molecule, every id within the vocabulary (a truncated, edited or
     foreign file under the cache's name fails)."""
     if ids.ndim != 1 or offsets.ndim != 1 or len(offsets) < 2 or not np.issubdtype(ids.dtype, np.integer) \

@@ -154,6 +154,7 @@ CACHE_FORMAT = "minitransformer-fcd-statistics-v2"
 
 
 def _arrays_sha256(mu: np.ndarray, sigma: np.ndarray, n: int) -> str:
+    """SHA-256 of the statistics: mu (512,), sigma (512, 512) as float64, and their count ``n``."""
     h = hashlib.sha256(f"{n}".encode())
     for a in (np.ascontiguousarray(mu, dtype=np.float64), np.ascontiguousarray(sigma, dtype=np.float64)):
         h.update(f"{a.shape}".encode())
