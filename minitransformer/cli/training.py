@@ -46,6 +46,8 @@ class Phase:
     val_data / callbacks: what the end of each epoch evaluates.
     metric / mode / patience: which epoch is best, and when to stop early.
     lr: this phase's peak learning rate (None: the recipe's).
+    model: the model this phase trains (None: the run's; a pretraining phase may train the run's
+        encoder under another head).
     """
 
     name: str
@@ -61,6 +63,7 @@ class Phase:
     patience: int | None = None
     lr: float | None = None
     eval_batch_size: int | None = None
+    model: Module | None = None
 
 
 @dataclasses.dataclass
@@ -268,7 +271,8 @@ def _fit(run: Run, phase: Phase, resume: Path | None):
     from minitransformer.train import TrainConfig
     recipe, args = run.recipe, run.args
     steps = max(2, -(-phase.examples // recipe.batch_size) * phase.epochs)
-    optimizer = make_optimizer(recipe, run.model, steps, lr=phase.lr)
+    model = run.model if phase.model is None else phase.model
+    optimizer = make_optimizer(recipe, model, steps, lr=phase.lr)
     folder = run.out / "pretrain" if phase.name == "pretrain" else run.out
     config = TrainConfig(epochs=phase.epochs, batch_size=recipe.batch_size, clip=recipe.clip,
                          patience=phase.patience, metric=phase.metric, mode=phase.mode, seed=args.seed,
@@ -277,7 +281,7 @@ def _fit(run: Run, phase: Phase, resume: Path | None):
     if phase.name == "train":
         cli.write_json(run.out / "config.json", {"model": run.model.config.to_dict(), "train": config.__dict__,
                                                  "run": run.info})
-    return cli.run_fit(phase.name, run.model, phase.task, optimizer, phase.train_data, phase.val_data,
+    return cli.run_fit(phase.name, model, phase.task, optimizer, phase.train_data, phase.val_data,
                        config=config, callbacks=phase.callbacks, vocab=run.data.vocab,
                        extra_meta={"run": run.info}, resume=resume,
                        earlier_history=run.pre_history if phase.name == "train" else ())
