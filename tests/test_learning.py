@@ -24,7 +24,7 @@ import pytest
 
 from minitransformer import backend
 from minitransformer.generate import greedy
-from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
+from minitransformer.models import DecoderLM, DecoderLMConfig, EncoderConfig, MaskedLM, Seq2Seq, Seq2SeqConfig
 from minitransformer.optim import Adam, WarmupCosineLR
 from minitransformer.train.tasks import LMTask, MLMTask, Seq2SeqTask
 from minitransformer.train import TrainConfig, fit
@@ -174,7 +174,7 @@ def test_encoder_mlm_recovers_masked_tokens(request):
     vocab = 4 + 20
     corpus = [[BOS] + [int(t) for t in rng.integers(4, vocab, size=12)] + [EOS] for _ in range(8)]
     cfg = EncoderConfig(vocab_size=vocab, max_len=16, d_model=32, n_heads=4, n_layers=2, d_ff=64, seed=0)
-    model = Encoder(cfg)
+    model = MaskedLM(cfg)
     task = MLMTask(mask_id=MASK, vocab_size=vocab, pad_id=PAD, special_ids=(PAD, BOS, EOS), p=0.15)
     opt = Adam(model, lr=WarmupCosineLR(5e-3, warmup=10, total=240, min_lr=5e-4))
     trainer = fit(model, task, opt, corpus * 16, val_data=corpus * 8,
@@ -183,7 +183,7 @@ def test_encoder_mlm_recovers_masked_tokens(request):
     # a second, independent corruption of the corpus
     batch = task.collate(corpus * 16)
     corrupted, targets = task._corrupt(batch, np.random.default_rng(777))
-    logits = backend.to_numpy(model.eval()(backend.asarray(corrupted), head="mlm"))
+    logits = backend.to_numpy(model.eval()(backend.asarray(corrupted)))
     sel = targets != MLMTask.IGNORE
     acc2 = float((logits.argmax(-1)[sel] == targets[sel]).mean())
     _report(request, val_acc=round(ev["val_acc"], 4), val_tokens=ev["val_tokens"], acc_fresh=round(acc2, 4),

@@ -20,7 +20,9 @@ module per concept:
   vocabulary is refused (:class:`FingerprintMismatch`), and :func:`model_sha256`, one digest
   of the model a checkpoint holds, the same for two files of it;
 * :mod:`~minitransformer.checkpoint.restoring`: :func:`restore`,
-  :func:`model_from_checkpoint` and :func:`average_checkpoints`.
+  :func:`model_from_checkpoint` and :func:`average_checkpoints`;
+* :mod:`~minitransformer.checkpoint.earlier_layouts`: the checkpoints of earlier
+  versions (0.2.0's ``Encoder`` with its heads), read in today's layout as they are loaded.
 
 A checkpoint from an unknown source is read in an order that bounds the memory it
 can make us allocate, each step before the next:

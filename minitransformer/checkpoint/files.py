@@ -35,6 +35,7 @@ from minitransformer.checkpoint.contents import (
     META_ENTRY, FORMAT_VERSION, Checkpoint, CheckpointError, NonFiniteCheckpoint, check_finite, json_default,
     one_line, first_non_finite,
 )
+from minitransformer.checkpoint.earlier_layouts import upgrade
 from minitransformer.checkpoint.fingerprint import fingerprint_hashes
 
 
@@ -272,7 +273,14 @@ def read_checkpoint(path, before_arrays=None) -> Checkpoint:
             unexpected = sorted(set(members) - set(meta["entries"]))
             raise CheckpointError(f"{path} is corrupted: its entries do not match its table of contents (missing "
                                   f"{missing[:3]}, unexpected {unexpected[:3]}); use an earlier checkpoint")
+        try:  # an earlier version's layout, read as today's (earlier_layouts.py)
+            meta, rename = upgrade(meta)
+        except CheckpointError as err:
+            raise CheckpointError(f"{path}: {err}") from None
         members = {k: v for k, v in members.items() if k.startswith(("weights/", "optim/"))}  # others: ignored
+        if rename is not None:  # its weights under today's names; its optimizer state is not carried over
+            members = {"weights/" + rename(k[len("weights/"):]): v for k, v in members.items()
+                       if k.startswith("weights/") and rename(k[len("weights/"):]) is not None}
         headers = {k: _guarded(path, _header, path, zf, info) for k, info in members.items()}
         for k in sorted(headers):
             if headers[k][1].kind != "f":  # weights and optimizer state are floating point

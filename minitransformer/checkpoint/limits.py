@@ -69,11 +69,13 @@ def check_declared_parameters(where, model_type: str, config) -> int:
 def model_classes() -> dict:
     """{model type name: (model class, config class)}: the models a checkpoint may hold."""
     from minitransformer.models import (  # imported when first needed: importing checkpoints stays light
-        DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig,
+        DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, MaskedLM, PropertyModel, PropertyModelConfig,
+        Seq2Seq, Seq2SeqConfig,
     )
     from minitransformer.models.lstm_lm import LSTMLM, LSTMLMConfig
     from minitransformer.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig
     return {"DecoderLM": (DecoderLM, DecoderLMConfig), "Encoder": (Encoder, EncoderConfig),
+            "MaskedLM": (MaskedLM, EncoderConfig), "PropertyModel": (PropertyModel, PropertyModelConfig),
             "Seq2Seq": (Seq2Seq, Seq2SeqConfig), "LSTMLM": (LSTMLM, LSTMLMConfig),
             "RNNSeq2Seq": (RNNSeq2Seq, RNNSeq2SeqConfig)}
 
@@ -127,9 +129,13 @@ def declared_parameters(model_type: str, config: dict) -> int:
 
     if model_type == "DecoderLM":
         return embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D + head(c["vocab_size"])
-    if model_type == "Encoder":
-        return (embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D + head(c["vocab_size"])
-                + (D + c["n_features"] + 1) * (c["head_hidden"] or c["n_outputs"])
-                + (c["head_hidden"] + 1) * c["n_outputs"])
+    if model_type in ("Encoder", "MaskedLM", "PropertyModel"):
+        encoder = embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D
+        if model_type == "MaskedLM":
+            return encoder + head(c["vocab_size"])
+        if model_type == "PropertyModel":  # [h_0; f] -> (hidden ->) K
+            return (encoder + (D + c["n_features"] + 1) * (c["head_hidden"] or c["n_outputs"])
+                    + (c["head_hidden"] + 1) * c["n_outputs"])
+        return encoder
     return (embedder(c["src_vocab_size"]) + embedder(c["tgt_vocab_size"]) + c["n_enc_layers"] * block
             + c["n_dec_layers"] * (block + attention + 2 * D) + 4 * D + head(c["tgt_vocab_size"]))

@@ -64,6 +64,9 @@ def restore(model, ckpt: Checkpoint, optimizer=None) -> None:
         raise _does_not_fit(ckpt.where, problems)
     check_finite(ckpt.where, ckpt.weights, ckpt.optim_arrays if optimizer is not None else {})
     opt_state = ckpt.optimizer_state() if optimizer is not None else None
+    if optimizer is not None and "upgraded_from" in ckpt.meta:
+        raise CheckpointError(f"{ckpt.where} holds an {ckpt.meta['upgraded_from']}: its model loads "
+                              "(model_from_checkpoint), but its training cannot be resumed; start a new run")
     if optimizer is not None and opt_state is None:
         raise CheckpointError(f"{ckpt.where} has no optimizer state to restore")
     if optimizer is not None:

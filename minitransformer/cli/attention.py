@@ -1,7 +1,8 @@
 """``minitransformer attention``: draw what a trained model attends to, for one molecule.
 
 For a generator (DecoderLM) the pictures show its causal self-attention; for a
-property model (Encoder), its self-attention; for a canonicalizer (Seq2Seq),
+property model (PropertyModel) or a pretraining one (MaskedLM), its encoder's
+self-attention; for a canonicalizer (Seq2Seq),
 the encoder's and decoder's self-attention and the cross-attention (which
 source token each output token reads). See ``docs/attention.md`` for how to
 read them. The training commands draw the same pictures for one test molecule
@@ -47,7 +48,7 @@ def heads_option(text: str):
 
 
 #: The checkpoints whose models attend: the transformers, and the attentional LSTM encoder-decoder.
-ATTENDING = ("DecoderLM", "Encoder", "Seq2Seq", "RNNSeq2Seq")
+ATTENDING = ("DecoderLM", "Encoder", "MaskedLM", "PropertyModel", "Seq2Seq", "RNNSeq2Seq")
 
 
 def load_model(path):

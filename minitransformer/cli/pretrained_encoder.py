@@ -14,7 +14,11 @@ learnt one split's training labels, test molecules of another split among them; 
 on the training split's own molecules (``--pretrain-data train``, or a quick run), which has
 seen molecules another split holds out; one made from another table (its fingerprint differs).
 The fine-tuned model takes the encoder's architecture and vocabulary; the head (its width
-included), the descriptors and the dropouts are this run's.
+included), the descriptors and the dropouts are this run's
+(:func:`~minitransformer.models.property_model.fine_tuning_model`). The pretraining checkpoint
+holds a ``MaskedLM``; one written by minitransformer 0.2.0 holds an ``Encoder`` with its heads,
+read as a ``PropertyModel`` (:mod:`minitransformer.checkpoint.earlier_layouts`): either way
+its encoder is what is taken.
 """
 from __future__ import annotations
 
@@ -24,11 +28,17 @@ from typing import NamedTuple
 EXCLUDES_TABLE = "pretrain_excludes_table"
 
 
+#: The kinds of checkpoint that hold an encoder: the pretraining's own (MaskedLM), a 0.2.0 one read as a
+#: PropertyModel, or an encoder alone.
+HOLDING_AN_ENCODER = ("MaskedLM", "PropertyModel", "Encoder")
+
+
 class PretrainedEncoder(NamedTuple):
-    """What a fine-tuning run takes from the checkpoint: its path, config, vocabulary and weights."""
+    """What a fine-tuning run takes from the checkpoint: its path, the encoder's config and weights
+    (named as an Encoder's own) and the vocabulary."""
 
     path: str
-    config: dict  # the Encoder's config as saved
+    config: dict  # the EncoderConfig, as a dict
     vocab: object  # Vocab
     weights: dict  # name -> array
 
@@ -40,12 +50,12 @@ def table_fingerprint(smiles) -> str:
 
 
 def check_encoder(path: str):
-    """The checks that need only the checkpoint (made before any work): an Encoder, saved while
+    """The checks that need only the checkpoint (made before any work): an encoder, saved while
     pretraining, on other molecules with the table left out. Returns the checkpoint."""
     from minitransformer.checkpoint import load_checkpoint
     ckpt = load_checkpoint(path)
     run = ckpt.meta.get("run") or {}
-    if ckpt.model_type != "Encoder" or not ckpt.vocab:
+    if ckpt.model_type not in HOLDING_AN_ENCODER or not ckpt.vocab:
         raise ValueError(f"--encoder {path} holds a model of kind {ckpt.model_type}; give the pretraining "
                          "checkpoint of a train property --pretrain run (OUT/pretrain/last.npz)")
     if ckpt.meta.get("phase") != "pretrain":
@@ -61,6 +71,7 @@ def check_encoder(path: str):
 
 def load_encoder(path: str, table_smiles) -> PretrainedEncoder:
     """Read the encoder at ``path`` and check it may be fine-tuned on this table (module notes)."""
+    from minitransformer.checkpoint import model_from_checkpoint
     from minitransformer.chem import Vocab
     ckpt = check_encoder(path)
     run = ckpt.meta.get("run") or {}
@@ -71,24 +82,6 @@ def load_encoder(path: str, table_smiles) -> PretrainedEncoder:
     vocab = Vocab.from_json(ckpt.vocab)
     if Vocab.CLS not in vocab.extras:
         raise ValueError(f"--encoder {path}: its vocabulary has no <cls> token; it is not a property encoder")
-    return PretrainedEncoder(str(path), dict(ckpt.config), vocab, dict(ckpt.weights))
-
-
-def fine_tuning_config(encoder: PretrainedEncoder, recipe_model: dict, **head):
-    """The encoder's architecture with this run's dropouts and head width, and ``head``
-    (n_outputs, n_features, seed)."""
-    from minitransformer.models import EncoderConfig
-    dropouts = {k: v for k, v in recipe_model.items() if k.endswith("dropout")}
-    body = {k: v for k, v in encoder.config.items() if k not in EncoderConfig.REMOVED}  # its pretraining heads'
-    return EncoderConfig.from_dict({**body, **dropouts, "head_hidden": recipe_model.get("head_hidden", 0),
-                                    "mlm_head": False, **head})
-
-
-def load_weights(model, encoder: PretrainedEncoder) -> None:
-    """Copy every weight of the encoder but its heads into ``model``; the head stays as drawn."""
-    heads = ("mlm.", "cls.", "cls_hidden.", "aux.")  # (aux.: an encoder pretrained beside a removed head)
-    body = {k: v for k, v in encoder.weights.items() if not k.startswith(heads)}
-    missing, _ = model.load_state_dict(body, strict=False)
-    if any(not name.startswith(heads) for name in missing):
-        raise ValueError(f"--encoder {encoder.path} lacks weights the model needs: "
-                         f"{', '.join(n for n in missing if not n.startswith(heads))}")
+    model, _ = model_from_checkpoint(ckpt)
+    encoder = getattr(model, "encoder", model)  # a MaskedLM's or a PropertyModel's, or the Encoder itself
+    return PretrainedEncoder(str(path), encoder.config.to_dict(), vocab, encoder.state_dict())

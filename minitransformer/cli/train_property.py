@@ -211,19 +211,18 @@ class TrainProperty(TrainingCommand):
         return f"pretraining {'on' if run.recipe.pretrain_epochs else 'off'}"
 
     def build_model(self, recipe, data, seed):
-        """An encoder with one output per assay (and a masked-language-model head when it pretrains),
-        or the pretrained encoder given with a fresh head."""
-        from minitransformer.cli.pretrained_encoder import fine_tuning_config, load_weights
-        from minitransformer.models import Encoder, EncoderConfig
+        """A property model with one output per assay (when it pretrains, its encoder is trained first
+        under a masked-token head: :meth:`pretraining`), or one around the pretrained encoder given."""
+        from minitransformer.models import PropertyModel, PropertyModelConfig, fine_tuning_model
         vocab, own = data.vocab, data.own
         n_features = 0 if own.features is None else own.features.train.shape[1]
         head = dict(n_outputs=len(own.table.tasks), n_features=n_features, seed=seed)
-        if own.encoder is not None:
-            model = Encoder(fine_tuning_config(own.encoder, recipe.model, **head))
-            load_weights(model, own.encoder)
-            return model
-        return Encoder(EncoderConfig(vocab_size=len(vocab), max_len=recipe.max_len, pad_id=vocab.pad_id,
-                                     mlm_head=recipe.pretrain_epochs > 0, **head, **recipe.model))
+        if own.encoder is not None:  # its architecture and weights; this run's head and dropouts
+            dropouts = {k: v for k, v in recipe.model.items() if k.endswith("dropout")}
+            return fine_tuning_model(own.encoder.config, own.encoder.weights, **dropouts,
+                                     head_hidden=recipe.model.get("head_hidden", 0), **head)
+        return PropertyModel(PropertyModelConfig(vocab_size=len(vocab), max_len=recipe.max_len, pad_id=vocab.pad_id,
+                                                 **head, **recipe.model))
 
     def facts(self, run):
         from minitransformer.cli.pretrained_encoder import EXCLUDES_TABLE, table_fingerprint
@@ -242,8 +241,9 @@ class TrainProperty(TrainingCommand):
 
     def pretraining(self, run):
         """A masked language model on the pretraining molecules (the training split's, or
-        --pretrain-data's), written at random each epoch."""
+        --pretrain-data's), written at random each epoch: the run's encoder under a masked-token head."""
         from minitransformer.chem.datasets.lm_data import RandomizedEpochs
+        from minitransformer.models import MaskedLM
         from minitransformer.train.tasks import MLMTask
         r, vocab = run.recipe, run.data.vocab
         if r.pretrain_epochs == 0:
@@ -255,8 +255,9 @@ class TrainProperty(TrainingCommand):
         ids = dict(mask_id=vocab.mask_id, vocab_size=len(vocab), pad_id=vocab.pad_id, special_ids=vocab.special_ids)
         data = RandomizedEpochs(smiles, vocab, seed=run.args.seed + 1, p=1.0, max_tokens=r.max_len,
                                 encode=dict(cls=True))
+        masked = MaskedLM(run.model.encoder.config, encoder=run.model.encoder)  # the property model's own encoder
         return Phase("pretrain", MLMTask(**ids), data, len(smiles), r.pretrain_epochs, r.pretrain_max_time,
-                     lr=r.pretrain_lr)
+                     lr=r.pretrain_lr, model=masked)
 
     def training(self, run):
         """Fine-tuning: all the assays at once from the <cls> state, rare positives weighted up."""

@@ -1,7 +1,7 @@
 r"""Predicting properties of new molecules with a trained property model.
 
-A property model (``demos/tox21_property.py``) is an
-:class:`~minitransformer.models.Encoder` with a pooled head: it reads
+A property model (``demos/tox21_property.py``) is a
+:class:`~minitransformer.models.PropertyModel`, an encoder with a pooled head: it reads
 ``[<cls>, tokens..., <eos>]`` and outputs one logit :math:`z_k` per assay from
 the final state of ``<cls>``. The probability that the molecule is active in
 assay :math:`k` is :math:`\sigma(z_k) = 1 / (1 + e^{-z_k})`.
@@ -69,7 +69,7 @@ def view_probabilities(model, vocab: Vocab, smiles: Sequence[str], n_views: int,
                        max_tokens: int, batch_size: int = 128, features=None) -> list[np.ndarray]:
     """Sigmoid probabilities of every view: a list of ``n_views`` host arrays (N, K).
 
-    ``model`` is an Encoder with a ``cls`` head, in eval mode; ``features`` (N, F): what
+    ``model`` is a PropertyModel, in eval mode; ``features`` (N, F): what
     its head reads beside the SMILES (the same for every view of a molecule), for a
     model built with ``n_features`` = F. Each view runs in batches of similar length
     (sorted by length, then put back in input order), so little work goes into
@@ -85,7 +85,7 @@ def view_probabilities(model, vocab: Vocab, smiles: Sequence[str], n_views: int,
             rows = order[i:i + batch_size]
             batch = pad_batch([ids[j] for j in rows], vocab.pad_id)  # (B, T)
             f = None if features is None else xp.asarray(features[rows])  # (B, F)
-            z[rows] = to_numpy(model(xp.asarray(batch), head="cls", features=f))  # (B, K)
+            z[rows] = to_numpy(model(xp.asarray(batch), features=f))  # (B, K)
         out.append(_sigmoid(z))
     return out
 
@@ -103,25 +103,25 @@ class PropertyPredictor:
     def from_checkpoint(cls, path: str | os.PathLike) -> "PropertyPredictor":
         """Load a property model saved by the training script (``best.npz``).
 
-        Refuses, with a one-line ValueError, a checkpoint that is not an Encoder
-        with a classification head and a vocabulary holding ``<cls>``. The assay
+        Refuses, with a one-line ValueError, a checkpoint that is not a PropertyModel
+        with a vocabulary holding ``<cls>`` (one written by 0.2.0, an ``Encoder`` with a
+        ``cls`` head, is read as one: :mod:`minitransformer.checkpoint.earlier_layouts`). The assay
         names come from the checkpoint's ``run.tasks``; without them, a 12-output
         model gets the Tox21 names in order and any other ``task_0``, ``task_1``, ...
         """
         from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
         from minitransformer.chem.datasets.properties import TOX21_TASKS
         ckpt = load_checkpoint(path)
-        need = ("predict needs an Encoder property model (n_outputs > 0) saved with its vocabulary, "
+        need = ("predict needs a PropertyModel saved with its vocabulary, "
                 "such as best.npz of a `minitransformer train property` run")
         config = ckpt.config or {}
-        if ckpt.model_type != "Encoder" or not config.get("n_outputs"):
-            raise ValueError(f"{path} holds a model of kind {ckpt.model_type} with n_outputs="
-                             f"{config.get('n_outputs', 0)}; {need}")
         if ckpt.meta.get("phase") == "pretrain":
             raise ValueError(f"{path} was saved while pretraining, before its classifier head saw a label; give the "
                              "fine-tuned model, best.npz of the same run folder")
+        if ckpt.model_type != "PropertyModel":
+            raise ValueError(f"{path} holds a model of kind {ckpt.model_type}; {need}")
         if not ckpt.vocab:
-            raise ValueError(f"{path} holds an Encoder without a vocabulary; {need}")
+            raise ValueError(f"{path} holds a PropertyModel without a vocabulary; {need}")
         vocab = Vocab.from_json(ckpt.vocab)
         if Vocab.CLS not in vocab.extras:
             raise ValueError(f"{path}: its vocabulary has no <cls> token; {need}")

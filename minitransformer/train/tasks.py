@@ -220,7 +220,7 @@ class Seq2SeqTask(_TokenLossTask):
 
 
 class MLMTask(_TokenLossTask):
-    """Masked-language-model pretraining for :class:`~minitransformer.models.Encoder`.
+    """Masked-language-model pretraining for a :class:`~minitransformer.models.MaskedLM`.
 
     Each batch is corrupted afresh (80/10/10, see
     :func:`~minitransformer.models.mask_tokens`); only selected positions are scored.
@@ -246,7 +246,7 @@ class MLMTask(_TokenLossTask):
     def _corrupt(self, batch, rng):
         """(corrupted, targets) host arrays (B, T); the batch is checked first (the
         replacements that corruption makes are valid ids by construction)."""
-        from minitransformer.models.encoder import mask_tokens
+        from minitransformer.models.masked_lm import mask_tokens
         _check_batch("MLMTask", batch, 1)
         check_ids(batch, self.vocab_size, "MLMTask batch")
         return mask_tokens(batch, self.mask_id, self.vocab_size, rng, p=self.p,
@@ -260,7 +260,7 @@ class MLMTask(_TokenLossTask):
 
     def loss(self, model, batch, rng):
         corrupted, targets = self._corrupt(batch, rng)  # (B, T) each, host
-        logits = model(backend.asarray(corrupted), head="mlm")  # (B, T, V)
+        logits = model(backend.asarray(corrupted))  # (B, T, V)
         return self._masked_token_loss(logits, targets)
 
     EVAL_SEED = 12345  # the same corruption at every evaluation
@@ -270,7 +270,7 @@ class MLMTask(_TokenLossTask):
 
         def run(batch):
             corrupted, targets = self._corrupt(batch, rng)
-            return model(backend.asarray(corrupted), head="mlm"), backend.asarray(targets)
+            return model(backend.asarray(corrupted)), backend.asarray(targets)
         return self._token_metrics(model, batches, run, ignore_index=self.IGNORE)
 
     def validation_tokens(self, batches) -> int:
@@ -281,13 +281,13 @@ class MLMTask(_TokenLossTask):
 
 
 class PropertyTask:
-    """Multi-label property prediction for an :class:`~minitransformer.models.Encoder`
-    with a pooled ``"cls"`` head (one logit per task, read at the ``<cls>`` position).
+    """Multi-label property prediction for a :class:`~minitransformer.models.PropertyModel`
+    (its pooled head: one logit per task, read at the ``<cls>`` position).
 
     An example is a pair ``(ids, labels)``: token ids starting with ``<cls>``, and a
     float vector (K,) of 0/1 labels with NaN where a label is missing; or a triple
     ``(ids, labels, features)`` for a model whose head reads F extra numbers per
-    molecule (``EncoderConfig.n_features``), every example then with its (F,) vector. The loss is the
+    molecule (``PropertyModelConfig.n_features``), every example then with its (F,) vector. The loss is the
     masked sigmoid binary cross-entropy averaged over the labels present in the batch
     (:func:`~minitransformer.functional.masked_bce_forward`); missing labels get exactly
     zero gradient. ``pos_weight`` (K,) optionally up-weights the rare positives.
@@ -348,8 +348,7 @@ class PropertyTask:
             bad = present[(present < 0) | (present > 1)][0]
             raise ValueError(f"PropertyTask: labels must lie in [0, 1] (NaN = missing), got {bad!r}")
         f = backend.asarray(features[0]) if features else None  # (B, F)
-        logits = model(ids_to_device(ids, model.config.vocab_size, "PropertyTask batch"), head="cls",
-                       features=f)  # (B, K)
+        logits = model(ids_to_device(ids, model.config.vocab_size, "PropertyTask batch"), features=f)  # (B, K)
         y = backend.asarray(labels.astype(logits.dtype))  # (B, K), NaN = missing
         pw = None
         if self.pos_weight is not None:

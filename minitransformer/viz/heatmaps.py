@@ -265,7 +265,7 @@ def plot_encoder_attention(model, ids, tokens, path, layers=None, heads=None,
     """Bidirectional self-attention of an ``Encoder`` on one sequence, as a PNG.
 
     Args:
-        model: an ``Encoder``.
+        model: an ``Encoder``, or a ``MaskedLM`` or ``PropertyModel`` (its encoder's attention).
         ids: (T,) token ids (CLS/BOS first, as in training).
         tokens: T labels (or fewer to crop), used for both axes.
         path: the PNG to write.

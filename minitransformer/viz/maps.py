@@ -24,6 +24,10 @@ model         ``kind="self"``             ``kind="cross"``
 ============  ==========================  =================================
 DecoderLM     ``blocks[i].attn`` (causal)  none (decoder-only)
 Encoder       ``blocks[i].attn``           none
+MaskedLM,     ``encoder.blocks[i].attn``   none
+PropertyModel (the encoder they are built
+              around; its head attends to
+              nothing)
 Seq2Seq       ``dec_blocks[i].attn``       ``dec_blocks[i].cross``
               (``stack="decoder"``, the   (queries: target, keys: source)
               default) or
@@ -43,12 +47,19 @@ import numpy as np
 
 from minitransformer import backend
 
-__all__ = ["attention_maps", "forward_maps"]
+__all__ = ["attention_maps", "forward_maps", "encoder_inside"]
 
 
 # ---------------------------------------------------------------------------
 # Reading the maps
 # ---------------------------------------------------------------------------
+def encoder_inside(model):
+    """The model whose blocks attend: one composed around an encoder (``MaskedLM``,
+    ``PropertyModel``) is read through its ``encoder``; any other model is itself."""
+    inner = getattr(model, "encoder", None)
+    return inner if inner is not None and hasattr(inner, "blocks") else model
+
+
 def _stacks(model) -> dict[str, list]:
     """{stack name: list of blocks} for the three model families (duck-typed)."""
     if hasattr(model, "enc_blocks") and hasattr(model, "dec_blocks"):  # Seq2Seq
@@ -94,7 +105,8 @@ def attention_maps(model, kind: str = "self", stack: str | None = None, *,
     no extra forward, nothing written. Run the model's ``forward`` first.
 
     Args:
-        model: a ``DecoderLM``, ``Encoder`` or ``Seq2Seq`` after a forward pass.
+        model: a ``DecoderLM``, ``Encoder`` (or a model around one: ``MaskedLM``,
+            ``PropertyModel``) or ``Seq2Seq`` after a forward pass.
         kind: ``"self"`` (each stack's self-attention) or ``"cross"``
             (``Seq2Seq`` decoder attending to the encoder output).
         stack: for ``Seq2Seq``, ``"encoder"`` or ``"decoder"``; default
@@ -123,6 +135,7 @@ def attention_maps(model, kind: str = "self", stack: str | None = None, *,
         ValueError: ``kind="cross"`` on a model without cross-attention, or an
             unknown ``kind``/``stack``.
     """
+    model = encoder_inside(model)
     stack, layers = _attention_layers(model, kind, stack)
     name = f"{type(model).__name__} {stack} {kind}-attention"
     probs = []
@@ -197,7 +210,8 @@ def forward_maps(model, kind: str, stack: str | None, ids, tgt_in_ids=None) -> l
     """Run one eval-mode forward on one example and read its attention maps.
 
     Args:
-        model: a ``DecoderLM`` or ``Encoder`` (``ids`` is its input), or a
+        model: a ``DecoderLM`` or ``Encoder`` (``ids`` is its input; a ``MaskedLM`` or
+            ``PropertyModel`` runs its encoder alone, so a head's features are not needed), or a
             ``Seq2Seq`` (``ids`` is the source, ``tgt_in_ids`` the decoder input).
         kind, stack: which maps, as in :func:`attention_maps`.
         ids: (T,) or (S,) token ids; a ``DecoderLM``'s start with BOS.
@@ -208,6 +222,7 @@ def forward_maps(model, kind: str, stack: str | None, ids, tgt_in_ids=None) -> l
         are given back to the model afterwards). The model keeps its train/eval
         flags and its forward caches.
     """
+    model = encoder_inside(model)
     name = type(model).__name__
     is_seq2seq = hasattr(model, "enc_blocks")
     if is_seq2seq and tgt_in_ids is None:

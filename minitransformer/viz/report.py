@@ -9,7 +9,8 @@ molecule drawing (atoms shaded by the attention their tokens receive):
 model       input                             pictures (``<name>.png``, ``<name>_molecule.png``)
 ==========  ================================  =========================================
 DecoderLM   ``<bos>`` tokens (no ``<eos>``)   ``attention_decoder_self``
-Encoder     ``<cls>`` tokens ``<eos>``        ``attention_encoder_self``
+Encoder     ``<cls>`` tokens ``<eos>``        ``attention_encoder_self`` (also the encoder of a
+                                              ``MaskedLM`` or a ``PropertyModel``)
 Seq2Seq     source ``<bos>`` tokens           ``attention_encoder_self`` (source),
             ``<eos>``; decoder input          ``attention_decoder_self`` (target; no
             ``<bos>`` + target tokens          molecule if the target does not parse),
@@ -37,13 +38,14 @@ __all__ = ["render_attention"]
 
 
 def _kind(model) -> str:
-    from minitransformer.models import DecoderLM, Encoder, Seq2Seq
+    from minitransformer.models import DecoderLM, Encoder, MaskedLM, PropertyModel, Seq2Seq
     from minitransformer.models.rnn_seq2seq import RNNSeq2Seq
-    for cls, name in ((DecoderLM, "decoder"), (Encoder, "encoder"), (Seq2Seq, "seq2seq"), (RNNSeq2Seq, "rnn")):
+    for cls, name in ((DecoderLM, "decoder"), ((Encoder, MaskedLM, PropertyModel), "encoder"), (Seq2Seq, "seq2seq"),
+                      (RNNSeq2Seq, "rnn")):
         if isinstance(model, cls):
             return name
-    raise TypeError(f"render_attention: {type(model).__name__} is not a DecoderLM, Encoder, Seq2Seq or "
-                    "RNNSeq2Seq")
+    raise TypeError(f"render_attention: {type(model).__name__} is not a DecoderLM, an Encoder (or a MaskedLM or "
+                    "PropertyModel around one), a Seq2Seq or an RNNSeq2Seq")
 
 
 def _check_length(model, n: int, what: str) -> None:
@@ -108,7 +110,8 @@ def render_attention(model, vocab, smiles: str, out_dir, layers=None, heads=None
     """Write the attention heatmaps and molecule drawings of one SMILES; return their paths.
 
     Args:
-        model: a ``DecoderLM``, ``Encoder`` or ``Seq2Seq`` (e.g. from
+        model: a ``DecoderLM``, ``Encoder`` (or a ``MaskedLM`` or ``PropertyModel``: its encoder's
+            attention) or ``Seq2Seq`` (e.g. from
             :func:`~minitransformer.checkpoint.model_from_checkpoint`).
         vocab: its :class:`~minitransformer.chem.Vocab` (an ``Encoder`` needs ``<cls>``).
         smiles: the molecule (for a ``Seq2Seq``: the source).

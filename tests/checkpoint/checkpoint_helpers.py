@@ -10,7 +10,9 @@ import pytest
 
 from minitransformer import backend
 from minitransformer.checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, restore
-from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
+from minitransformer.models import (
+    DecoderLM, DecoderLMConfig, EncoderConfig, MaskedLM, PropertyModel, PropertyModelConfig, Seq2Seq, Seq2SeqConfig,
+)
 from minitransformer.train.tasks import LMTask, MLMTask, Seq2SeqTask
 
 V = 11
@@ -24,8 +26,10 @@ def make_model(kind: str, seed: int = 0, **overrides):
     small = dict(max_len=16, d_model=16, n_heads=2, d_ff=32, seed=seed, emb_dropout=0.1, resid_dropout=0.1)
     if kind == "DecoderLM":
         return DecoderLM(DecoderLMConfig(vocab_size=V, **{"n_layers": 2, **small, **overrides}))
-    if kind == "Encoder":
-        return Encoder(EncoderConfig(vocab_size=V, n_outputs=3, **{"n_layers": 2, **small, **overrides}))
+    if kind == "MaskedLM":
+        return MaskedLM(EncoderConfig(vocab_size=V, **{"n_layers": 2, **small, **overrides}))
+    if kind == "PropertyModel":
+        return PropertyModel(PropertyModelConfig(vocab_size=V, n_outputs=3, **{"n_layers": 2, **small, **overrides}))
     if kind == "Seq2Seq":
         return Seq2Seq(Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, n_enc_layers=1, n_dec_layers=2,
                                      **{**small, **overrides}))
@@ -37,7 +41,7 @@ def example_batch(kind: str):
     seqs = [[BOS] + list(rng.integers(4, V, size=n)) + [EOS] for n in (5, 8, 3, 8)]
     if kind == "DecoderLM":
         return LMTask(), LMTask().collate(seqs)
-    if kind == "Encoder":
+    if kind == "MaskedLM":
         task = MLMTask(mask_id=MASK, vocab_size=V, special_ids=(PAD, BOS, EOS), p=0.4)
         return task, task.collate(seqs)
     task = Seq2SeqTask()
@@ -60,8 +64,8 @@ def logits_of(model, kind: str):
     _, batch = example_batch(kind)
     if kind == "DecoderLM":
         out = model(backend.asarray(batch))
-    elif kind == "Encoder":
-        out = model(backend.asarray(batch), head="mlm")
+    elif kind == "MaskedLM":
+        out = model(backend.asarray(batch))
     else:
         out = model(backend.asarray(batch[0]), backend.asarray(batch[1]))
     return np.array(backend.to_numpy(out))
@@ -115,7 +119,7 @@ def load_into(model, path, optimizer=None):
     restore(model, load_checkpoint(path), optimizer)
 
 
-KINDS = ["DecoderLM", "Encoder", "Seq2Seq"]
+KINDS = ["DecoderLM", "MaskedLM", "Seq2Seq"]
 
 
 def assert_untouched(model, opt, w_before, o_before, rng_before):

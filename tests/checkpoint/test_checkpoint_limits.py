@@ -24,7 +24,8 @@ def test_declared_parameter_count_is_an_upper_bound():
     """The bound computed from a config's fields is never below the real model's size."""
     from minitransformer.checkpoint import declared_parameters
     cases = [make_model("DecoderLM"), make_model("DecoderLM", tie_embeddings=True, bias=False, d_head=12),
-             make_model("Encoder"), make_model("Encoder", pos="sinusoidal", tie_embeddings=False),
+             make_model("MaskedLM"), make_model("MaskedLM", pos="sinusoidal", tie_embeddings=False),
+             make_model("PropertyModel"), make_model("PropertyModel", n_features=5, head_hidden=7),
              make_model("Seq2Seq"), make_model("Seq2Seq", share_embeddings=True, tie_embeddings=True)]
     for model in cases:
         actual = sum(int(np.prod(v.shape)) for v in model.state_dict().values())

@@ -107,11 +107,11 @@ def test_bad_config_of_a_loaded_checkpoint_names_the_file_not_the_arrays(tmp_pat
 
 
 def test_different_model_type_is_refused(tmp_path):
-    enc = make_model("Encoder")
+    enc = make_model("MaskedLM")
     path = save_checkpoint(tmp_path / "enc.npz", enc)
     model = make_model("DecoderLM", seed=4)
     before = weights(model)
-    with pytest.raises(CheckpointError, match="model type: checkpoint Encoder, model DecoderLM"):
+    with pytest.raises(CheckpointError, match="model type: checkpoint MaskedLM, model DecoderLM"):
         load_into(model, path)
     assert_same_weights(weights(model), before)
 
@@ -165,10 +165,10 @@ def test_a_vocabulary_edited_after_saving_is_refused(tmp_path, edit):
     checksum, saved beside it, no longer matches and the checkpoint is refused in one line."""
     from minitransformer.checkpoint import CheckpointError, save_checkpoint
     from minitransformer.chem import Vocab
-    from minitransformer.models import Encoder, EncoderConfig
+    from minitransformer.models import PropertyModel, PropertyModelConfig
     vocab = Vocab.build(["CCO", "c1ccccc1", "CC(=O)N"], extras=(Vocab.CLS, Vocab.MASK))
-    model = Encoder(EncoderConfig(vocab_size=len(vocab), pad_id=vocab.pad_id, n_outputs=1, n_layers=1, d_model=16,
-                                  n_heads=2, d_ff=32, max_len=20))
+    model = PropertyModel(PropertyModelConfig(vocab_size=len(vocab), pad_id=vocab.pad_id, n_outputs=1, n_layers=1,
+                                              d_model=16, n_heads=2, d_ff=32, max_len=20))
     path = save_checkpoint(tmp_path / "e.npz", model, vocab=vocab)
     assert load_checkpoint(path).vocab == vocab.to_json()
     with np.load(path) as z:

@@ -43,7 +43,7 @@ def test_crash_mid_write_keeps_previous_checkpoint(tmp_path, monkeypatch, exc):
 
 
 def test_crash_at_rename_keeps_previous_checkpoint(tmp_path, monkeypatch):
-    model = make_model("Encoder")
+    model = make_model("MaskedLM")
     path = save_checkpoint(tmp_path / "best.npz", model)
     before = path.read_bytes()
 
@@ -52,7 +52,7 @@ def test_crash_at_rename_keeps_previous_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", bad_replace)
     with pytest.raises(OSError, match="power cut"):
-        save_checkpoint(path, make_model("Encoder", seed=4))
+        save_checkpoint(path, make_model("MaskedLM", seed=4))
     monkeypatch.undo()
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.npz"]

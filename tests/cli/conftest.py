@@ -39,11 +39,11 @@ def tiny_checkpoints(tmp_path_factory):
     s2s = Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), n_enc_layers=1, n_dec_layers=1, share_embeddings=True,
                                 tie_embeddings=True, **small, **ids))
     save_checkpoint(paths["s2s"], s2s, vocab=vocab)
-    from minitransformer.models import Encoder, EncoderConfig
+    from minitransformer.models import PropertyModel, PropertyModelConfig
     pvocab = Vocab.build(["CCO", "c1ccccc1", "CC(=O)N", "CCCl", "C#N"], extras=(Vocab.CLS, Vocab.MASK))
-    encoder = Encoder(EncoderConfig(vocab_size=len(pvocab), pad_id=pvocab.pad_id, n_outputs=3, n_layers=1,
-                                    **dict(small, seed=0)))
-    save_checkpoint(paths["property"], encoder, vocab=pvocab, extra={"run": {"tasks": ["NR-AR", "SR-p53", "X"]}})
+    model = PropertyModel(PropertyModelConfig(vocab_size=len(pvocab), pad_id=pvocab.pad_id, n_outputs=3, n_layers=1,
+                                              **dict(small, seed=0)))
+    save_checkpoint(paths["property"], model, vocab=pvocab, extra={"run": {"tasks": ["NR-AR", "SR-p53", "X"]}})
     return paths
 
 

@@ -208,7 +208,7 @@ def test_predict_reads_stdin_and_refuses_a_generator_checkpoint(tiny_checkpoints
     assert code == 0 and [r["smiles"] for r in rows] == ["CCO", "CCCl"] and rows[1]["id"] == "chloropropane"
     monkeypatch.setattr(sys, "stdin", io.StringIO("CCO\n"))
     code, out = run(["predict", tiny_checkpoints["lm"], "-"], capsys)
-    assert code == 2 and "Encoder" in error_line(out)
+    assert code == 2 and "PropertyModel" in error_line(out)
 
 
 # --------------------------------------------------------------------------- score

@@ -120,7 +120,13 @@ def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_wher
     demo = load_demo("tox21_property")
     first = tmp_path / "pretrained"
     assert demo.main(["--quick", "--pretrain", "--pretrain-data", "druglike", "--pretrain-limit", "500",
-                      "--data", str(labelled_csv), "--out", str(first), "--quiet"]) == 0
+                      "--lr", "1e-12", "--data", str(labelled_csv), "--out", str(first), "--quiet"]) == 0
+    with np.load(first / "pretrain" / "last.npz") as a, np.load(first / "best.npz") as b:
+        # the pretraining trained the property model's own encoder: fine-tuning (a step of 1e-12) starts from it
+        body = [k for k in a.files if k.startswith("weights/encoder.")]
+        assert body and all(np.allclose(a[k], b[k], atol=1e-8) for k in body)
+        assert json.loads(a["__meta__"].tobytes())["model_type"] == "MaskedLM"
+        assert json.loads(b["__meta__"].tobytes())["model_type"] == "PropertyModel"
     run = json.loads((first / "config.json").read_text())["run"]
     assert run["pretrain_excludes_table"] is True and run["encoder"] is None
     encoder = first / "pretrain" / "last.npz"
@@ -131,13 +137,13 @@ def test_an_encoder_pretrained_once_is_fine_tuned_by_later_runs_and_refused_wher
     assert "fine-tuning the pretrained encoder" in capsys.readouterr().out
     assert json.loads((later / "config.json").read_text())["run"]["encoder"] == str(encoder)
     with np.load(encoder) as a, np.load(later / "best.npz") as b:  # a step of 1e-12 leaves the body as loaded
-        body = [k for k in a.files if k.startswith("weights/") and not k.startswith(("weights/mlm.", "weights/cls."))]
+        body = [k for k in a.files if k.startswith("weights/encoder.")]
         assert body and all(np.allclose(a[k], b[k], atol=1e-8) for k in body)
-        assert not any(k.startswith("weights/mlm.") for k in b.files)
-        assert b["weights/cls_hidden.weight"].shape[1] == 8  # this run's head, on the encoder's body
-        D, F = a["weights/ln_f.weight"].shape[0], len(json.loads((later / "config.json").read_text())["run"]
-                                                          ["descriptors"]["names"])
-        assert b["weights/cls_hidden.weight"].shape[0] == D + F  # [h_cls; descriptors]
+        assert not any(k.startswith("weights/head.proj") for k in b.files)
+        assert b["weights/head.hidden.weight"].shape[1] == 8  # this run's head, on the encoder's body
+        D, F = a["weights/encoder.ln_f.weight"].shape[0], len(json.loads((later / "config.json").read_text())["run"]
+                                                                  ["descriptors"]["names"])
+        assert b["weights/head.hidden.weight"].shape[0] == D + F  # [h_cls; descriptors]
     assert run_cli(demo.main, ["--quick", "--pretrain", "--encoder", str(encoder), "--data", str(labelled_csv),
                                "--out", str(tmp_path / "both")]) == 2
     assert "drop one of them" in capsys.readouterr().err

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minitransformer.models import (
-    DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig,
+    DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, PropertyModel, PropertyModelConfig, Seq2Seq, Seq2SeqConfig,
 )
 
 CONFIGS = [
@@ -19,8 +19,9 @@ CONFIGS = [
     DecoderLMConfig.tomczak(vocab_size=112),
     EncoderConfig(vocab_size=11),
     EncoderConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=1, d_ff=12, max_len=10, norm="post",
-                  activation="gelu_tanh", final_norm=True, mlm_head=False, n_outputs=3,
-                  tie_embeddings=False, seed=2),
+                  activation="gelu_tanh", final_norm=True, tie_embeddings=False, seed=2),
+    PropertyModelConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=1, d_ff=12, max_len=10, n_outputs=3,
+                        n_features=2, head_hidden=4, seed=2),
     Seq2SeqConfig(src_vocab_size=7, tgt_vocab_size=11),
     Seq2SeqConfig(src_vocab_size=11, tgt_vocab_size=11, d_model=8, n_heads=2, d_head=3,
                   n_enc_layers=1, n_dec_layers=3, d_ff=12, max_len=10, norm="post", pos="learned",
@@ -30,7 +31,7 @@ CONFIGS = [
     Seq2SeqConfig(src_vocab_size=7, tgt_vocab_size=11, pos="learned", relative_bias="learned",
                   relative_max_distance=3),
 ]
-BUILD = {DecoderLMConfig: DecoderLM, EncoderConfig: Encoder, Seq2SeqConfig: Seq2Seq}
+BUILD = {DecoderLMConfig: DecoderLM, EncoderConfig: Encoder, PropertyModelConfig: PropertyModel, Seq2SeqConfig: Seq2Seq}
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: type(c).__name__)
@@ -94,6 +95,7 @@ def test_rebuilt_model_is_identical():
 @pytest.mark.parametrize("cls,base", [
     (DecoderLMConfig, dict(vocab_size=11)),
     (EncoderConfig, dict(vocab_size=11)),
+    (PropertyModelConfig, dict(vocab_size=11)),
     (Seq2SeqConfig, dict(src_vocab_size=11, tgt_vocab_size=11)),
 ])
 @pytest.mark.parametrize("bad", [
@@ -125,8 +127,10 @@ def test_invalid_options_raise(cls, base, bad):
     (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "emb_dropout", float("nan")),
     (lambda **kw: DecoderLMConfig(vocab_size=10, **kw), "norm", None),
     (lambda **kw: DecoderLMConfig(**{"vocab_size": 0, **kw}), "vocab_size", 0),
-    (lambda **kw: EncoderConfig(vocab_size=10, **kw), "n_outputs", -2),
-    (lambda **kw: EncoderConfig(vocab_size=10, **kw), "mlm_head", "yes"),
+    (lambda **kw: PropertyModelConfig(vocab_size=10, **kw), "n_outputs", -2),
+    (lambda **kw: PropertyModelConfig(vocab_size=10, **kw), "n_outputs", 0),
+    (lambda **kw: PropertyModelConfig(vocab_size=10, **kw), "head_hidden", 1.5),
+    (lambda **kw: EncoderConfig(vocab_size=10, **kw), "tie_embeddings", "yes"),
     (lambda **kw: Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=3, **kw), "eos_id", 3),
     (lambda **kw: Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, **kw), "n_dec_layers", 0),
 ])
@@ -143,13 +147,13 @@ def _tiny(kind):
     if kind == "lm":
         return DecoderLM(DecoderLMConfig(vocab_size=10, **kw))
     if kind == "enc":
-        return Encoder(EncoderConfig(vocab_size=10, n_outputs=2, **kw))
+        return PropertyModel(PropertyModelConfig(vocab_size=10, n_outputs=2, **kw))
     return Seq2Seq(Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, **kw))
 
 
 @pytest.mark.parametrize("call, message", [
     (lambda: _tiny("lm")(np.zeros((2, 0), dtype=np.int64)), "length 0"),
-    (lambda: _tiny("enc")(np.zeros((2, 0), dtype=np.int64), head="cls"), "length 0"),
+    (lambda: _tiny("enc")(np.zeros((2, 0), dtype=np.int64)), "length 0"),
     (lambda: _tiny("s2s")(np.zeros((2, 0), dtype=np.int64), np.ones((2, 3), dtype=np.int64)), "source: sequences of length 0"),
     (lambda: _tiny("s2s")(np.ones((2, 3), dtype=np.int64), np.ones((3, 3), dtype=np.int64)), "one target per source"),
     (lambda: _tiny("lm").log_prob(np.ones((2, 1), dtype=np.int64)), "at least 2 tokens"),
@@ -163,7 +167,7 @@ def test_degenerate_shapes_raise_a_clear_error(call, message):
 def test_an_empty_batch_runs_forward_and_backward():
     for kind in ("lm", "enc"):
         model = _tiny(kind)
-        out = model(np.zeros((0, 3), dtype=np.int64), **({"head": "mlm"} if kind == "enc" else {}))
-        assert out.shape == (0, 3, 10)
+        out = model(np.zeros((0, 3), dtype=np.int64))
+        assert out.shape == ((0, 3, 10) if kind == "lm" else (0, 2))
         model.backward(np.zeros_like(out))
         assert all(np.all(np.asarray(p.grad) == 0) for p in model.parameters())

@@ -1,5 +1,5 @@
-"""Encoder (heads, padding, permutation equivariance, mask_tokens statistics) and
-Seq2Seq (shared embeddings, decoding, validation, repeatable backward)."""
+"""Encoder, MaskedLM and PropertyModel (shapes, padding, permutation equivariance, mask_tokens
+statistics) and Seq2Seq (shared embeddings, decoding, validation, repeatable backward)."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 
 from minitransformer import backend
 from minitransformer.functional import cross_entropy_backward, cross_entropy_forward
-from minitransformer.models import Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig, mask_tokens
+from minitransformer.models import (
+    Encoder, EncoderConfig, MaskedLM, PropertyModel, PropertyModelConfig, Seq2Seq, Seq2SeqConfig, mask_tokens,
+)
 
 SETTINGS = settings(max_examples=20, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -29,6 +31,12 @@ def _encoder(**kw):
     return Encoder(EncoderConfig(vocab_size=V, **opts))
 
 
+def _property_model(**kw):
+    opts = dict(SMALL, n_layers=2)
+    opts.update(kw)
+    return PropertyModel(PropertyModelConfig(vocab_size=V, **opts))
+
+
 def _seq2seq(src_vocab_size=V, **kw):
     opts = dict(SMALL, n_enc_layers=2, n_dec_layers=2)
     opts.update(kw)
@@ -36,18 +44,16 @@ def _seq2seq(src_vocab_size=V, **kw):
 
 
 # -- Encoder -----------------------------------------------------------------------
-def test_encoder_heads_shapes_and_errors(any_backend, float64):
-    model = _encoder(n_outputs=3)
+def test_encoder_and_the_models_around_it_shapes_and_errors(any_backend, float64):
+    model = _encoder()
     ids = _dev(np.array([[1, 5, 6, 2], [1, 7, 2, 0]]))
     assert model(ids).shape == (2, 4, 8)
-    assert model(ids, head="mlm").shape == (2, 4, V)
-    assert model(ids, head="cls").shape == (2, 3)
-    with pytest.raises(ValueError, match="head must be None, 'mlm' or 'cls'"):
-        model(ids, head="pooled")
-    with pytest.raises(ValueError, match="n_outputs=0"):
-        _encoder()(ids, head="cls")
-    with pytest.raises(ValueError, match="mlm_head=False"):
-        _encoder(mlm_head=False)(ids, head="mlm")
+    assert MaskedLM(model.config, encoder=model)(ids).shape == (2, 4, V)
+    assert _property_model(n_outputs=3)(ids).shape == (2, 3)
+    with pytest.raises(ValueError, match="MaskedTokenHead: h must have shape"):
+        MaskedLM(model.config).head(ids)
+    with pytest.raises(ValueError, match="PooledHead: h must have shape"):
+        _property_model().head(_dev(np.ones((2, 4, 3))))
     with pytest.raises(ValueError, match="integer array"):
         model(_dev(np.ones((2, 3))))
     if backend.name() == "numpy":  # values are read only where that is free (check_ids)
@@ -87,9 +93,9 @@ def test_encoder_without_positions_is_permutation_equivariant(any_backend, float
 
 
 def test_encoder_backward_twice_identical_and_accumulates(float64):
-    model = _encoder(n_outputs=2, tie_embeddings=True, seed=1)
+    model = _property_model(n_outputs=2, tie_embeddings=True, seed=1)
     ids = _dev(np.array([[1, 5, 6, 2], [1, 7, 2, 0]]))
-    model(ids, head="cls")
+    model(ids)
     dy = _dev(np.random.default_rng(0).standard_normal((2, 2)))
     model.backward(dy)
     first = {n: _host(p.grad).copy() for n, p in model.named_parameters()}
@@ -111,11 +117,15 @@ def test_encoder_dropout_options(float64, option):
     assert np.array_equal(tr, ev) == (option is None)
 
 
-def test_encoder_names_and_tying():
-    tied = [n for n, _ in _encoder(tie_embeddings=True).named_parameters()]
-    untied = [n for n, _ in _encoder(tie_embeddings=False, n_outputs=2).named_parameters()]
-    assert tied.count("embed.tok.weight") == 1 and not any(n.startswith("mlm") for n in tied)
-    assert untied[-4:] == ["mlm.linear.weight", "mlm.linear.bias", "cls.weight", "cls.bias"]
+def test_names_and_tying_of_the_models_around_an_encoder():
+    body = [n for n, _ in _encoder().named_parameters()]
+    tied = [n for n, _ in MaskedLM(EncoderConfig(vocab_size=V, tie_embeddings=True, **SMALL)).named_parameters()]
+    untied = [n for n, _ in MaskedLM(EncoderConfig(vocab_size=V, tie_embeddings=False, **SMALL)).named_parameters()]
+    assert body[0] == "embed.tok.weight" and body[-2:] == ["ln_f.weight", "ln_f.bias"]
+    assert tied.count("encoder.embed.tok.weight") == 1 and not any(n.startswith("head.") for n in tied)
+    assert untied[-2:] == ["head.proj.linear.weight", "head.proj.linear.bias"]
+    pooled = [n for n, _ in _property_model(n_outputs=2, head_hidden=3).named_parameters()]
+    assert pooled[-4:] == ["head.hidden.weight", "head.hidden.bias", "head.out.weight", "head.out.bias"]
 
 
 # -- mask_tokens ---------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Whole-model gradient checks (float64, tiny models) through the full path, loss
-included: DecoderLM, Encoder and Seq2Seq with tied/untied outputs, pre/post-LN,
-learned/sinusoidal/relative positions (learned and ALiBi biases, alone and beside
-absolute positions), padded batches, wide heads, shared embeddings and every
-Encoder head. Plus explicit proof that a tied matrix gets *both* gradients."""
+included: DecoderLM, Encoder, MaskedLM, PropertyModel and Seq2Seq with tied/untied outputs,
+pre/post-LN, learned/sinusoidal/relative positions (learned and ALiBi biases, alone and beside
+absolute positions), padded batches, wide heads, shared embeddings; each head alone (the
+masked-token and the pooled head). Plus explicit proof that a tied matrix gets *both* gradients."""
 import numpy as np
 import pytest
 
@@ -10,7 +10,8 @@ from minitransformer import backend
 from minitransformer.functional import cross_entropy_backward, cross_entropy_forward
 from minitransformer.gradcheck import GradcheckError, check_module, numerical_grad, relative_error
 from minitransformer.models import (
-    DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig,
+    DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, MaskedLM, MaskedTokenHead, PooledHead, PropertyModel,
+    PropertyModelConfig, Seq2Seq, Seq2SeqConfig,
 )
 
 SMALL = dict(d_model=8, n_heads=2, d_ff=12, max_len=10)
@@ -117,94 +118,153 @@ MLM_TARGETS = np.array([[IGNORE, 5, IGNORE, 3, IGNORE, IGNORE],
                         [IGNORE, 10, IGNORE, IGNORE, IGNORE, IGNORE]])
 
 
-@pytest.mark.parametrize("head,opts", [
-    (None, dict(norm="pre", pos="learned", mlm_head=False)),
-    (None, dict(norm="post", pos="sinusoidal", d_head=8, mlm_head=False)),
-    ("mlm", dict(norm="post", pos="sinusoidal", tie_embeddings=True, d_head=8)),
-    ("mlm", dict(norm="pre", pos="learned", tie_embeddings=False, activation="relu")),
-    ("mlm", dict(norm="pre", pos="learned", tie_embeddings=True)),
-    ("cls", dict(norm="post", pos="learned", n_outputs=3, mlm_head=False)),
-    ("cls", dict(norm="pre", pos="sinusoidal", n_outputs=1, tie_embeddings=False)),
-    (None, dict(norm="pre", pos="relative", relative_max_distance=2, mlm_head=False)),
-    ("mlm", dict(norm="post", pos="relative", relative_bias="alibi", tie_embeddings=True)),
-    ("cls", dict(norm="pre", pos="learned", relative_bias="learned", relative_max_distance=2,
-                 n_outputs=2, mlm_head=False)),
-], ids=["none-pre", "none-post-sin-wide", "mlm-post-sin-tied-wide", "mlm-pre-untied-relu",
-        "mlm-pre-tied", "cls-post", "cls-pre-sin-with-mlm", "none-pre-relative",
-        "mlm-post-relative-alibi", "cls-pre-learned-beside-relative"])
-def test_encoder_gradcheck(any_backend, float64, head, opts):
-    cfg = EncoderConfig(vocab_size=V, n_layers=2, seed=5, **SMALL, **opts)
-    model = Encoder(cfg)
+@pytest.mark.parametrize("opts", [
+    dict(norm="pre", pos="learned"),
+    dict(norm="post", pos="sinusoidal", d_head=8),
+    dict(norm="pre", pos="relative", relative_max_distance=2),
+], ids=["pre", "post-sin-wide", "pre-relative"])
+def test_encoder_gradcheck(any_backend, float64, opts):
+    """The body alone: states (B, T, D) back to every weight."""
+    model = Encoder(EncoderConfig(vocab_size=V, n_layers=2, seed=5, **SMALL, **opts))
     _perturb(model, seed=2)
-    ids = _dev(ENC_BATCH)
-    loss_fn = _ce_loss(_dev(MLM_TARGETS), ignore_index=IGNORE) if head == "mlm" else None
-    params = None
-    if head == "cls" and model.mlm is not None and model.mlm.linear is not None:
-        # the unused MLM projection gets no gradient: check everything else
-        params = [n for n, _ in model.named_parameters() if not n.startswith("mlm.")]
-    report = check_module(model, ids, loss_fn, kwargs={"head": head}, params=params, **_how())
-    if params is None:
-        assert _checked_names(report) == {n for n, _ in model.named_parameters()}
+    report = check_module(model, _dev(ENC_BATCH), None, **_how())
+    assert _checked_names(report) == {n for n, _ in model.named_parameters()}
 
 
-def test_encoder_cls_head_with_features_gradcheck(any_backend, float64):
-    """The head reads [h_cls; f]: every weight, the features' rows of W_c included, has the
+@pytest.mark.parametrize("opts", [
+    dict(norm="post", pos="sinusoidal", tie_embeddings=True, d_head=8),
+    dict(norm="pre", pos="learned", tie_embeddings=False, activation="relu"),
+    dict(norm="pre", pos="learned", tie_embeddings=True),
+    dict(norm="post", pos="relative", relative_bias="alibi", tie_embeddings=True),
+], ids=["post-sin-tied-wide", "pre-untied-relu", "pre-tied", "post-relative-alibi"])
+def test_masked_lm_gradcheck(any_backend, float64, opts):
+    model = MaskedLM(EncoderConfig(vocab_size=V, n_layers=2, seed=5, **SMALL, **opts))
+    _perturb(model, seed=2)
+    report = check_module(model, _dev(ENC_BATCH), _ce_loss(_dev(MLM_TARGETS), ignore_index=IGNORE), **_how())
+    names = _checked_names(report)
+    assert names == {n for n, _ in model.named_parameters()}
+    assert ("head.proj.linear.weight" in names) != opts["tie_embeddings"]
+
+
+@pytest.mark.parametrize("opts", [
+    dict(norm="post", pos="learned", n_outputs=3),
+    dict(norm="pre", pos="sinusoidal", n_outputs=1, tie_embeddings=False),
+    dict(norm="pre", pos="learned", relative_bias="learned", relative_max_distance=2, n_outputs=2),
+], ids=["post", "pre-sin", "pre-learned-beside-relative"])
+def test_property_model_gradcheck(any_backend, float64, opts):
+    model = PropertyModel(PropertyModelConfig(vocab_size=V, n_layers=2, seed=5, **SMALL, **opts))
+    _perturb(model, seed=2)
+    report = check_module(model, _dev(ENC_BATCH), None, **_how())
+    assert _checked_names(report) == {n for n, _ in model.named_parameters()}
+
+
+def test_property_model_with_features_gradcheck(any_backend, float64):
+    """The head reads [h_0; f]: every weight, the features' rows of W_2 included, has the
     gradient of the finite differences (the features are inputs, not weights)."""
-    cfg = EncoderConfig(vocab_size=V, n_layers=1, seed=5, n_outputs=2, n_features=3, mlm_head=False, **SMALL)
-    model = Encoder(cfg)
+    cfg = PropertyModelConfig(vocab_size=V, n_layers=1, seed=5, n_outputs=2, n_features=3, **SMALL)
+    model = PropertyModel(cfg)
     _perturb(model, seed=2)
     features = _dev(np.random.default_rng(4).standard_normal((3, 3)))  # (B, F)
-    report = check_module(model, _dev(ENC_BATCH), None, kwargs={"head": "cls", "features": features}, **_how())
+    report = check_module(model, _dev(ENC_BATCH), None, kwargs={"features": features}, **_how())
     assert _checked_names(report) == {n for n, _ in model.named_parameters()}
-    assert model.cls.weight.shape == (SMALL["d_model"] + 3, 2)
+    assert model.head.out.weight.shape == (SMALL["d_model"] + 3, 2)
 
 
-def test_encoder_two_layer_cls_head_gradcheck(any_backend, float64):
-    """head_hidden > 0: [h_cls; f] -> Linear -> GELU -> Linear; every weight checked."""
-    cfg = EncoderConfig(vocab_size=V, n_layers=1, seed=6, n_outputs=2, n_features=3, head_hidden=5,
-                        mlm_head=False, **SMALL)
-    model = Encoder(cfg)
+def test_property_model_with_a_hidden_layer_gradcheck(any_backend, float64):
+    """head_hidden > 0: [h_0; f] -> Linear -> GELU -> Linear; every weight checked."""
+    cfg = PropertyModelConfig(vocab_size=V, n_layers=1, seed=6, n_outputs=2, n_features=3, head_hidden=5, **SMALL)
+    model = PropertyModel(cfg)
     _perturb(model, seed=3)
     features = _dev(np.random.default_rng(5).standard_normal((3, 3)))  # (B, F)
-    report = check_module(model, _dev(ENC_BATCH), None, kwargs={"head": "cls", "features": features}, **_how())
+    report = check_module(model, _dev(ENC_BATCH), None, kwargs={"features": features}, **_how())
     assert _checked_names(report) == {n for n, _ in model.named_parameters()}
-    assert model.cls_hidden.weight.shape == (SMALL["d_model"] + 3, 5) and model.cls.weight.shape == (5, 2)
+    assert model.head.hidden.weight.shape == (SMALL["d_model"] + 3, 5) and model.head.out.weight.shape == (5, 2)
     from minitransformer.checkpoint.limits import declared_parameters
-    assert declared_parameters("Encoder", cfg.to_dict()) >= model.num_parameters()
+    assert declared_parameters("PropertyModel", cfg.to_dict()) >= model.num_parameters()
 
 
-def test_an_encoder_made_with_a_removed_head_option_is_refused_in_one_line_and_its_defaults_read_as_absent():
-    """The mean pooling and the descriptor head lost on validation and left: a config that names them at their
-    defaults still loads; one that used them names the removed option."""
-    cfg = EncoderConfig(vocab_size=V, n_outputs=2, **SMALL).to_dict()
-    assert EncoderConfig.from_dict({**cfg, "pooling": "cls", "n_aux": 0}) == EncoderConfig.from_dict(cfg)
-    for name, value in (("pooling", "cls+mean"), ("n_aux", 4)):
-        with pytest.raises(ValueError, match=f"{name}=.* was an option of a head that has been removed"):
-            EncoderConfig.from_dict({**cfg, name: value})
+# -- the heads alone ---------------------------------------------------------------
+@pytest.mark.parametrize("opts", [dict(n_features=0, head_hidden=0), dict(n_features=3, head_hidden=0),
+                                  dict(n_features=2, head_hidden=4, activation="relu"),
+                                  dict(n_features=0, head_hidden=3, activation="gelu_tanh")],
+                         ids=["linear", "features", "features-hidden-relu", "hidden-gelu-tanh"])
+def test_pooled_head_gradcheck(any_backend, float64, opts):
+    """Element by element: the states' gradient is the head's at position 0 and zero elsewhere."""
+    cfg = PropertyModelConfig(vocab_size=V, seed=1, n_outputs=2, **SMALL, **opts)
+    head = PooledHead(cfg, backend.RNG(1))
+    _perturb(head, seed=1)
+    g = np.random.default_rng(2)
+    h = _dev(g.standard_normal((3, 4, SMALL["d_model"])))  # (B, T, D)
+    kwargs = {"features": _dev(g.standard_normal((3, opts["n_features"])))} if opts["n_features"] else {}
+    report = check_module(head, h, None, kwargs=kwargs)
+    assert _checked_names(report) >= {n for n, _ in head.named_parameters()}
+    head.zero_grad()
+    y = head(h, **kwargs)  # (B, K)
+    dh = _host(head.backward(_dev(np.ones(tuple(y.shape)))))  # (B, T, D)
+    assert np.all(dh[:, 1:] == 0) and np.any(dh[:, 0] != 0)
 
 
-def test_encoder_features_change_the_cls_output_only_through_their_rows(float64):
-    model = Encoder(EncoderConfig(vocab_size=V, n_layers=1, n_outputs=2, n_features=3, mlm_head=False, **SMALL))
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_masked_token_head_gradcheck(any_backend, float64, tied):
+    """Element by element; tied, the embedding's gradient from the head alone is dlogits^T h."""
+    from minitransformer.nn.embedding import Embedding
+    cfg = EncoderConfig(vocab_size=V, seed=1, **SMALL)
+    table = Embedding(V, SMALL["d_model"], rng=backend.RNG(3))
+    head = MaskedTokenHead(cfg, backend.RNG(1), tied_to=table if tied else None)
+    _perturb(head, seed=1)
+    h = _dev(np.random.default_rng(2).standard_normal((2, 3, SMALL["d_model"])))  # (B, T, D)
+    check_module(head, h, _ce_loss(_dev(MLM_TARGETS[:2, :3]), ignore_index=IGNORE))
+    if tied:
+        table.weight.grad = table.weight.grad * 0
+        logits = head(h)  # (B, T, V)
+        dlogits = _dev(np.random.default_rng(4).standard_normal(tuple(logits.shape)))  # (B, T, V)
+        head.backward(dlogits)
+        expected = _host(dlogits).reshape(-1, V).T @ _host(h).reshape(-1, SMALL["d_model"])  # (V, D)
+        np.testing.assert_allclose(_host(table.weight.grad), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_masked_lm_and_a_property_model_share_one_encoder_and_its_gradients(float64):
+    """Pretraining trains the property model's own encoder: the MaskedLM built around it holds the
+    same Parameter objects, so what one learns the other starts from."""
+    model = PropertyModel(PropertyModelConfig(vocab_size=V, n_layers=1, seed=2, n_outputs=2, **SMALL))
+    masked = MaskedLM(model.encoder.config, encoder=model.encoder)
+    own = dict(model.named_parameters())
+    assert all(p is own[n] for n, p in masked.named_parameters() if n.startswith("encoder."))
+    assert masked.head.proj.linear is None and masked.rng is model.rng  # tied to the shared table; one stream
+    masked.zero_grad()
+    logits = masked(_dev(ENC_BATCH))  # (B, T, V)
+    masked.backward(_dev(np.ones(tuple(logits.shape))))
+    assert np.any(_host(model.encoder.embed.tok.weight.grad) != 0)
+    assert np.all(_host(model.head.out.weight.grad) == 0)
+    with pytest.raises(ValueError, match="built with another config"):
+        MaskedLM(EncoderConfig(vocab_size=V, n_layers=2, **SMALL), encoder=model.encoder)
+
+
+def test_the_encoder_has_no_head_argument():
+    import inspect
+    assert list(inspect.signature(Encoder.forward).parameters) == ["self", "ids"]
+    assert list(inspect.signature(Encoder.backward).parameters) == ["self", "dh"]
+    assert not {"mlm_head", "n_outputs", "n_features", "head_hidden"} & set(EncoderConfig.__dataclass_fields__)
+    with pytest.raises(TypeError):
+        Encoder(EncoderConfig(vocab_size=V, **SMALL))(_dev(ENC_BATCH), head="mlm")
+
+
+def test_property_model_features_change_the_output_only_through_their_rows(float64):
+    model = PropertyModel(PropertyModelConfig(vocab_size=V, n_layers=1, n_outputs=2, n_features=3, **SMALL))
     f = np.zeros((3, 3))
-    base = _host(model(_dev(ENC_BATCH), head="cls", features=_dev(f)))
+    base = _host(model(_dev(ENC_BATCH), features=_dev(f)))
     f[:, 1] = 1.0
-    moved = _host(model(_dev(ENC_BATCH), head="cls", features=_dev(f)))
-    np.testing.assert_allclose(moved - base, np.broadcast_to(_host(model.cls.weight.data)[SMALL["d_model"] + 1],
+    moved = _host(model(_dev(ENC_BATCH), features=_dev(f)))
+    np.testing.assert_allclose(moved - base, np.broadcast_to(_host(model.head.out.weight.data)[SMALL["d_model"] + 1],
                                                              (3, 2)), rtol=1e-12, atol=1e-12)
     from minitransformer.checkpoint.limits import declared_parameters
-    assert declared_parameters("Encoder", model.config.to_dict()) >= model.num_parameters()  # the head's F rows too
+    assert declared_parameters("PropertyModel", model.config.to_dict()) >= model.num_parameters()
     with pytest.raises(ValueError, match="reads 3 features per molecule"):
-        model(_dev(ENC_BATCH), head="cls")
-    with pytest.raises(ValueError, match="needs n_outputs > 0"):
-        EncoderConfig(vocab_size=V, n_features=2, **SMALL)
-
-
-def test_encoder_cls_head_leaves_mlm_projection_without_gradient(float64):
-    model = Encoder(EncoderConfig(vocab_size=V, n_layers=1, n_outputs=2, tie_embeddings=False, **SMALL))
-    model(_dev(ENC_BATCH), head="cls")
-    model.backward(_dev(np.ones((3, 2))))
-    assert np.all(_host(model.mlm.linear.weight.grad) == 0)
-    assert np.any(_host(model.cls.weight.grad) != 0)
+        model(_dev(ENC_BATCH))
+    with pytest.raises(ValueError, match="n_features=0"):
+        PropertyModel(PropertyModelConfig(vocab_size=V, **SMALL))(_dev(ENC_BATCH), features=_dev(f))
+    with pytest.raises(ValueError, match="n_outputs must be an integer >= 1"):
+        PropertyModelConfig(vocab_size=V, n_outputs=0, **SMALL)
 
 
 # -- Seq2Seq -----------------------------------------------------------------------
@@ -269,9 +329,13 @@ def test_models_gradcheck_in_training_mode_with_dropout(float64):
     ids = _dev(LM_BATCH)
     check_module(_Rewound(lm), ids[:, :-1], _ce_loss(ids[:, 1:]), mode="directional",
                  n_directions=2, eval_mode=False)
-    enc = Encoder(EncoderConfig(vocab_size=V, n_layers=2, norm="post", seed=2, **SMALL, **DROPOUTS))
+    enc = MaskedLM(EncoderConfig(vocab_size=V, n_layers=2, norm="post", seed=2, **SMALL, **DROPOUTS))
     check_module(_Rewound(enc), _dev(ENC_BATCH), _ce_loss(_dev(MLM_TARGETS), ignore_index=IGNORE),
-                 kwargs={"head": "mlm"}, mode="directional", n_directions=2, eval_mode=False)
+                 mode="directional", n_directions=2, eval_mode=False)
+    prop = PropertyModel(PropertyModelConfig(vocab_size=V, n_layers=1, seed=4, n_outputs=2, n_features=2,
+                                             head_hidden=3, **SMALL, **DROPOUTS))
+    check_module(_Rewound(prop), _dev(ENC_BATCH), None, kwargs={"features": _dev(np.ones((3, 2)))},
+                 mode="directional", n_directions=2, eval_mode=False)
     s2s = Seq2Seq(Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, n_enc_layers=1, n_dec_layers=2,
                                 share_embeddings=True, seed=3, **SMALL, **DROPOUTS))
     src, tgt = _dev(SRC), _dev(TGT)

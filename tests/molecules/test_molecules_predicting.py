@@ -9,7 +9,7 @@ from minitransformer.checkpoint import save_checkpoint  # noqa: E402
 from minitransformer.chem import Vocab  # noqa: E402
 from minitransformer.molecules.predicting import (PropertyPredictor, read_user_smiles,  # noqa: E402
                                              view_probabilities, write_predictions_csv)
-from minitransformer.models import Encoder, EncoderConfig  # noqa: E402
+from minitransformer.models import Encoder, EncoderConfig, PropertyModel, PropertyModelConfig  # noqa: E402
 
 TRAIN = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CCN(CC)CC", "OC(=O)c1ccccc1"]
 TASKS = ["A", "B", "C"]
@@ -17,11 +17,12 @@ TASKS = ["A", "B", "C"]
 
 def _checkpoint(path, tasks=TASKS, max_len=24, n_outputs=3, extras=(Vocab.CLS, Vocab.MASK)):
     vocab = Vocab.build(TRAIN, extras=extras)
-    config = EncoderConfig(vocab_size=len(vocab), max_len=max_len, pad_id=vocab.pad_id, seed=0, mlm_head=False,
-                           n_outputs=n_outputs, d_model=16, n_heads=2, n_layers=1, d_ff=32, norm="pre",
-                           tie_embeddings=True)
+    options = dict(vocab_size=len(vocab), max_len=max_len, pad_id=vocab.pad_id, seed=0, d_model=16, n_heads=2,
+                   n_layers=1, d_ff=32, norm="pre", tie_embeddings=True)
+    model = PropertyModel(PropertyModelConfig(n_outputs=n_outputs, **options)) if n_outputs else \
+        Encoder(EncoderConfig(**options))
     extra = {"run": {"tasks": tasks}} if tasks is not None else None
-    return save_checkpoint(path, Encoder(config), vocab=vocab, extra=extra)
+    return save_checkpoint(path, model, vocab=vocab, extra=extra)
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def test_views_average_to_the_prediction_and_view_0_is_the_string_as_written(pre
     views = view_probabilities(predictor.model, predictor.vocab, smiles, 4, 7, 24, batch_size=2)
     assert len(views) == 4 and all(v.shape == (4, 3) for v in views)
     for i, s in enumerate(smiles):  # one molecule at a time, no padding: the same numbers
-        z = to_numpy(predictor.model(xp.asarray([predictor.vocab.encode(s, cls=True)]), head="cls"))[0]  # (K,)
+        z = to_numpy(predictor.model(xp.asarray([predictor.vocab.encode(s, cls=True)])))[0]  # (K,)
         np.testing.assert_allclose(views[0][i], 1 / (1 + np.exp(-z)), rtol=1e-6, atol=1e-9)
     assert np.array_equal(np.mean(views, axis=0), predictor.predict(smiles, views=4, seed=7, batch_size=2)[0])
 
@@ -87,7 +88,7 @@ def test_refuses_other_checkpoints(tmp_path, kind):
     with pytest.raises(ValueError) as err:
         PropertyPredictor.from_checkpoint(path)
     message = str(err.value)
-    assert str(path) in message and "\n" not in message and "Encoder property model" in message
+    assert str(path) in message and "\n" not in message and "PropertyModel" in message
 
 
 def test_csv_round_trip_and_refuses_overwrite(tmp_path, predictor):

@@ -66,12 +66,12 @@ def test_the_speed_probe_serves_a_task_that_draws_and_refuses_no_timed_step():
     """measure_speed hands the task an rng (MLM corrupts each batch with one) and needs a timed step."""
     import numpy as np
     import pytest
-    from minitransformer.models import Encoder, EncoderConfig
+    from minitransformer.models import EncoderConfig, MaskedLM
     from minitransformer.optim import Adam
     from minitransformer.train.tasks import MLMTask
     from minitransformer.train.time_plan import measure_speed
-    model = Encoder(EncoderConfig(vocab_size=12, max_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=16, pad_id=0,
-                                  seed=0))
+    model = MaskedLM(EncoderConfig(vocab_size=12, max_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=16, pad_id=0,
+                                   seed=0))
     task = MLMTask(mask_id=4, vocab_size=12, special_ids=(0, 1, 2, 3, 4))
     batches = [task.collate([[5, 6, 7, 8, 9], [6, 7, 8, 10, 11]])]
     assert measure_speed(model, task, batches, Adam(model, lr=1e-3), steps=2, warmup=1) > 0

@@ -11,7 +11,7 @@ import pytest
 
 from minitransformer import backend
 from minitransformer.checkpoint import load_checkpoint
-from minitransformer.models import Encoder, EncoderConfig
+from minitransformer.models import PropertyModel, PropertyModelConfig
 from minitransformer.optim import Adam
 from minitransformer.train.tasks import LMTask
 from minitransformer.train import TrainConfig, TrainingDiverged, fit
@@ -119,8 +119,8 @@ def test_validation_data_without_scored_tokens_is_refused_before_training(case):
     elif case == "mlm_only_special_tokens":
         model, task, train, val = mlm_model(), mlm_task(), lm_data(16), [[BOS, EOS], [BOS, EOS]]
     else:
-        model = Encoder(EncoderConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=1, d_ff=32,
-                                      mlm_head=False, n_outputs=2))
+        model = PropertyModel(PropertyModelConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=1,
+                                                  d_ff=32, n_outputs=2))
         task = PropertyTask()
         train = [([BOS, 5, 6], [1.0, 0.0])] * 4
         val = [([BOS, 5], [math.nan, math.nan])]

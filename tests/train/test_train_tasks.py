@@ -13,7 +13,9 @@ import pytest
 
 from minitransformer import backend, devices
 from minitransformer.testing.strict import HostSyncError
-from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
+from minitransformer.models import (
+    DecoderLM, DecoderLMConfig, EncoderConfig, MaskedLM, PropertyModel, PropertyModelConfig, Seq2Seq, Seq2SeqConfig,
+)
 from minitransformer.train.tasks import LMTask, MLMTask, Seq2SeqTask, pad_batch
 
 PAD, BOS, EOS, MASK = 0, 1, 2, 3
@@ -213,7 +215,7 @@ def test_mlm_scores_only_selected_positions(any_backend):
     batch = _mlm_batch()
     model = RecordingModel(seed=5)
     loss, n_tok = task.loss(model, batch, np.random.default_rng(11))
-    assert model.kwargs == {"head": "mlm"}
+    assert model.kwargs == {}  # the MaskedLM has no head to choose
     corrupted = model.inputs[0]
     # the same generator state reproduces the corruption exactly
     corrupted2, targets = task._corrupt(batch, np.random.default_rng(11))
@@ -262,7 +264,7 @@ def test_mlm_corruption_differs_per_generator_and_evaluate_is_repeatable():
     c1, _ = task._corrupt(batch, np.random.default_rng(1))
     c2, _ = task._corrupt(batch, np.random.default_rng(2))
     assert not np.array_equal(c1, c2)
-    model = Encoder(EncoderConfig(vocab_size=V, max_len=40, d_model=16, n_heads=2, n_layers=1, d_ff=32)).eval()
+    model = MaskedLM(EncoderConfig(vocab_size=V, max_len=40, d_model=16, n_heads=2, n_layers=1, d_ff=32)).eval()
     m1 = task.evaluate(model, [batch])
     m2 = task.evaluate(model, [batch])
     assert m1 == m2 and m1["val_tokens"] > 0
@@ -270,12 +272,12 @@ def test_mlm_corruption_differs_per_generator_and_evaluate_is_repeatable():
 
 def test_mlm_with_a_real_encoder_matches_manual_loss():
     cfg = EncoderConfig(vocab_size=V, max_len=40, d_model=16, n_heads=2, n_layers=1, d_ff=32)
-    model = Encoder(cfg).eval()
+    model = MaskedLM(cfg).eval()
     task = MLMTask(mask_id=MASK, vocab_size=V, special_ids=(PAD, BOS, EOS))
     batch = _mlm_batch()
     loss, n_tok = task.loss(model, batch, np.random.default_rng(4))
     corrupted, targets = task._corrupt(batch, np.random.default_rng(4))
-    logits = host(model(backend.asarray(corrupted), head="mlm"))
+    logits = host(model(backend.asarray(corrupted)))
     expected, count = ref_ce(logits, targets, MLMTask.IGNORE)
     assert n_tok == count
     assert float(loss) == pytest.approx(expected, rel=1e-5)
@@ -286,8 +288,8 @@ def test_mlm_with_a_real_encoder_matches_manual_loss():
 # ---------------------------------------------------------------------------
 def test_property_task_whole_model_gradient_with_missing_labels(float64):
     from minitransformer.train.tasks import PropertyTask
-    model = Encoder(EncoderConfig(vocab_size=V, max_len=8, d_model=8, n_heads=2, n_layers=2, d_ff=16,
-                                  mlm_head=False, n_outputs=3, pad_id=PAD, seed=3))
+    model = PropertyModel(PropertyModelConfig(vocab_size=V, max_len=8, d_model=8, n_heads=2, n_layers=2, d_ff=16,
+                                              n_outputs=3, pad_id=PAD, seed=3))
     model.eval()
     nan = np.nan
     examples = [([4, 5, 6, 7], [1.0, nan, 0.0]), ([4, 8, 9], [nan, nan, 1.0]), ([4, 10], [0.0, 1.0, nan])]
@@ -326,8 +328,8 @@ def test_property_task_whole_model_gradient_with_missing_labels(float64):
 
 def test_property_task_evaluate_reports_loss_and_auc():
     from minitransformer.train.tasks import PropertyTask
-    model = Encoder(EncoderConfig(vocab_size=V, max_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=16,
-                                  mlm_head=False, n_outputs=2, pad_id=PAD, seed=0))
+    model = PropertyModel(PropertyModelConfig(vocab_size=V, max_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=16,
+                                              n_outputs=2, pad_id=PAD, seed=0))
     model.eval()
     task = PropertyTask(pad_id=PAD)
     examples = [([4 + i % 8, 4 + i // 8, 4 + 3 * i % 8], [float(i % 2), np.nan if i == 3 else float(i % 3 == 0)])
@@ -335,7 +337,7 @@ def test_property_task_evaluate_reports_loss_and_auc():
     metrics = task.evaluate(model, [task.collate(examples[:6]), task.collate(examples[6:])])
     assert set(metrics) == {"val_loss", "val_auc"}
     # recomputed here: the logits one molecule at a time, BCE over the 23 present labels, AUC by counting pairs
-    z = np.array([host(model(backend.asarray([ids]), head="cls"))[0] for ids, _ in examples], dtype=np.float64)  # (12, 2)
+    z = np.array([host(model(backend.asarray([ids])))[0] for ids, _ in examples], dtype=np.float64)  # (12, 2)
     y = np.array([labels for _, labels in examples])  # (12, 2), one NaN
     present = ~np.isnan(y)
     bce = np.maximum(z, 0) - z * np.nan_to_num(y) + np.log1p(np.exp(-np.abs(z)))  # (12, 2)
@@ -356,8 +358,8 @@ def _step_cases():
                  resid_dropout=0.1, ff_dropout=0.1)  # every kind of dropout draws its masks
     lm = DecoderLM(DecoderLMConfig(vocab_size=V, n_layers=2, tie_embeddings=True, **small))
     s2s = Seq2Seq(Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, n_enc_layers=1, n_dec_layers=1, **small))
-    mlm = Encoder(EncoderConfig(vocab_size=V, n_layers=1, **small))
-    prop = Encoder(EncoderConfig(vocab_size=V, n_layers=1, mlm_head=False, n_outputs=3, **small))
+    mlm = MaskedLM(EncoderConfig(vocab_size=V, n_layers=1, **small))
+    prop = PropertyModel(PropertyModelConfig(vocab_size=V, n_layers=1, n_outputs=3, **small))
     nan = np.nan
     prop_examples = [([4, 5, 6], [1.0, nan, 0.0]), ([4, 7], [nan, 0.0, 1.0]), ([4, 8, 9, 10], [0.0, 1.0, 1.0])]
     # relative positions: the bias's lookup and scatter-add must not read the device either

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minitransformer.models import DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, Seq2Seq, Seq2SeqConfig
+from minitransformer.models import DecoderLM, DecoderLMConfig, EncoderConfig, MaskedLM, Seq2Seq, Seq2SeqConfig
 from minitransformer.train.tasks import MLMTask
 from minitransformer.train import TrainConfig
 
@@ -32,8 +32,8 @@ def lm_model(seed=0, dropout=0.0, **kw):
 
 
 def mlm_model(seed=0, dropout=0.0):
-    return Encoder(EncoderConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2, d_ff=32,
-                                 seed=seed, emb_dropout=dropout, resid_dropout=dropout))
+    return MaskedLM(EncoderConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2, d_ff=32,
+                                  seed=seed, emb_dropout=dropout, resid_dropout=dropout))
 
 
 def s2s_model(seed=0, dropout=0.0):

@@ -331,19 +331,25 @@ def _chem_vocab(cls=False):
     return Vocab.build(["Cc1c[nH]c2ccc(Cl)cc12", "CC(=O)[O-]"], extras=(Vocab.CLS, Vocab.MASK) if cls else ())
 
 
-@pytest.mark.parametrize("family", ["decoder", "encoder", "seq2seq"])
+@pytest.mark.parametrize("family", ["decoder", "encoder", "property", "masked", "seq2seq"])
 def test_render_attention_writes_heatmaps_and_molecules(family, tmp_path):
+    """A PropertyModel or a MaskedLM is drawn through its encoder (the head's features are not needed)."""
     pytest.importorskip("rdkit")
     pytest.importorskip("matplotlib")
-    vocab = _chem_vocab(cls=family == "encoder")
+    from minitransformer.models import MaskedLM, PropertyModel, PropertyModelConfig
+    vocab = _chem_vocab(cls=family in ("encoder", "property", "masked"))
     n, kw = len(vocab), dict(TINY, max_len=24)
     model = {"decoder": lambda: DecoderLM(DecoderLMConfig(vocab_size=n, n_layers=2, **kw)),
              "encoder": lambda: Encoder(EncoderConfig(vocab_size=n, n_layers=2, **kw)),
+             "property": lambda: PropertyModel(PropertyModelConfig(vocab_size=n, n_layers=2, n_outputs=2, n_features=3,
+                                                                   **kw)),
+             "masked": lambda: MaskedLM(EncoderConfig(vocab_size=n, n_layers=2, **kw)),
              "seq2seq": lambda: Seq2Seq(Seq2SeqConfig(n, n, n_enc_layers=1, n_dec_layers=2, **kw))}[family]()
     model.train()
     extra = dict(target="CC(=O)[O-]") if family == "seq2seq" else {}
     paths = viz.render_attention(model, vocab, "Cc1c[nH]c2ccc(Cl)cc12", tmp_path / "out", heads="mean", **extra)
     stems = {"decoder": ["attention_decoder_self"], "encoder": ["attention_encoder_self"],
+             "property": ["attention_encoder_self"], "masked": ["attention_encoder_self"],
              "seq2seq": ["attention_encoder_self", "attention_decoder_self", "attention_cross"]}[family]
     assert [p.name for p in paths] == [f"{s}{m}.png" for s in stems for m in ("", "_molecule")]
     assert all(p.read_bytes()[:8] == PNG_MAGIC for p in paths)
@@ -389,3 +395,14 @@ def test_the_first_and_last_layer_of_a_one_layer_model_are_one_panel():
     from minitransformer.viz.heatmaps import _indices
     assert _indices([0, -1], 1, "layer") == [0]
     assert _indices([0, -1], 3, "layer") == [0, 2]
+
+
+def test_the_maps_of_a_model_around_an_encoder_are_its_encoders():
+    from minitransformer.models import MaskedLM
+    masked = MaskedLM(EncoderConfig(vocab_size=V, n_layers=2, **TINY)).eval()
+    ids = _batch()  # (B, T), host
+    masked(_dev(ids))  # (B, T, V)
+    inner = viz.attention_maps(masked.encoder)
+    assert [np.array_equal(a, b) for a, b in zip(viz.attention_maps(masked), inner)] == [True, True]
+    one = viz.forward_maps(masked, "self", None, ids[0])
+    assert len(one) == 2 and one[0].shape[2:] == (ids.shape[1], ids.shape[1])
