@@ -258,3 +258,37 @@ def test_the_fast_set_is_reached_only_through_the_layers_that_dispatch_to_it():
     reaching = sorted(rel for rel, targets in graph.items() if not rel.startswith("fast/")
                       and any(t.startswith("fast/") for t in targets) and not rel.startswith(FAST_DOORS))
     assert not reaching, f"{reaching} import the fast set; ask the layer or the optimizer that dispatches to it"
+
+
+#: The training commands' files, and the functions of them that may read the parsed command line:
+#: each command's ``settings`` and what it calls to build its recipe and invocation (``run`` hands
+#: the command line to ``settings``).
+TRAINING_FILES = ("cli/training.py", "cli/train_lm.py", "cli/train_property.py", "cli/train_seq2seq.py",
+                  "cli/property_runs.py", "cli/lm_time_plan.py")
+READS_THE_COMMAND_LINE = {"settings", "run", "add_parser", "resolve_recipe", "_lstm_recipe", "invocation", "preset",
+                          "apply_overrides", "set_budgets"}
+
+
+def _command_line_readers(tree) -> list[str]:
+    """The functions of ``tree`` that take a parameter named ``args`` or read ``run.args``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = [a.arg for a in node.args.args + node.args.kwonlyargs]
+            reads = any(isinstance(n, ast.Attribute) and n.attr == "args" for n in ast.walk(node))
+            if "args" in params or reads:
+                found.append(node.name)
+    return found
+
+
+@pytest.mark.parametrize("rel", TRAINING_FILES)
+def test_a_training_command_reads_its_command_line_in_one_place(rel):
+    """After ``TrainingCommand.settings``, a run's steps read the recipe and the invocation, not ``args``."""
+    readers = set(_command_line_readers(_tree(rel))) - READS_THE_COMMAND_LINE
+    assert not readers, f"{rel}: {sorted(readers)} read the command line; take what they need from the recipe"
+
+
+def test_the_command_line_reader_finder_sees_a_hook_that_reads_it():
+    tree = ast.parse("def training(self, run):\n    return run.args.seed\n"
+                     "def load(self, args, recipe):\n    pass\ndef evaluate(self, run):\n    return run.recipe\n")
+    assert _command_line_readers(tree) == ["training", "load"]

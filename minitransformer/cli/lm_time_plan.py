@@ -53,25 +53,20 @@ PROBE_MARGIN = 1.3
 COUNTS = ("epochs", "pretrain_epochs", "pretrain_limit", "pretrain_minutes")
 
 
-def plans(r: LMRecipe, args, preset: LMRecipe) -> bool:
-    """Whether the run is planned in minutes: a ``preset`` with a ``time_budget``, phase 1 on MOSES,
-    and no option that fixes a count (``--max-minutes 0`` lifts the plan's limits, not its counts)."""
-    return (preset.time_budget is not None and r.pretrain_data == "moses"
-            and not any(getattr(args, name, None) is not None for name in COUNTS))
-
-
-def with_time_budget(r: LMRecipe, args) -> LMRecipe:
+def with_time_budget(r: LMRecipe, max_minutes: float | None, given=()) -> LMRecipe:
     """A preset that plans its phases in minutes (``time_budget``), with the command line applied:
-    ``--max-minutes`` is then the whole run's budget (0: none); an option that fixes a count turns
-    the plan off."""
-    if not plans(r, args, r):
-        return dataclasses.replace(r, time_budget=None)
-    if args.max_minutes is not None:
-        return dataclasses.replace(r, time_budget=args.max_minutes * 60 if args.max_minutes > 0 else None)
+    the run is ``planned`` when phase 1 is on MOSES and no option that fixes a count is ``given``
+    (:data:`COUNTS`); ``max_minutes`` is then the whole run's budget (0: none, which lifts the
+    plan's limits, not its counts). Unplanned, the counts are as given and there is no budget."""
+    if r.time_budget is None or r.pretrain_data != "moses" or any(name in COUNTS for name in given):
+        return dataclasses.replace(r, time_budget=None, planned=False)
+    r = dataclasses.replace(r, planned=True)
+    if max_minutes is not None:
+        return dataclasses.replace(r, time_budget=max_minutes * 60 if max_minutes > 0 else None)
     return r
 
 
-def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model, max_len: int) -> LMRecipe:
+def time_planned(recipe: LMRecipe, data, resume, spent: float, make_model, max_len: int) -> LMRecipe:
     """``recipe`` with phase 1's molecules, phase 2's epochs and the budgets planned to end the
     run within ``recipe.time_budget`` on this machine (:mod:`minitransformer.train.time_plan`).
     The speed is measured on the run's own model (at most ``max_len`` tokens a sequence), every
@@ -94,9 +89,9 @@ def time_planned(recipe: LMRecipe, data, args, resume, spent: float, make_model,
     if dp is not None:
         dp.barrier()  # every rank has read its data: they measure side by side, as they will train
     from minitransformer.cli.training import check_fits_in_memory
-    model = make_model(recipe, data.vocab, args.seed)
+    model = make_model(recipe, data.vocab)
     check_fits_in_memory(model)  # before the probe trains it: a model too large is refused, not swapped
-    probe = probe_speed(model, recipe, data.train, data.vocab, args.seed, n_ranks, max_len)
+    probe = probe_speed(model, recipe, data.train, data.vocab, recipe.seed, n_ranks, max_len)
     speed = probe.tokens_per_s
     phase2_tokens = (probe.stretch * sum(len(ids) - 1 for ids in data.encode(data.train))  # as written at random
                      + recipe.pretrain_mix * PHASE1_TOKENS)

@@ -21,7 +21,6 @@ continues the one that stopped.
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import statistics
 from pathlib import Path
@@ -35,27 +34,29 @@ PROBABILITIES = "test_probabilities.npy"
 VAL_PROBABILITIES = "val_probabilities.npy"  # the same on the validation molecules, with the test's writings
 
 
-def run_seeds(command, args) -> int:
-    """Every run of ``args.seeds`` x ``args.ensemble``, then their summary (module notes)."""
+def run_seeds(command, recipe, asked) -> int:
+    """Every run of ``recipe.seeds`` x ``recipe.ensemble``, then their summary (module notes);
+    ``asked``: the command's :class:`~minitransformer.cli.training.Invocation`."""
     from minitransformer import cli
     from minitransformer.atomic import FileExistsRefusal
     from minitransformer.cli.training import run_training
-    if args.seeds is None and args.ensemble == 1:
-        return run_training(command, args)
-    seeds, n = args.seeds or [args.seed], args.ensemble
-    check_seeds(seeds, n, args.resume)
-    out = Path(args.out)
+    if not recipe.seeds and recipe.ensemble == 1:
+        return run_training(command, recipe, asked)
+    seeds, n = recipe.seeds or (recipe.seed,), recipe.ensemble
+    check_seeds(seeds, n, asked.resume)
+    out = asked.out
     earlier = [p.name for p in out.glob("seed-*")] + (["metrics.json"] if (out / "metrics.json").exists() else [])
-    if earlier and args.resume is None and not args.force:
+    if earlier and asked.resume is None and not asked.force:
         raise FileExistsRefusal(f"{out} holds the runs of an earlier --seeds/--ensemble command ({earlier[0]}, ...); "
                               "continue it with --resume, or start afresh with --force")
     results = []
     for s in seeds:
-        members = [_run(command, args, s, k, out / f"seed-{s}" / (f"member-{k}" if n > 1 else "")) for k in range(n)]
+        members = [_run(command, recipe, asked, s, k, out / f"seed-{s}" / (f"member-{k}" if n > 1 else ""))
+                   for k in range(n)]
         results.append(_seed_result(s, members))
         if results[-1] is None:
             return 1  # a run ended without its results (its own message said why)
-    summary = summarize(results, n, args.split)
+    summary = summarize(results, n, recipe.split)
     cli.write_json(out / "metrics.json", summary)
     _print(summary, out)
     return 0
@@ -79,21 +80,21 @@ def check_seeds(seeds, n: int, resume) -> None:
                          f"than {MEMBER_STRIDE}")
 
 
-def _run(command, args, seed: int, member: int, out: Path) -> Path | None:
+def _run(command, recipe, asked, seed: int, member: int, out: Path) -> Path | None:
     """One run (its folder comes back, None if it was stopped); a finished one is read back under --resume."""
     from minitransformer.cli.training import run_training
-    sub = copy.copy(args)
-    sub.seed, sub.out, sub.seeds, sub.ensemble = seed + MEMBER_STRIDE * member, str(out), None, 1
-    recipe = dataclasses.replace(command.recipe(sub), split_seed=seed)  # every member splits as its seed
-    name = f"seed {seed}" + (f", member {member}" if args.ensemble > 1 else "")
-    if args.resume is not None and (out / "metrics.json").exists() and (out / PROBABILITIES).exists():
-        run_training(command, sub, read_back=True, recipe=recipe)  # refused unless made of this data and settings
+    name = f"seed {seed}" + (f", member {member}" if recipe.ensemble > 1 else "")
+    recipe = dataclasses.replace(recipe, seed=seed + MEMBER_STRIDE * member, split_seed=seed,  # members: one split
+                                 seeds=(), ensemble=1)
+    asked = dataclasses.replace(asked, out=out)
+    if asked.resume is not None and (out / "metrics.json").exists() and (out / PROBABILITIES).exists():
+        run_training(command, recipe, asked, read_back=True)  # refused unless made of this data and settings
         print(f"{name}: finished earlier, read back from {out}")
         return out
-    if args.resume is not None and not (out / "last.npz").exists() and not (out / "pretrain" / "last.npz").exists():
-        sub.resume = None  # this run never started: start it
-    print(f"--- {name} (model seed {sub.seed}) -> {out}")
-    return out if run_training(command, sub, recipe=recipe) == 0 else None
+    if asked.resume is not None and not (out / "last.npz").exists() and not (out / "pretrain" / "last.npz").exists():
+        asked = dataclasses.replace(asked, resume=None)  # this run never started: start it
+    print(f"--- {name} (model seed {recipe.seed}) -> {out}")
+    return out if run_training(command, recipe, asked) == 0 else None
 
 
 def read_json(path: Path) -> dict:

@@ -169,8 +169,13 @@ def _short(value) -> str:
 _REMOVED_AT_DEFAULT = {"settings.pretrain_descriptors": 0.0, "settings.model.pooling": "cls"}
 
 
+#: Settings since moved, by their old place: a run that recorded one there is compared at its new place.
+_MOVED = {"settings.model.head_hidden": "settings.head_hidden"}
+
+
 def _differences(saved: dict, new: dict) -> list[str]:
     saved, new = _flat(json_safe(saved)), _flat(json_safe(new))
+    saved = {_MOVED.get(key, key): value for key, value in saved.items()}
     return [f"{key}: {_short(saved[key])} then, {_short(new.get(key))} now" for key in saved
             if key not in _RESUME_IGNORES and new.get(key) != saved[key]
             and not (key not in new and _REMOVED_AT_DEFAULT.get(key, ...) == saved[key])]

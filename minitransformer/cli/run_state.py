@@ -48,17 +48,17 @@ def _track(trainer, epoch, metrics):
     return None
 
 
-def run_fit(phase: str, model, task, optimizer, train_data, val_data=None, *, config, callbacks=(), **kwargs):
-    """:func:`minitransformer.train.fit` for a demo: Ctrl-C during training ends the
-    command (KeyboardInterrupt, reported by :func:`run_cli` with the epoch, step and
-    last good checkpoint) instead of going on to evaluation and sampling."""
+def run_fit(phase: str, model, task, optimizer, train_data, val_data=None, *, config, callbacks=(), parallel=None,
+            **kwargs):
+    """:func:`minitransformer.train.fit` for a command (``parallel``: its data-parallel ranks, or
+    None): Ctrl-C during training ends the command (KeyboardInterrupt, reported by :func:`run_cli`
+    with the epoch, step and last good checkpoint) instead of going on to evaluation and sampling."""
     from minitransformer.train import fit
     kwargs["extra_meta"] = {"phase": phase, **(kwargs.get("extra_meta") or {})}  # names the rows of history.csv
     PROGRESS.phase, PROGRESS.training, PROGRESS.trainer = phase, True, None
     PROGRESS.out_dir = Path(config.out_dir) if config.out_dir else None
-    from minitransformer.cli import ranks
     trainer = fit(model, task, optimizer, train_data, val_data, config=config,
-                  callbacks=list(callbacks) + [_track], parallel=ranks.current(), **kwargs)
+                  callbacks=list(callbacks) + [_track], parallel=parallel, **kwargs)
     PROGRESS.trainer = trainer
     if trainer.stop_reason == "interrupted":
         raise KeyboardInterrupt

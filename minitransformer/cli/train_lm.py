@@ -13,11 +13,15 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from minitransformer.cli.training import (Data, Phase, TrainingCommand, apply_overrides, preset, run_training,
-                                          set_budgets)
+from minitransformer.cli.training import (Data, Phase, TrainingCommand, apply_overrides, invocation, preset,
+                                          run_training, set_budgets)
 from minitransformer.models import LSTMLM, DecoderLM, DecoderLMConfig, LSTMLMConfig
-from minitransformer.train.recipe import LMRecipe, model, quick_model
+from minitransformer.train.recipe import LMRecipe, model, quick_model, sized, unsized
 
+MAX_LEN = 102  # BOS + up to 100 tokens + EOS
+#: The transformer of the default, moses and pmo presets: 4 pre-LN blocks of D = 128, learned
+#: positions, the output projection tied to the token embedding.
+OURS = model(DecoderLMConfig, n_layers=4, pos="learned", tie_embeddings=True, max_len=MAX_LEN)
 PRESETS = {
     # Ours: pre-LN, tied embeddings, AdamW with warmup + cosine, molecules written in Kekule form, batch
     # 32, and two phases: one pass over MOSES molecules teaches SMILES and drug-like chemistry, then up to
@@ -33,14 +37,15 @@ PRESETS = {
     # validity 1.000.
     # Without the MOSES files (offline) phase 1 is DRUGLIKE_PHASE1 instead.
     "default": LMRecipe(
-        model=model(n_layers=4, pos="learned", tie_embeddings=True), lr=1.5e-3, warmup=300,
+        model=OURS, lr=1.5e-3, warmup=300,
         batch_size=32, epochs=60, augment=1.0, max_time=14.5 * 60, metric="val_nll_token", form="kekule",
         pretrain_data="moses", pretrain_epochs=1, pretrain_limit=200_000, pretrain_max_time=9.5 * 60,
         pretrain_augment=1.0, pretrain_mix=2000, grammar="valence", time_budget=15 * 60),
     # J. Tomczak, "ARMs parameterized by Transformers": 10 post-LN blocks, heads as wide
     # as the model, dropout on the embedding sum only, Adamax, patience 10.
     "tomczak": LMRecipe(
-        model={}, arch="tomczak", optimizer="adamax", lr=1e-3, weight_decay=0.0, schedule="constant",
+        model=DecoderLMConfig.tomczak(None, max_len=MAX_LEN), arch="tomczak", optimizer="adamax", lr=1e-3,
+        weight_decay=0.0, schedule="constant",
         batch_size=64, epochs=1000, patience=10, check_rdkit=False, metric="val_nll_mol_ref", form="as-is"),
     # The MOSES benchmark (train lm --data moses --preset moses): the default model, no
     # pretraining, molecules written in Kekule form (so the model never draws an aromatic ring
@@ -52,7 +57,7 @@ PRESETS = {
     # molecules. Measured in docs/RESULTS.md: 34.0 minutes of training, 49.3 in all; bare
     # validity 0.976, FCD/Test 0.146; under the grammar validity 1.000.
     "moses": LMRecipe(
-        model=model(n_layers=4, pos="learned", tie_embeddings=True), lr=1.5e-3, warmup=300,
+        model=OURS, lr=1.5e-3, warmup=300,
         batch_size=64, epochs=1, max_time=40 * 60, metric="val_nll_token", form="kekule", samples=30000,
         test_limit=10_000, grammar="valence"),
     # A prior for goal-directed design (optimize, benchmarks/pmo.py) that reaches drug targets'
@@ -61,7 +66,7 @@ PRESETS = {
     # preset's default; chem/datasets/recombined.py) with 200,000 phase-1 molecules mixed in. Counts,
     # not minutes (docs/RESULTS.md states the time).
     "pmo": LMRecipe(
-        model=model(n_layers=4, pos="learned", tie_embeddings=True), lr=1.5e-3, warmup=300,
+        model=OURS, lr=1.5e-3, warmup=300,
         batch_size=64, epochs=1, max_time=None, metric="val_nll_token", form="kekule", samples=10_000,
         test_limit=10_000, grammar="valence", pretrain_data="moses", pretrain_epochs=1, pretrain_limit=600_000,
         pretrain_max_time=None, pretrain_augment=0.0, augment=0.0, pretrain_mix=200_000),
@@ -75,13 +80,12 @@ DRUGLIKE_PHASE1 = dict(pretrain_data="druglike", pretrain_epochs=5, pretrain_lim
 # --model lstm: an LSTM language model (CharRNN-style, models/lstm_lm.py) in the transformer's
 # place, everything else of the preset kept. Sized like the default transformer: 2 layers of
 # 256 states over 64-wide embeddings, about 0.86M weights against its 0.81M.
-LSTM_MODEL = dict(d_model=64, hidden=256, n_layers=2)
-LSTM_QUICK = dict(d_model=16, hidden=32, n_layers=1)
-QUICK = dict(model=quick_model(n_layers=2, tie_embeddings=True),
+LSTM_MODEL = unsized(LSTMLMConfig, d_model=64, hidden=256, n_layers=2, max_len=MAX_LEN)
+LSTM_QUICK = unsized(LSTMLMConfig, d_model=16, hidden=32, n_layers=1, max_len=MAX_LEN)
+QUICK = dict(model=quick_model(DecoderLMConfig, n_layers=2, tie_embeddings=True, max_len=MAX_LEN),
              pretrain_data="druglike", pretrain_max_time=None, epochs=2, batch_size=32, warmup=10, patience=None,
              max_time=None, augment=0.5, pretrain_epochs=1, pretrain_limit=300, pretrain_mix=50, limit=400,
              samples=400, time_budget=None)
-MAX_LEN = 102  # BOS + up to 100 tokens + EOS
 
 
 def add_parser(kinds):
@@ -136,9 +140,10 @@ def resolve_recipe(args) -> LMRecipe:
     """The preset, with --quick and the overrides of the command line applied."""
     r = preset(PRESETS, args, QUICK)
     data = PRESET_DATA.get(args.preset) if args.data is None and not args.quick else args.data
-    r = dataclasses.replace(r, data=data)
+    r = dataclasses.replace(r, data=data, temperature=args.temperature, fallback=args.pretrain_data is None)
     if args.quick and args.preset == "tomczak":
-        r = dataclasses.replace(r, arch="transformer", model=dict(QUICK["model"], norm="post", tie_embeddings=False))
+        r = dataclasses.replace(r, arch="transformer", model=dataclasses.replace(QUICK["model"], norm="post",
+                                                                                 tie_embeddings=False))
     r = apply_overrides(r, args, ("epochs", "form", "lr", "batch_size", "augment", "pretrain_augment",
                                   "pretrain_epochs", "pretrain_mix", "pretrain_limit", "samples"))
     if args.model == "lstm":
@@ -147,14 +152,14 @@ def resolve_recipe(args) -> LMRecipe:
         if r.arch == "tomczak":
             raise ValueError(f"--d-model and --n-layers change the default and moses models; the {args.preset} "
                              "preset's model is fixed (leave them out)")
-        sizes = dict(r.model)
+        sizes = {}
         if args.d_model is not None:
             if args.d_model % 32:
                 raise ValueError(f"--d-model {args.d_model}: give a multiple of 32 (heads of 32 numbers each)")
             sizes.update(d_model=args.d_model, n_heads=args.d_model // 32, d_ff=4 * args.d_model)
         if args.n_layers is not None:
             sizes.update(n_layers=args.n_layers)
-        r = dataclasses.replace(r, model=sizes)
+        r = dataclasses.replace(r, model=dataclasses.replace(r.model, **sizes))
     if args.pretrain_data is not None:
         r = dataclasses.replace(r, pretrain_data=None if args.pretrain_data == "none" else args.pretrain_data)
     if not r.pretrain_data:
@@ -162,8 +167,8 @@ def resolve_recipe(args) -> LMRecipe:
     if args.grammar is not None:
         r = dataclasses.replace(r, grammar=None if args.grammar == "off" else args.grammar)
     if r.time_budget is not None:
-        from minitransformer.cli.lm_time_plan import with_time_budget
-        r = with_time_budget(r, args)
+        from minitransformer.cli.lm_time_plan import COUNTS, with_time_budget
+        r = with_time_budget(r, args.max_minutes, given=[name for name in COUNTS if getattr(args, name) is not None])
     return set_budgets(r, args, pretraining=r.pretrain_epochs > 0 and r.time_budget is None)
 
 
@@ -177,23 +182,24 @@ def _lstm_recipe(r: LMRecipe, args) -> LMRecipe:
         if given is not None:
             raise ValueError(f"{flag} needs a transformer; the LSTM model has no attention and no dropout "
                              "(leave it out)")
-    sizes = dict(LSTM_QUICK if args.quick else LSTM_MODEL)
+    sizes = {}
     if args.d_model is not None:
         sizes["hidden"] = args.d_model
     if args.n_layers is not None:
         sizes["n_layers"] = args.n_layers
-    return dataclasses.replace(r, arch="lstm", model=sizes)
+    return dataclasses.replace(r, arch="lstm", model=dataclasses.replace(LSTM_QUICK if args.quick else LSTM_MODEL,
+                                                                          **sizes))
 
 
-def phase1_molecules(recipe: LMRecipe, held_out, user_chose: bool) -> tuple[LMRecipe, list]:
+def phase1_molecules(recipe: LMRecipe, held_out) -> tuple[LMRecipe, list]:
     """The phase-1 molecules of ``recipe`` without the ``held_out`` ones. When the preset's
     MOSES cannot be had (no files, offline), the drug-like phase 1 takes its place, said in
-    one line, and the recipe comes back changed to it; a --pretrain-data the user named is
-    never replaced (its error stops the run)."""
+    one line, and the recipe comes back changed to it; a --pretrain-data the user named
+    (``recipe.fallback`` False) is never replaced (its error stops the run)."""
     from minitransformer.chem import canonical
     from minitransformer.chem.datasets import lm_data
     exclude = {canonical(x) for x in held_out}
-    extra = lm_data.pretraining_or_fallback(recipe.pretrain_data, user_chose, "phase 1 uses RDKit's 10,000 "
+    extra = lm_data.pretraining_or_fallback(recipe.pretrain_data, not recipe.fallback, "phase 1 uses RDKit's 10,000 "
                                             "drug-like molecules instead", exclude=exclude, form=recipe.form,
                                             limit=recipe.pretrain_limit)
     if extra is not None:
@@ -201,18 +207,14 @@ def phase1_molecules(recipe: LMRecipe, held_out, user_chose: bool) -> tuple[LMRe
     default = PRESETS["default"]  # the drug-like recipe, except what the user set, and no time plan
     kept = {k: v for k, v in DRUGLIKE_PHASE1.items()
             if k.startswith("pretrain") or getattr(recipe, k) == getattr(default, k)}
-    recipe = dataclasses.replace(recipe, time_budget=None, **kept)
+    recipe = dataclasses.replace(recipe, time_budget=None, planned=False, **kept)
     return recipe, lm_data.pretraining_smiles("druglike", exclude=exclude, form=recipe.form)
 
 
-def make_model(recipe: LMRecipe, vocab, seed: int):
-    """The generator of ``recipe``: a DecoderLM (the recipe's sizes, or Tomczak's), or an LSTMLM."""
-    ids = dict(vocab_size=len(vocab), pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
-    if recipe.arch == "lstm":
-        return LSTMLM(LSTMLMConfig(max_len=MAX_LEN, seed=seed, **ids, **recipe.model))
-    if recipe.arch == "tomczak":
-        return DecoderLM(DecoderLMConfig.tomczak(max_len=MAX_LEN, seed=seed, **ids))
-    return DecoderLM(DecoderLMConfig(max_len=MAX_LEN, seed=seed, **ids, **recipe.model))
+def make_model(recipe: LMRecipe, vocab):
+    """The generator of ``recipe`` for ``vocab``: a DecoderLM (the recipe's, or Tomczak's), or an LSTMLM."""
+    config = sized(recipe.model, vocab, recipe.seed)
+    return LSTMLM(config) if recipe.arch == "lstm" else DecoderLM(config)
 
 
 class TrainLM(TrainingCommand):
@@ -220,31 +222,31 @@ class TrainLM(TrainingCommand):
 
     kind = "lm"
 
-    def recipe(self, args):
-        return resolve_recipe(args)
+    def settings(self, args):
+        return resolve_recipe(args), invocation(args, args.pretrain_data)
 
-    def load(self, args, recipe, resume=None):
+    def load(self, recipe, resume=None):
         from minitransformer.chem import Vocab
         from minitransformer.chem.datasets.lm_data import prepare_smiles
         t0 = time.perf_counter()
         data = prepare_smiles(recipe.data, check_rdkit=recipe.check_rdkit, form=recipe.form, limit=recipe.limit,
                               test_limit=recipe.test_limit)
         extra = []
-        from minitransformer.cli.lm_time_plan import plans, time_planned
-        if recipe.time_budget is not None or (resume is not None and plans(recipe, args, PRESETS[args.preset])):
-            recipe = time_planned(recipe, data, args, resume, time.perf_counter() - t0, make_model, MAX_LEN)
+        from minitransformer.cli.lm_time_plan import time_planned
+        if recipe.planned and (recipe.time_budget is not None or resume is not None):
+            recipe = time_planned(recipe, data, resume, time.perf_counter() - t0, make_model, MAX_LEN)
         if recipe.pretrain_epochs > 0:
-            recipe, extra = phase1_molecules(recipe, data.val + data.test, user_chose=args.pretrain_data is not None)
+            recipe, extra = phase1_molecules(recipe, data.val + data.test)
             data.vocab = Vocab.build(data.train + extra)  # one vocabulary for both phases
         return recipe, Data(data.vocab, data.train, data.val, data.test, extra, data.description,
                             data.clean_summary, own=data)
 
-    def build_model(self, recipe, data, seed):
-        return make_model(recipe, data.vocab, seed)
+    def build_model(self, recipe, data):
+        return make_model(recipe, data.vocab)
 
     def facts(self, run):
         d, mix = run.data, min(len(run.data.extra), run.recipe.pretrain_mix)
-        return {"preset": run.args.preset, "split": [len(d.train), len(d.val), len(d.test)],
+        return {"preset": run.recipe.preset, "split": [len(d.train), len(d.val), len(d.test)],
                 "pretrain_molecules": len(d.extra), "pretrain_mix": mix}
 
     def _writings(self, run, smiles, p):
@@ -252,9 +254,8 @@ class TrainLM(TrainingCommand):
         from minitransformer.chem.datasets.lm_data import RandomizedEpochs
         if p <= 0:
             return run.data.own.encode(smiles)
-        from minitransformer.cli import ranks
-        return RandomizedEpochs(smiles, run.data.vocab, seed=run.args.seed, p=p, max_tokens=MAX_LEN,
-                                kekule_form=run.recipe.form == "kekule", share=ranks.current())
+        return RandomizedEpochs(smiles, run.data.vocab, seed=run.recipe.seed, p=p, max_tokens=MAX_LEN,
+                                kekule_form=run.recipe.form == "kekule", share=run.ranks)
 
     def _validation(self, run):
         """The callback that gives each epoch its validation NLL and accuracy."""
@@ -280,7 +281,7 @@ class TrainLM(TrainingCommand):
         import numpy as np
 
         from minitransformer.train.tasks import LMTask
-        r, extra, seed = run.recipe, run.data.extra, run.args.seed
+        r, extra, seed = run.recipe, run.data.extra, run.recipe.seed
         mix = [extra[i] for i in np.sort(np.random.default_rng([seed, 2]).permutation(len(extra))
                                          [:r.pretrain_mix])] if extra else []
         train_smiles = run.data.train + mix
@@ -299,10 +300,10 @@ class TrainLM(TrainingCommand):
         from minitransformer.molecules.likelihood import batches_of, sequence_metrics
         from minitransformer.molecules.sampling import draw_sample_sets, samples_file
         from minitransformer.cli import ranks
-        args, r, d, model = run.args, run.recipe, run.data, run.model
+        r, d, model = run.recipe, run.data, run.model
         t1 = time.perf_counter()
-        sets = draw_sample_sets(model, d.vocab, r.samples, r.grammar, args.temperature, args.seed, args.quiet,
-                                parallel=ranks.current())  # data-parallel ranks share the drawing
+        sets = draw_sample_sets(model, d.vocab, r.samples, r.grammar, r.temperature, r.seed, run.asked.quiet,
+                                parallel=run.ranks)  # data-parallel ranks share the drawing
         t_sample = time.perf_counter() - t1
         valid = [s for s in sets["bare"] if canonical(s) is not None]
 
@@ -312,7 +313,7 @@ class TrainLM(TrainingCommand):
             for label, smiles in sets.items():
                 cli.write_text(run.out / samples_file(label), "\n".join(smiles) + "\n")
             report, table = judge_sample_sets(sets, d.train, d.val + d.test, d.extra, moses=is_moses(r.data),
-                                              seed=args.seed)
+                                              seed=r.seed)
             if table is not None:
                 cli.write_text(run.out / "moses_table.md", table)
                 print(table)
@@ -330,7 +331,7 @@ class TrainLM(TrainingCommand):
         test, report = ranks.on_rank0(judged)
         metrics = {f"test_{k}": v for k, v in test.items()}
         metrics.update(report)
-        metrics.update(sample_time_s=t_sample, temperature=args.temperature, grammar=r.grammar)
+        metrics.update(sample_time_s=t_sample, temperature=r.temperature, grammar=r.grammar)
         return metrics, valid or d.test or d.train
 
     def summary(self, run, metrics):
@@ -341,7 +342,7 @@ COMMAND = TrainLM()
 
 
 def run(args) -> int:
-    return run_training(COMMAND, args)
+    return run_training(COMMAND, *COMMAND.settings(args))
 
 
 def phase2_epochs(run, train_data, train_ids) -> int:
@@ -352,7 +353,6 @@ def phase2_epochs(run, train_data, train_ids) -> int:
     plan takes more, up to the preset's. Data-parallel ranks take rank 0's count. A resumed
     phase 2 keeps the number it started with (config.json)."""
     from minitransformer.atomic import parse_json
-    from minitransformer.cli import ranks
     epochs, budget = run.recipe.epochs, run.budget
     speed = run.pre_history[-1].get("tokens_per_s") if run.pre_history else None
     chosen = epochs
@@ -362,7 +362,7 @@ def phase2_epochs(run, train_data, train_ids) -> int:
         except (OSError, ValueError, KeyError, TypeError):
             pass
     elif budget is not None and speed:
-        most = PRESETS[run.args.preset].epochs if run.recipe.time_budget is not None else epochs
+        most = PRESETS[run.recipe.preset].epochs if run.recipe.time_budget is not None else epochs
         t0 = time.perf_counter()
         epoch0 = train_data(0) if callable(train_data) else train_ids  # (cached: fit reuses epoch 0's writings)
         rewrite = time.perf_counter() - t0  # the random writings of one epoch, when augmenting
@@ -371,8 +371,7 @@ def phase2_epochs(run, train_data, train_ids) -> int:
         if chosen != epochs:
             print(f"phase 2: {chosen} epochs fit the {budget / 60:.1f} minutes left (about {per_epoch:.0f} s each "
                   f"at phase 1's {speed:,.0f} tokens/s; planned {epochs}); the schedule is planned for {chosen}")
-    dp = ranks.current()
-    return chosen if dp is None else dp.from_rank0(chosen)  # every rank the same schedule
+    return chosen if run.ranks is None else run.ranks.from_rank0(chosen)  # every rank the same schedule
 
 
 def print_summary(m, out) -> None:

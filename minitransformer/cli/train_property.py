@@ -26,12 +26,14 @@ from typing import NamedTuple
 import numpy as np
 
 from minitransformer.cli.property_runs import PROBABILITIES, VAL_PROBABILITIES
-from minitransformer.cli.training import Data, Phase, TrainingCommand, apply_overrides, set_budgets
-from minitransformer.train.recipe import PropertyRecipe, model, quick_model
+from minitransformer.cli.training import (Data, Phase, TrainingCommand, apply_overrides, invocation, preset,
+                                          set_budgets)
+from minitransformer.models import EncoderConfig
+from minitransformer.train.recipe import PropertyRecipe, model, quick_model, sized
 
 PRESET = PropertyRecipe(
-    model=model(n_layers=4, pos="learned", tie_embeddings=True, emb_dropout=0.1, attn_dropout=0.1,
-                resid_dropout=0.1),
+    model=model(EncoderConfig, n_layers=4, pos="learned", tie_embeddings=True, emb_dropout=0.1,
+                attn_dropout=0.1, resid_dropout=0.1),  # the encoder; the head is the recipe's own (head_hidden)
     max_len=256,  # <cls> + tokens + <eos>; Tox21's longest molecule has 240 tokens
     lr=5e-4, warmup=200, batch_size=32, epochs=30, patience=8,
     augment=1.0, tta=8, pos_weight=True, max_time=11 * 60,  # max_time: the fine-tuning's share
@@ -44,7 +46,7 @@ PRESET = PropertyRecipe(
 # 12 epochs in at most 5 minutes. The pretraining budget comes on top of the 11 minutes.
 PRETRAIN = {"moses": dict(pretrain_epochs=1, pretrain_limit=250_000, pretrain_max_time=15 * 60),
             "other": dict(pretrain_epochs=12, pretrain_limit=None, pretrain_max_time=5 * 60)}
-QUICK = dict(model=quick_model(n_layers=2, tie_embeddings=True),
+QUICK = dict(model=quick_model(EncoderConfig, n_layers=2, tie_embeddings=True),
              epochs=2, pretrain_epochs=1, pretrain_limit=300, batch_size=32, warmup=5, patience=None,
              max_time=None, pretrain_max_time=None, tta=2)
 #: --quick: the first molecules of the table only
@@ -116,15 +118,16 @@ def count_or_all(text: str) -> int | str:
 def resolve_recipe(args) -> PropertyRecipe:
     """The preset, with --pretrain's phase, --quick and the overrides of the command line applied."""
     data = args.pretrain_data or ("train" if args.quick else "moses")  # a quick run fetches nothing
-    r = dataclasses.replace(PRESET, data=args.data, pretrain_data=data,
+    r = dataclasses.replace(preset({"default": PRESET}, args, {}), data=args.data, pretrain_data=data,
+                            split=args.split, pretrain=args.pretrain, fallback=args.pretrain_data is None,
+                            encoder=args.encoder, seeds=tuple(args.seeds or ()), ensemble=args.ensemble,
                             **PRETRAIN["moses" if data == "moses" else "other"])
     if args.quick:
         r = dataclasses.replace(r, **QUICK)
-    r = apply_overrides(r, args, ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta"))
+    r = apply_overrides(r, args, ("epochs", "pretrain_epochs", "lr", "batch_size", "augment", "tta",
+                                  "head_hidden"))
     if args.pretrain_limit is not None:
         r = dataclasses.replace(r, pretrain_limit=None if args.pretrain_limit == "all" else args.pretrain_limit)
-    if args.head_hidden is not None:
-        r = dataclasses.replace(r, model=dict(r.model, head_hidden=args.head_hidden))
     if args.descriptors is not None:
         r = dataclasses.replace(r, descriptors=args.descriptors == "on")
     if args.encoder and args.pretrain:
@@ -137,15 +140,15 @@ def resolve_recipe(args) -> PropertyRecipe:
     return set_budgets(r, args, pretraining=args.pretrain, pretraining_adds_time=args.pretrain)
 
 
-def pretraining_molecules(recipe: PropertyRecipe, held_out, user_chose: bool) -> tuple[PropertyRecipe, list]:
+def pretraining_molecules(recipe: PropertyRecipe, held_out) -> tuple[PropertyRecipe, list]:
     """The molecules of ``recipe.pretrain_data`` without the ``held_out`` ones (every molecule of
     the labelled table, so that the encoder serves every split: :mod:`.pretrained_encoder`). When the
     default MOSES cannot be had (no files, offline), the training split's own molecules
     take its place (``[]`` comes back, with the recipe of that shorter pretraining), said
-    in one line; a --pretrain-data the user named is never replaced."""
+    in one line; a --pretrain-data the user named (``recipe.fallback`` False) is never replaced."""
     from minitransformer.chem import canonical
     from minitransformer.chem.datasets.lm_data import pretraining_or_fallback
-    extra = pretraining_or_fallback(recipe.pretrain_data, user_chose, "pretraining on the training split's "
+    extra = pretraining_or_fallback(recipe.pretrain_data, not recipe.fallback, "pretraining on the training split's "
                                     "molecules instead", exclude={canonical(x) for x in held_out},
                                     limit=recipe.pretrain_limit)
     if extra is not None:
@@ -163,10 +166,10 @@ class TrainProperty(TrainingCommand):
     panels = (("loss (MLM cross-entropy [+ descriptors' squared error], then BCE)", ("train_loss", "val_loss")),
               ("validation ROC-AUC", ("val_auc",)))
 
-    def recipe(self, args):
-        return resolve_recipe(args)
+    def settings(self, args):
+        return resolve_recipe(args), invocation(args, args.pretrain_data, args.encoder)
 
-    def load(self, args, recipe, resume=None):
+    def load(self, recipe, resume=None):
         """Tox21 (or the user's table), split by molecule, the pretraining molecules (or a pretrained
         encoder), the vocabulary."""
         from minitransformer.chem import Vocab
@@ -174,10 +177,10 @@ class TrainProperty(TrainingCommand):
         from minitransformer.chem.descriptors import split_descriptors
         from minitransformer.cli.pretrained_encoder import load_encoder
         table = load_labelled(recipe.data)
-        if args.quick:
+        if recipe.quick:
             table = table.take(range(min(QUICK_MOLECULES, len(table.smiles))))
-        split_seed = args.seed if recipe.split_seed is None else recipe.split_seed
-        train, val, test = (table.take(rows) for rows in split_rows(table.smiles, args.split, split_seed))
+        split_seed = recipe.seed if recipe.split_seed is None else recipe.split_seed
+        train, val, test = (table.take(rows) for rows in split_rows(table.smiles, recipe.split, split_seed))
         if not train.smiles or not val.smiles or not test.smiles:
             raise ValueError(f"{table.description}: not enough molecules to split three ways: {len(table.smiles)} "
                              "usable; the split needs at least 10 labelled molecules (more for --split scaffold); "
@@ -188,9 +191,9 @@ class TrainProperty(TrainingCommand):
                                  "with both a 0 and a 1 label, so its ROC-AUC cannot be measured; add molecules "
                                  "(positives above all), or try another --seed or --split")
         extra = []  # other molecules to pretrain on (--pretrain-data), none of the table's
-        if args.pretrain and recipe.pretrain_data != "train":
-            recipe, extra = pretraining_molecules(recipe, table.smiles, user_chose=args.pretrain_data is not None)
-        encoder = load_encoder(args.encoder, table.smiles) if args.encoder else None
+        if recipe.pretrain and recipe.pretrain_data != "train":
+            recipe, extra = pretraining_molecules(recipe, table.smiles)
+        encoder = load_encoder(recipe.encoder, table.smiles) if recipe.encoder else None
         if encoder is not None:  # its vocabulary and length
             vocab, recipe = encoder.vocab, dataclasses.replace(recipe, max_len=encoder.config["max_len"])
         else:  # pretraining elsewhere: tokens of the whole table, so that the encoder serves any split
@@ -199,7 +202,7 @@ class TrainProperty(TrainingCommand):
         if too_long:
             raise ValueError(f"{len(too_long)} molecules need more than max_len={recipe.max_len} tokens, "
                              f"e.g. {too_long[0][:60]}...; shorten them or raise max_len")
-        print(f"split ({args.split}): {len(train.smiles)} train / {len(val.smiles)} val / {len(test.smiles)} test; "
+        print(f"split ({recipe.split}): {len(train.smiles)} train / {len(val.smiles)} val / {len(test.smiles)} test; "
               f"{len(table.tasks)} tasks; vocabulary of {len(vocab)} tokens")
         features = split_descriptors(train, val, test) if recipe.descriptors else None
         return recipe, Data(vocab, train.smiles, val.smiles, test.smiles, extra, table.description,
@@ -210,28 +213,28 @@ class TrainProperty(TrainingCommand):
             return f"fine-tuning the pretrained encoder {run.data.own.encoder.path}"
         return f"pretraining {'on' if run.recipe.pretrain_epochs else 'off'}"
 
-    def build_model(self, recipe, data, seed):
+    def build_model(self, recipe, data):
         """A property model with one output per assay (when it pretrains, its encoder is trained first
         under a masked-token head: :meth:`pretraining`), or one around the pretrained encoder given."""
         from minitransformer.models import PropertyModel, PropertyModelConfig, fine_tuning_model
         vocab, own = data.vocab, data.own
         n_features = 0 if own.features is None else own.features.train.shape[1]
-        head = dict(n_outputs=len(own.table.tasks), n_features=n_features, seed=seed)
+        head = dict(n_outputs=len(own.table.tasks), n_features=n_features, head_hidden=recipe.head_hidden)
         if own.encoder is not None:  # its architecture and weights; this run's head and dropouts
-            dropouts = {k: v for k, v in recipe.model.items() if k.endswith("dropout")}
-            return fine_tuning_model(own.encoder.config, own.encoder.weights, **dropouts,
-                                     head_hidden=recipe.model.get("head_hidden", 0), **head)
-        return PropertyModel(PropertyModelConfig(vocab_size=len(vocab), max_len=recipe.max_len, pad_id=vocab.pad_id,
-                                                 **head, **recipe.model))
+            dropouts = {k: v for k, v in recipe.model.to_dict().items() if k.endswith("dropout")}
+            return fine_tuning_model(own.encoder.config, own.encoder.weights, seed=recipe.seed, **dropouts, **head)
+        body = sized(recipe.model, vocab, recipe.seed)  # the recipe's encoder
+        return PropertyModel(PropertyModelConfig.from_dict({**body.to_dict(), **head}))
 
     def facts(self, run):
         from minitransformer.cli.pretrained_encoder import EXCLUDES_TABLE, table_fingerprint
         from minitransformer.cli.run_folders import labels_fingerprint
         table, train, val, test, features, encoder = run.data.own
-        pretrained = len(run.data.extra) or (len(train.smiles) if run.args.pretrain else 0)
-        split_seed = run.args.seed if run.recipe.split_seed is None else run.recipe.split_seed
-        return {"split": run.args.split, "split_seed": split_seed if run.args.split == "random" else None,
-                "pretrain": run.args.pretrain, "pretrain_data": run.recipe.pretrain_data,
+        r = run.recipe
+        pretrained = len(run.data.extra) or (len(train.smiles) if r.pretrain else 0)
+        split_seed = r.seed if r.split_seed is None else r.split_seed
+        return {"split": r.split, "split_seed": split_seed if r.split == "random" else None,
+                "pretrain": r.pretrain, "pretrain_data": run.recipe.pretrain_data,
                 "pretrain_molecules": pretrained, EXCLUDES_TABLE: bool(run.data.extra), "tasks": table.tasks,
                 "table_sha256": table_fingerprint(table.smiles),
                 "labels_sha256": labels_fingerprint(table.tasks, train.labels, val.labels, test.labels),
@@ -253,7 +256,7 @@ class TrainProperty(TrainingCommand):
             print(f"pretraining: masked language model on {len(smiles)} molecules, {r.pretrain_epochs} epochs "
                   "at most")
         ids = dict(mask_id=vocab.mask_id, vocab_size=len(vocab), pad_id=vocab.pad_id, special_ids=vocab.special_ids)
-        data = RandomizedEpochs(smiles, vocab, seed=run.args.seed + 1, p=1.0, max_tokens=r.max_len,
+        data = RandomizedEpochs(smiles, vocab, seed=r.seed + 1, p=1.0, max_tokens=r.max_len,
                                 encode=dict(cls=True))
         masked = MaskedLM(run.model.encoder.config, encoder=run.model.encoder)  # the property model's own encoder
         return Phase("pretrain", MLMTask(**ids), data, len(smiles), r.pretrain_epochs, r.pretrain_max_time,
@@ -269,7 +272,7 @@ class TrainProperty(TrainingCommand):
         pos = np.nansum(train.labels, axis=0)  # (K,)
         neg = present.sum(axis=0) - pos  # (K,)
         pos_weight = np.sqrt(neg / np.maximum(pos, 1)) if r.pos_weight else None  # (K,)
-        train_data = LabelledEpochs(train.smiles, train.labels, vocab, run.args.seed, r.augment, r.max_len,
+        train_data = LabelledEpochs(train.smiles, train.labels, vocab, r.seed, r.augment, r.max_len,
                                     features=None if features is None else features.train)
         val_data = list(zip([vocab.encode(x, cls=True) for x in val.smiles], val.labels,
                             *([] if features is None else [features.val])))
@@ -282,24 +285,24 @@ class TrainProperty(TrainingCommand):
         from minitransformer.roc_auc import bootstrap_mean_auc, multilabel_roc_auc
         from minitransformer.molecules.predicting import view_probabilities
         r, (table, train, val, test, features, _) = run.recipe, run.data.own
-        per_view = view_probabilities(run.model, run.data.vocab, test.smiles, r.tta, run.args.seed, r.max_len,
+        per_view = view_probabilities(run.model, run.data.vocab, test.smiles, r.tta, r.seed, r.max_len,
                                       features=None if features is None else features.test)  # tta x (N, K)
         probs = np.mean(per_view, axis=0)  # (N, K): the average over the writings
         auc = multilabel_roc_auc(test.labels, probs, mask=~np.isnan(test.labels), names=table.tasks)
         single = multilabel_roc_auc(test.labels, per_view[0], mask=~np.isnan(test.labels))
-        interval = bootstrap_mean_auc(test.labels, probs, mask=~np.isnan(test.labels), seed=run.args.seed)
+        interval = bootstrap_mean_auc(test.labels, probs, mask=~np.isnan(test.labels), seed=r.seed)
         write_predictions(run.out / "predictions.csv", test, probs)
         write_array(run.out / PROBABILITIES, probs)  # full precision, for an ensemble's average
         write_array(run.out / "test_labels.npy", test.labels)
-        val_views = view_probabilities(run.model, run.data.vocab, val.smiles, r.tta, run.args.seed, r.max_len,
+        val_views = view_probabilities(run.model, run.data.vocab, val.smiles, r.tta, r.seed, r.max_len,
                                        features=None if features is None else features.val)  # tta x (N_val, K)
         write_array(run.out / VAL_PROBABILITIES, np.mean(val_views, axis=0))  # an ensemble is judged on these
         write_array(run.out / "val_labels.npy", val.labels)
         per_task = {name: None if np.isnan(v) else v for name, v in auc["per_label"].items()}  # JSON: no NaN
         return {"test_auc_mean": auc["mean"], "test_auc_mean_single_view": single["mean"], "test_auc": per_task,
                 "test_auc_bootstrap": interval,
-                "test_skipped": auc["skipped"], "val_auc_best": trainer.best, "split": run.args.split,
-                "pretrain": run.args.pretrain, "tta": r.tta, "augmentation": augmentation(r)}, test.smiles
+                "test_skipped": auc["skipped"], "val_auc_best": trainer.best, "split": r.split,
+                "pretrain": r.pretrain, "tta": r.tta, "augmentation": augmentation(r)}, test.smiles
 
     def summary(self, run, m):
         from minitransformer import cli
@@ -341,7 +344,7 @@ class PropertyData(NamedTuple):
 
 def run(args) -> int:
     from minitransformer.cli.property_runs import run_seeds
-    return run_seeds(COMMAND, args)
+    return run_seeds(COMMAND, *COMMAND.settings(args))
 
 
 def augmentation(r: PropertyRecipe) -> str:

@@ -17,10 +17,14 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from minitransformer.cli.training import (Data, Phase, TrainingCommand, apply_overrides, preset, run_training,
-                                          set_budgets)
+from minitransformer.cli.training import (Data, Phase, TrainingCommand, apply_overrides, invocation, preset,
+                                          run_training, set_budgets)
+from minitransformer.models import RNNSeq2Seq, RNNSeq2SeqConfig, Seq2Seq, Seq2SeqConfig
 from minitransformer.molecules.canonicalization import COLUMNS, MAX_TOKENS
-from minitransformer.train.recipe import Seq2SeqRecipe, model, quick_model
+from minitransformer.train.recipe import Seq2SeqRecipe, model, quick_model, sized, unsized
+
+#: One token table: source embedding = target embedding = output projection.
+ONE_TABLE = dict(share_embeddings=True, tie_embeddings=True, max_len=MAX_TOKENS)
 
 PRESETS = {
     # Pre-LN, D=128, a deeper encoder than decoder (4 + 2 layers: it learns as much per epoch
@@ -28,7 +32,7 @@ PRESETS = {
     # token table for source, target and output; AdamW, peak lr 2e-3 after 100 warmup steps,
     # cosine decay, batch 32, no dropout, no label smoothing (docs/RESULTS.md has its figures).
     "default": Seq2SeqRecipe(
-        model=model(n_enc_layers=4, n_dec_layers=2, pos="sinusoidal"),
+        model=model(Seq2SeqConfig, n_enc_layers=4, n_dec_layers=2, pos="sinusoidal", **ONE_TABLE),
         lr=2e-3, warmup=100, batch_size=32, epochs=20, max_time=15 * 60, val_exact=200),
     # MOSES pairs (train seq2seq --data moses --preset moses): the default model, one pass over
     # 430,000 MOSES molecules, each written at random, within 28 minutes on 2 CPU cores (reading
@@ -36,15 +40,15 @@ PRESETS = {
     # the first 2,000 molecules of MOSES's test file, and on the Tox21 test molecules
     # (docs/RESULTS.md: greedy top-1 exact match 62.8%).
     "moses": Seq2SeqRecipe(
-        model=model(n_enc_layers=4, n_dec_layers=2, pos="sinusoidal"),
+        model=model(Seq2SeqConfig, n_enc_layers=4, n_dec_layers=2, pos="sinusoidal", **ONE_TABLE),
         lr=2e-3, warmup=300, batch_size=64, epochs=1, max_time=28 * 60, val_exact=200, limit=430_000),
 }
 # --model rnn: the attentional LSTM encoder-decoder (models/rnn_seq2seq.py) in the transformer's
 # place, the rest of the preset kept: 2 + 2 LSTM layers of 208 states over 64-wide embeddings,
 # Bahdanau's attention, 1.34M weights against the default transformer's 1.33M (vocabulary 40).
-RNN_MODEL = dict(d_model=64, hidden=208, n_layers=2)
-RNN_QUICK = dict(d_model=16, hidden=32, n_layers=1)
-QUICK = dict(model=quick_model(n_enc_layers=1, n_dec_layers=1),
+RNN_MODEL = unsized(RNNSeq2SeqConfig, d_model=64, hidden=208, n_layers=2, max_len=MAX_TOKENS)
+RNN_QUICK = unsized(RNNSeq2SeqConfig, d_model=16, hidden=32, n_layers=1, max_len=MAX_TOKENS)
+QUICK = dict(model=quick_model(Seq2SeqConfig, n_enc_layers=1, n_dec_layers=1, **ONE_TABLE),
              epochs=2, batch_size=32, warmup=10, max_time=None, val_exact=20, limit=300)
 BEAM = 5
 
@@ -74,29 +78,24 @@ def add_parser(kinds):
 
 def resolve_recipe(args) -> Seq2SeqRecipe:
     """The preset, with --quick, --model and the overrides of the command line applied."""
-    r = dataclasses.replace(preset(PRESETS, args, QUICK), data=args.data)
+    r = dataclasses.replace(preset(PRESETS, args, QUICK), data=args.data, sources=args.augment,
+                            examples=args.examples)
     r = apply_overrides(r, args, ("epochs", "lr", "batch_size", "label_smoothing"))
     if args.model == "rnn":
         if args.dropout is not None:
             raise ValueError("--dropout needs --model transformer; the RNN model has no dropout (leave it out)")
-        r = dataclasses.replace(r, arch="rnn", model=dict(RNN_QUICK if args.quick else RNN_MODEL,
-                                                          attention=args.attention or "additive"))
+        r = dataclasses.replace(r, arch="rnn", model=dataclasses.replace(RNN_QUICK if args.quick else RNN_MODEL,
+                                                                         attention=args.attention or "additive"))
     elif args.attention is not None:
         raise ValueError("--attention chooses the RNN model's attention; add --model rnn or leave it out")
     return set_budgets(r, args)
 
 
-def make_model(recipe: Seq2SeqRecipe, vocab, seed: int):
-    """A Seq2Seq with one token table: source embedding = target embedding = output projection;
-    or, with ``--model rnn``, an RNNSeq2Seq."""
-    from minitransformer.models import Seq2Seq
-    from minitransformer.models.seq2seq import Seq2SeqConfig
-    ids = dict(max_len=MAX_TOKENS, pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id, seed=seed)
-    if recipe.arch == "rnn":
-        from minitransformer.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig
-        return RNNSeq2Seq(RNNSeq2SeqConfig(len(vocab), len(vocab), **ids, **recipe.model))
-    return Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), share_embeddings=True, tie_embeddings=True, **ids,
-                                 **recipe.model))
+def make_model(recipe: Seq2SeqRecipe, vocab):
+    """The canonicalizer of ``recipe`` for ``vocab`` (one vocabulary on both sides): a Seq2Seq
+    with one token table, or, with ``--model rnn``, an RNNSeq2Seq."""
+    config = sized(recipe.model, vocab, recipe.seed)
+    return RNNSeq2Seq(config) if recipe.arch == "rnn" else Seq2Seq(config)
 
 
 class TrainSeq2Seq(TrainingCommand):
@@ -107,21 +106,21 @@ class TrainSeq2Seq(TrainingCommand):
     panels = (("loss (nats per token)", ("train_loss", "val_loss")),
               ("validation accuracy", ("val_acc", "val_exact")))
 
-    def recipe(self, args):
-        return resolve_recipe(args)
+    def settings(self, args):
+        return resolve_recipe(args), invocation(args)
 
-    def load(self, args, recipe, resume=None):
+    def load(self, recipe, resume=None):
         from minitransformer.chem.datasets.seq2seq_data import prepare_pairs
-        data = prepare_pairs(recipe.data, seed=args.seed, max_tokens=MAX_TOKENS, limit=recipe.limit)
+        data = prepare_pairs(recipe.data, seed=recipe.seed, max_tokens=MAX_TOKENS, limit=recipe.limit)
         return recipe, Data(data.vocab, data.train, data.val, data.test, None, data.description,
                             data.clean_summary, own=data)
 
-    def build_model(self, recipe, data, seed):
-        return make_model(recipe, data.vocab, seed)
+    def build_model(self, recipe, data):
+        return make_model(recipe, data.vocab)
 
     def facts(self, run):
         d = run.data
-        return {"preset": run.args.preset, "augment": run.args.augment, "duplicates_dropped": d.own.duplicates,
+        return {"preset": run.recipe.preset, "augment": run.recipe.sources, "duplicates_dropped": d.own.duplicates,
                 "split": [len(d.train), len(d.val), len(d.test)]}
 
     def training(self, run):
@@ -130,8 +129,7 @@ class TrainSeq2Seq(TrainingCommand):
         from minitransformer.molecules.canonicalization import exact_match_callback
         from minitransformer.train.tasks import Seq2SeqTask
         r, d, vocab = run.recipe, run.data.own, run.data.vocab
-        train_data = PairEpochs(d.train, vocab, seed=run.args.seed, max_tokens=MAX_TOKENS,
-                                fresh=run.args.augment == "fresh")
+        train_data = PairEpochs(d.train, vocab, seed=r.seed, max_tokens=MAX_TOKENS, fresh=r.sources == "fresh")
         k = r.val_exact
         callbacks = [exact_match_callback(vocab, d.val_src[:k], d.val[:k])] if k else []
         return Phase("train", Seq2SeqTask(vocab.pad_id, r.label_smoothing), train_data, len(d.train), r.epochs,
@@ -152,10 +150,10 @@ class TrainSeq2Seq(TrainingCommand):
         metrics = score_translations(rows)
         write_predictions(run.out / "predictions.tsv", rows)
         if is_moses(run.recipe.data):  # the same model on the Tox21 test molecules it never saw
-            metrics["tox21"] = tox21_exact_match(model, vocab, run.args.seed)
+            metrics["tox21"] = tox21_exact_match(model, vocab, run.recipe.seed)
         metrics.update(greedy_time_s=t_greedy, beam_time_s=t_beam, beam_size=BEAM,
-                       augmentation=AUGMENTATION[run.args.augment])
-        print_examples(rows, run.args.examples)
+                       augmentation=AUGMENTATION[run.recipe.sources])
+        print_examples(rows, run.recipe.examples)
         return metrics, d.test_src
 
     def summary(self, run, metrics):
@@ -166,7 +164,7 @@ COMMAND = TrainSeq2Seq()
 
 
 def run(args) -> int:
-    return run_training(COMMAND, args)
+    return run_training(COMMAND, *COMMAND.settings(args))
 
 
 def write_predictions(path, rows) -> None:

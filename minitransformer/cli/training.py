@@ -8,8 +8,10 @@ Whatever the model, a training run is the same story:
 
 :func:`run_training` tells it. A command (``train lm``, ``train property``,
 ``train seq2seq``) is a :class:`TrainingCommand` that fills in only what
-differs: its typed recipe (:mod:`minitransformer.train.recipe`), its data and
-model, the :class:`Phase` of each call of :func:`~minitransformer.train.fit`
+differs: its settings, read from the command line in one place
+(:meth:`TrainingCommand.settings`: the typed recipe of :mod:`minitransformer.train.recipe`,
+what is trained, and an :class:`Invocation`, where the run writes and how it talks), its
+data and model, the :class:`Phase` of each call of :func:`~minitransformer.train.fit`
 (task, data, metric), its evaluation and its summary. So every command claims
 its folder, checks ``--resume`` against the run it continues, writes
 ``provenance.json``, ``config.json``, ``curves.png`` and ``metrics.json``, and
@@ -17,21 +19,24 @@ stops, resumes and budgets its time the same way.
 
 A resumed run continues the phase its checkpoint was saved in: a pretraining
 phase that finished is not run again (its history is read back from
-``OUT/pretrain``). :func:`apply_overrides` and :func:`set_budgets` turn the
-command line's options into a variant of a preset.
+``OUT/pretrain``). :func:`preset`, :func:`apply_overrides` and :func:`set_budgets` turn the
+command line's options into a variant of a preset; nothing after
+:meth:`TrainingCommand.settings` reads the command line.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
 from pathlib import Path
-import argparse
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from minitransformer.chem.datasets.vocab import Vocab
 from minitransformer.nn.module import Module
 from minitransformer.train.recipe import Recipe, make_optimizer
 from minitransformer.train.tasks import Task
+
+if TYPE_CHECKING:
+    from minitransformer.distributed import DataParallel
 
 
 @dataclasses.dataclass
@@ -87,12 +92,40 @@ class Data:
         return data_fingerprint(self.train, self.val, self.test, *([] if self.extra is None else [self.extra]))
 
 
+@dataclasses.dataclass(frozen=True)
+class Invocation:
+    """Where a run writes and how it talks: what the command line asks beside the recipe, not
+    recorded with the run (a resume may change it).
+
+    out: the run folder. resume: continue the run in it (a checkpoint, or
+    :data:`~minitransformer.cli.run_folders.AUTO`: the folder's latest). force: move an earlier
+    run's files aside. reads: the files the run reads, which ``force`` never moves. quiet: no
+    progress bars. plot_attention: draw an example's attention at the end. argv: the command line,
+    for ``provenance.json``.
+    """
+
+    out: Path
+    resume: str | None = None
+    force: bool = False
+    reads: tuple[str, ...] = ()
+    quiet: bool = False
+    plot_attention: bool = False
+    argv: tuple[str, ...] = ()
+
+
+def invocation(args, *reads: str | None) -> Invocation:
+    """The :class:`Invocation` of a ``train`` command's common options (and ``reads``: the files
+    the run reads beside ``--data``)."""
+    return Invocation(Path(args.out), args.resume, args.force, (args.data, *(r for r in reads if r)),
+                      args.quiet, args.plot_attention, tuple(args.argv or ()))
+
+
 @dataclasses.dataclass
 class Run:
     """A run in progress, handed to every step of a command."""
 
-    args: argparse.Namespace
     recipe: Recipe
+    asked: Invocation
     out: Path
     data: Data
     model: Module | None = None
@@ -100,6 +133,7 @@ class Run:
     resume: Path | None = None  # the checkpoint to continue from
     resumed_phase: str | None = None  # the phase it was saved in
     pre_history: list = dataclasses.field(default_factory=list)
+    ranks: DataParallel | None = None  # the data-parallel ranks this run trains on (None: one process)
     budget: float | None = None  # seconds left for the main phase
     untimed_s: float = 0.0  # one-off preparation the time budgets leave out (the pretraining targets' descriptors)
 
@@ -113,22 +147,23 @@ class TrainingCommand:
     #: the panels of ``curves.png`` (None: loss and the metric)
     panels = None
 
-    def recipe(self, args) -> Recipe:
-        """The preset with the command line applied (refusals here come before any work)."""
+    def settings(self, args) -> tuple[Recipe, Invocation]:
+        """The one place a command reads its command line: the preset with the options applied,
+        and where the run goes (refusals here come before any work)."""
         raise NotImplementedError
 
-    def load(self, args, recipe: Recipe, resume: Path | None = None) -> tuple[Recipe, Data]:
+    def load(self, recipe: Recipe, resume: Path | None = None) -> tuple[Recipe, Data]:
         """The data; the recipe comes back changed when the data or the machine imposes it (a
         fallback, a time plan); ``resume``: the checkpoint a resumed run continues from."""
         raise NotImplementedError
 
-    def build_model(self, recipe: Recipe, data: Data, seed: int):
-        """The model of ``recipe`` for ``data.vocab``, its weights drawn from ``seed``."""
+    def build_model(self, recipe: Recipe, data: Data):
+        """The model of ``recipe`` for ``data.vocab``, its weights drawn from ``recipe.seed``."""
         raise NotImplementedError
 
     def describe(self, run: Run) -> str:
         """What the first line says after the model's size (the preset, by default)."""
-        return f"preset {run.args.preset}"
+        return f"preset {run.recipe.preset}"
 
     def facts(self, run: Run) -> dict:
         """The command's own entries of the run record (``config.json``'s ``run``)."""
@@ -150,36 +185,34 @@ class TrainingCommand:
         raise NotImplementedError
 
 
-def run_training(command: TrainingCommand, args, read_back: bool = False, recipe: Recipe | None = None) -> int:
-    """Train, evaluate and report one run of ``command`` (see the module's story). ``read_back``
-    (with ``--resume``, for a run that finished): stop once the run in the folder is shown to be
-    this command's (its data, labels, vocabulary and settings, as a resume compares them).
-    ``recipe``: the run's recipe, when a caller made it (one run of several); else the command's."""
+def run_training(command: TrainingCommand, recipe: Recipe, asked: Invocation, read_back: bool = False) -> int:
+    """Train, evaluate and report one run of ``command`` with ``recipe``, as ``asked`` (see the
+    module's story). ``read_back`` (with ``--resume``, for a run that finished): stop once the run
+    in the folder is shown to be this command's (its data, labels, vocabulary and settings, as a
+    resume compares them)."""
     from minitransformer import cli
     from minitransformer.checkpoint import load_checkpoint, model_from_checkpoint
+    from minitransformer.cli import ranks
     from minitransformer.train.history import tagged
 
     t0 = time.perf_counter()
-    recipe = command.recipe(args) if recipe is None else recipe
-    out = Path(args.out)
+    out = asked.out
     # The folder belongs to one run: reusing it needs --resume (checked below) or --force.
     kept = read_back and not any((out / place).is_file() for place in command.resume_places)
     resume = None if kept else cli.claim_run_folder(  # (a finished run without checkpoints: its record only)
-        out, args.resume, args.force, resume_places=command.resume_places,
-        reads=[recipe.data] + [getattr(args, name, None) for name in ("pretrain_data", "encoder")])
-    recipe, data = command.load(args, recipe, resume)
-    run = Run(args, recipe, out, data, resume=resume)
-    run.model = command.build_model(recipe, data, args.seed)
+        out, asked.resume, asked.force, resume_places=command.resume_places, reads=asked.reads)
+    recipe, data = command.load(recipe, resume)
+    run = Run(recipe, asked, out, data, resume=resume, ranks=ranks.current())
+    run.model = command.build_model(recipe, data)
     check_fits_in_memory(run.model)  # before anything is written: a retry then needs no --force
     print(f"model: {type(run.model).__name__}, {run.model.num_parameters():,} weights; {command.describe(run)}"
-          f"{' (quick)' if args.quick else ''}")
-    run.info = {"quick": args.quick, "seed": args.seed, "settings": recipe.record(), "data": data.description,
+          f"{' (quick)' if recipe.quick else ''}")
+    run.info = {"quick": recipe.quick, "seed": recipe.seed, "settings": recipe.record(), "data": data.description,
                 "cleaning": data.cleaning,
                 "data_sha256": data.fingerprint(),
                 **command.facts(run)}
-    _check_ranks_agree(run.info)
+    _check_ranks_agree(run.info, run.ranks)
     if resume is not None:  # the same data, vocabulary and settings, or a clear refusal (rank 0's, said once)
-        from minitransformer.cli import ranks
         ranks.on_rank0(lambda: cli.check_resume(resume, out, run.info, data.vocab))
         run.resumed_phase = load_checkpoint(resume).meta.get("phase", "train")
         if run.resumed_phase not in ("pretrain", "train"):
@@ -192,7 +225,7 @@ def run_training(command: TrainingCommand, args, read_back: bool = False, recipe
             check_recorded_run(out, run.info)
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    cli.write_provenance(out, args.argv, args.seed, recipe.data, run.info["data_sha256"])
+    cli.write_provenance(out, asked.argv, recipe.seed, recipe.data, run.info["data_sha256"])
 
     pretraining = command.pretraining(run)
     if pretraining is not None and run.resumed_phase != "train":
@@ -212,13 +245,13 @@ def run_training(command: TrainingCommand, args, read_back: bool = False, recipe
         run.model, _ = model_from_checkpoint(out / "best.npz")
     run.model.eval()
     metrics, examples = command.evaluate(run, trainer)
-    if args.plot_attention and examples:
+    if asked.plot_attention and examples:
         from minitransformer.cli.attention import plot_attention_example
         plot_attention_example(run.model, data.vocab, examples, out)
     metrics.update({"epochs": len(trainer.history), "best_epoch": trainer.best_epoch,
                     "stop_reason": trainer.stop_reason, "train_time_s": t_train,
                     "wall_time_s": time.perf_counter() - t0, "parameters": run.model.num_parameters(),
-                    "quick": args.quick, **({"preset": args.preset} if hasattr(args, "preset") else {})})
+                    "quick": recipe.quick, "preset": recipe.preset})
     if pretraining is not None:
         metrics.update(pretrain_epochs=len(run.pre_history), pretrain_time_s=t_pre)
     cli.write_json(out / "metrics.json", metrics)
@@ -248,12 +281,10 @@ def check_fits_in_memory(model, available: int | None = None) -> None:
                          "(--d-model, --n-layers, --head-hidden)")
 
 
-def _check_ranks_agree(info: dict) -> None:
-    """Data-parallel ranks must train on the same data with the same settings (a step pairs
-    their collective calls one for one): refuse, on every rank, a run where they differ."""
-    from minitransformer.cli import ranks
+def _check_ranks_agree(info: dict, dp) -> None:
+    """Data-parallel ranks (``dp``) must train on the same data with the same settings (a step
+    pairs their collective calls one for one): refuse, on every rank, a run where they differ."""
     from minitransformer.cli.outputs import json_safe
-    dp = ranks.current()
     if dp is None:
         return
     mine = (info["data_sha256"], repr(json_safe(info["settings"])))
@@ -269,28 +300,30 @@ def _fit(run: Run, phase: Phase, resume: Path | None):
     :func:`~minitransformer.cli.run_state.run_fit`; the main phase writes ``config.json`` first."""
     from minitransformer import cli
     from minitransformer.train import TrainConfig
-    recipe, args = run.recipe, run.args
+    recipe = run.recipe
     steps = max(2, -(-phase.examples // recipe.batch_size) * phase.epochs)
     model = run.model if phase.model is None else phase.model
     optimizer = make_optimizer(recipe, model, steps, lr=phase.lr)
     folder = run.out / "pretrain" if phase.name == "pretrain" else run.out
     config = TrainConfig(epochs=phase.epochs, batch_size=recipe.batch_size, clip=recipe.clip,
-                         patience=phase.patience, metric=phase.metric, mode=phase.mode, seed=args.seed,
+                         patience=phase.patience, metric=phase.metric, mode=phase.mode, seed=recipe.seed,
                          max_time=phase.max_time, eval_batch_size=phase.eval_batch_size, out_dir=str(folder),
-                         quiet=args.quiet)
+                         quiet=run.asked.quiet)
     if phase.name == "train":
         cli.write_json(run.out / "config.json", {"model": run.model.config.to_dict(), "train": config.__dict__,
                                                  "run": run.info})
     return cli.run_fit(phase.name, model, phase.task, optimizer, phase.train_data, phase.val_data,
                        config=config, callbacks=phase.callbacks, vocab=run.data.vocab,
-                       extra_meta={"run": run.info}, resume=resume,
+                       extra_meta={"run": run.info}, resume=resume, parallel=run.ranks,
                        earlier_history=run.pre_history if phase.name == "train" else ())
 
 
 # ----------------------------------------------------------------------------- the command line
 def preset(presets: Mapping[str, Recipe], args, quick: Mapping) -> Recipe:
-    """The recipe ``--preset`` names, made small by ``--quick`` (``quick``'s fields replaced)."""
-    recipe = presets[args.preset]
+    """The recipe ``--preset`` names (``"default"`` for a command without presets), made small by
+    ``--quick`` (``quick``'s fields replaced), with the run's seed."""
+    name = getattr(args, "preset", "default")
+    recipe = dataclasses.replace(presets[name], seed=args.seed, quick=args.quick, preset=name)
     return dataclasses.replace(recipe, **quick) if args.quick else recipe
 
 
@@ -300,7 +333,7 @@ def apply_overrides(recipe: Recipe, args, names: Sequence[str]) -> Recipe:
     given = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     if getattr(args, "dropout", None) is not None:
         p = args.dropout
-        given["model"] = dict(recipe.model, emb_dropout=p, attn_dropout=p, resid_dropout=p)
+        given["model"] = dataclasses.replace(recipe.model, emb_dropout=p, attn_dropout=p, resid_dropout=p)
     return dataclasses.replace(recipe, **given)
 
 

@@ -32,7 +32,7 @@ from minitransformer.nn import KVCache, LayerNorm, Module, ModuleList, set_rng
 class DecoderLMConfig(TransformerOptions):
     """Options of :class:`DecoderLM`; the rest: :class:`~minitransformer.nn.config.TransformerOptions`."""
 
-    vocab_size: int = dataclasses.field(kw_only=False)
+    vocab_size: int | None = dataclasses.field(kw_only=False)  # None: not yet known (check_sized)
     n_layers: int = 2
     bos_id: int = 1
     eos_id: int = 2
@@ -53,6 +53,7 @@ class DecoderLM(Module):
 
     def __init__(self, config: DecoderLMConfig):
         self.config = c = config
+        c.check_sized()
         self.rng = backend.RNG(c.seed)
         self.embed = TokenEmbedder(c.vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout, self.rng)
         self.blocks = ModuleList(CausalBlock(c, rng=self.rng) for _ in range(c.n_layers))

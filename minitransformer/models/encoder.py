@@ -42,7 +42,7 @@ class EncoderConfig(TransformerOptions):
     the masked-token head (:class:`~minitransformer.models.masked_lm.MaskedTokenHead`),
     which then projects with the transposed token embedding."""
 
-    vocab_size: int = dataclasses.field(kw_only=False)
+    vocab_size: int | None = dataclasses.field(kw_only=False)  # None: not yet known (check_sized)
     n_layers: int = 2
     tie_embeddings: bool = True
 
@@ -52,6 +52,7 @@ class Encoder(Module):
 
     def __init__(self, config: EncoderConfig):
         self.config = c = config
+        c.check_sized()
         self.rng = backend.RNG(c.seed)
         self.embed = TokenEmbedder(c.vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout, self.rng)
         self.blocks = ModuleList(EncoderBlock(c, rng=self.rng) for _ in range(c.n_layers))

@@ -31,7 +31,7 @@ class LSTMLMConfig(RecurrentOptions):
     """Options of :class:`LSTMLM`: the vocabulary V; the rest as
     :class:`~minitransformer.nn.lstm.RecurrentOptions`."""
 
-    vocab_size: int = dataclasses.field(kw_only=False)
+    vocab_size: int | None = dataclasses.field(kw_only=False)  # None: not yet known (check_sized)
 
 
 class LSTMLM(Module):
@@ -39,6 +39,7 @@ class LSTMLM(Module):
 
     def __init__(self, config: LSTMLMConfig):
         self.config = c = config
+        c.check_sized()
         self.rng = backend.RNG(c.seed)
         self.embed = Embedding(c.vocab_size, c.d_model, init_std=0.1, rng=self.rng)
         self.layers = ModuleList(LSTM(c.d_model if i == 0 else c.hidden, c.hidden, rng=self.rng)

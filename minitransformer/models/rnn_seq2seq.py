@@ -38,8 +38,8 @@ class RNNSeq2SeqConfig(RecurrentOptions):
     :class:`~minitransformer.nn.lstm.RecurrentOptions` (``hidden`` is the encoder's and
     the decoder's state width)."""
 
-    src_vocab_size: int = dataclasses.field(kw_only=False)
-    tgt_vocab_size: int = dataclasses.field(kw_only=False)
+    src_vocab_size: int | None = dataclasses.field(kw_only=False)  # None: not yet known (check_sized)
+    tgt_vocab_size: int | None = dataclasses.field(kw_only=False)  # None: not yet known (check_sized)
     attention: str = "additive"
 
     def __post_init__(self):
@@ -52,6 +52,7 @@ class RNNSeq2Seq(Module):
 
     def __init__(self, config: RNNSeq2SeqConfig):
         self.config = c = config
+        c.check_sized()
         self.rng = backend.RNG(c.seed)
         D, H = c.d_model, c.hidden
         self.src_embed = Embedding(c.src_vocab_size, D, init_std=0.1, rng=self.rng)

@@ -36,8 +36,8 @@ from minitransformer.nn import KVCache, LayerNorm, Module, ModuleList, set_rng
 class Seq2SeqConfig(TransformerOptions):
     """Options of :class:`Seq2Seq` (shared options: :class:`~minitransformer.nn.blocks.TransformerOptions`)."""
 
-    src_vocab_size: int = dataclasses.field(kw_only=False)
-    tgt_vocab_size: int = dataclasses.field(kw_only=False)
+    src_vocab_size: int | None = dataclasses.field(kw_only=False)  # None: not yet known (check_sized)
+    tgt_vocab_size: int | None = dataclasses.field(kw_only=False)  # None: not yet known (check_sized)
     pos: str = "sinusoidal"
     n_enc_layers: int = 2
     n_dec_layers: int = 2
@@ -59,6 +59,7 @@ class Seq2Seq(Module):
 
     def __init__(self, config: Seq2SeqConfig):
         self.config = c = config
+        c.check_sized()
         self.rng = backend.RNG(c.seed)
         self.src_embed = TokenEmbedder(c.src_vocab_size, c.d_model, c.max_len, c.pos, c.emb_dropout, self.rng)
         self.enc_blocks = ModuleList(EncoderBlock(c, rng=self.rng) for _ in range(c.n_enc_layers))

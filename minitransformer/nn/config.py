@@ -2,6 +2,10 @@
 model's config extends (``DecoderLMConfig``, ``EncoderConfig``, ``Seq2SeqConfig``), built
 on :class:`ConfigBase`, a small dataclass that round-trips through JSON.
 
+A config whose vocabulary size is None is a model's options before its data is known (a
+training recipe holds its model that way, :mod:`minitransformer.train.recipe`); every model
+refuses to be built from one (:meth:`ConfigBase.check_sized`).
+
 A config is checked whole when made: each field has its declared type (``d_model="16"``
 fails here, naming the field, not deep inside a layer), each size is at least 1, each
 choice one of its values, each special token id in every vocabulary. Blocks and models
@@ -72,9 +76,20 @@ class ConfigBase:
                 if value < low:
                     raise ValueError(f"{name}.{f.name} must be an integer >= {low}, got {value!r}")
 
+    #: The fields the data decides: a recipe's model config leaves them None until its vocabulary is built.
+    VOCAB_FIELDS = ("vocab_size", "src_vocab_size", "tgt_vocab_size")
+
+    def check_sized(self) -> None:
+        """Refuse a config whose vocabulary size is still None (a recipe's model before its data
+        is loaded): a model needs its token table's size."""
+        unsized = [f for f in self.VOCAB_FIELDS if hasattr(self, f) and getattr(self, f) is None]
+        if unsized:
+            raise ValueError(f"{type(self).__name__}.{unsized[0]} is None: a model needs its vocabulary's size; "
+                             f"set it with dataclasses.replace(config, {unsized[0]}=len(vocab))")
+
     def _check_token_ids(self):
         """Every special token id (``pad_id``, ``bos_id``, ...) lies in every vocabulary."""
-        sizes = {f: getattr(self, f) for f in ("vocab_size", "src_vocab_size", "tgt_vocab_size") if hasattr(self, f)}
+        sizes = {f: getattr(self, f) for f in self.VOCAB_FIELDS if getattr(self, f, None) is not None}
         for f in dataclasses.fields(self):
             if f.name.endswith("_id"):
                 for vocab, size in sizes.items():

@@ -22,14 +22,14 @@ recipe. :meth:`Recipe.record` is the recipe as the run folder records it
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
-
+from typing import ClassVar
 from minitransformer import checks
+from minitransformer.nn.config import ConfigBase
 
-#: The model every default preset starts from: pre-LN, D = 128 in 4 heads, GELU, no dropout.
+#: The options every default preset's transformer starts from: pre-LN, D = 128 in 4 heads, GELU, no dropout.
 BASE_MODEL = dict(d_model=128, n_heads=4, d_ff=512, norm="pre", activation="gelu", emb_dropout=0.0,
                   attn_dropout=0.0, resid_dropout=0.0)
-#: The small model of ``--quick`` runs.
+#: The small transformer of ``--quick`` runs.
 QUICK_MODEL = dict(d_model=32, n_heads=2, d_ff=64, norm="pre")
 #: AdamW's betas, and where the cosine schedule ends (a fraction of the peak learning rate).
 BETAS = (0.9, 0.98)
@@ -37,16 +37,34 @@ MIN_LR_FRACTION = 0.05
 #: The model families a recipe can name: a transformer of the command's kind, Tomczak's
 #: fixed transformer (``train lm --preset tomczak``), or a recurrent baseline.
 ARCHITECTURES = ("transformer", "tomczak", "lstm", "rnn")
+#: What the data and the run's seed decide when the model is built, so not the recipe's to record.
+BUILT_FROM_DATA = ConfigBase.VOCAB_FIELDS + ("pad_id", "bos_id", "eos_id", "seed")
 
 
-def model(**changes) -> dict:
-    """:data:`BASE_MODEL` with ``changes`` (layers, positions, tied embeddings, dropout ...)."""
-    return dict(BASE_MODEL, **changes)
+def unsized(cls, **options):
+    """The model config ``cls(**options)`` (``DecoderLMConfig``, ``Seq2SeqConfig`` ...) with every
+    vocabulary size None: a recipe's model, before the data gives it a vocabulary."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{f: None for f in cls.VOCAB_FIELDS if f in names}, **options)
 
 
-def quick_model(**changes) -> dict:
-    """:data:`QUICK_MODEL` with ``changes``."""
-    return dict(QUICK_MODEL, **changes)
+def model(cls, **changes):
+    """A recipe's transformer: ``cls`` with :data:`BASE_MODEL`'s options and ``changes``."""
+    return unsized(cls, **dict(BASE_MODEL, **changes))
+
+
+def quick_model(cls, **changes):
+    """A ``--quick`` recipe's transformer: ``cls`` with :data:`QUICK_MODEL`'s options and ``changes``."""
+    return unsized(cls, **dict(QUICK_MODEL, **changes))
+
+
+def sized(config, vocab, seed: int, **fields):
+    """The recipe's model ``config`` made for ``vocab`` (its size and special tokens, on both
+    sides of an encoder-decoder) with weights drawn from ``seed``, and ``fields`` set."""
+    names = {f.name for f in dataclasses.fields(config)}
+    ids = {f"{name}_id": getattr(vocab, f"{name}_id") for name in ("pad", "bos", "eos") if f"{name}_id" in names}
+    sizes = {f: len(vocab) for f in ConfigBase.VOCAB_FIELDS if f in names}
+    return dataclasses.replace(config, seed=seed, **sizes, **ids, **fields)
 
 
 def _whole(name, value, low, optional=False):
@@ -65,8 +83,11 @@ def _choice(name, value, choices):
 class Recipe:
     """What every training command decides; times are seconds (None: no limit).
 
-    model: keyword arguments of the model's config (sizes, norm, positions, dropout), passed
-        whole; ``arch`` says which model they build.
+    model: the model's config (``DecoderLMConfig``, ``EncoderConfig``, ``Seq2SeqConfig``,
+        ``LSTMLMConfig`` ...) with its vocabulary left to the data (:func:`unsized`); ``arch`` names
+        its family. The command builds it with :func:`sized` once the vocabulary is known.
+    seed: draws the weights, the split and every random choice of the run.
+    quick: a small, fast run (a smoke test of the pipeline); preset: the preset it started from.
     optimizer / lr / warmup / schedule / weight_decay: AdamW (or Adam, Adamax) at peak ``lr``,
         with ``warmup`` linear steps then a cosine decay to 5% of the peak (or a constant rate).
     batch_size / epochs / patience: the main phase (patience None: no early stopping).
@@ -79,8 +100,11 @@ class Recipe:
     pretrain_*: the optional first phase (``pretrain_epochs`` 0: none) and its data.
     """
 
-    model: Mapping
+    model: ConfigBase
     arch: str = "transformer"
+    seed: int = 0
+    quick: bool = False
+    preset: str = "default"
     optimizer: str = "adamw"
     lr: float = 1e-3
     warmup: int = 0
@@ -100,10 +124,17 @@ class Recipe:
     pretrain_limit: int | None = None
     pretrain_max_time: float | None = None
 
+    #: Fields :meth:`record` leaves out: the run record holds the seed and ``quick`` beside the
+    #: settings, and a command's choices of how to run (not what to train) may change on a resume.
+    NOT_RECORDED: ClassVar[tuple[str, ...]] = ("seed", "quick")
+
     def __post_init__(self):
-        if not isinstance(self.model, Mapping) or not all(isinstance(k, str) for k in self.model):
-            raise ValueError(f"recipe.model must be the model's keyword arguments, got {self.model!r}")
-        object.__setattr__(self, "model", dict(self.model))
+        if not isinstance(self.model, ConfigBase):
+            raise ValueError(f"recipe.model must be a model's config (DecoderLMConfig, EncoderConfig ...), got "
+                             f"{self.model!r}")
+        _whole("seed", self.seed, 0)
+        if not (isinstance(self.preset, str) and self.preset):
+            raise ValueError(f"recipe.preset must name the preset, got {self.preset!r}")
         _choice("arch", self.arch, ARCHITECTURES)
         _choice("optimizer", self.optimizer, ("adamw", "adam", "adamax"))
         _choice("schedule", self.schedule, ("cosine", "constant"))
@@ -124,14 +155,14 @@ class Recipe:
                              f"got {self.pretrain_data!r}")
 
     def record(self) -> dict:
-        """The recipe as ``config.json`` and every checkpoint record it: its fields, with the
-        model written as the presets always have (Tomczak's by name, a recurrent model's
-        sizes with its ``kind``), so a run recorded by an earlier version compares equal."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if self.arch == "tomczak":
-            out["model"] = "tomczak"
-        elif self.arch in ("lstm", "rnn"):
-            out["model"] = {"kind": self.arch, **self.model}
+        """The recipe as ``config.json`` and every checkpoint record it: its fields, the model's
+        options but what the data and the seed decide (:data:`BUILT_FROM_DATA`), written as the
+        presets always have (Tomczak's by name, a recurrent model's with its ``kind``), so a run
+        recorded by an earlier version compares equal."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in self.NOT_RECORDED}
+        options = {k: v for k, v in self.model.to_dict().items() if k not in BUILT_FROM_DATA}
+        out["model"] = {"tomczak": "tomczak", "lstm": {"kind": "lstm", **options},
+                        "rnn": {"kind": "rnn", **options}}.get(self.arch, options)
         return out
 
 
@@ -147,7 +178,11 @@ class LMRecipe(Recipe):
     follow from the measured speed, with the judging reserved: ``judge_time`` is the seconds drawing
     and judging 2,000 samples bare and 2,000 under a grammar take at 36,000 tokens/s, grown with
     ``samples`` and scaled by the measured speed
-    (:func:`minitransformer.cli.lm_time_plan.judging_seconds`). None: the counts as given."""
+    (:func:`minitransformer.cli.lm_time_plan.judging_seconds`). None: the counts as given.
+    planned: the run is planned in minutes (a MOSES phase 1, no count fixed by the user); with
+    ``time_budget`` None it keeps a resumed run's plan without a limit.
+    fallback: phase 1 may fall back to RDKit's drug-like molecules when MOSES cannot be had (not
+    when the user named its data). temperature: the final samples' sampling temperature."""
 
     label_smoothing: float = 0.0
     check_rdkit: bool = True
@@ -162,6 +197,11 @@ class LMRecipe(Recipe):
     judge_time: float = 40.0
     min_epochs: int = 20
     pretrain_share: float = 0.35
+    planned: bool = False
+    fallback: bool = True
+    temperature: float = 1.0
+
+    NOT_RECORDED = Recipe.NOT_RECORDED + ("planned", "fallback", "temperature")
 
     def __post_init__(self):
         super().__post_init__()
@@ -170,6 +210,7 @@ class LMRecipe(Recipe):
         _real("time_budget", self.time_budget, 0, optional=True, low_open=True)
         _real("judge_time", self.judge_time, 0)
         _real("pretrain_share", self.pretrain_share, 0, 1)
+        _real("temperature", self.temperature, 0, low_open=True)
         _whole("min_epochs", self.min_epochs, 1)
         _choice("form", self.form, ("as-is", "canonical", "kekule"))
         _choice("metric", self.metric, ("val_nll_token", "val_nll_mol_ref"))
@@ -181,40 +222,71 @@ class LMRecipe(Recipe):
 
 @dataclasses.dataclass(frozen=True)
 class PropertyRecipe(Recipe):
-    """``train property``: max_len tokens at most per molecule (<cls> and <eos> included);
-    tta random writings averaged per test molecule; pos_weight balances each assay's rare
-    positives; pretrain_lr is the masked-language-model phase's peak learning rate;
-    descriptors: the head also reads RDKit's 2D descriptors of each molecule
-    (:mod:`minitransformer.chem.descriptors`); split_seed: the seed of the random split (None: the
-    run's own; the members of an ensemble share their seed's split)."""
+    """``train property``: max_len tokens at most per molecule (<cls> and <eos> included; the
+    model's ``max_len`` follows it); tta random writings averaged per test molecule; pos_weight
+    balances each assay's rare positives; head_hidden: the classifier head's hidden units (0: one
+    linear layer); descriptors: the head also reads RDKit's 2D descriptors of each molecule
+    (:mod:`minitransformer.chem.descriptors`).
+
+    split: ``"random"`` (80/10/10, drawn by ``split_seed``; None: the run's seed, and the members
+    of an ensemble share their seed's split) or ``"scaffold"``. pretrain: a masked-language-model
+    phase first (at peak ``pretrain_lr``), on ``pretrain_data``, which may fall back to the training
+    split's molecules when MOSES cannot be had (``fallback``: not when the user named the data).
+    encoder: fine-tune this pretrained encoder instead (a checkpoint path). seeds / ensemble: the
+    runs of one command (:mod:`minitransformer.cli.property_runs`): one per seed (none: the run's
+    own), each of ``ensemble`` models."""
 
     max_len: int = 256
     tta: int = 8
     pos_weight: bool = True
     pretrain_lr: float = 1e-3
+    head_hidden: int = 0
     descriptors: bool = False
+    split: str = "random"
     split_seed: int | None = None
+    pretrain: bool = False
+    fallback: bool = True
+    encoder: str | None = None
+    seeds: tuple[int, ...] = ()
+    ensemble: int = 1
+
+    NOT_RECORDED = Recipe.NOT_RECORDED + ("fallback", "seeds", "ensemble")
 
     def __post_init__(self):
         super().__post_init__()
         _whole("max_len", self.max_len, 3)
         _whole("tta", self.tta, 1)
+        _whole("head_hidden", self.head_hidden, 0)
+        _whole("ensemble", self.ensemble, 1)
         _whole("split_seed", self.split_seed, 0, optional=True)
         _real("pretrain_lr", self.pretrain_lr, 0, low_open=True)
+        _choice("split", self.split, ("random", "scaffold"))
+        for seed in self.seeds:
+            _whole("seeds", seed, 0)
+        if self.model.max_len != self.max_len:  # one length: the data's limit is the model's
+            object.__setattr__(self, "model", dataclasses.replace(self.model, max_len=self.max_len))
 
 
 @dataclasses.dataclass(frozen=True)
 class Seq2SeqRecipe(Recipe):
     """``train seq2seq``: label smoothing of the loss; exact match of the first ``val_exact``
-    validation molecules after each epoch (0: none)."""
+    validation molecules after each epoch (0: none); sources: a fresh random SMILES of each
+    training molecule every epoch (``"fresh"``) or one for the whole run (``"fixed"``); examples:
+    worked test examples the summary prints."""
 
     label_smoothing: float = 0.0
     val_exact: int = 200
+    sources: str = "fresh"
+    examples: int = 6
+
+    NOT_RECORDED = Recipe.NOT_RECORDED + ("examples",)
 
     def __post_init__(self):
         super().__post_init__()
         _real("label_smoothing", self.label_smoothing, 0, 1)
         _whole("val_exact", self.val_exact, 0)
+        _whole("examples", self.examples, 0)
+        _choice("sources", self.sources, ("fresh", "fixed"))
 
 
 def make_optimizer(recipe: Recipe, model, total_steps: int, lr: float | None = None):

@@ -145,7 +145,7 @@ def test_default_preset_pretrains_on_moses_and_samples_under_the_valence_grammar
 
 def test_model_size_options_change_the_default_model_and_are_refused_where_fixed():
     r = _recipe(["--d-model", "192", "--n-layers", "6"])
-    assert (r.model["d_model"], r.model["n_heads"], r.model["d_ff"], r.model["n_layers"]) == (192, 6, 768, 6)
+    assert (r.model.d_model, r.model.n_heads, r.model.d_ff, r.model.n_layers) == (192, 6, 768, 6)
     with pytest.raises(ValueError, match="multiple of 32"):
         _recipe(["--d-model", "100"])
     with pytest.raises(ValueError, match="tomczak preset's model is fixed"):
@@ -164,11 +164,11 @@ def test_without_moses_phase1_falls_back_to_druglike_unless_the_user_named_it(mo
         return real(data, **kw)
     monkeypatch.setattr(lm_data, "pretraining_smiles", offline)
     held_out = ["CCO", "c1ccccc1O"]
-    r, extra = phase1_molecules(_recipe([]), held_out, user_chose=False)
+    r, extra = phase1_molecules(_recipe([]), held_out)
     assert len(extra) > 9000 and {k: getattr(r, k) for k in DRUGLIKE_PHASE1} == DRUGLIKE_PHASE1
     assert "MOSES is not available (could not download molsets-0.3.1-py3-none-any.whl)" in capsys.readouterr().out
     with pytest.raises(DownloadError):
-        phase1_molecules(_recipe(["--pretrain-data", "moses"]), held_out, user_chose=True)
+        phase1_molecules(_recipe(["--pretrain-data", "moses"]), held_out)
 
 
 @pytest.mark.parametrize("argv", [["train", "lm", "--pretrain-minutes", "14", "--max-minutes", "14.5"],
@@ -201,7 +201,7 @@ def test_the_time_plan_measures_the_runs_own_model_on_this_machine(capsys):
     from minitransformer.chem import Vocab
     train = ["CCO", "c1ccccc1O", "CC(=O)NC1=CC=CC=C1"] * 40
     vocab = Vocab.build(train)
-    probe = lm_time_plan.probe_speed(train_lm.make_model(_recipe([]), vocab, 0), _recipe([]), train, vocab, 0, 1,
+    probe = lm_time_plan.probe_speed(train_lm.make_model(_recipe([]), vocab), _recipe([]), train, vocab, 0, 1,
                                      train_lm.MAX_LEN)
     assert 100 < probe.tokens_per_s < 1e8 and 0 < probe.write_s < 0.1 and 0 < probe.canon_s < 0.1, probe
     assert 1 <= probe.stretch < 2, probe  # these, written at random in Kekule form, take as many tokens or more
@@ -209,7 +209,7 @@ def test_the_time_plan_measures_the_runs_own_model_on_this_machine(capsys):
     # a budget of a day: the plan must fit however busy the machine that runs the suite is (the probe read
     # 2,036 tokens/s on a 2-core VM running three other jobs, about 1/17 of its idle speed, and 322 with a
     # whole second suite beside this one, where two hours no longer held the judging and 20 epochs)
-    r = lm_time_plan.time_planned(_recipe(["--max-minutes", "1440"]), data, SimpleNamespace(seed=0), None, 1.0,
+    r = lm_time_plan.time_planned(_recipe(["--max-minutes", "1440"]), data, None, 1.0,
                                   train_lm.make_model, train_lm.MAX_LEN)
     said = capsys.readouterr().out
     assert said.startswith("time plan at ") and f"(up to {r.pretrain_limit:,} molecules)" in said
@@ -226,18 +226,17 @@ def test_the_time_plan_sets_the_counts_from_the_measured_speed_and_a_resume_keep
     train = ["CCO", "c1ccccc1O", "CC(=O)N"] * 100
     vocab = Vocab.build(train)
     data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
-    args = SimpleNamespace(seed=0)
     monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: lm_time_plan.Probe(30_000.0, 0.0, 0.0, 1.0))
-    r = lm_time_plan.time_planned(_recipe([]), data, args, None, 10.0, train_lm.make_model, train_lm.MAX_LEN)
+    r = lm_time_plan.time_planned(_recipe([]), data, None, 10.0, train_lm.make_model, train_lm.MAX_LEN)
     said = capsys.readouterr().out
     assert "time plan at 30,000 tokens/s" in said and f"(up to {r.pretrain_limit:,} molecules)" in said
     assert r.epochs == 60 and r.pretrain_limit > 100_000
     assert r.max_time == pytest.approx(15 * 60 - 40 * 36_000 / 30_000)  # the judging is reserved
     # a resumed run keeps the plan its checkpoint records, whatever the machine measures now
-    model = train_lm.make_model(r, vocab, 0)
+    model = train_lm.make_model(r, vocab)
     path = save_checkpoint(tmp_path / "last.npz", model, vocab=vocab, extra={"run": {"settings": r.record()}})
     monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: lm_time_plan.Probe(10_000.0, 0.0, 0.0, 1.0))
-    again = lm_time_plan.time_planned(_recipe([]), data, args, path, 10.0, train_lm.make_model, train_lm.MAX_LEN)
+    again = lm_time_plan.time_planned(_recipe([]), data, path, 10.0, train_lm.make_model, train_lm.MAX_LEN)
     assert (again.pretrain_limit, again.epochs, again.max_time) == (r.pretrain_limit, r.epochs, r.max_time)
 
 
@@ -260,11 +259,11 @@ def test_the_judging_reserve_grows_with_the_samples_and_the_grammar_and_a_budget
     vocab = Vocab.build(train)
     data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
     monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: lm_time_plan.Probe(speed, 0.0, 0.0, 1.0))
-    r = lm_time_plan.time_planned(more, data, SimpleNamespace(seed=0), None, 10.0, train_lm.make_model,
+    r = lm_time_plan.time_planned(more, data, None, 10.0, train_lm.make_model,
                                   train_lm.MAX_LEN)
     assert r.max_time == pytest.approx(15 * 60 - reserve["more"])  # training ends early enough to judge them all
     with pytest.raises(ValueError, match="--samples") as err:
-        lm_time_plan.time_planned(_recipe(["--samples", "20000", "--max-minutes", "4"]), data, SimpleNamespace(seed=0),
+        lm_time_plan.time_planned(_recipe(["--samples", "20000", "--max-minutes", "4"]), data,
                                   None, 10.0, train_lm.make_model, train_lm.MAX_LEN)
     assert "drawing and judging 20,000 samples" in str(err.value)
 
@@ -281,14 +280,13 @@ def test_a_planned_run_resumes_with_another_budget_keeping_its_counts(monkeypatc
     train = ["CCO", "c1ccccc1O", "CC(=O)N"] * 100
     vocab = Vocab.build(train)
     data = SimpleNamespace(train=train, vocab=vocab, encode=lambda s: [vocab.encode(x) for x in s])
-    args = SimpleNamespace(seed=0)
     monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *args: lm_time_plan.Probe(30_000.0, 0.0, 0.0, 1.0))
-    r = lm_time_plan.time_planned(_recipe(["--max-minutes", "10"]), data, args, None, 10.0, train_lm.make_model,
+    r = lm_time_plan.time_planned(_recipe(["--max-minutes", "10"]), data, None, 10.0, train_lm.make_model,
                                   train_lm.MAX_LEN)
-    path = save_checkpoint(tmp_path / "last.npz", train_lm.make_model(r, vocab, 0), vocab=vocab,
+    path = save_checkpoint(tmp_path / "last.npz", train_lm.make_model(r, vocab), vocab=vocab,
                            extra={"run": {"settings": r.record()}})
     for minutes in ("25", "6", "0"):
-        again = lm_time_plan.time_planned(_recipe(["--max-minutes", minutes]), data, args, path, 10.0,
+        again = lm_time_plan.time_planned(_recipe(["--max-minutes", minutes]), data, path, 10.0,
                                           train_lm.make_model, train_lm.MAX_LEN) if minutes != "0" else \
             lm_time_plan.kept_plan(_recipe(["--max-minutes", "0"]), r.record())
         assert (again.pretrain_limit, again.epochs) == (r.pretrain_limit, r.epochs), minutes
@@ -324,5 +322,5 @@ def test_a_model_too_large_for_the_memory_is_refused_before_the_time_plan_trains
     monkeypatch.setattr(runtime, "available_memory", lambda: 10_000)
     monkeypatch.setattr(lm_time_plan, "probe_speed", lambda *a: pytest.fail("the probe trained a model too large"))
     with pytest.raises(ValueError, match="weights: training them takes at least"):
-        lm_time_plan.time_planned(_recipe([]), data, SimpleNamespace(seed=0), None, 1.0, train_lm.make_model,
+        lm_time_plan.time_planned(_recipe([]), data, None, 1.0, train_lm.make_model,
                                   train_lm.MAX_LEN)

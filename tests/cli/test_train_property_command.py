@@ -201,11 +201,11 @@ def test_without_moses_pretraining_falls_back_to_the_training_split(monkeypatch,
     def offline(data, **kw):
         raise DownloadError("could not download molsets-0.3.1-py3-none-any.whl. Offline? ...")
     monkeypatch.setattr(lm_data, "pretraining_smiles", offline)
-    r, extra = pretraining_molecules(_property_recipe(["--pretrain"]), ["CCO"], user_chose=False)
+    r, extra = pretraining_molecules(_property_recipe(["--pretrain"]), ["CCO"])
     assert extra == [] and (r.pretrain_data, r.pretrain_max_time, r.max_time) == ("train", 5 * 60, 16 * 60)
     assert "MOSES is not available" in capsys.readouterr().out
     with pytest.raises(DownloadError):
-        pretraining_molecules(_property_recipe(["--pretrain", "--pretrain-data", "moses"]), ["CCO"], True)
+        pretraining_molecules(_property_recipe(["--pretrain", "--pretrain-data", "moses"]), ["CCO"])
 
 
 def _numbers(out):

@@ -3,12 +3,13 @@ with a fake command of its own: the story's order, the files it writes, the phas
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 
-from minitransformer.cli.training import Data, Phase, TrainingCommand, run_training
-from minitransformer.train.recipe import Recipe
+from minitransformer.cli.training import Data, Invocation, Phase, TrainingCommand, run_training
+from minitransformer.models import DecoderLM, DecoderLMConfig
+from minitransformer.train.recipe import Recipe, sized, unsized
 
 MOLECULES = ["CCO", "CCN", "CCC", "COC", "CNC", "CCCO", "OCCO", "NCCN", "CC(C)O", "CC(=O)O"]
 
@@ -21,23 +22,19 @@ class FakeCommand(TrainingCommand):
     def __init__(self, pretrain_epochs: int = 1):
         self.calls, self.pretrain_epochs = [], pretrain_epochs
 
-    def recipe(self, args):
-        self.calls.append("recipe")
-        return Recipe(model=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32), lr=1e-2, batch_size=4, epochs=2,
-                      pretrain_epochs=self.pretrain_epochs)
+    def recipe(self):
+        return Recipe(model=unsized(DecoderLMConfig, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16), lr=1e-2,
+                      batch_size=4, epochs=2, pretrain_epochs=self.pretrain_epochs)
 
-    def load(self, args, recipe, resume=None):
+    def load(self, recipe, resume=None):
         from minitransformer.chem import Vocab
         self.calls.append("load")
         vocab = Vocab.build(MOLECULES)
         return recipe, Data(vocab, MOLECULES[:6], MOLECULES[6:8], MOLECULES[8:], None, "ten molecules", None)
 
-    def build_model(self, recipe, data, seed):
-        from minitransformer.models import DecoderLM, DecoderLMConfig
+    def build_model(self, recipe, data):
         self.calls.append("build_model")
-        v = data.vocab
-        return DecoderLM(DecoderLMConfig(vocab_size=len(v), max_len=16, pad_id=v.pad_id, bos_id=v.bos_id,
-                                         eos_id=v.eos_id, seed=seed, **recipe.model))
+        return DecoderLM(sized(recipe.model, data.vocab, recipe.seed))
 
     def describe(self, run):
         return "a fake command"
@@ -67,17 +64,16 @@ class FakeCommand(TrainingCommand):
         self.calls.append("summary")
 
 
-def _args(out, **over):
-    args = dict(out=str(out), resume=None, force=False, data=None, seed=0, quick=False, quiet=True,
-                plot_attention=False, argv=["train", "fake"])
-    args.update(over)
-    return SimpleNamespace(**args)
+def train(command, out, resume=None, read_back=False):
+    """``command``'s run into ``out``, as a command line would ask for it."""
+    asked = Invocation(Path(out), resume=resume, quiet=True, argv=("train", "fake"))
+    return run_training(command, command.recipe(), asked, read_back=read_back)
 
 
 def test_the_skeleton_tells_the_story_in_order_and_writes_every_file_of_a_run(tmp_path):
     command = FakeCommand()
-    assert run_training(command, _args(tmp_path / "run")) == 0
-    assert command.calls == ["recipe", "load", "build_model", "pretraining", "training", "evaluate", "summary"]
+    assert train(command, tmp_path / "run") == 0
+    assert command.calls == ["load", "build_model", "pretraining", "training", "evaluate", "summary"]
     out = tmp_path / "run"
     for name in ("provenance.json", "config.json", "metrics.json", "curves.png", "last.npz", "best.npz",
                  "pretrain/last.npz", "history.json"):
@@ -91,26 +87,26 @@ def test_the_skeleton_tells_the_story_in_order_and_writes_every_file_of_a_run(tm
 
 def test_a_resume_continues_the_main_phase_without_pretraining_again_and_a_read_back_only_checks(tmp_path):
     out = tmp_path / "run"
-    assert run_training(FakeCommand(), _args(out)) == 0
+    assert train(FakeCommand(), out) == 0
     from minitransformer.cli.arguments import AUTO
     pretrained = (out / "pretrain" / "last.npz").stat().st_mtime_ns
     again = FakeCommand()
-    assert run_training(again, _args(out, resume=AUTO)) == 0
+    assert train(again, out, resume=AUTO) == 0
     assert "evaluate" in again.calls
     assert (out / "pretrain" / "last.npz").stat().st_mtime_ns == pretrained, "a finished phase 1 runs once"
     metrics = (out / "metrics.json").read_text()
     looked = FakeCommand()
-    assert run_training(looked, _args(out, resume=AUTO), read_back=True) == 0
-    assert looked.calls == ["recipe", "load", "build_model"] and (out / "metrics.json").read_text() == metrics
+    assert train(looked, out, resume=AUTO, read_back=True) == 0
+    assert looked.calls == ["load", "build_model"] and (out / "metrics.json").read_text() == metrics
 
 
 def test_a_resume_with_other_settings_is_refused_before_anything_is_written(tmp_path):
     out = tmp_path / "run"
-    assert run_training(FakeCommand(), _args(out)) == 0
+    assert train(FakeCommand(), out) == 0
     from minitransformer.cli.arguments import AUTO
     files = lambda: {p.name: p.stat().st_mtime_ns for p in out.iterdir()  # noqa: E731 (the run's, not its lock)
                      if p.is_file() and not p.name.startswith(".")}
     before = files()
     with pytest.raises(ValueError, match="pretrain_epochs: 1 then, 2 now"):
-        run_training(FakeCommand(pretrain_epochs=2), _args(out, resume=AUTO))
+        train(FakeCommand(pretrain_epochs=2), out, resume=AUTO)
     assert files() == before
