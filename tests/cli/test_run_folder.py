@@ -195,3 +195,14 @@ def test_a_new_time_budget_or_sample_count_is_no_reason_to_refuse_a_resume():
     now = {"settings": {"max_time": 1800.0, "fine_tune_time": None, "samples": 100, "lr": 5e-4}}
     assert _differences(then, now) == []
     assert _differences(then, {"settings": dict(now["settings"], lr=1e-3)}) == ["settings.lr: 0.0005 then, 0.001 now"]
+
+
+def test_a_run_recorded_with_a_setting_at_its_old_place_compares_at_its_new_one(tmp_path):
+    """A property run recorded ``settings.model.head_hidden`` before the head's width became the
+    recipe's own field: its record still reads back, and another width is still refused."""
+    from minitransformer.cli.run_folders import check_recorded_run
+    (tmp_path / "config.json").write_text(json.dumps({"run": {"settings": {"model": {"d_model": 128,
+                                                                                      "head_hidden": 64}}}}))
+    check_recorded_run(tmp_path, {"settings": {"model": {"d_model": 128}, "head_hidden": 64}})
+    with pytest.raises(ValueError, match="settings.head_hidden: 64 then, 32 now"):
+        check_recorded_run(tmp_path, {"settings": {"model": {"d_model": 128}, "head_hidden": 32}})
