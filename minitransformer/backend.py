@@ -232,6 +232,13 @@ def check_ids(ids, vocab_size: int, what: str = "embedding"):
         )
 
 
+def check_linear_inputs(x, W) -> None:
+    """Raise ValueError unless x (..., D_in) fits the weight W (D_in, D_out)."""
+    if x.shape[-1] != W.shape[0]:
+        raise ValueError(f"linear: input has last dimension {x.shape[-1]} but the weight expects "
+                         f"D_in={W.shape[0]} (weight shape {tuple(W.shape)})")
+
+
 def check_attention_inputs(q, k, v, mask, bias) -> None:
     """Raise ValueError unless q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv) fit
     together and the mask (boolean) and bias broadcast to (B, H, Tq, Tk)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from minitransformer.backend import xp
+from minitransformer.backend import check_linear_inputs, xp
 
 
 class FastLinearCache(NamedTuple):
@@ -23,11 +23,7 @@ class FastLinearCache(NamedTuple):
 
 def linear_forward(x, W, b=None):
     """As :func:`minitransformer.nn.linear.linear_forward`."""
-    if x.shape[-1] != W.shape[0]:
-        raise ValueError(
-            f"linear: input has last dimension {x.shape[-1]} but the weight expects "
-            f"D_in={W.shape[0]} (weight shape {tuple(W.shape)})"
-        )
+    check_linear_inputs(x, W)
     y = x.reshape(-1, W.shape[0]) @ W  # (N, D_out), one 2-D product over all rows
     if b is not None:
         y += b  # (N, D_out), in place

@@ -25,11 +25,7 @@ class LinearCache(NamedTuple):
 
 def linear_forward(x, W, b=None):
     """x (..., D_in), W (D_in, D_out), b (D_out,) or None -> y (..., D_out), cache."""
-    if x.shape[-1] != W.shape[0]:
-        raise ValueError(
-            f"linear: input has last dimension {x.shape[-1]} but the weight expects "
-            f"D_in={W.shape[0]} (weight shape {tuple(W.shape)})"
-        )
+    backend.check_linear_inputs(x, W)
     x2 = x.reshape(-1, W.shape[0])  # (N, D_in): one 2-D product over all rows
     y = x2 @ W  # (N, D_out)
     if b is not None:

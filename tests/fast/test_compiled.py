@@ -135,8 +135,9 @@ def _kernel_inputs(n_rows, D, dtype):
 @pytest.mark.parametrize("n_rows, D, dtype", [(1, 1, np.float64), (64, 256, np.float32), (300, 7, np.float64),
                                               (1024, 64, np.float32)])
 def test_the_serial_build_gives_what_the_threaded_one_gives(n_rows, D, dtype):
-    """Below MIN_SIZE elements a kernel runs its serial build (no threads to wake);
-    it must give the threaded build's results bit for bit, at every size."""
+    """Below MIN_SIZE elements a kernel runs its serial build (no threads to wake); it must give
+    the threaded build's results bit for bit, at every size, or, in a loop whose sums the compiler
+    may regroup, within a few units in the last place of the largest value."""
     saved = parallel.threads()
     parallel.set_threads(2)
     try:
@@ -149,7 +150,12 @@ def test_the_serial_build_gives_what_the_threaded_one_gives(n_rows, D, dtype):
                 build(*copies)
                 outs.append([c for c in copies if isinstance(c, np.ndarray)])
             for i, (a, c) in enumerate(zip(*outs)):
-                np.testing.assert_array_equal(a, c, err_msg=f"{name}: array {i} differs between the builds")
+                if kernel.regroups_sums and np.issubdtype(a.dtype, np.floating):
+                    ulp = np.finfo(a.dtype).eps * max(float(np.abs(a).max(initial=0.0)), 1.0)
+                    np.testing.assert_allclose(a, c, rtol=0, atol=16 * ulp,
+                                               err_msg=f"{name}: array {i} differs between the builds")
+                else:
+                    np.testing.assert_array_equal(a, c, err_msg=f"{name}: array {i} differs between the builds")
     finally:
         parallel.set_threads(saved)
 

@@ -103,7 +103,11 @@ class Kernel:
     small loop takes (the exact GELU of one decoding step, (64, 1, 256), ran in 118
     microseconds threaded and about 25 alone). Each element or row is computed by the
     same code either way, and the partial sums are split by :data:`ROWS_PER_PART`, not
-    by thread: both builds give identical results (``tests/fast/test_compiled.py``)."""
+    by thread, so no result depends on the number of threads. Both builds give identical
+    results, except in a loop whose sums may be regrouped (``regroups_sums``: ``vectorize_sums``),
+    where the compiler may group a row's sum one way in each build (Numba 0.68 does, at D = 7):
+    the two then differ by rounding, a few units in the last place
+    (``tests/fast/test_compiled.py``)."""
 
     def __init__(self, fn, fastmath):
         # error_model "numpy": a division by zero gives inf or NaN, as in NumPy, instead of
@@ -116,6 +120,7 @@ class Kernel:
         alone.__qualname__, alone.__doc__ = fn.__qualname__ + "_serial", fn.__doc__
         self.serial = numba.njit(parallel=False, cache=True, fastmath=fastmath, error_model="numpy")(alone)
         self.__doc__, self.__name__ = fn.__doc__, fn.__name__
+        self.regroups_sums = bool(fastmath)
 
     def __call__(self, *args):
         return (self.parallel if args[0].size >= MIN_SIZE else self.serial)(*args)
