@@ -18,6 +18,14 @@ context gradient, which then flows back through the encoder. With
 ``share_embeddings`` source and target use one token table (one vocabulary), and
 that table collects gradients from both lookups (and from the output
 projection too, if ``tie_embeddings``).
+
+With ``pointer`` the output is a pointer-generator's (:mod:`minitransformer.nn.pointer`):
+the log-probabilities of the generator's softmax mixed, by a gate, with an attention that
+points at the source tokens, so a step may copy a source token instead of spelling it::
+
+    out = log( g softmax(logits) + (1 - g) attention(h, memory) one_hot(src) )   # (B, T, V)
+
+(one vocabulary on both sides; the cross-entropy reads ``out`` as logits).
 """
 from __future__ import annotations
 
@@ -30,6 +38,7 @@ from minitransformer.nn.embedding import OutputProjection, TokenEmbedder, check_
 from minitransformer.nn.blocks import DecoderBlock, EncoderBlock, Stack
 from minitransformer.nn.config import TransformerOptions
 from minitransformer.nn import KVCache, LayerNorm, Module, ModuleList, set_rng
+from minitransformer.nn.pointer import PointerHead, source_one_hot
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -42,16 +51,18 @@ class Seq2SeqConfig(TransformerOptions):
     n_enc_layers: int = 2
     n_dec_layers: int = 2
     share_embeddings: bool = False
+    pointer: bool = False
     bos_id: int = 1
     eos_id: int = 2
 
     def __post_init__(self):
         super().__post_init__()
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
-                "Seq2SeqConfig: share_embeddings needs one vocabulary, but src_vocab_size="
-                f"{self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}"
-            )
+        for option in ("share_embeddings", "pointer"):
+            if getattr(self, option) and self.src_vocab_size != self.tgt_vocab_size:
+                raise ValueError(
+                    f"Seq2SeqConfig: {option} needs one vocabulary, but src_vocab_size="
+                    f"{self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}"
+                )
 
 
 class Seq2Seq(Module):
@@ -71,6 +82,7 @@ class Seq2Seq(Module):
         self.dec_ln = LayerNorm(c.d_model) if c.final_norm else None
         self.head = OutputProjection(c.d_model, c.tgt_vocab_size, c.bias, self.rng,
                                      tied_to=self.tgt_embed.tok if c.tie_embeddings else None)
+        self.pointer = PointerHead(c.d_model, self.rng) if c.pointer else None
         self.enc_stack = Stack(self.src_embed, self.enc_blocks, self.enc_ln)
         self.dec_stack = Stack(self.tgt_embed, self.dec_blocks, self.dec_ln)
         set_rng(self, self.rng)
@@ -84,7 +96,8 @@ class Seq2Seq(Module):
 
     # -- training-time forward / backward ---------------------------------------
     def forward(self, src, tgt_in):
-        """src (B, S), tgt_in (B, T) (BOS first, right-padded) -> logits (B, T, V_tgt)."""
+        """src (B, S), tgt_in (B, T) (BOS first, right-padded) -> logits (B, T, V_tgt) (with
+        ``pointer``: log-probabilities, which a cross-entropy reads as logits)."""
         check_token_batch(tgt_in, self.config.tgt_vocab_size, self.config.max_len, "Seq2Seq target")
         if tgt_in.shape[0] != getattr(src, "shape", (None,))[0]:
             raise ValueError(f"Seq2Seq: src has {getattr(src, 'shape', (None,))[0]} rows but tgt_in has "
@@ -94,13 +107,23 @@ class Seq2Seq(Module):
         tgt_mask = combine_masks(causal_mask(T), padding_mask(tgt_in, self.config.pad_id))  # (B, 1, T, T)
         h = self.dec_stack(tgt_in, mask=tgt_mask, context=memory, context_mask=src_mask)  # (B, T, D)
         self.cache = memory.shape
-        return self.head(h)  # (B, T, V)
+        logits = self.head(h)  # (B, T, V)
+        if self.pointer is None:
+            return logits
+        copy = source_one_hot(src, self.config.tgt_vocab_size, logits.dtype)  # (B, S, V)
+        return self.pointer(h, logits, memory, copy, src_mask[:, 0])  # (B, T, V) log p
 
-    def backward(self, dlogits):
-        """dlogits (B, T, V). Accumulates all gradients; returns None."""
+    def backward(self, dout):
+        """dout (B, T, V), the gradient of what forward returned. Accumulates all gradients;
+        returns None."""
         mem_shape = self._require_cache()
-        dmem = self.dec_stack.backward(self.head.backward(dlogits), context_shape=mem_shape)  # (B, S, D)
-        self.enc_stack.backward(dmem)
+        if self.pointer is None:
+            dh, dmem_copy = self.head.backward(dout), 0.0  # (B, T, D)
+        else:
+            dh_copy, dlogits, dmem_copy = self.pointer.backward(dout)  # (B, T, D), (B, T, V), (B, S, D)
+            dh = self.head.backward(dlogits) + dh_copy  # (B, T, D)
+        dmem = self.dec_stack.backward(dh, context_shape=mem_shape)  # (B, S, D)
+        self.enc_stack.backward(dmem + dmem_copy)
         return None
 
     # -- incremental decoding ------------------------------------------------------
@@ -108,7 +131,8 @@ class Seq2Seq(Module):
         """Encode ``src`` once; return the decoding state (memory, masks, KV caches).
         The cross-attention keys/values are computed on the first step and reused."""
         memory, src_mask = self.encode(src)
-        return {"memory": memory, "src_mask": src_mask, "pos": 0,
+        copy = None if self.pointer is None else source_one_hot(src, self.config.tgt_vocab_size, memory.dtype)
+        return {"memory": memory, "src_mask": src_mask, "copy": copy, "pos": 0,
                 "caches": [KVCache(self.config.max_len) for _ in self.dec_blocks],
                 "cross": [KVCache() for _ in self.dec_blocks]}
 
@@ -121,11 +145,17 @@ class Seq2Seq(Module):
         h = self.dec_stack(ids_new, mask=mask, offset=start, kv_caches=state["caches"], context=state["memory"],
                            context_mask=state["src_mask"], cross_caches=state["cross"])  # (B, Tn, D)
         state["pos"] = start + Tn
-        return self.head(h[:, -1:])[:, 0]  # (B, V)
+        h = h[:, -1:]  # (B, 1, D)
+        logits = self.head(h)  # (B, 1, V)
+        if self.pointer is not None:
+            logits = self.pointer(h, logits, state["memory"], state["copy"], state["src_mask"][:, 0])  # log p
+        return logits[:, 0]  # (B, V)
 
     def reorder_state(self, state, index):
         """Keep batch rows ``index`` (beam search)."""
         state["memory"] = state["memory"][index]
         state["src_mask"] = state["src_mask"][index]
+        if state.get("copy") is not None:
+            state["copy"] = state["copy"][index]
         for kv in state["caches"] + state["cross"]:
             kv.reorder(index)

@@ -7,7 +7,8 @@ kv_cache (the keys and values kept while decoding), attention, layernorm, config
 (the options a model is built from), blocks: each file imports only files before
 it. ``bce`` is the loss of the property models, ``mse`` that of a regression head. The
 recurrent layers the transformer replaced: ``lstm`` (a cell, and the layer that unrolls
-it) and ``rnn_attention`` (attention over encoder states, Bahdanau's and Luong's)."""
+it) and ``rnn_attention`` (attention over encoder states, Bahdanau's and Luong's). ``pointer``
+is the copy mechanism of a pointer-generator decoder: a step may point at a source token."""
 from minitransformer.nn import (
     attention, bce, elementwise, embedding, layernorm, linear, mse, relative_position, softmax,
 )
@@ -22,12 +23,13 @@ from minitransformer.nn.kv_cache import KVCache
 from minitransformer.nn.layernorm import LayerNorm
 from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module, ModuleList, Parameter
+from minitransformer.nn.pointer import PointerHead
 from minitransformer.nn.relative_position import RelativePositionBias
 from minitransformer.nn.softmax import CrossEntropyLoss
 
 __all__ = [
     "CausalBlock", "CrossEntropyLoss", "DecoderBlock", "Dropout", "Embedding", "EncoderBlock", "FeedForward", "GELU", "KVCache",
     "LayerNorm", "Linear", "Module", "ModuleList", "MultiHeadAttention", "OutputProjection",
-    "Parameter", "PositionalEmbedding", "ReLU", "SinusoidalPositionalEncoding", "TokenEmbedder",
+    "Parameter", "PointerHead", "PositionalEmbedding", "ReLU", "SinusoidalPositionalEncoding", "TokenEmbedder",
     "RelativePositionBias", "Residual", "Stack", "TransformerOptions", "make_activation", "set_rng",
 ]

@@ -251,7 +251,8 @@ def test_seq2seq_backward_twice_identical_and_accumulates(any_backend, float64, 
 @pytest.mark.parametrize("opts", [
     dict(), dict(pos="relative", relative_max_distance=2),
     dict(pos="relative", relative_bias="alibi"), dict(pos="learned", relative_bias="learned"),
-], ids=["sin", "relative-learned", "relative-alibi", "learned-beside-relative"])
+    dict(pointer=True, share_embeddings=True),
+], ids=["sin", "relative-learned", "relative-alibi", "learned-beside-relative", "pointer"])
 def test_seq2seq_causal_in_target_and_step_matches_forward(any_backend, float64, opts):
     model = _seq2seq(seed=4, d_head=8, **opts).eval()
     src = _dev(SRC)
@@ -281,3 +282,11 @@ def test_seq2seq_dropout_options(float64, option):
     ev = _host(model.eval()(src, tgt))
     tr = _host(model.train()(src, tgt))
     assert np.array_equal(tr, ev) == (option is None)
+
+
+def test_a_pointer_model_gives_log_probabilities_and_needs_one_vocabulary(float64):
+    model = _seq2seq(seed=3, pointer=True).eval()
+    out = _host(model(_dev(SRC), _dev(TGT)))  # (B, T, V) log p
+    np.testing.assert_allclose(np.exp(out).sum(axis=-1), 1.0, rtol=1e-12)
+    with pytest.raises(ValueError, match="pointer needs one vocabulary"):
+        _seq2seq(src_vocab_size=V - 2, pointer=True)

@@ -283,9 +283,11 @@ TGT = np.array([[1, 6, 8, 2, 0, 0],
     dict(norm="pre", pos="relative", relative_max_distance=2),
     dict(norm="post", pos="relative", relative_bias="alibi", share_embeddings=True),
     dict(norm="pre", pos="sinusoidal", relative_bias="learned", relative_max_distance=3, tie_embeddings=True),
+    dict(norm="pre", pos="sinusoidal", share_embeddings=True, tie_embeddings=True, pointer=True),
+    dict(norm="post", pos="learned", pointer=True),
 ], ids=["pre-sin", "post-learned-shared", "pre-learned-shared-tied-wide", "post-sin-tied-relu",
         "pre-learned-smallsrc-dh3", "pre-relative", "post-relative-alibi-shared",
-        "pre-sin-beside-relative-tied"])
+        "pre-sin-beside-relative-tied", "pre-sin-shared-tied-pointer", "post-learned-pointer"])
 def test_seq2seq_gradcheck(any_backend, float64, opts):
     opts = dict(opts)
     src_v = opts.pop("src_vocab_size", V)
@@ -302,6 +304,7 @@ def test_seq2seq_gradcheck(any_backend, float64, opts):
     learned = cfg.relative_bias == "learned"
     assert ("enc_blocks.1.attn.position_bias.table" in names) == learned
     assert ("dec_blocks.1.attn.position_bias.table" in names) == learned
+    assert ("pointer.gate.weight" in names) == cfg.pointer
 
 
 # -- training mode: every dropout active, backward must reuse the forward's masks ---------
