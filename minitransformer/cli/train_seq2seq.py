@@ -72,6 +72,11 @@ def add_parser(kinds):
                    help="the training sources: a fresh random SMILES of each molecule every epoch (fresh, the "
                         "default), or one random SMILES per molecule for the whole run (fixed: no augmentation)")
     p.add_argument("--examples", type=cli.int_at_least(0, 1000), default=6, help="worked test examples to print")
+    p.add_argument("--pointer", choices=("on", "off"), default=None,
+                   help="the transformer's decoder may copy a source token by pointing at it (a pointer-generator; "
+                        "default: the preset's)")
+    p.add_argument("--limit", type=cli.int_at_least(10, cli.MAX_MOLECULES, "they are held in memory"), default=None,
+                   help="use at most this many molecules of the data (the first ones; default: the preset's)")
     p.set_defaults(run=run)
     return p
 
@@ -80,14 +85,17 @@ def resolve_recipe(args) -> Seq2SeqRecipe:
     """The preset, with --quick, --model and the overrides of the command line applied."""
     r = dataclasses.replace(preset(PRESETS, args, QUICK), data=args.data, sources=args.augment,
                             examples=args.examples)
-    r = apply_overrides(r, args, ("epochs", "lr", "batch_size", "label_smoothing"))
+    r = apply_overrides(r, args, ("epochs", "lr", "batch_size", "label_smoothing", "limit"))
     if args.model == "rnn":
-        if args.dropout is not None:
-            raise ValueError("--dropout needs --model transformer; the RNN model has no dropout (leave it out)")
+        for flag, given in (("--dropout", args.dropout), ("--pointer", args.pointer)):
+            if given is not None:
+                raise ValueError(f"{flag} needs --model transformer; the RNN model has no {flag[2:]} (leave it out)")
         r = dataclasses.replace(r, arch="rnn", model=dataclasses.replace(RNN_QUICK if args.quick else RNN_MODEL,
                                                                          attention=args.attention or "additive"))
     elif args.attention is not None:
         raise ValueError("--attention chooses the RNN model's attention; add --model rnn or leave it out")
+    elif args.pointer is not None:
+        r = dataclasses.replace(r, model=dataclasses.replace(r.model, pointer=args.pointer == "on"))
     return set_budgets(r, args)
 
 
