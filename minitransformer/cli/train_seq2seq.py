@@ -23,8 +23,11 @@ from minitransformer.models import RNNSeq2Seq, RNNSeq2SeqConfig, Seq2Seq, Seq2Se
 from minitransformer.molecules.canonicalization import COLUMNS, MAX_TOKENS
 from minitransformer.train.recipe import Seq2SeqRecipe, model, quick_model, sized, unsized
 
-#: One token table: source embedding = target embedding = output projection.
-ONE_TABLE = dict(share_embeddings=True, tie_embeddings=True, max_len=MAX_TOKENS)
+#: One token table (source embedding = target embedding = output projection), and a decoder that may
+#: copy a source token by pointing at it (nn/pointer.py): on 110,000 MOSES pairs (one pass, same seed,
+#: docs/RESULTS.md) the pointer took the validation loss from 0.503 to 0.279 and the held-out greedy
+#: exact match from 0.4 % to 16.2 %.
+ONE_TABLE = dict(share_embeddings=True, tie_embeddings=True, pointer=True, max_len=MAX_TOKENS)
 
 PRESETS = {
     # Pre-LN, D=128, a deeper encoder than decoder (4 + 2 layers: it learns as much per epoch

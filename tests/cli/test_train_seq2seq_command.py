@@ -174,3 +174,17 @@ def test_quick_run_on_moses_pairs_also_reports_tox21(tmp_path, capsys):
     tox = m["tox21"]
     assert tox["n_test"] > tox["n_skipped_unknown_tokens"] >= 0 and 0.0 <= tox["greedy_top1"] <= 1.0
     assert "Tox21 test molecules: greedy top-1" in capsys.readouterr().out
+
+
+def _seq2seq_recipe(argv):
+    from minitransformer.cli.main import build_parser
+    from minitransformer.cli.train_seq2seq import resolve_recipe
+    return resolve_recipe(build_parser().parse_args(["train", "seq2seq", *argv]))
+
+
+def test_the_pointer_and_the_limit_reach_the_recipe_and_a_recurrent_model_refuses_the_pointer():
+    assert _seq2seq_recipe(["--pointer", "on", "--limit", "5000"]).model.pointer is True
+    assert _seq2seq_recipe(["--limit", "5000"]).limit == 5000
+    assert _seq2seq_recipe(["--pointer", "off"]).model.pointer is False
+    with pytest.raises(ValueError, match="--pointer needs --model transformer"):
+        _seq2seq_recipe(["--model", "rnn", "--pointer", "on"])
