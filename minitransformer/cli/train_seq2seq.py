@@ -109,6 +109,15 @@ def make_model(recipe: Seq2SeqRecipe, vocab):
     return RNNSeq2Seq(config) if recipe.arch == "rnn" else Seq2Seq(config)
 
 
+def spread_evenly(n: int, k: int) -> list[int]:
+    """``k`` indices (at most ``n``) spread evenly over ``range(n)``, first and last included: the validation
+    molecules whose exact match each epoch reports. MOSES's validation molecules end its ordered training
+    file, where neighbours are one chemical series (its first 200 share one scaffold), so the first ``k``
+    would judge one series."""
+    import numpy as np
+    return [] if k == 0 or n == 0 else sorted({int(i) for i in np.linspace(0, n - 1, min(k, n)).round()})
+
+
 class TrainSeq2Seq(TrainingCommand):
     """``train seq2seq``: what differs from the other training commands."""
 
@@ -141,8 +150,9 @@ class TrainSeq2Seq(TrainingCommand):
         from minitransformer.train.tasks import Seq2SeqTask
         r, d, vocab = run.recipe, run.data.own, run.data.vocab
         train_data = PairEpochs(d.train, vocab, seed=r.seed, max_tokens=MAX_TOKENS, fresh=r.sources == "fresh")
-        k = r.val_exact
-        callbacks = [exact_match_callback(vocab, d.val_src[:k], d.val[:k])] if k else []
+        picks = spread_evenly(len(d.val), r.val_exact)
+        callbacks = [exact_match_callback(vocab, [d.val_src[i] for i in picks], [d.val[i] for i in picks])] \
+            if r.val_exact else []
         return Phase("train", Seq2SeqTask(vocab.pad_id, r.label_smoothing), train_data, len(d.train), r.epochs,
                      run.budget, val_data=d.pairs("val"), callbacks=callbacks, metric="val_loss",
                      patience=r.patience, eval_batch_size=128)

@@ -269,8 +269,8 @@ class PropertyRecipe(Recipe):
 
 @dataclasses.dataclass(frozen=True)
 class Seq2SeqRecipe(Recipe):
-    """``train seq2seq``: label smoothing of the loss; exact match of the first ``val_exact``
-    validation molecules after each epoch (0: none); sources: a fresh random SMILES of each
+    """``train seq2seq``: label smoothing of the loss; exact match of ``val_exact`` validation
+    molecules, spread evenly over the set, after each epoch (0: none); sources: a fresh random SMILES of each
     training molecule every epoch (``"fresh"``) or one for the whole run (``"fixed"``); examples:
     worked test examples the summary prints."""
 

@@ -188,3 +188,11 @@ def test_the_pointer_and_the_limit_reach_the_recipe_and_a_recurrent_model_refuse
     assert _seq2seq_recipe(["--pointer", "off"]).model.pointer is False
     with pytest.raises(ValueError, match="--pointer needs --model transformer"):
         _seq2seq_recipe(["--model", "rnn", "--pointer", "on"])
+
+
+def test_the_validation_exact_match_reads_molecules_spread_over_the_whole_set():
+    from minitransformer.cli.train_seq2seq import spread_evenly
+    picks = spread_evenly(10_000, 200)
+    assert len(picks) == 200 and picks[0] == 0 and picks[-1] == 9_999
+    assert max(b - a for a, b in zip(picks, picks[1:])) < 60
+    assert spread_evenly(5, 200) == [0, 1, 2, 3, 4] and spread_evenly(100, 0) == []
