@@ -127,3 +127,9 @@ class PointerHead(Module):
     def copy_attention(self):
         """The last forward's copy attention a (B, T, S): where each target step pointed."""
         return self._require_cache()[2].a
+
+    @property
+    def attention_probs(self):
+        """The copy attention as one head's map, (B, 1, T, S), as an attention layer shows its
+        probabilities (``viz``); None before a forward."""
+        return None if self.cache is None else self.cache[2].a[:, None]

@@ -77,8 +77,13 @@ def _stacks(model) -> dict[str, list]:
 def _attention_layers(model, kind: str, stack: str | None) -> tuple[str, list]:
     """The attention modules, first layer first, that (kind, stack) names; and the stack name."""
     name = type(model).__name__
-    if kind not in ("self", "cross"):
-        raise ValueError(f"attention_maps: kind must be 'self' or 'cross', got {kind!r}")
+    if kind not in ("self", "cross", "copy"):
+        raise ValueError(f"attention_maps: kind must be 'self', 'cross' or 'copy', got {kind!r}")
+    if kind == "copy":  # a pointer-generator's attention over the source: one layer, one head
+        if getattr(model, "pointer", None) is None:
+            raise ValueError(f"attention_maps: {name} has no pointer; kind='copy' needs a Seq2Seq built with "
+                             "pointer=True")
+        return "decoder", [model.pointer]
     stacks = _stacks(model)
     if stack is None:
         stack = "decoder" if "decoder" in stacks else "encoder"
@@ -107,8 +112,9 @@ def attention_maps(model, kind: str = "self", stack: str | None = None, *,
     Args:
         model: a ``DecoderLM``, ``Encoder`` (or a model around one: ``MaskedLM``,
             ``PropertyModel``) or ``Seq2Seq`` after a forward pass.
-        kind: ``"self"`` (each stack's self-attention) or ``"cross"``
-            (``Seq2Seq`` decoder attending to the encoder output).
+        kind: ``"self"`` (each stack's self-attention), ``"cross"``
+            (``Seq2Seq`` decoder attending to the encoder output) or ``"copy"`` (a
+            pointer-generator ``Seq2Seq``'s copy attention: one map, one head).
         stack: for ``Seq2Seq``, ``"encoder"`` or ``"decoder"``; default
             ``None`` = the decoder (the only stack with cross-attention, and the
             one whose self-attention is causal). For ``DecoderLM``/``Encoder``

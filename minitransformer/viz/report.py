@@ -14,7 +14,9 @@ Encoder     ``<cls>`` tokens ``<eos>``        ``attention_encoder_self`` (also t
 Seq2Seq     source ``<bos>`` tokens           ``attention_encoder_self`` (source),
             ``<eos>``; decoder input          ``attention_decoder_self`` (target; no
             ``<bos>`` + target tokens          molecule if the target does not parse),
-                                              ``attention_cross`` (molecule: the source)
+                                              ``attention_cross`` (molecule: the source);
+                                              with a pointer, ``attention_copy`` (where
+                                              each step may copy a source token from)
 ==========  ================================  =========================================
 
 For a ``Seq2Seq`` the target is, by default, what the model itself writes
@@ -94,7 +96,7 @@ def _views(model, vocab, smiles: str, target: str | None):
     if kind == "rnn":  # one attention, the decoder's over the encoder's states
         return [("attention_cross", f"{model.config.attention} attention, target -> source: {smiles} -> "
                  f"{target or '(empty)'}", rnn_attention_maps(model, src, tgt_in), tgt_labels, src_labels, smiles)]
-    return [
+    views = [
         ("attention_encoder_self", f"encoder self-attention (source): {smiles}",
          forward_maps(model, "self", "encoder", src, tgt_in), src_labels, src_labels, smiles),
         ("attention_decoder_self", f"decoder self-attention (causal, target): {target or '(empty)'}",
@@ -103,6 +105,11 @@ def _views(model, vocab, smiles: str, target: str | None):
         ("attention_cross", f"cross-attention, target -> source: {smiles} -> {target or '(empty)'}",
          forward_maps(model, "cross", None, src, tgt_in), tgt_labels, src_labels, smiles),
     ]
+    if getattr(model, "pointer", None) is not None:  # where each step may copy a source token from
+        views.append(("attention_copy", f"copy attention (the pointer), target -> source: {smiles} -> "
+                      f"{target or '(empty)'}", forward_maps(model, "copy", None, src, tgt_in), tgt_labels,
+                      src_labels, smiles))
+    return views
 
 
 def render_attention(model, vocab, smiles: str, out_dir, layers=None, heads=None, scale: str = "map",

@@ -331,7 +331,7 @@ def _chem_vocab(cls=False):
     return Vocab.build(["Cc1c[nH]c2ccc(Cl)cc12", "CC(=O)[O-]"], extras=(Vocab.CLS, Vocab.MASK) if cls else ())
 
 
-@pytest.mark.parametrize("family", ["decoder", "encoder", "property", "masked", "seq2seq"])
+@pytest.mark.parametrize("family", ["decoder", "encoder", "property", "masked", "seq2seq", "pointer"])
 def test_render_attention_writes_heatmaps_and_molecules(family, tmp_path):
     """A PropertyModel or a MaskedLM is drawn through its encoder (the head's features are not needed)."""
     pytest.importorskip("rdkit")
@@ -344,13 +344,17 @@ def test_render_attention_writes_heatmaps_and_molecules(family, tmp_path):
              "property": lambda: PropertyModel(PropertyModelConfig(vocab_size=n, n_layers=2, n_outputs=2, n_features=3,
                                                                    **kw)),
              "masked": lambda: MaskedLM(EncoderConfig(vocab_size=n, n_layers=2, **kw)),
-             "seq2seq": lambda: Seq2Seq(Seq2SeqConfig(n, n, n_enc_layers=1, n_dec_layers=2, **kw))}[family]()
+             "seq2seq": lambda: Seq2Seq(Seq2SeqConfig(n, n, n_enc_layers=1, n_dec_layers=2, **kw)),
+             "pointer": lambda: Seq2Seq(Seq2SeqConfig(n, n, n_enc_layers=1, n_dec_layers=2, pointer=True,
+                                                      **kw))}[family]()
     model.train()
-    extra = dict(target="CC(=O)[O-]") if family == "seq2seq" else {}
+    extra = dict(target="CC(=O)[O-]") if family in ("seq2seq", "pointer") else {}
     paths = viz.render_attention(model, vocab, "Cc1c[nH]c2ccc(Cl)cc12", tmp_path / "out", heads="mean", **extra)
     stems = {"decoder": ["attention_decoder_self"], "encoder": ["attention_encoder_self"],
              "property": ["attention_encoder_self"], "masked": ["attention_encoder_self"],
-             "seq2seq": ["attention_encoder_self", "attention_decoder_self", "attention_cross"]}[family]
+             "seq2seq": ["attention_encoder_self", "attention_decoder_self", "attention_cross"],
+             "pointer": ["attention_encoder_self", "attention_decoder_self", "attention_cross",
+                         "attention_copy"]}[family]
     assert [p.name for p in paths] == [f"{s}{m}.png" for s in stems for m in ("", "_molecule")]
     assert all(p.read_bytes()[:8] == PNG_MAGIC for p in paths)
     assert sorted(tmp_path.joinpath("out").iterdir()) == sorted(paths)  # no temporary files left
