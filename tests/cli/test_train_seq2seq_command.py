@@ -99,10 +99,10 @@ def test_quick_run_writes_every_output(quick_run):
     demo, out = quick_run
     for name in ("metrics.json", "history.json", "history.csv", "provenance.json", "config.json", "best.npz",
                  "last.npz", "predictions.tsv",
-                 "curves.png", "attention_cross.png"):
+                 "curves.png", "attention_cross.png", "attention_copy.png"):
         path = out / name
         assert path.exists() and path.stat().st_size > 0, f"missing or empty output: {name}"
-    for png in ("curves.png", "attention_cross.png"):
+    for png in ("curves.png", "attention_cross.png", "attention_copy.png"):  # the preset's decoder points
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     m = json.loads((out / "metrics.json").read_text())
     lines = (out / "predictions.tsv").read_text().splitlines()
