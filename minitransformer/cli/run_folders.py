@@ -173,9 +173,15 @@ _REMOVED_AT_DEFAULT = {"settings.pretrain_descriptors": 0.0, "settings.model.poo
 _MOVED = {"settings.model.head_hidden": "settings.head_hidden"}
 
 
+#: Settings added since, at the value a run made before them had: a run that lacks one is compared at it.
+_ADDED_AT = {"settings.model.pointer": False}
+
+
 def _differences(saved: dict, new: dict) -> list[str]:
     saved, new = _flat(json_safe(saved)), _flat(json_safe(new))
     saved = {_MOVED.get(key, key): value for key, value in saved.items()}
+    if any(key.startswith("settings.model.") for key in saved):  # a model recorded without a later option
+        saved = {**{key: value for key, value in _ADDED_AT.items() if key in new}, **saved}
     return [f"{key}: {_short(saved[key])} then, {_short(new.get(key))} now" for key in saved
             if key not in _RESUME_IGNORES and new.get(key) != saved[key]
             and not (key not in new and _REMOVED_AT_DEFAULT.get(key, ...) == saved[key])]

@@ -206,3 +206,13 @@ def test_a_run_recorded_with_a_setting_at_its_old_place_compares_at_its_new_one(
     check_recorded_run(tmp_path, {"settings": {"model": {"d_model": 128}, "head_hidden": 64}})
     with pytest.raises(ValueError, match="settings.head_hidden: 64 then, 32 now"):
         check_recorded_run(tmp_path, {"settings": {"model": {"d_model": 128}, "head_hidden": 32}})
+
+
+def test_a_run_recorded_before_a_model_option_existed_compares_at_that_options_old_value(tmp_path):
+    """A canonicalizer trained before the decoder could point had no pointer: resuming it with the
+    pointer the presets now have is refused by name, and with --pointer off it is the same run."""
+    from minitransformer.cli.run_folders import check_recorded_run
+    (tmp_path / "config.json").write_text(json.dumps({"run": {"settings": {"model": {"d_model": 128}}}}))
+    check_recorded_run(tmp_path, {"settings": {"model": {"d_model": 128, "pointer": False}}})
+    with pytest.raises(ValueError, match="settings.model.pointer: False then, True now"):
+        check_recorded_run(tmp_path, {"settings": {"model": {"d_model": 128, "pointer": True}}})
