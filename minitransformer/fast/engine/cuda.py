@@ -59,7 +59,9 @@ ROWS_PER_PART = 64  # rows per partial column sum of a LayerNorm parameter gradi
 WARPS_PER_BLOCK = 4  # rows per block of the row kernels (one warp of 32 threads a row)
 THREADS = 256  # threads per block of the element-wise and column kernels
 
-SOURCE = r"""
+#: What every kernel source of the fast set starts with (this file's and ``cuda_flat.py``'s): a
+#: warp's sum, and Adam's update of one element, which the per-tensor and the chunked kernels share.
+DEVICE_HELPERS = r"""
 // T is float or double; every sum and intermediate is double. (NVRTC compiles this without
 // the C library's headers: no INFINITY, so -inf is spelled by its bits.)
 #define NEG_INF __longlong_as_double(0xfff0000000000000ULL)
@@ -72,20 +74,30 @@ __device__ __forceinline__ double warp_sum(double s) {
 // theta' - step_size * m_t / (sqrt(v_t * inv_bc2) + eps), with g~ = g + l2 * theta and
 // theta' = shrink * theta (l2 = lambda for L2 decay, shrink = 1 - lr lambda for AdamW).
 template <typename T>
+__device__ __forceinline__ void adam_element(T* p, const T* g, T* m, T* v, const long long i,
+                                             const double beta1, const double beta2, const double step_size,
+                                             const double inv_bc2, const double eps, const double l2,
+                                             const double shrink) {
+    const double theta = (double)p[i];
+    const double gt = (double)g[i] + l2 * theta;
+    const double mt = beta1 * (double)m[i] + (1.0 - beta1) * gt;
+    const double vt = beta2 * (double)v[i] + (1.0 - beta2) * gt * gt;
+    m[i] = (T)mt;
+    v[i] = (T)vt;
+    p[i] = (T)(shrink * theta - step_size * mt / (sqrt(vt * inv_bc2) + eps));
+}
+"""
+
+SOURCE = DEVICE_HELPERS + r"""
+// Adam over one tensor of n elements, each by adam_element.
+template <typename T>
 __global__ void adam_update(T* p, const T* g, T* m, T* v, const long long n,
                             const double beta1, const double beta2, const double step_size,
                             const double inv_bc2, const double eps, const double l2,
                             const double shrink) {
     const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const double theta = (double)p[i];
-        const double gt = (double)g[i] + l2 * theta;
-        const double mt = beta1 * (double)m[i] + (1.0 - beta1) * gt;
-        const double vt = beta2 * (double)v[i] + (1.0 - beta2) * gt * gt;
-        m[i] = (T)mt;
-        v[i] = (T)vt;
-        p[i] = (T)(shrink * theta - step_size * mt / (sqrt(vt * inv_bc2) + eps));
-    }
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        adam_element(p, g, m, v, i, beta1, beta2, step_size, inv_bc2, eps, l2, shrink);
 }
 
 // One warp per row of x (N, D): mean, biased variance, rstd, xhat and y.

@@ -35,11 +35,7 @@ __all__ = ["CHUNK", "Chunks", "adam_flat", "sum_squares_flat"]
 
 CHUNK = 8192  # elements a chunk: one block of cuda.THREADS threads, 32 elements a thread
 
-SOURCE = r"""
-__device__ __forceinline__ double warp_sum(double s) {
-    for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
-    return s;  // every lane holds the sum of the warp
-}
+SOURCE = cuda.DEVICE_HELPERS + r"""
 
 // Block c updates elements [begin[c], end[c]) of segment seg[c]; settings[4 s + k] are
 // segment s's step size, 1 / (1 - beta2^t), L2 coefficient and AdamW shrink.
@@ -51,15 +47,8 @@ __global__ void adam_chunks(T* p, const T* g, T* m, T* v, const int* seg, const 
     const double* s = settings + 4 * (long long)seg[c];
     const double step_size = s[0], inv_bc2 = s[1], l2 = s[2], shrink = s[3];
     const long long first = begin[c], last = end[c];
-    for (long long i = first + threadIdx.x; i < last; i += blockDim.x) {
-        const double theta = (double)p[i];
-        const double gt = (double)g[i] + l2 * theta;
-        const double mt = beta1 * (double)m[i] + (1.0 - beta1) * gt;
-        const double vt = beta2 * (double)v[i] + (1.0 - beta2) * gt * gt;
-        m[i] = (T)mt;
-        v[i] = (T)vt;
-        p[i] = (T)(shrink * theta - step_size * mt / (sqrt(vt * inv_bc2) + eps));
-    }
+    for (long long i = first + threadIdx.x; i < last; i += blockDim.x)
+        adam_element(p, g, m, v, i, beta1, beta2, step_size, inv_bc2, eps, l2, shrink);
 }
 
 // Block c: out[c] = the sum of g^2 over [begin[c], end[c]), in a fixed order.
