@@ -131,8 +131,10 @@ class Seq2Seq(Module):
         """Encode ``src`` once; return the decoding state (memory, masks, KV caches).
         The cross-attention keys/values are computed on the first step and reused."""
         memory, src_mask = self.encode(src)
-        copy = None if self.pointer is None else source_one_hot(src, self.config.tgt_vocab_size, memory.dtype)
-        return {"memory": memory, "src_mask": src_mask, "copy": copy, "pos": 0,
+        copy = keys = None
+        if self.pointer is not None:  # the one-hot source and the memory's keys, once for every step
+            copy, keys = source_one_hot(src, self.config.tgt_vocab_size, memory.dtype), self.pointer.key(memory)
+        return {"memory": memory, "src_mask": src_mask, "copy": copy, "copy_keys": keys, "pos": 0,
                 "caches": [KVCache(self.config.max_len) for _ in self.dec_blocks],
                 "cross": [KVCache() for _ in self.dec_blocks]}
 
@@ -148,7 +150,8 @@ class Seq2Seq(Module):
         h = h[:, -1:]  # (B, 1, D)
         logits = self.head(h)  # (B, 1, V)
         if self.pointer is not None:
-            logits = self.pointer(h, logits, state["memory"], state["copy"], state["src_mask"][:, 0])  # log p
+            logits = self.pointer(h, logits, state["memory"], state["copy"], state["src_mask"][:, 0],
+                                  keys=state["copy_keys"])  # (B, 1, V) log p
         return logits[:, 0]  # (B, V)
 
     def reorder_state(self, state, index):
@@ -156,6 +159,6 @@ class Seq2Seq(Module):
         state["memory"] = state["memory"][index]
         state["src_mask"] = state["src_mask"][index]
         if state.get("copy") is not None:
-            state["copy"] = state["copy"][index]
+            state["copy"], state["copy_keys"] = state["copy"][index], state["copy_keys"][index]
         for kv in state["caches"] + state["cross"]:
             kv.reorder(index)

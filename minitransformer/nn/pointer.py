@@ -104,20 +104,25 @@ class PointerHead(Module):
         self.gate = Linear(d_model, 1, bias=True, rng=rng)
         self.scale = 1.0 / math.sqrt(d_model)
 
-    def forward(self, h, logits, memory, copy, mask):
+    def forward(self, h, logits, memory, copy, mask, keys=None):
         """h (B, T, D), logits (B, T, V), memory (B, S, D); ``copy`` (B, S, V) the one-hot source
-        ids (:func:`source_one_hot`), ``mask`` (B, 1, S), False at source padding."""
+        ids (:func:`source_one_hot`), ``mask`` (B, 1, S), False at source padding. ``keys``: the
+        memory's keys (B, S, D), ``self.key(memory)``, when a decoder computed them once for every
+        step (no backward then)."""
         q = self.query(h)  # (B, T, D)
-        k = self.key(memory)  # (B, S, D)
+        k = self.key(memory) if keys is None else keys  # (B, S, D)
         scores = (q @ k.swapaxes(-1, -2)) * self.scale  # (B, T, S)
         out, mix = copy_mix_forward(logits, scores, self.gate(h), copy=copy, mask=mask)  # (B, T, V)
-        self.cache = (q, k, mix)
+        self.cache = (q, k, mix, keys is None)
         return out
 
     def backward(self, dout):
         """dout (B, T, V) -> dh (B, T, D), dlogits (B, T, V), dmemory (B, S, D); accumulates
         the projections' and the gate's gradients."""
-        q, k, mix = self._require_cache()
+        q, k, mix, projected = self._require_cache()
+        if not projected:
+            raise RuntimeError("PointerHead.backward: the last forward was given the memory's keys (decoding); "
+                               "run forward without keys= to train")
         dlogits, dscores, dgate = copy_mix_backward(dout, mix)
         dq = (dscores @ k) * self.scale  # (B, T, D)
         dk = (dscores.swapaxes(-1, -2) @ q) * self.scale  # (B, S, D)
@@ -132,4 +137,4 @@ class PointerHead(Module):
     def attention_probs(self):
         """The copy attention as one head's map, (B, 1, T, S), as an attention layer shows its
         probabilities (``viz``); None before a forward."""
-        return None if self.cache is None else self.cache[2].a[:, None]
+        return None if self.cache is None else self.cache[2].a[:, None]  # (B, 1, T, S)

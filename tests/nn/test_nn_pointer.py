@@ -70,3 +70,14 @@ def test_the_one_hot_source_marks_each_position_s_token():
     assert C.shape == (2, 5, V) and C.dtype == np.float32
     np.testing.assert_array_equal(C.argmax(axis=-1), SRC)
     np.testing.assert_array_equal(C.sum(axis=-1), 1.0)
+
+
+def test_keys_given_while_decoding_give_the_same_output_and_no_backward(float64, randn):
+    head = PointerHead(6, rng=backend.RNG(3))
+    copy, mask = _copy_and_mask()
+    h, logits, memory = randn(2, 1, 6), randn(2, 1, V), randn(2, 5, 6)
+    full = backend.to_numpy(head(h, logits, memory, copy, mask))
+    given = backend.to_numpy(head(h, logits, memory, copy, mask, keys=head.key(memory)))
+    np.testing.assert_array_equal(given, full)
+    with pytest.raises(RuntimeError, match="given the memory's keys"):
+        head.backward(backend.asarray(np.ones((2, 1, V))))
