@@ -118,12 +118,14 @@ class Seq2Seq(Module):
         returns None."""
         mem_shape = self._require_cache()
         if self.pointer is None:
-            dh, dmem_copy = self.head.backward(dout), 0.0  # (B, T, D)
+            dh, dmem_copy = self.head.backward(dout), None  # (B, T, D)
         else:
             dh_copy, dlogits, dmem_copy = self.pointer.backward(dout)  # (B, T, D), (B, T, V), (B, S, D)
             dh = self.head.backward(dlogits) + dh_copy  # (B, T, D)
         dmem = self.dec_stack.backward(dh, context_shape=mem_shape)  # (B, S, D)
-        self.enc_stack.backward(dmem + dmem_copy)
+        if dmem_copy is not None:
+            dmem += dmem_copy  # (B, S, D): the copy attention read the memory too
+        self.enc_stack.backward(dmem)
         return None
 
     # -- incremental decoding ------------------------------------------------------
