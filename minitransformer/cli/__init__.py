@@ -31,7 +31,8 @@ that code lives here once, one concern per file:
 * :mod:`~minitransformer.cli.launch` (``--ranks``: the command starts its own data-parallel
   ranks) and :mod:`~minitransformer.cli.ranks` (the command as one data-parallel run:
   rank 0 writes and prints).
-* :mod:`~minitransformer.cli.lm_time_plan` - ``train lm``'s default run planned in minutes;
+* :mod:`~minitransformer.cli.lm_time_plan` and :mod:`~minitransformer.cli.seq2seq_time_plan` -
+  ``train lm``'s and ``train seq2seq``'s default runs planned in minutes;
   :mod:`~minitransformer.cli.property_runs` - ``train property --seeds/--ensemble``;
   :mod:`~minitransformer.cli.pretrained_encoder` - ``train property --encoder``.
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from minitransformer.chem.datasets.moses import is_moses
 from minitransformer.cli.training import (Data, Phase, TrainingCommand, apply_overrides, invocation, preset,
                                           run_training, set_budgets)
 from minitransformer.models import RNNSeq2Seq, RNNSeq2SeqConfig, Seq2Seq, Seq2SeqConfig
@@ -31,17 +32,19 @@ ONE_TABLE = dict(share_embeddings=True, tie_embeddings=True, pointer=True, max_l
 
 PRESETS = {
     # Pre-LN, D=128, a deeper encoder than decoder (4 + 2 layers: it learns as much per epoch
-    # as 3 + 3 and runs about 25% faster, so it gets more epochs), sinusoidal positions, one
-    # token table for source, target and output; AdamW, peak lr 2e-3 after 100 warmup steps,
-    # cosine decay, batch 32, no dropout, no label smoothing (docs/RESULTS.md has its figures).
+    # as 3 + 3 and runs about 25% faster), sinusoidal positions, one token table for source,
+    # target and output, a decoder that may point; AdamW, peak lr 2e-3 after 300 warmup steps,
+    # cosine decay, batch 64, no dropout, no label smoothing. Planned in minutes
+    # (cli/seq2seq_time_plan.py): one pass over as many MOSES molecules as this machine trains
+    # on in 15 minutes, start to summary, each written at random; tested on 2,000 MOSES test
+    # molecules and on the Tox21 test molecules (docs/RESULTS.md has its figures). With
+    # --data tox21 the plan reads Tox21 whole and chooses the epochs.
     "default": Seq2SeqRecipe(
         model=model(Seq2SeqConfig, n_enc_layers=4, n_dec_layers=2, pos="sinusoidal", **ONE_TABLE),
-        lr=2e-3, warmup=100, batch_size=32, epochs=20, max_time=15 * 60, val_exact=200),
-    # MOSES pairs (train seq2seq --data moses --preset moses): the default model, one pass over
-    # 430,000 MOSES molecules, each written at random, within 28 minutes on 2 CPU cores (reading
-    # and pairing the molecules count against them); tested on
-    # the first 2,000 molecules of MOSES's test file, and on the Tox21 test molecules
-    # (docs/RESULTS.md: greedy top-1 exact match 77.7%, beam-5 top-5 90.8%; 62.8% before the pointer).
+        lr=2e-3, warmup=300, batch_size=64, epochs=1, max_time=15 * 60, time_budget=15 * 60, val_exact=200),
+    # The longer run (--preset moses): the default model, one pass over 430,000 MOSES molecules,
+    # within 28 minutes on 2 CPU cores (docs/RESULTS.md: greedy top-1 exact match 77.7%, beam-5
+    # top-5 90.8%; 62.8% before the pointer).
     "moses": Seq2SeqRecipe(
         model=model(Seq2SeqConfig, n_enc_layers=4, n_dec_layers=2, pos="sinusoidal", **ONE_TABLE),
         lr=2e-3, warmup=300, batch_size=64, epochs=1, max_time=28 * 60, val_exact=200, limit=430_000),
@@ -52,7 +55,9 @@ PRESETS = {
 RNN_MODEL = unsized(RNNSeq2SeqConfig, d_model=64, hidden=208, n_layers=2, max_len=MAX_TOKENS)
 RNN_QUICK = unsized(RNNSeq2SeqConfig, d_model=16, hidden=32, n_layers=1, max_len=MAX_TOKENS)
 QUICK = dict(model=quick_model(Seq2SeqConfig, n_enc_layers=1, n_dec_layers=1, **ONE_TABLE),
-             epochs=2, batch_size=32, warmup=10, max_time=None, val_exact=20, limit=300)
+             epochs=2, batch_size=32, warmup=10, max_time=None, time_budget=None, val_exact=20, limit=300)
+#: The data of a run that names none: MOSES (Tox21 when MOSES cannot be had, and in a quick run).
+DEFAULT_DATA = "moses"
 BEAM = 5
 
 
@@ -66,7 +71,9 @@ def add_parser(kinds):
                    help="the canonicalizer: transformer (default) or rnn, the attentional LSTM encoder-decoder")
     p.add_argument("--attention", default=None, choices=["additive", "multiplicative"],
                    help="--model rnn's attention: additive (Bahdanau's, the default) or multiplicative (Luong's)")
-    cli.add_common_arguments(p, out="runs/seq2seq", data_names=("tox21", "druglike", "moses"))
+    cli.add_common_arguments(p, out="runs/seq2seq", data_names=("tox21", "druglike", "moses"),
+                             data_default="MOSES, one pass over as many molecules as --max-minutes holds; "
+                                          "Tox21 when MOSES cannot be had, and with --quick")
     p.add_argument("--dropout", type=cli.number(0, 1, hi_open=True), default=None,
                    help="override every dropout of the model")
     p.add_argument("--label-smoothing", type=cli.number(0, 1, hi_open=True), default=None,
@@ -79,15 +86,17 @@ def add_parser(kinds):
                    help="the transformer's decoder may copy a source token by pointing at it (a pointer-generator; "
                         "default: the preset's)")
     p.add_argument("--limit", type=cli.int_at_least(10, cli.MAX_MOLECULES, "they are held in memory"), default=None,
-                   help="use at most this many molecules of the data (the first ones; default: the preset's)")
+                   help="use at most this many molecules of the data (MOSES: drawn at random; others: the first "
+                        "ones; default: on MOSES as many as the time budget holds, else all)")
     p.set_defaults(run=run)
     return p
 
 
 def resolve_recipe(args) -> Seq2SeqRecipe:
     """The preset, with --quick, --model and the overrides of the command line applied."""
-    r = dataclasses.replace(preset(PRESETS, args, QUICK), data=args.data, sources=args.augment,
-                            examples=args.examples)
+    data = args.data or ("tox21" if args.quick else DEFAULT_DATA)
+    r = dataclasses.replace(preset(PRESETS, args, QUICK), data=data, sources=args.augment, examples=args.examples,
+                            fallback=args.data is None)
     r = apply_overrides(r, args, ("epochs", "lr", "batch_size", "label_smoothing", "limit"))
     if args.model == "rnn":
         for flag, given in (("--dropout", args.dropout), ("--pointer", args.pointer)):
@@ -99,7 +108,12 @@ def resolve_recipe(args) -> Seq2SeqRecipe:
         raise ValueError("--attention chooses the RNN model's attention; add --model rnn or leave it out")
     elif args.pointer is not None:
         r = dataclasses.replace(r, model=dataclasses.replace(r.model, pointer=args.pointer == "on"))
-    return set_budgets(r, args)
+    r = set_budgets(r, args)
+    if r.time_budget is not None:  # the preset plans in minutes: the budget is --max-minutes (0: none) or its own
+        planned = tuple(count for count in ("limit", "epochs") if getattr(args, count) is None
+                        and (count != "limit" or is_moses(r.data)))  # only MOSES's molecules are drawn at random
+        r = dataclasses.replace(r, planned=planned, time_budget=r.max_time if planned else None)
+    return r
 
 
 def make_model(recipe: Seq2SeqRecipe, vocab):
@@ -107,6 +121,25 @@ def make_model(recipe: Seq2SeqRecipe, vocab):
     with one token table, or, with ``--model rnn``, an RNNSeq2Seq."""
     config = sized(recipe.model, vocab, recipe.seed)
     return RNNSeq2Seq(config) if recipe.arch == "rnn" else Seq2Seq(config)
+
+
+def read_pairs(recipe: Seq2SeqRecipe, limit: int | None, quiet: bool = False):
+    """``(recipe, pairs)``: the pairs' molecules of ``recipe.data`` (at most ``limit``). MOSES that
+    cannot be had (no file, offline) falls back to Tox21 where the user named no data (one line says
+    so; the recipe then names Tox21, read whole); ``quiet``: no log lines (the probe's first read)."""
+    from minitransformer.chem.datasets.download import DownloadError
+    from minitransformer.chem.datasets.seq2seq_data import prepare_pairs
+    log = (lambda line: None) if quiet else print
+    try:
+        return recipe, prepare_pairs(recipe.data, seed=recipe.seed, max_tokens=MAX_TOKENS, limit=limit, log=log)
+    except (DownloadError, FileNotFoundError) as e:
+        if not (recipe.fallback and is_moses(recipe.data)):
+            raise
+        print(f"MOSES is not available ({str(e).split('. ')[0]}); the canonicalizer trains on Tox21 instead "
+              "(--data tox21 says so and skips this line)")
+    recipe = dataclasses.replace(recipe, data="tox21", limit=None,
+                                 planned=tuple(c for c in recipe.planned if c != "limit"))
+    return recipe, prepare_pairs("tox21", seed=recipe.seed, max_tokens=MAX_TOKENS)
 
 
 def spread_evenly(n: int, k: int) -> list[int]:
@@ -130,8 +163,21 @@ class TrainSeq2Seq(TrainingCommand):
         return resolve_recipe(args), invocation(args)
 
     def load(self, recipe, resume=None):
-        from minitransformer.chem.datasets.seq2seq_data import prepare_pairs
-        data = prepare_pairs(recipe.data, seed=recipe.seed, max_tokens=MAX_TOKENS, limit=recipe.limit)
+        """The pairs' molecules; a planned run first measures this machine on a few thousand of
+        them (:mod:`~minitransformer.cli.seq2seq_time_plan`), then reads as many as it plans for."""
+        from minitransformer.cli import seq2seq_time_plan as plan
+        t0 = time.perf_counter()
+        if recipe.planned and resume is not None:
+            recipe = plan.kept_plan(recipe, resume)
+        probing = bool(recipe.planned) and resume is None and recipe.time_budget is not None
+        first = probing and "limit" in recipe.planned
+        if first:
+            print(f"measuring this machine on {plan.PROBE_MOLECULES:,} of MOSES's molecules")
+        recipe, data = read_pairs(recipe, plan.PROBE_MOLECULES if first else recipe.limit, quiet=first)
+        if probing:
+            recipe = plan.time_planned(recipe, data, t0, make_model, MAX_TOKENS)
+            if first and "limit" in recipe.planned:  # (a fallback to Tox21 reads it whole the first time)
+                recipe, data = read_pairs(recipe, recipe.limit)
         return recipe, Data(data.vocab, data.train, data.val, data.test, None, data.description,
                             data.clean_summary, own=data)
 
@@ -149,7 +195,8 @@ class TrainSeq2Seq(TrainingCommand):
         from minitransformer.molecules.canonicalization import exact_match_callback
         from minitransformer.train.tasks import Seq2SeqTask
         r, d, vocab = run.recipe, run.data.own, run.data.vocab
-        train_data = PairEpochs(d.train, vocab, seed=r.seed, max_tokens=MAX_TOKENS, fresh=r.sources == "fresh")
+        train_data = PairEpochs(d.train, vocab, seed=r.seed, max_tokens=MAX_TOKENS, fresh=r.sources == "fresh",
+                                share=run.ranks)
         picks = spread_evenly(len(d.val), r.val_exact)
         callbacks = [exact_match_callback(vocab, [d.val_src[i] for i in picks], [d.val[i] for i in picks])] \
             if r.val_exact else []
@@ -159,7 +206,6 @@ class TrainSeq2Seq(TrainingCommand):
 
     def evaluate(self, run, trainer):
         """Decode the test sources, greedy and beam search, and judge every answer."""
-        from minitransformer.chem.datasets.moses import is_moses
         from minitransformer.molecules.canonicalization import judge, score_translations, translate
         d, vocab, model = run.data.own, run.data.vocab, run.model
         t1 = time.perf_counter()

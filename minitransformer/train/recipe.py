@@ -272,21 +272,35 @@ class Seq2SeqRecipe(Recipe):
     """``train seq2seq``: label smoothing of the loss; exact match of ``val_exact`` validation
     molecules, spread evenly over the set, after each epoch (0: none); sources: a fresh random SMILES of each
     training molecule every epoch (``"fresh"``) or one for the whole run (``"fixed"``); examples:
-    worked test examples the summary prints."""
+    worked test examples the summary prints.
+
+    time_budget: seconds from start to summary, planned on the machine
+    (:mod:`minitransformer.cli.seq2seq_time_plan`); planned: the counts the plan decides, of
+    ``"limit"`` (MOSES's training molecules, drawn at random) and ``"epochs"`` (none: the counts as
+    given, and the budget only stops the training); with ``time_budget`` None a planned run uses the
+    counts as given, and a resumed one the counts its checkpoint records. fallback: the data may fall
+    back to Tox21 when MOSES cannot be had (not when the user named the data)."""
 
     label_smoothing: float = 0.0
     val_exact: int = 200
     sources: str = "fresh"
     examples: int = 6
+    time_budget: float | None = None
+    planned: tuple[str, ...] = ()
+    fallback: bool = False
 
-    NOT_RECORDED = Recipe.NOT_RECORDED + ("examples",)
+    NOT_RECORDED = Recipe.NOT_RECORDED + ("examples", "planned", "fallback")
 
     def __post_init__(self):
         super().__post_init__()
         _real("label_smoothing", self.label_smoothing, 0, 1)
+        _real("time_budget", self.time_budget, 0, optional=True, low_open=True)
         _whole("val_exact", self.val_exact, 0)
         _whole("examples", self.examples, 0)
         _choice("sources", self.sources, ("fresh", "fixed"))
+        if not (isinstance(self.planned, tuple) and set(self.planned) <= {"limit", "epochs"}):
+            raise ValueError(f"recipe.planned must be a tuple of the counts a time plan decides ('limit', "
+                             f"'epochs'), got {self.planned!r}")
 
 
 def make_optimizer(recipe: Recipe, model, total_steps: int, lr: float | None = None):

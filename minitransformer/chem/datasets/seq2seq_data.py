@@ -68,6 +68,7 @@ class PairSplits:
     duplicates: int
     test_copies: int
     max_tokens: int
+    available: int = 0  # training molecules the data offers before ``limit`` (MOSES: its training file less validation)
 
     def pairs(self, split: str) -> list:
         """``(src_ids, tgt_ids)`` pairs of the fixed ``"val"`` or ``"test"`` sources."""
@@ -80,10 +81,12 @@ class PairEpochs:
     written as a fresh randomized SMILES (the source) next to its canonical SMILES
     (the target). The same ``(seed, epoch)`` always gives the same pairs.
     ``fresh=False`` turns the augmentation off: every epoch reuses epoch 0's
-    writings, one random source per molecule for the whole run."""
+    writings, one random source per molecule for the whole run. ``share``: the ranks of
+    a data-parallel run, which share the writing (``RandomizedEpochs``)."""
 
-    def __init__(self, smiles, vocab: Vocab, seed: int = 0, max_tokens: int | None = None, fresh: bool = True):
-        self.sources = RandomizedEpochs(smiles, vocab, seed=seed, p=1.0, max_tokens=max_tokens)
+    def __init__(self, smiles, vocab: Vocab, seed: int = 0, max_tokens: int | None = None, fresh: bool = True,
+                 share=None):
+        self.sources = RandomizedEpochs(smiles, vocab, seed=seed, p=1.0, max_tokens=max_tokens, share=share)
         self.targets = [vocab.encode(s) for s in smiles]
         self.fresh = fresh
 
@@ -124,8 +127,8 @@ def prepare_pairs(data=None, seed: int = 0, fractions=(0.8, 0.1, 0.1), min_len: 
     kept, loaded, report = load_and_clean(data, min_len, max_len, True, limit, download, log)
     if is_moses(data):
         train, val, test = _moses_splits(kept, min_len, max_len, max_tokens, limit, download, log)
-        duplicates = 0
-        return _pairs(train, val, test, loaded, report, duplicates, seed, max_tokens, vocab_draws, log)
+        return _pairs(train, val, test, loaded, report, 0, seed, max_tokens, vocab_draws, log,
+                      available=report.kept - len(val) if limit is not None else len(train))
     if standardize:
         from minitransformer.chem.datasets.lm_data import standardized
         kept = standardized(kept, min_len, max_len, log)
@@ -160,22 +163,30 @@ MOSES_TEST = 2_000
 
 def _moses_splits(kept, min_len, max_len, max_tokens, limit, download, log):
     """MOSES's molecules are canonical, unique and standardized already: train and validation
-    from its training file (:func:`~minitransformer.chem.datasets.moses.split_moses`), test from the
-    first :data:`MOSES_TEST` molecules of its own test file (no more than ``limit``, in a quick run)."""
+    from its training file (:func:`~minitransformer.chem.datasets.moses.split_moses`), test from
+    :data:`MOSES_TEST` molecules of its own test file (no more than ``limit``, in a quick run),
+    drawn at random once for every run (the file is ordered: its first molecules are one region of
+    its chemistry), so runs of any seed are judged on the same molecules."""
     from minitransformer.chem.datasets.data import clean_smiles
-    from minitransformer.chem.datasets.moses import load_moses, split_moses
+    from minitransformer.chem.datasets.moses import load_moses, random_part, split_moses
     fits = lambda smiles: [s for s in smiles if len(tokenize(s)) + 2 <= max_tokens]  # noqa: E731
     train, val = split_moses(fits(kept))
     n_test = MOSES_TEST if limit is None else min(MOSES_TEST, limit)
-    test = fits(clean_smiles(load_moses("test", download=download, limit=n_test), min_len, max_len,
-                             check_rdkit=False)[0])
-    log(f"split: MOSES's training file as train / validation (its last {len(val)}), the first {len(test)} of "
-        "its test file as test")
+    test = fits(random_part(clean_smiles(load_moses("test", download=download), min_len, max_len,
+                                         check_rdkit=False)[0], n_test, seed=TEST_PICK))
+    log(f"split: MOSES's training file as train / validation (its last {len(val)}), {len(test)} molecules of "
+        "its test file, drawn at random, as test")
     return train, val, test
 
 
-def _pairs(train, val, test, loaded, report, duplicates, seed, max_tokens, vocab_draws, log) -> PairSplits:
-    """The shared vocabulary and the fixed validation and test sources of three splits."""
+#: The seed of the draw of MOSES's test molecules: one draw for every run, whatever its seed.
+TEST_PICK = 0
+
+
+def _pairs(train, val, test, loaded, report, duplicates, seed, max_tokens, vocab_draws, log,
+           available: int | None = None) -> PairSplits:
+    """The shared vocabulary and the fixed validation and test sources of three splits
+    (``available``: the training molecules the data offers, when more than ``train``)."""
     rng = np.random.default_rng([seed, 104729])  # the vocabulary's writings, independent of the epochs
     some = train[:VOCAB_SAMPLE]
     writings = list(train) + [randomize_smiles(s, rng) for _ in range(vocab_draws) for s in some]
@@ -187,4 +198,4 @@ def _pairs(train, val, test, loaded, report, duplicates, seed, max_tokens, vocab
         f"{len(vocab)} tokens (canonical + {vocab_draws} randomized writings of each of the first {len(some)} "
         "training molecules)")
     return PairSplits(train, val, test, val_src, test_src, vocab, loaded.description, report.summary(),
-                      duplicates, copies, max_tokens)
+                      duplicates, copies, max_tokens, len(train) if available is None else available)
