@@ -67,6 +67,12 @@ class PairPlan(NamedTuple):
     train_s: float
     reserve_s: float
     seconds_per_molecule: float
+    validation_s: float
+
+    def training_ends(self, budget_s: float) -> float:
+        """When training must stop (seconds from the start) for its last validation to end before
+        the reserve: the trainer's ``max_time``."""
+        return budget_s - self.reserve_s - self.validation_s
 
     def line(self, tokens_per_s: float) -> str:
         return (f"time plan at {tokens_per_s:,.0f} tokens/s ({1 / self.seconds_per_molecule:,.0f} molecules/s): "
@@ -103,7 +109,7 @@ def plan_pairs(budget_s: float, spent_s: float, reserve_s: float, per_molecule_s
                          f"decoding the test molecules, too little for {epochs} pass{'es' if epochs > 1 else ''} over "
                          f"{min(min_molecules, available):,} molecules; raise --max-minutes")
     train_s = molecules * per_molecule + epochs * validation_s
-    return PairPlan(molecules, epochs, train_s, budget_s - spent_s - train_s, per_molecule_s)
+    return PairPlan(molecules, epochs, train_s, budget_s - spent_s - train_s, per_molecule_s, validation_s)
 
 
 class PairProbe(NamedTuple):
@@ -171,7 +177,7 @@ def time_planned(recipe: Seq2SeqRecipe, pairs, started: float, make_model, max_t
     validation = (n_val * VALIDATION_SHARE * probe.tokens_per_pair / speed
                   + recipe.val_exact * GREEDY_SHARE * DECODE_PER_TEST_MOLECULE_S * scale)
     reserve = reserve_seconds(len(pairs.test), is_moses(recipe.data), probe.tokens_per_s)
-    plan = ranks.on_rank0(lambda: plan_pairs(
+    plan = ranks.on_rank0(lambda: plan_pairs(  # rank 0's plan on every rank (their probes differ a little)
         recipe.time_budget, time.perf_counter() - started, reserve, per_molecule, validation,
         pairs.available if choose_molecules else len(pairs.train),
         epochs=None if "epochs" in recipe.planned else recipe.epochs,
@@ -179,7 +185,7 @@ def time_planned(recipe: Seq2SeqRecipe, pairs, started: float, make_model, max_t
     print(plan.line(probe.tokens_per_s))
     return dataclasses.replace(recipe, limit=moses_limit(plan.molecules) if choose_molecules else recipe.limit,
                                epochs=plan.epochs,
-                               max_time=recipe.time_budget - plan.reserve_s - validation)  # then validates once
+                               max_time=plan.training_ends(recipe.time_budget))  # rank 0's, as the plan
 
 
 #: Greedy decoding (the validation's exact match) costs about this share of a test molecule's

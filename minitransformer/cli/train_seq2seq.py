@@ -305,6 +305,7 @@ def print_summary(m, out) -> None:
          f"{pct(m['beam_top1'])} / {pct(m['beam_top5'])}"),
         (f"beam {m['beam_size']}: valid SMILES (top-1 / all)", f"{pct(m['beam_valid'])} / "
                                                                f"{pct(m['beam_valid_all'])}"),
+        (f"beam {m['beam_size']}: first valid answer exact", pct(m["beam_first_valid_top1"])),
         (f"beam {m['beam_size']}: same molecule, other string", pct(m["beam_other_string"])),
         *([("Tox21 test molecules: greedy top-1", f"{pct(m['tox21']['greedy_top1'])} of "
             f"{m['tox21']['n_test'] - m['tox21']['n_skipped_unknown_tokens']} ("

@@ -47,7 +47,7 @@ def has_stereo(smiles: str) -> bool:
 
 LENGTH_BINS = ((0, 20), (20, 40), (40, MAX_TOKENS))  # target length in tokens, for the breakdown
 COLUMNS = ("source", "target", "greedy", "greedy_correct", "greedy_same_molecule", "greedy_valid",
-           "beam_top1", "beam_rank", "beam_valid", "beam_same_molecule", "beam_top5")
+           "beam_top1", "beam_rank", "beam_valid", "beam_same_molecule", "beam_first_valid", "beam_top5")
 
 
 def judge(source: str, target: str, greedy_out: str, beam_out: list) -> dict:
@@ -55,18 +55,23 @@ def judge(source: str, target: str, greedy_out: str, beam_out: list) -> dict:
 
     ``*_same_molecule``: the prediction parses and RDKit canonicalizes it to ``target``
     (true for an exact match too). ``beam_rank``: 1..K where the target sits among the
-    K beam hypotheses, 0 when it is not among them.
+    K beam hypotheses, 0 when it is not among them. ``beam_first_valid``: the most likely
+    hypothesis that RDKit parses (the first one when none does), the answer of a beam
+    search that knows which strings are SMILES (``beam_first_valid_correct``).
     """
     from minitransformer.chem import canonical
     g_canon = canonical(greedy_out) if greedy_out else None
-    b_canon = canonical(beam_out[0]) if beam_out[0] else None
+    canons = [canonical(h) if h else None for h in beam_out]  # each hypothesis' molecule, None: not a SMILES
+    b_canon = canons[0]
+    first_valid = next((h for h, c in zip(beam_out, canons) if c is not None), beam_out[0])
     return {
         "source": source, "target": target, "greedy": greedy_out,
         "greedy_correct": int(greedy_out == target), "greedy_same_molecule": int(g_canon == target),
         "greedy_valid": int(g_canon is not None),
         "beam_top1": beam_out[0], "beam_rank": next((k + 1 for k, h in enumerate(beam_out) if h == target), 0),
         "beam_valid": int(b_canon is not None), "beam_same_molecule": int(b_canon == target),
-        "beam_valid_all": sum(bool(h) and canonical(h) is not None for h in beam_out) / len(beam_out),
+        "beam_valid_all": sum(c is not None for c in canons) / len(beam_out),
+        "beam_first_valid": first_valid, "beam_first_valid_correct": int(first_valid == target),
         "beam_top5": " ".join(beam_out),
     }
 
@@ -93,6 +98,7 @@ def score_translations(rows: list) -> dict:
         "beam_top1": float((rank == 1).mean()), "beam_top5": float((rank > 0).mean()),
         "beam_valid": rate("beam_valid"), "beam_valid_all": rate("beam_valid_all"),
         "beam_same_molecule": rate("beam_same_molecule"),
+        "beam_first_valid_top1": rate("beam_first_valid_correct"),
         "greedy_top1_stereo": rate("greedy_correct", stereo),
         "greedy_top1_no_stereo": rate("greedy_correct", ~stereo),
         "greedy_top1_not_copies": rate("greedy_correct", ~copy),

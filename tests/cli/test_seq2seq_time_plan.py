@@ -184,3 +184,10 @@ def test_without_moses_the_default_falls_back_to_tox21_unless_the_user_named_it(
     assert "MOSES is not available (could not download molsets-0.3.1-py3-none-any.whl)" in capsys.readouterr().out
     with pytest.raises(DownloadError):
         read_pairs(_recipe("--data", "moses"), 3_000)
+
+
+def test_training_ends_early_enough_for_its_last_validation():
+    plan = plan_pairs(900, 30, 120, per_molecule_s=0.004, validation_s=20, available=1_500_000)
+    assert plan.validation_s == 20
+    assert plan.training_ends(900) == pytest.approx(900 - plan.reserve_s - 20)
+    assert plan.training_ends(900) + 20 <= 900 - 120

@@ -116,7 +116,7 @@ def test_quick_run_metrics_are_fractions(quick_run):
     m = json.loads((out / "metrics.json").read_text())
     for key in ("greedy_top1", "greedy_valid", "greedy_same_molecule", "greedy_other_string",
                 "beam_top1", "beam_top5", "beam_valid", "beam_same_molecule", "beam_other_string",
-                "beam_valid_all", "greedy_top1_no_stereo", "greedy_top1_not_copies"):
+                "beam_valid_all", "beam_first_valid_top1", "greedy_top1_no_stereo", "greedy_top1_not_copies"):
         assert 0.0 <= m[key] <= 1.0, f"{key} = {m[key]} is not in [0, 1]"
     assert m["augmentation"] == "each training molecule's source is a fresh random SMILES every epoch"
     # breakdowns over subsets: None when the subset is empty (the drug-like set has no stereo)
