@@ -30,25 +30,33 @@ from typing import NamedTuple
 
 from minitransformer.train.recipe import Seq2SeqRecipe
 
-#: What the end of a run costs at :data:`REFERENCE_SPEED` training tokens/s (scaled to the machine by
-#: the measured speed): decoding one test molecule greedily and with beam search (beam 5, five answers),
-#: and the Tox21 molecules a MOSES-trained model is also judged on (reading and standardizing Tox21,
-#: then greedy decoding). Measured 2026-12-07 on a 2-core Intel Xeon VM whose probe read 11,044 tokens/s
-#: on 2 ranks: 2,000 test molecules took 12 s greedy and 56 s beam, the whole end 104 s.
-REFERENCE_SPEED = 11_000.0
-DECODE_PER_TEST_MOLECULE_S = 0.034
+class Costs(NamedTuple):
+    """What one model family costs on the reference machine (a 2-core Intel Xeon VM, 2 ranks),
+    measured 2026-12-07 from the default run's metrics.json and history: the probe's tokens/s;
+    decoding one test molecule greedily and with beam search (beam 5, five answers); and how much
+    faster the probe trains than a whole epoch (its batches of like lengths from a few hundred
+    molecules; the attention's cost grows with a batch's longest string, the recurrent model's does
+    not). The plan scales the decoding by the probe's speed on this machine."""
+
+    probe_tokens_per_s: float
+    decode_per_test_molecule_s: float
+    probe_optimism: float
+
+
+#: The transformer: probe 11,044 tokens/s, its epoch 9,551; 2,000 test molecules took 12 s greedy and
+#: 56 s beam. The attentional LSTM: probe 7,020, its epoch 7,116; 9.6 s greedy, 42 s beam.
+COSTS = {"transformer": Costs(11_000.0, 0.034, 1.16), "rnn": Costs(7_000.0, 0.026, 1.0)}
+#: Reading and standardizing Tox21, then decoding its test molecules greedily (a MOSES run's second
+#: test set), on the reference machine.
 TOX21_OUT_OF_DISTRIBUTION_S = 30.0
 #: The end's fixed part: the curves, the best checkpoint read back, the predictions written.
 END_FIXED_S = 5.0
 #: Reading MOSES with ``limit`` molecules: seconds per molecule (tokenizing, the vocabulary, encoding)
-#: at the reference speed, beside the probe's own reading, which :func:`time_planned` measures.
+#: on the reference machine, beside the probe's own reading, which :func:`time_planned` measures.
 READ_PER_MOLECULE_S = 1.0e-4
 #: Validation costs about this share of a training step's time per pair (a forward pass, no backward,
 #: in larger batches), plus the exact match of ``val_exact`` molecules decoded greedily.
 VALIDATION_SHARE = 0.5
-#: The probe reads high: its batches of like lengths from a few hundred molecules train faster than a
-#: whole epoch's. The same run as above trained its epoch at 9,551 tokens/s, 1.16 times slower.
-PROBE_OPTIMISM = 1.16
 #: Molecules the probe reads from MOSES (drawn at random) and trains a few steps on.
 PROBE_MOLECULES = 3_000
 #: A planned run trains on at least this many molecules, else it is refused (raise --max-minutes).
@@ -143,11 +151,12 @@ def probe_pairs(model, recipe: Seq2SeqRecipe, smiles, vocab, n_ranks: int, max_t
     return PairProbe(speed, tokens, write_s)
 
 
-def reserve_seconds(n_test: int, tox21_too: bool, tokens_per_s: float) -> float:
-    """The seconds the end of a run takes on a machine that trains at ``tokens_per_s``: decoding
-    ``n_test`` test molecules (greedy and beam), and the Tox21 molecules beside them (``tox21_too``)."""
-    at_reference = n_test * DECODE_PER_TEST_MOLECULE_S + (TOX21_OUT_OF_DISTRIBUTION_S if tox21_too else 0.0)
-    return END_FIXED_S + at_reference * REFERENCE_SPEED / tokens_per_s
+def reserve_seconds(n_test: int, tox21_too: bool, tokens_per_s: float, costs: Costs = COSTS["transformer"]) -> float:
+    """The seconds the end of a run takes on a machine where the probe of a model of ``costs``
+    read ``tokens_per_s``: decoding ``n_test`` test molecules (greedy and beam), and the Tox21
+    molecules beside them (``tox21_too``)."""
+    at_reference = n_test * costs.decode_per_test_molecule_s + (TOX21_OUT_OF_DISTRIBUTION_S if tox21_too else 0.0)
+    return END_FIXED_S + at_reference * costs.probe_tokens_per_s / tokens_per_s
 
 
 def time_planned(recipe: Seq2SeqRecipe, pairs, started: float, make_model, max_tokens: int) -> Seq2SeqRecipe:
@@ -169,14 +178,15 @@ def time_planned(recipe: Seq2SeqRecipe, pairs, started: float, make_model, max_t
     model = make_model(recipe, pairs.vocab)
     check_fits_in_memory(model)  # before the probe trains it: a model too large is refused, not swapped
     probe = probe_pairs(model, recipe, pairs.train, pairs.vocab, n_ranks, max_tokens)
-    speed = probe.tokens_per_s / PROBE_OPTIMISM  # what a whole epoch trains at
-    scale = REFERENCE_SPEED / probe.tokens_per_s  # the reference machine's costs, on this one
+    costs = COSTS[recipe.arch]
+    speed = probe.tokens_per_s / costs.probe_optimism  # what a whole epoch trains at
+    scale = costs.probe_tokens_per_s / probe.tokens_per_s  # the reference machine's costs, on this one
     per_molecule = probe.tokens_per_pair / speed + probe.write_s / n_ranks  # ranks share the writing
     choose_molecules = "limit" in recipe.planned
     n_val = VALIDATION_MOLECULES if choose_molecules else len(pairs.val)
     validation = (n_val * VALIDATION_SHARE * probe.tokens_per_pair / speed
-                  + recipe.val_exact * GREEDY_SHARE * DECODE_PER_TEST_MOLECULE_S * scale)
-    reserve = reserve_seconds(len(pairs.test), is_moses(recipe.data), probe.tokens_per_s)
+                  + recipe.val_exact * GREEDY_SHARE * costs.decode_per_test_molecule_s * scale)
+    reserve = reserve_seconds(len(pairs.test), is_moses(recipe.data), probe.tokens_per_s, costs)
     plan = ranks.on_rank0(lambda: plan_pairs(  # rank 0's plan on every rank (their probes differ a little)
         recipe.time_budget, time.perf_counter() - started, reserve, per_molecule, validation,
         pairs.available if choose_molecules else len(pairs.train),

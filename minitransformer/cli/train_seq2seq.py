@@ -2,15 +2,19 @@
 
 The task (see :mod:`minitransformer.molecules.canonicalization`): read a randomized
 SMILES, write the canonical one. The flow, top to bottom (the skeleton is
-:func:`~minitransformer.cli.training.run_training`): load and clean SMILES
--> canonicalize and drop repeated molecules -> random 80/10/10 split of the
-molecules (no test molecule is ever trained on) -> one shared vocabulary for
-both sides -> train a Seq2Seq model (cross-attention, one token table for
-source, target and output) on pairs (fresh randomized SMILES of each training
-molecule every epoch -> its canonical SMILES) -> decode the test sources with
-the best checkpoint, greedy and beam search (beam 5), both with the KV cache ->
-score with RDKit (exact match, top-5, validity, same molecule written
-differently) -> write everything to the run folder.
+:func:`~minitransformer.cli.training.run_training`): measure this machine and plan
+the run in minutes (:mod:`~minitransformer.cli.seq2seq_time_plan`: by default one
+pass over as many MOSES molecules as 15 minutes hold, decoding reserved) -> read
+the molecules (MOSES: canonical and unique already, its own test file's molecules
+as test; another set: cleaned, canonicalized, repeats dropped, a random 80/10/10
+split), so that no test molecule is ever trained on -> one shared vocabulary for
+both sides -> train a Seq2Seq model (cross-attention, one token table for source,
+target and output, a decoder that may copy a source token by pointing at it) on
+pairs (a fresh randomized SMILES of each training molecule every epoch -> its
+canonical SMILES) -> decode the test sources with the best checkpoint, greedy and
+beam search (beam 5), both with the KV cache -> score with RDKit (exact match,
+top-5, validity, same molecule written differently; a MOSES run also on the Tox21
+test molecules) -> write everything to the run folder.
 """
 from __future__ import annotations
 
