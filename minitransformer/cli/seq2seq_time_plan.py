@@ -31,21 +31,23 @@ from typing import NamedTuple
 from minitransformer.train.recipe import Seq2SeqRecipe
 
 class Costs(NamedTuple):
-    """What one model family costs on the reference machine (a 2-core Intel Xeon VM, 2 ranks),
-    measured 2026-12-07 from the default run's metrics.json and history: the probe's tokens/s;
-    decoding one test molecule greedily and with beam search (beam 5, five answers); and how much
-    faster the probe trains than a whole epoch (its batches of like lengths from a few hundred
-    molecules; the attention's cost grows with a batch's longest string, the recurrent model's does
-    not). The plan scales the decoding by the probe's speed on this machine."""
+    """What one model family costs on the reference machine (a 2-core Intel Xeon VM), measured
+    2026-12-07 from the default run's metrics.json and history: the probe's tokens/s per rank;
+    decoding one test molecule greedily and with beam search (beam 5, five answers; one process
+    decodes, however many trained); and how much faster the probe trains than a whole epoch (its
+    batches of like lengths from a few hundred molecules; the attention's cost grows with a batch's
+    longest string, the recurrent model's does not). The plan scales the decoding by the probe's
+    speed per rank on this machine."""
 
     probe_tokens_per_s: float
     decode_per_test_molecule_s: float
     probe_optimism: float
 
 
-#: The transformer: probe 11,044 tokens/s, its epoch 9,551; 2,000 test molecules took 12 s greedy and
-#: 56 s beam. The attentional LSTM: probe 7,020, its epoch 7,116; 9.6 s greedy, 42 s beam.
-COSTS = {"transformer": Costs(11_000.0, 0.034, 1.16), "rnn": Costs(7_000.0, 0.026, 1.0)}
+#: The transformer (2 ranks): probe 11,044 tokens/s, its epoch 9,551; 2,000 test molecules took 12 s
+#: greedy and 56 s beam. The attentional LSTM (2 ranks): probe 7,020, its epoch 7,116; 9.6 s greedy,
+#: 42 s beam.
+COSTS = {"transformer": Costs(5_500.0, 0.034, 1.16), "rnn": Costs(3_500.0, 0.026, 1.0)}
 #: Reading and standardizing Tox21, then decoding its test molecules greedily (a MOSES run's second
 #: test set), on the reference machine.
 TOX21_OUT_OF_DISTRIBUTION_S = 30.0
@@ -55,8 +57,9 @@ END_FIXED_S = 5.0
 #: on the reference machine, beside the probe's own reading, which :func:`time_planned` measures.
 READ_PER_MOLECULE_S = 1.0e-4
 #: Validation costs about this share of a training step's time per pair (a forward pass, no backward,
-#: in larger batches), plus the exact match of ``val_exact`` molecules decoded greedily.
-VALIDATION_SHARE = 0.5
+#: in larger batches; measured 0.13 on one rank, 10,000 MOSES pairs), plus the exact match of
+#: ``val_exact`` molecules decoded greedily.
+VALIDATION_SHARE = 0.2
 #: Molecules the probe reads from MOSES (drawn at random) and trains a few steps on.
 PROBE_MOLECULES = 3_000
 #: A planned run trains on at least this many molecules, else it is refused (raise --max-minutes).
@@ -153,7 +156,7 @@ def probe_pairs(model, recipe: Seq2SeqRecipe, smiles, vocab, n_ranks: int, max_t
 
 def reserve_seconds(n_test: int, tox21_too: bool, tokens_per_s: float, costs: Costs = COSTS["transformer"]) -> float:
     """The seconds the end of a run takes on a machine where the probe of a model of ``costs``
-    read ``tokens_per_s``: decoding ``n_test`` test molecules (greedy and beam), and the Tox21
+    read ``tokens_per_s`` per rank: decoding ``n_test`` test molecules (greedy and beam), and the Tox21
     molecules beside them (``tox21_too``)."""
     at_reference = n_test * costs.decode_per_test_molecule_s + (TOX21_OUT_OF_DISTRIBUTION_S if tox21_too else 0.0)
     return END_FIXED_S + at_reference * costs.probe_tokens_per_s / tokens_per_s
@@ -180,13 +183,14 @@ def time_planned(recipe: Seq2SeqRecipe, pairs, started: float, make_model, max_t
     probe = probe_pairs(model, recipe, pairs.train, pairs.vocab, n_ranks, max_tokens)
     costs = COSTS[recipe.arch]
     speed = probe.tokens_per_s / costs.probe_optimism  # what a whole epoch trains at
-    scale = costs.probe_tokens_per_s / probe.tokens_per_s  # the reference machine's costs, on this one
+    per_rank = probe.tokens_per_s / n_ranks
+    scale = costs.probe_tokens_per_s / per_rank  # the reference machine's costs, on this one
     per_molecule = probe.tokens_per_pair / speed + probe.write_s / n_ranks  # ranks share the writing
     choose_molecules = "limit" in recipe.planned
     n_val = VALIDATION_MOLECULES if choose_molecules else len(pairs.val)
     validation = (n_val * VALIDATION_SHARE * probe.tokens_per_pair / speed
                   + recipe.val_exact * GREEDY_SHARE * costs.decode_per_test_molecule_s * scale)
-    reserve = reserve_seconds(len(pairs.test), is_moses(recipe.data), probe.tokens_per_s, costs)
+    reserve = reserve_seconds(len(pairs.test), is_moses(recipe.data), per_rank, costs)
     plan = ranks.on_rank0(lambda: plan_pairs(  # rank 0's plan on every rank (their probes differ a little)
         recipe.time_budget, time.perf_counter() - started, reserve, per_molecule, validation,
         pairs.available if choose_molecules else len(pairs.train),
