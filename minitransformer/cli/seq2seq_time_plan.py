@@ -31,23 +31,23 @@ from typing import NamedTuple
 from minitransformer.train.recipe import Seq2SeqRecipe
 
 class Costs(NamedTuple):
-    """What one model family costs on the reference machine (a 2-core Intel Xeon VM), measured
-    2026-12-07 from the default run's metrics.json and history: the probe's tokens/s per rank;
-    decoding one test molecule greedily and with beam search (beam 5, five answers; one process
-    decodes, however many trained); and how much faster the probe trains than a whole epoch (its
-    batches of like lengths from a few hundred molecules; the attention's cost grows with a batch's
-    longest string, the recurrent model's does not). The plan scales the decoding by the probe's
-    speed per rank on this machine."""
+    """What one model family costs, measured 2026-12-07 on a 2-core Intel Xeon VM (the reference
+    machine) from the default run's history and metrics.json: how much faster the probe trains than
+    a whole epoch (its batches of like lengths from a few hundred molecules; the attention's cost
+    grows with a batch's longest string, the recurrent model's does not); how much faster the whole
+    test decodes per molecule than :func:`probe_decoding`'s two batches with an untrained model (which
+    writes to the length limit, where a trained one stops at its EOS); and a test molecule's
+    decoding, greedy and beam, on that machine."""
 
-    probe_tokens_per_s: float
-    decode_per_test_molecule_s: float
     probe_optimism: float
+    decoding_speedup: float
+    decode_s: float
 
 
-#: The transformer (2 ranks): probe 11,044 tokens/s, its epoch 9,551; 2,000 test molecules took 12 s
-#: greedy and 56 s beam. The attentional LSTM (2 ranks): probe 7,020, its epoch 7,116; 9.6 s greedy,
-#: 42 s beam.
-COSTS = {"transformer": Costs(5_500.0, 0.034, 1.16), "rnn": Costs(3_500.0, 0.026, 1.0)}
+#: The transformer: probe 11,044 tokens/s, its epoch 9,551; 2,000 test molecules decoded in 68 s, the
+#: decoding probe read 0.080 s a molecule. The attentional LSTM: probe 7,020 tokens/s, its epoch 7,116;
+#: 51 s, 0.053 s.
+COSTS = {"transformer": Costs(1.16, 2.3, 0.034), "rnn": Costs(1.0, 2.0, 0.026)}
 #: Reading and standardizing Tox21, then decoding its test molecules greedily (a MOSES run's second
 #: test set), on the reference machine.
 TOX21_OUT_OF_DISTRIBUTION_S = 30.0
@@ -154,12 +154,26 @@ def probe_pairs(model, recipe: Seq2SeqRecipe, smiles, vocab, n_ranks: int, max_t
     return PairProbe(speed, tokens, write_s)
 
 
-def reserve_seconds(n_test: int, tox21_too: bool, tokens_per_s: float, costs: Costs = COSTS["transformer"]) -> float:
-    """The seconds the end of a run takes on a machine where the probe of a model of ``costs``
-    read ``tokens_per_s`` per rank: decoding ``n_test`` test molecules (greedy and beam), and the Tox21
-    molecules beside them (``tox21_too``)."""
-    at_reference = n_test * costs.decode_per_test_molecule_s + (TOX21_OUT_OF_DISTRIBUTION_S if tox21_too else 0.0)
-    return END_FIXED_S + at_reference * costs.probe_tokens_per_s / tokens_per_s
+def probe_decoding(model, vocab, sources, beam: int) -> float:
+    """Seconds to decode one test molecule greedily and with beam search (``beam`` answers), as the
+    test does (:func:`~minitransformer.molecules.canonicalization.translate`, one process), measured
+    on one batch of each of ``sources`` with the probe's untrained ``model``."""
+    from minitransformer.molecules.canonicalization import translate
+    greedy_rows, beam_rows = 128, max(1, 128 // beam)  # one call of each, as translate batches them
+    t0 = time.perf_counter()
+    translate(model, vocab, sources[:greedy_rows])
+    t1 = time.perf_counter()
+    translate(model, vocab, sources[:beam_rows], beam=beam, n_best=beam)
+    t2 = time.perf_counter()
+    return (t1 - t0) / min(greedy_rows, len(sources)) + (t2 - t1) / min(beam_rows, len(sources))
+
+
+def reserve_seconds(n_test: int, tox21_too: bool, decode_s: float, scale: float) -> float:
+    """The seconds the end of a run takes: decoding ``n_test`` test molecules greedily and with beam
+    search (``decode_s`` each), and the Tox21 molecules beside them (``tox21_too``: reading them is
+    most of it, :data:`TOX21_OUT_OF_DISTRIBUTION_S` on the reference machine, ``scale`` times as long
+    on this one)."""
+    return END_FIXED_S + n_test * decode_s + (TOX21_OUT_OF_DISTRIBUTION_S * scale if tox21_too else 0.0)
 
 
 def time_planned(recipe: Seq2SeqRecipe, pairs, started: float, make_model, max_tokens: int) -> Seq2SeqRecipe:
@@ -183,14 +197,14 @@ def time_planned(recipe: Seq2SeqRecipe, pairs, started: float, make_model, max_t
     probe = probe_pairs(model, recipe, pairs.train, pairs.vocab, n_ranks, max_tokens)
     costs = COSTS[recipe.arch]
     speed = probe.tokens_per_s / costs.probe_optimism  # what a whole epoch trains at
-    per_rank = probe.tokens_per_s / n_ranks
-    scale = costs.probe_tokens_per_s / per_rank  # the reference machine's costs, on this one
+    decode_s = probe_decoding(model, pairs.vocab, pairs.test_src, BEAM) / costs.decoding_speedup
+    scale = decode_s / costs.decode_s  # this machine's one process against the reference machine's
     per_molecule = probe.tokens_per_pair / speed + probe.write_s / n_ranks  # ranks share the writing
     choose_molecules = "limit" in recipe.planned
     n_val = VALIDATION_MOLECULES if choose_molecules else len(pairs.val)
     validation = (n_val * VALIDATION_SHARE * probe.tokens_per_pair / speed
-                  + recipe.val_exact * GREEDY_SHARE * costs.decode_per_test_molecule_s * scale)
-    reserve = reserve_seconds(len(pairs.test), is_moses(recipe.data), per_rank, costs)
+                  + recipe.val_exact * GREEDY_SHARE * decode_s)
+    reserve = reserve_seconds(len(pairs.test), is_moses(recipe.data), decode_s, scale)
     plan = ranks.on_rank0(lambda: plan_pairs(  # rank 0's plan on every rank (their probes differ a little)
         recipe.time_budget, time.perf_counter() - started, reserve, per_molecule, validation,
         pairs.available if choose_molecules else len(pairs.train),
@@ -203,8 +217,10 @@ def time_planned(recipe: Seq2SeqRecipe, pairs, started: float, make_model, max_t
 
 
 #: Greedy decoding (the validation's exact match) costs about this share of a test molecule's
-#: greedy and beam decoding.
-GREEDY_SHARE = 0.25
+#: greedy and beam decoding (12 s of 68 s).
+GREEDY_SHARE = 0.2
+#: The test decodes with beam search of this width (``train seq2seq``'s ``BEAM``).
+BEAM = 5
 
 
 #: The validation molecules a MOSES run holds out (the last of the molecules read; ``split_moses``).

@@ -191,3 +191,18 @@ def test_training_ends_early_enough_for_its_last_validation():
     assert plan.validation_s == 20
     assert plan.training_ends(900) == pytest.approx(900 - plan.reserve_s - 20)
     assert plan.training_ends(900) + 20 <= 900 - 120
+
+
+def test_the_decoding_probe_times_one_batch_of_each_search_and_the_reserve_adds_them_up():
+    from minitransformer.chem.datasets.vocab import Vocab
+    from minitransformer.cli.seq2seq_time_plan import END_FIXED_S, TOX21_OUT_OF_DISTRIBUTION_S, probe_decoding, \
+        reserve_seconds
+    from minitransformer.models import Seq2Seq, Seq2SeqConfig
+    vocab = Vocab.build(["CCO", "c1ccccc1", "CC(=O)N"])
+    model = Seq2Seq(Seq2SeqConfig(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), d_model=16, n_heads=2,
+                                  d_ff=32, n_enc_layers=1, n_dec_layers=1, max_len=24))
+    model.eval()
+    seconds = probe_decoding(model, vocab, ["CCO", "OCC", "c1ccccc1"] * 50, beam=5)
+    assert 0 < seconds < 1.0
+    assert reserve_seconds(2000, False, 0.03, 2.0) == pytest.approx(END_FIXED_S + 60.0)
+    assert reserve_seconds(2000, True, 0.03, 2.0) == pytest.approx(END_FIXED_S + 60.0 + 2 * TOX21_OUT_OF_DISTRIBUTION_S)
