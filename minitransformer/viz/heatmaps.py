@@ -207,6 +207,9 @@ def attention_figure(maps, query_tokens, key_tokens, layers=None, heads=None, sa
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=min(0.9, 2.0 / rows),
                      label="attention probability")
     note = "grey: masked (probability 0)"
+    if title:  # wrapped to the figure's width (about 11 characters of 10-point text an inch): a long SMILES stays whole
+        import textwrap
+        title = textwrap.fill(title, width=max(40, int(11 * fig_w)))
     fig.suptitle(f"{title}\n{note}" if title else note, fontsize=10)
     return fig
 
