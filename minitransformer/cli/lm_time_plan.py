@@ -84,10 +84,7 @@ def time_planned(recipe: LMRecipe, data, resume, spent: float, make_model, max_l
     if recipe.time_budget is None:  # --max-minutes 0 on a run that recorded no plan: nothing to plan or keep
         return recipe
     from minitransformer.cpus import usable_cpus
-    dp = ranks.current()
-    n_ranks = 1 if dp is None else dp.size
-    if dp is not None:
-        dp.barrier()  # every rank has read its data: they measure side by side, as they will train
+    n_ranks = ranks.side_by_side()  # every rank has read its data: they measure side by side
     from minitransformer.cli.training import check_fits_in_memory
     model = make_model(recipe, data.vocab)
     check_fits_in_memory(model)  # before the probe trains it: a model too large is refused, not swapped

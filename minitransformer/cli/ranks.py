@@ -85,6 +85,16 @@ def current():
     return _STATE["dp"]
 
 
+def side_by_side() -> int:
+    """The number of ranks (1: one process), once every rank has reached this point (a barrier):
+    a time plan's probe then measures the ranks side by side, as they will train."""
+    dp = _STATE["dp"]
+    if dp is None:
+        return 1
+    dp.barrier()
+    return dp.size
+
+
 def is_follower() -> bool:
     """True on every rank but 0 of a data-parallel command. Before the ranks have joined
     (:func:`start`), on every process a launcher announced as a rank above 0 of a world of

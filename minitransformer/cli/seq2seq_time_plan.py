@@ -190,10 +190,7 @@ def time_planned(recipe: Seq2SeqRecipe, pairs, started: float, make_model, max_t
     from minitransformer.chem.datasets.moses import is_moses
     from minitransformer.cli import ranks
     from minitransformer.cli.training import check_fits_in_memory
-    dp = ranks.current()
-    n_ranks = 1 if dp is None else dp.size
-    if dp is not None:
-        dp.barrier()  # every rank has read its data: they measure side by side, as they will train
+    n_ranks = ranks.side_by_side()  # every rank has read its data: they measure side by side
     model = make_model(recipe, pairs.vocab)
     check_fits_in_memory(model)  # before the probe trains it: a model too large is refused, not swapped
     probe = probe_pairs(model, recipe, pairs.train, pairs.vocab, n_ranks, max_tokens)
