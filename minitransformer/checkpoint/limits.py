@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from minitransformer.checkpoint.contents import CheckpointError
+from minitransformer.chem.graph import n_relations
 
 MAX_PARAMETERS = 2_000_000_000          # parameters implied by the model config
 MAX_CHECKPOINT_BYTES = 64 * 2**30       # total uncompressed size of all entries
@@ -83,7 +84,7 @@ def model_classes() -> dict:
 _SIZE_FIELDS = {  # config field -> smallest allowed value (fields a model's size grows with)
     "vocab_size": 1, "src_vocab_size": 1, "tgt_vocab_size": 1, "max_len": 1, "d_model": 1, "n_heads": 1,
     "d_head": 1, "d_ff": 0, "n_layers": 0, "n_enc_layers": 0, "n_dec_layers": 0, "n_outputs": 0,
-    "n_features": 0, "head_hidden": 0, "hidden": 1,
+    "n_features": 0, "head_hidden": 0, "hidden": 1, "relative_max_distance": 1, "graph_max_distance": 0,
 }
 
 
@@ -120,6 +121,8 @@ def declared_parameters(model_type: str, config: dict) -> int:
     inner = H * (c["d_head"] if c.get("d_head") is not None else max(D // H, 1))
     attention = 4 * D * inner + 3 * inner + D  # qkv (D, 3 inner) and proj (inner, D), with biases
     block = attention + 2 * D * F + F + D + 4 * D  # + feed-forward and two LayerNorms
+    if c.get("relative_bias") == "learned" or (c.get("relative_bias") is None and c.get("pos") == "relative"):
+        block += H * (2 * c["relative_max_distance"] + 1)  # each self-attention's table (the bidirectional size)
 
     def embedder(v):  # token table + positions (learned, or the fixed sinusoidal table)
         return v * D + P * D
@@ -130,7 +133,9 @@ def declared_parameters(model_type: str, config: dict) -> int:
     if model_type == "DecoderLM":
         return embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D + head(c["vocab_size"])
     if model_type in ("Encoder", "MaskedLM", "PropertyModel"):
-        encoder = embedder(c["vocab_size"]) + c["n_layers"] * block + 2 * D
+        graph = c["graph_max_distance"]
+        graph_table = H * n_relations(max(graph, 2)) if graph else 0  # each block's graph bias (H, R)
+        encoder = embedder(c["vocab_size"]) + c["n_layers"] * (block + graph_table) + 2 * D
         if model_type == "MaskedLM":
             return encoder + head(c["vocab_size"])
         if model_type == "PropertyModel":  # [h_0; f] -> (hidden ->) K

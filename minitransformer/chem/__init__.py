@@ -8,6 +8,8 @@ holds it to that); what runs a trained model on molecules is :mod:`minitransform
 * :mod:`~minitransformer.chem.goals` - what a steered generator aims at: score components, PMO tasks.
 * :mod:`~minitransformer.chem.descriptors` - RDKit's 2D descriptors of a molecule, put on one scale:
   extra inputs for a property model.
+* :mod:`~minitransformer.chem.graph` - the molecule's graph as relations between the tokens of one
+  writing (bonds apart, bond types, non-atom tokens): what an encoder's graph bias reads.
 * ``_rdkit`` (RDKit, imported when first needed), ``workers`` (worker processes for RDKit work) and
   ``progress`` (how a long step reports) serve them all.
 

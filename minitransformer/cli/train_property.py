@@ -95,6 +95,10 @@ def add_parser(kinds):
                    help="train N models per seed on the same split and average their test probabilities")
     p.add_argument("--head-hidden", type=cli.int_at_least(0, cli.MAX_WIDTH), default=None,
                    help="a hidden layer of this many units in the classifier head (0: one linear layer, the preset)")
+    p.add_argument("--graph", type=graph_distance, default=None, metavar="on|off|N",
+                   help="attention knows the molecule's bonds: a learned bias per head on every pair of tokens by "
+                        "their relation in the molecule (bonds apart, clipped at N; on: 8), read from RDKit's parse "
+                        "of each writing (default: off)")
     p.add_argument("--descriptors", choices=("on", "off"), default=None,
                    help="the head also reads RDKit's 2D descriptors of each molecule, scaled on the training split "
                         "(default: on)")
@@ -115,6 +119,23 @@ def count_or_all(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"must be all or a count: {err}") from None
 
 
+def graph_distance(text: str) -> int:
+    """``type=`` for --graph: ``off`` (0), ``on`` (the relations' default clipping distance) or a distance >= 2."""
+    import argparse
+
+    from minitransformer.chem.graph import MAX_DISTANCE
+    word = text.strip().lower()
+    if word in ("on", "off"):
+        return MAX_DISTANCE if word == "on" else 0
+    try:
+        value = int(word)
+    except ValueError:
+        value = 0
+    if not 2 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be on, off or a distance in bonds from 2 to 64, got {text!r}")
+    return value
+
+
 def resolve_recipe(args) -> PropertyRecipe:
     """The preset, with --pretrain's phase, --quick and the overrides of the command line applied."""
     data = args.pretrain_data or ("train" if args.quick else "moses")  # a quick run fetches nothing
@@ -130,6 +151,11 @@ def resolve_recipe(args) -> PropertyRecipe:
         r = dataclasses.replace(r, pretrain_limit=None if args.pretrain_limit == "all" else args.pretrain_limit)
     if args.descriptors is not None:
         r = dataclasses.replace(r, descriptors=args.descriptors == "on")
+    if args.graph is not None:
+        if args.encoder:
+            raise ValueError("--graph and --encoder: the pretrained encoder was built with or without the graph "
+                             "bias, and keeps it; drop --graph")
+        r = dataclasses.replace(r, model=dataclasses.replace(r.model, graph_max_distance=args.graph))
     if args.encoder and args.pretrain:
         raise ValueError("--encoder and --pretrain: the encoder given is pretrained already; drop one of them")
     if args.encoder:  # refused before the run folder is claimed (the table's own check comes with the data)
@@ -257,7 +283,7 @@ class TrainProperty(TrainingCommand):
                   "at most")
         ids = dict(mask_id=vocab.mask_id, vocab_size=len(vocab), pad_id=vocab.pad_id, special_ids=vocab.special_ids)
         data = RandomizedEpochs(smiles, vocab, seed=r.seed + 1, p=1.0, max_tokens=r.max_len,
-                                encode=dict(cls=True))
+                                encode=dict(cls=True), graph=run.model.config.graph_max_distance)
         masked = MaskedLM(run.model.encoder.config, encoder=run.model.encoder)  # the property model's own encoder
         return Phase("pretrain", MLMTask(**ids), data, len(smiles), r.pretrain_epochs, r.pretrain_max_time,
                      lr=r.pretrain_lr, model=masked)
@@ -265,6 +291,7 @@ class TrainProperty(TrainingCommand):
     def training(self, run):
         """Fine-tuning: all the assays at once from the <cls> state, rare positives weighted up."""
         from minitransformer.chem.datasets.lm_data import LabelledEpochs
+        from minitransformer.chem.graph import graph_ids
         from minitransformer.train.tasks import PropertyTask
         r, vocab, (table, train, val, test, features, _) = run.recipe, run.data.vocab, run.data.own
         # Positives are rare (2-16% per assay); weighting them by sqrt(#neg/#pos) balances each task.
@@ -272,10 +299,12 @@ class TrainProperty(TrainingCommand):
         pos = np.nansum(train.labels, axis=0)  # (K,)
         neg = present.sum(axis=0) - pos  # (K,)
         pos_weight = np.sqrt(neg / np.maximum(pos, 1)) if r.pos_weight else None  # (K,)
+        graph = run.model.config.graph_max_distance  # 0: no graph bias
         train_data = LabelledEpochs(train.smiles, train.labels, vocab, r.seed, r.augment, r.max_len,
-                                    features=None if features is None else features.train)
-        val_data = list(zip([vocab.encode(x, cls=True) for x in val.smiles], val.labels,
-                            *([] if features is None else [features.val])))
+                                    features=None if features is None else features.train, graph=graph)
+        val_ids = [graph_ids(vocab.encode(x, cls=True), x, graph) if graph else vocab.encode(x, cls=True)
+                   for x in val.smiles]
+        val_data = list(zip(val_ids, val.labels, *([] if features is None else [features.val])))
         return Phase("train", PropertyTask(vocab.pad_id, pos_weight=pos_weight), train_data, len(train.smiles),
                      r.epochs, run.budget, val_data=val_data, metric="val_auc", mode="max", patience=r.patience,
                      eval_batch_size=128)

@@ -6,7 +6,8 @@ as a table, is :data:`minitransformer.functional.FAST`.
 
 The twins: ``linear``, ``elementwise`` (GELU through a table), ``embedding`` (the
 scatter-add as a sort and a segmented sum), ``softmax`` (and cross-entropy),
-``layernorm``, ``attention``, ``lstm``, ``optimizer`` (Adam and AdamW) and ``clip``
+``layernorm``, ``attention``, ``graph_bias`` (the lookup written in place, its sums by
+``bincount``), ``lstm``, ``optimizer`` (Adam and AdamW) and ``clip``
 (the global-norm clipping on a GPU).
 
 This package sits below :mod:`minitransformer.nn`: it imports nothing from it (the

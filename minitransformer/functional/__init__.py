@@ -15,12 +15,14 @@ from minitransformer.backend import check_ids
 from minitransformer.fast import attention as _fast_attention
 from minitransformer.fast import elementwise as _fast_elementwise
 from minitransformer.fast import embedding as _fast_embedding
+from minitransformer.fast import graph_bias as _fast_graph_bias
 from minitransformer.fast import layernorm as _fast_layernorm
 from minitransformer.fast import linear as _fast_linear
 from minitransformer.fast import lstm as _fast_lstm
 from minitransformer.fast import optimizer as _fast_optimizer
 from minitransformer.fast import softmax as _fast_softmax
-from minitransformer.nn import attention, bce, elementwise, embedding, layernorm, linear, lstm, mse, relative_position
+from minitransformer.nn import attention, bce, elementwise, embedding, graph_bias, layernorm, linear, lstm, mse
+from minitransformer.nn import relative_position
 from minitransformer.nn import softmax
 from minitransformer.nn import rnn_attention
 from minitransformer.nn.attention import causal_mask, combine_masks, padding_mask
@@ -39,6 +41,7 @@ REFERENCE = {
     "merge_heads": attention.merge_heads,
     "relative_bias_forward": relative_position.relative_bias_forward,
     "relative_bias_backward": relative_position.relative_bias_backward,
+    "graph_bias_forward": graph_bias.graph_bias_forward, "graph_bias_backward": graph_bias.graph_bias_backward,
     "layernorm_forward": layernorm.layernorm_forward, "layernorm_backward": layernorm.layernorm_backward,
     "gelu_forward": elementwise.gelu_forward, "gelu_backward": elementwise.gelu_backward,
     "relu_forward": elementwise.relu_forward, "relu_backward": elementwise.relu_backward,
@@ -66,6 +69,8 @@ FAST = {
     "attention_forward": _fast_attention.attention_forward,
     "attention_backward": _fast_attention.attention_backward,
     "merge_heads": _fast_attention.merge_heads,
+    "graph_bias_forward": _fast_graph_bias.graph_bias_forward,
+    "graph_bias_backward": _fast_graph_bias.graph_bias_backward,
     "layernorm_forward": _fast_layernorm.layernorm_forward, "layernorm_backward": _fast_layernorm.layernorm_backward,
     "gelu_forward": _fast_elementwise.gelu_forward,
     "lstm_forward": _fast_lstm.lstm_forward, "lstm_backward": _fast_lstm.lstm_backward,

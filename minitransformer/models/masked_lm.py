@@ -65,10 +65,12 @@ class MaskedLM(Module):
         self.rng = self.encoder.rng  # one random stream for the encoder's dropouts and the head's init
         self.head = MaskedTokenHead(c, self.rng, tied_to=self.encoder.embed.tok if c.tie_embeddings else None)
 
-    def forward(self, ids):
-        """ids: (B, T) integer, right-padded with pad_id. Returns logits (B, T, V)."""
+    def forward(self, ids, relations=None):
+        """ids: (B, T) integer, right-padded with pad_id; relations: (B, T, T), the graph bias's
+        codes of the uncorrupted writing (an encoder with a graph bias: the bonds stay known, the
+        masked atoms are to be named). Returns logits (B, T, V)."""
         self.cache = True
-        return self.head(self.encoder(ids))  # (B, T, V)
+        return self.head(self.encoder(ids, relations))  # (B, T, V)
 
     def backward(self, dlogits):
         """dlogits: (B, T, V). Accumulates the gradients of the head and the encoder; returns None."""

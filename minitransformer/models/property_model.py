@@ -117,11 +117,12 @@ class PropertyModel(Module):
         self.rng = self.encoder.rng  # one random stream for the encoder, the head's init and its dropout
         self.head = PooledHead(c, self.rng)
 
-    def forward(self, ids, features=None):
-        """ids: (B, T) integer, ``<cls>`` first, right-padded; features: (B, F) with n_features = F > 0.
+    def forward(self, ids, features=None, relations=None):
+        """ids: (B, T) integer, ``<cls>`` first, right-padded; features: (B, F) with n_features = F > 0;
+        relations: (B, T, T) graph codes, with a graph bias (``graph_max_distance`` > 0).
         Returns the outputs (B, K) (logits, for a classification)."""
         self.cache = True
-        return self.head(self.encoder(ids), features)  # (B, K)
+        return self.head(self.encoder(ids, relations), features)  # (B, K)
 
     def backward(self, dy):
         """dy: (B, K). Accumulates the gradients of the head and the encoder; returns None

@@ -43,20 +43,25 @@ __all__ = ["PropertyPredictor", "view_ids", "view_probabilities", "read_user_smi
 VIEW_SEED_OFFSET = 104729  # the random writings use seed + this (as the training script always has)
 
 
-def view_ids(smiles: Sequence[str], vocab: Vocab, n_views: int, seed: int, max_tokens: int) -> list[list]:
+def view_ids(smiles: Sequence[str], vocab: Vocab, n_views: int, seed: int, max_tokens: int,
+             graph: int = 0) -> list[list]:
     """``n_views`` encodings of each molecule: the string as given, then random SMILES.
 
     Returns a list of ``n_views`` lists of ``[<cls>, ..., <eos>]`` id lists, one per
     molecule. Every SMILES must parse. The random writings of a molecule depend on
     ``seed``, the view and the string itself only: a molecule gets the same views, and so
-    the same prediction, alone or among others, wherever it stands in the list.
+    the same prediction, alone or among others, wherever it stands in the list. ``graph`` > 0
+    (a model with a graph bias): each id list carries its writing's graph, computed as in
+    training (:class:`~minitransformer.chem.graph.GraphIds`).
     """
     from minitransformer.chem.datasets.lm_data import RandomizedEpochs
+    from minitransformer.chem.graph import graph_ids
     if n_views < 1:
         raise ValueError(f"n_views must be at least 1 (the SMILES as given), got {n_views}")
-    views = [[vocab.encode(s, cls=True) for s in smiles]]
+    views = [[graph_ids(vocab.encode(s, cls=True), s, graph) if graph else vocab.encode(s, cls=True)
+              for s in smiles]]
     writer = RandomizedEpochs(smiles, vocab, seed=seed + VIEW_SEED_OFFSET, max_tokens=max_tokens,
-                              encode=dict(cls=True), keyed=True)
+                              encode=dict(cls=True), keyed=True, graph=graph)
     views += [writer(v) for v in range(1, n_views)]
     return views
 
@@ -76,16 +81,19 @@ def view_probabilities(model, vocab: Vocab, smiles: Sequence[str], n_views: int,
     padding. The mean over the list is the prediction.
     """
     from minitransformer.backend import to_numpy, xp
+    from minitransformer.chem.graph import batch_relations
     from minitransformer.train.tasks import pad_batch
     out = []
-    for ids in view_ids(smiles, vocab, n_views, seed, max_tokens):
+    for ids in view_ids(smiles, vocab, n_views, seed, max_tokens, graph=model.config.graph_max_distance):
         order = np.argsort([len(x) for x in ids], kind="stable")  # (N,)
         z = np.empty((len(ids), model.config.n_outputs))  # (N, K) logits, in input order
         for i in range(0, len(ids), batch_size):
             rows = order[i:i + batch_size]
             batch = pad_batch([ids[j] for j in rows], vocab.pad_id)  # (B, T)
             f = None if features is None else xp.asarray(features[rows])  # (B, F)
-            z[rows] = to_numpy(model(xp.asarray(batch), features=f))  # (B, K)
+            relations = batch_relations([ids[j] for j in rows], batch.shape[1])  # (B, T, T), with a graph bias
+            graph = {} if relations is None else {"relations": xp.asarray(relations)}
+            z[rows] = to_numpy(model(xp.asarray(batch), features=f, **graph))  # (B, K)
         out.append(_sigmoid(z))
     return out
 
@@ -148,8 +156,16 @@ class PropertyPredictor:
         return cls(model, vocab, tasks, config["max_len"], source=str(path), descriptors=scale)
 
     def unreadable_reason(self, smiles: str) -> str | None:
-        """Why the model cannot read ``smiles``, or None when it can (:meth:`Vocab.unreadable_reason`)."""
-        return self.vocab.unreadable_reason(smiles, self.max_len, cls=True)
+        """Why the model cannot read ``smiles``, or None when it can (:meth:`Vocab.unreadable_reason`;
+        for a model with a graph bias, also when the string's graph cannot be read)."""
+        reason = self.vocab.unreadable_reason(smiles, self.max_len, cls=True)
+        if reason is None and self.model.config.graph_max_distance:
+            from minitransformer.chem.graph import token_graph
+            try:
+                token_graph(smiles, self.model.config.graph_max_distance)
+            except ValueError as err:
+                reason = str(err).removeprefix("graph relations: ")
+        return reason
 
     def predict(self, smiles: Sequence[str], views: int = 8, seed: int = 0,
                 batch_size: int = 128) -> tuple[np.ndarray, np.ndarray, list]:

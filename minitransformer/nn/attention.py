@@ -34,6 +34,7 @@ from minitransformer.backend import check_attention_dout, check_attention_inputs
 from minitransformer.fast import attention as fast_attention
 from minitransformer.fast import linear as fast_linear
 from minitransformer.nn.elementwise import make_dropout_mask
+from minitransformer.nn.graph_bias import GraphBias
 from minitransformer.nn.kv_cache import KVCache
 from minitransformer.nn.linear import Linear, linear_backward, linear_forward
 from minitransformer.nn.module import Module, check_array
@@ -131,15 +132,17 @@ def merge_heads(*parts):
 
 class MultiHeadAttention(Module):
     """Self- or cross-attention. A ``position_bias`` serves self-attention only (the
-    encoder's positions are not the decoder's).
+    encoder's positions are not the decoder's), as does a ``graph_bias`` (each molecule's
+    relations between its tokens, given to ``forward``).
 
     Parameters: ``qkv.weight`` (D, 3*H*d_head), ``qkv.bias``, ``proj.weight``
-    (H*d_head, D), ``proj.bias``; ``position_bias.table`` (H, n_buckets) if any.
+    (H*d_head, D), ``proj.bias``; ``position_bias.table`` (H, n_buckets) and
+    ``graph_bias.table`` (H, R) if any.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int | None = None, bias: bool = True,
                  attn_dropout: float = 0.0, rng: backend.RNG | None = None,
-                 position_bias: RelativePositionBias | None = None):
+                 position_bias: RelativePositionBias | None = None, graph_bias: GraphBias | None = None):
         if d_head is None:
             if d_model % n_heads:
                 raise ValueError(f"MultiHeadAttention: d_model={d_model} is not divisible by "
@@ -157,6 +160,10 @@ class MultiHeadAttention(Module):
             raise ValueError(f"MultiHeadAttention: the position bias has {position_bias.n_heads} heads, "
                              f"the attention {n_heads}")
         self.position_bias = position_bias
+        if graph_bias is not None and graph_bias.n_heads != n_heads:
+            raise ValueError(f"MultiHeadAttention: the graph bias has {graph_bias.n_heads} heads, the attention "
+                             f"{n_heads}")
+        self.graph_bias = graph_bias
 
     def extra_repr(self):
         dropout = f", attn_dropout={self.attn_dropout}" if self.attn_dropout else ""
@@ -188,10 +195,18 @@ class MultiHeadAttention(Module):
             kv_cache.set_static(k, v)
         return split_heads(q, H), k, v, (q_lin, kv_lin)
 
-    def forward(self, x, context=None, mask=None, kv_cache: KVCache | None = None):
+    def forward(self, x, context=None, mask=None, kv_cache: KVCache | None = None, relations=None):
         """x (B, Tq, D) attends to itself or to ``context`` (B, Tk, D) -> (B, Tq, D); with a
-        ``kv_cache``, x holds the positions after the cached ones."""
+        ``kv_cache``, x holds the positions after the cached ones. ``relations`` (B, Tq, Tq):
+        the graph bias's codes, given exactly when the layer has one."""
         self._check_input(x, "x")
+        if (relations is None) != (self.graph_bias is None):
+            raise ValueError("MultiHeadAttention: " + ("this layer has a graph bias; give each molecule's relations "
+                                                       "(B, T, T)" if relations is None else
+                                                       "relations were given, but this layer has no graph bias"))
+        if relations is not None and (context is not None or kv_cache is not None):
+            raise ValueError("MultiHeadAttention: a graph bias is for self-attention over whole molecules "
+                             "(no context, no KV cache)")
         H, inner = self.n_heads, self.n_heads * self.d_head
         pos_bias = None
         if context is None:
@@ -204,6 +219,9 @@ class MultiHeadAttention(Module):
                 k, v = kv_cache.append(k, v)  # (B, H, Tpast+Tq, dh) each
             if self.position_bias is not None:
                 pos_bias = self.position_bias(q.shape[2], k.shape[2], offset=past)  # (1, H, Tq, Tk)
+            if self.graph_bias is not None:
+                graph = self.graph_bias(relations)  # (B, H, Tq, Tq)
+                pos_bias = graph if pos_bias is None else pos_bias + graph  # (B, H, Tq, Tq)
             linear_caches = None  # self.qkv keeps its own
         else:
             if self.position_bias is not None:
@@ -242,6 +260,9 @@ class MultiHeadAttention(Module):
         else:
             dq, dk, dv, dbias = attention_backward(do, cache["attn"])  # (B, H, T*, dh) each
             merge = merge_heads
+        if dbias is not None and self.graph_bias is not None:
+            self.graph_bias.backward(dbias)  # (B, H, Tq, Tq)
+            dbias = dbias.sum(axis=0, keepdims=True) if self.position_bias is not None else None  # (1, H, Tq, Tk)
         if dbias is not None:
             self.position_bias.backward(dbias)  # (1, H, Tq, Tk), summed over the batch
         if not cache["cross"]:

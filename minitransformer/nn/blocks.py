@@ -28,6 +28,7 @@ from minitransformer.nn.elementwise import Dropout, make_activation
 from minitransformer.nn.layernorm import LayerNorm
 from minitransformer.nn.linear import Linear
 from minitransformer.nn.module import Module
+from minitransformer.nn.graph_bias import GraphBias
 from minitransformer.nn.relative_position import RelativePositionBias
 
 
@@ -91,23 +92,28 @@ class Residual(Module):
         return ds + d, extra
 
 
-def _self_attention(config: TransformerOptions, causal: bool, rng) -> MultiHeadAttention:
+def _self_attention(config: TransformerOptions, causal: bool, rng, graph_relations: int = 0) -> MultiHeadAttention:
     c = config
     position_bias = None if c.relative_bias == "none" else RelativePositionBias(
         c.n_heads, c.relative_max_distance, bidirectional=not causal, kind=c.relative_bias, rng=rng)
-    return MultiHeadAttention(c.d_model, c.n_heads, c.d_head, bias=c.bias,
-                              attn_dropout=c.attn_dropout, rng=rng, position_bias=position_bias)
+    graph_bias = GraphBias(c.n_heads, graph_relations, rng=rng) if graph_relations else None
+    return MultiHeadAttention(c.d_model, c.n_heads, c.d_head, bias=c.bias, attn_dropout=c.attn_dropout, rng=rng,
+                              position_bias=position_bias, graph_bias=graph_bias)
 
 
 class EncoderBlock(Module):
-    """Self-attention, then feed-forward, each a :class:`Residual`."""
+    """Self-attention, then feed-forward, each a :class:`Residual`. With ``graph_relations``
+    R > 0 (an encoder of molecules), the self-attention adds a graph bias over R relations
+    (:mod:`~minitransformer.nn.graph_bias`), and ``forward`` takes each molecule's relations."""
 
     causal = False  # True: a relative-position bias covers the earlier keys only
 
-    def __init__(self, config: TransformerOptions, rng: backend.RNG | None = None):
+    def __init__(self, config: TransformerOptions, rng: backend.RNG | None = None, graph_relations: int = 0):
         c, rng = config, backend.as_rng(rng)
+        if graph_relations and self.causal:
+            raise ValueError(f"{type(self).__name__}: a graph bias is for an encoder reading whole molecules")
         self.norm = c.norm
-        self.attn = _self_attention(c, self.causal, rng)
+        self.attn = _self_attention(c, self.causal, rng, graph_relations)
         self.ln1 = LayerNorm(c.d_model)
         self.drop1 = Dropout(c.resid_dropout, rng=rng)
         self.ff = FeedForward(c, rng=rng)
@@ -119,12 +125,14 @@ class EncoderBlock(Module):
     def extra_repr(self):
         return f"norm={self.norm!r}"
 
-    def forward(self, x, mask=None, kv_cache=None, context=None):
-        """x: (B, T, D); mask broadcastable to (B, H, T, Tk). Returns (B, T, D)."""
+    def forward(self, x, mask=None, kv_cache=None, context=None, relations=None):
+        """x: (B, T, D); mask broadcastable to (B, H, T, Tk); relations (B, T, T): the graph
+        bias's codes, given exactly when the block has one. Returns (B, T, D)."""
         if context is not None:
             raise ValueError(f"{type(self).__name__} has no cross-attention; a block that reads a context is "
                              "DecoderBlock")
-        x = self.attn_sublayer(x, mask=mask, kv_cache=kv_cache)  # (B, T, D)
+        graph = {} if relations is None else {"relations": relations}
+        x = self.attn_sublayer(x, mask=mask, kv_cache=kv_cache, **graph)  # (B, T, D)
         self.cache = True
         return self.ff_sublayer(x)  # (B, T, D)
 

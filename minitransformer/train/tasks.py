@@ -31,6 +31,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from minitransformer import backend
+from minitransformer.chem.graph import batch_relations
 from minitransformer.nn.bce import masked_bce_backward, masked_bce_forward
 from minitransformer.nn.embedding import check_ids, ids_to_device
 from minitransformer.nn.softmax import CrossEntropyLoss
@@ -240,8 +241,12 @@ class MLMTask(_TokenLossTask):
         check_lengths(task_label(self, what), examples, 1, "an MLM example needs at least 1 token")
 
     def collate(self, examples):
+        """ids (B, T); or, when the examples carry their graph (an encoder with a graph bias),
+        ``(ids, relations)`` with relations (B, T, T)."""
         self.validate(examples)
-        return pad_batch(examples, self.pad_id)
+        ids = pad_batch(examples, self.pad_id)  # (B, T)
+        relations = batch_relations(examples, ids.shape[1], "MLMTask batch")  # (B, T, T) or None
+        return ids if relations is None else (ids, relations)
 
     def _corrupt(self, batch, rng):
         """(corrupted, targets) host arrays (B, T); the batch is checked first (the
@@ -258,10 +263,17 @@ class MLMTask(_TokenLossTask):
         self._ce = CrossEntropyLoss(ignore_index=self.IGNORE, label_smoothing=self.label_smoothing)
         return self._ce(logits, backend.asarray(targets)), int((targets != self.IGNORE).sum())
 
+    def _logits(self, model, batch, rng):
+        """(logits (B, T, V), host targets (B, T)): the batch corrupted afresh, read with the graph
+        of its uncorrupted writings where it has one (the bonds stay known; the masked atoms are
+        what is asked)."""
+        ids, relations = batch if isinstance(batch, tuple) else (batch, None)
+        corrupted, targets = self._corrupt(ids, rng)  # (B, T) each, host
+        graph = {} if relations is None else {"relations": backend.asarray(relations)}  # (B, T, T)
+        return model(backend.asarray(corrupted), **graph), targets  # (B, T, V)
+
     def loss(self, model, batch, rng):
-        corrupted, targets = self._corrupt(batch, rng)  # (B, T) each, host
-        logits = model(backend.asarray(corrupted))  # (B, T, V)
-        return self._masked_token_loss(logits, targets)
+        return self._masked_token_loss(*self._logits(model, batch, rng))
 
     EVAL_SEED = 12345  # the same corruption at every evaluation
 
@@ -269,15 +281,16 @@ class MLMTask(_TokenLossTask):
         rng = np.random.default_rng(self.EVAL_SEED)
 
         def run(batch):
-            corrupted, targets = self._corrupt(batch, rng)
-            return model(backend.asarray(corrupted)), backend.asarray(targets)
+            logits, targets = self._logits(model, batch, rng)
+            return logits, backend.asarray(targets)
         return self._token_metrics(model, batches, run, ignore_index=self.IGNORE)
 
     def validation_tokens(self, batches) -> int:
         """How many positions :meth:`evaluate` scores in ``batches``: the same corruption,
         on the host only."""
         rng = np.random.default_rng(self.EVAL_SEED)
-        return sum(int((self._corrupt(b, rng)[1] != self.IGNORE).sum()) for b in batches)
+        return sum(int((self._corrupt(b[0] if isinstance(b, tuple) else b, rng)[1] != self.IGNORE).sum())
+                   for b in batches)
 
 
 class PropertyTask:
@@ -287,7 +300,9 @@ class PropertyTask:
     An example is a pair ``(ids, labels)``: token ids starting with ``<cls>``, and a
     float vector (K,) of 0/1 labels with NaN where a label is missing; or a triple
     ``(ids, labels, features)`` for a model whose head reads F extra numbers per
-    molecule (``PropertyModelConfig.n_features``), every example then with its (F,) vector. The loss is the
+    molecule (``PropertyModelConfig.n_features``), every example then with its (F,) vector. For a model
+    with a graph bias, the ids carry their writing's graph (:class:`~minitransformer.chem.graph.GraphIds`)
+    and a batch ends with the relations (B, T, T). The loss is the
     masked sigmoid binary cross-entropy averaged over the labels present in the batch
     (:func:`~minitransformer.functional.masked_bce_forward`); missing labels get exactly
     zero gradient. ``pos_weight`` (K,) optionally up-weights the rare positives.
@@ -336,19 +351,25 @@ class PropertyTask:
         self.validate(examples)
         ids = pad_batch([e[0] for e in examples], self.pad_id)  # (B, T)
         labels = np.stack([np.asarray(e[1], dtype=np.float64) for e in examples])  # (B, K), NaN = missing
-        if len(examples[0]) == 2:
-            return ids, labels
-        return ids, labels, np.stack([np.asarray(e[2], dtype=np.float32) for e in examples])  # (B, F)
+        features = None if len(examples[0]) == 2 else np.stack([np.asarray(e[2], dtype=np.float32)
+                                                                 for e in examples])  # (B, F)
+        relations = batch_relations([e[0] for e in examples], ids.shape[1], "PropertyTask batch")  # (B, T, T)
+        if relations is not None:
+            return ids, labels, features, relations
+        return (ids, labels) if features is None else (ids, labels, features)
 
     def _forward(self, model, batch):
-        ids, labels, *features = batch
+        ids, labels, *rest = batch  # then features (B, F) or None, and relations (B, T, T), where given
+        features = rest[0] if rest else None
+        graph = {"relations": backend.asarray(rest[1])} if len(rest) > 1 else {}
         _check_batch("PropertyTask", ids, 1)
         present = labels[~np.isnan(labels)]  # host: checked here, not on the device (module notes)
         if present.size and not ((present >= 0) & (present <= 1)).all():
             bad = present[(present < 0) | (present > 1)][0]
             raise ValueError(f"PropertyTask: labels must lie in [0, 1] (NaN = missing), got {bad!r}")
-        f = backend.asarray(features[0]) if features else None  # (B, F)
-        logits = model(ids_to_device(ids, model.config.vocab_size, "PropertyTask batch"), features=f)  # (B, K)
+        f = None if features is None else backend.asarray(features)  # (B, F)
+        logits = model(ids_to_device(ids, model.config.vocab_size, "PropertyTask batch"), features=f,
+                       **graph)  # (B, K)
         y = backend.asarray(labels.astype(logits.dtype))  # (B, K), NaN = missing
         pw = None
         if self.pos_weight is not None:

@@ -10,6 +10,8 @@
   molecule drawings for one SMILES and any of the three model kinds, with
   :mod:`~minitransformer.viz.attention_drawing` (each atom shaded by the attention its
   token receives).
+* :mod:`~minitransformer.viz.graph_bias` - what an encoder's graph bias learned: each layer's
+  table, heads by relations.
 * :mod:`~minitransformer.viz.plots` - training curves from a trainer's history.
 
 How to read the pictures: ``docs/attention.md``.

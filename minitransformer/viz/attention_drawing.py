@@ -12,7 +12,9 @@ one SMILES string, in three steps:
    that very string and explicit hydrogens (``[H]``) are kept (RDKit drops
    them by default, which would shift every later index): :func:`molecule_of`
    parses that way and checks the counts agree. Bonds, branches, ring digits
-   and special tokens (``<bos>``, ``<cls>``, ``<eos>``) map to None.
+   and special tokens (``<bos>``, ``<cls>``, ``<eos>``) map to None. The graph
+   bias of an encoder reads tokens as atoms the same way (:mod:`minitransformer.chem.graph`
+   holds both functions).
 2. **Attention received.** :func:`attention_received` turns maps (B, H, Tq, Tk)
    into one weight per key token: the probability each key receives, averaged
    over the query rows and over the chosen layers and heads. Every row sums to
@@ -26,24 +28,15 @@ one SMILES string, in three steps:
 from __future__ import annotations
 
 import io
-import re
 
 import numpy as np
 
 from minitransformer.atomic import write_bytes
-from minitransformer.chem._rdkit import MAX_SMILES_CHARS, mol_from_smiles, quiet_rdkit, require_rdkit, smiles_problem
-from minitransformer.chem.datasets.tokenizer import tokenize
+from minitransformer.chem._rdkit import quiet_rdkit, require_rdkit
+from minitransformer.chem.graph import is_atom_token, molecule_of
 
 __all__ = ["is_atom_token", "token_atom_indices", "molecule_of", "attention_received",
            "atom_weights", "draw_attention_on_molecule"]
-
-_ATOM = re.compile(r"\[[^\]]+\]|Br|Cl|[BCNOSPFI]|[bcnops]|\*")  # one whole token that is an atom
-
-
-def is_atom_token(token: str) -> bool:
-    """True for a token that writes one atom: ``[...]``, ``Cl``, ``Br``, ``C``, ``c``, ``*`` ..."""
-    return _ATOM.fullmatch(str(token)) is not None
-
 
 def token_atom_indices(tokens) -> list[int | None]:
     """For each token, the RDKit index of the atom it writes, or None (not an atom).
@@ -59,30 +52,6 @@ def token_atom_indices(tokens) -> list[int | None]:
         else:
             out.append(None)
     return out
-
-
-def molecule_of(smiles: str):
-    """Parse ``smiles`` keeping its explicit hydrogens, so atom k is its k-th atom token.
-
-    Raises ValueError (one line) when RDKit cannot parse it, or when the atom
-    count differs from the number of atom tokens (then the shading would be wrong).
-    """
-    Chem = require_rdkit()
-    params = Chem.SmilesParserParams()
-    params.removeHs = False  # "[H]" stays an atom: the token order and the atom order agree
-    why = smiles_problem(smiles)
-    if why is not None:
-        raise ValueError(f"cannot draw that SMILES: {why}; give one molecule of at most {MAX_SMILES_CHARS:,} "
-                         "characters")
-    with quiet_rdkit():
-        mol = mol_from_smiles(smiles, params=params)
-    if mol is None:
-        raise ValueError(f"RDKit cannot parse the SMILES {smiles!r}; give a valid molecule to draw")
-    n_tokens = sum(map(is_atom_token, tokenize(smiles)))
-    if n_tokens != mol.GetNumAtoms():
-        raise ValueError(f"{smiles!r} has {n_tokens} atom tokens but RDKit reads {mol.GetNumAtoms()} atoms; "
-                         "cannot match tokens to atoms (please report this SMILES)")
-    return mol
 
 
 def attention_received(maps, layers=None, heads=None, sample: int = 0, query_rows=None) -> np.ndarray:

@@ -212,7 +212,7 @@ def _one_sequence(ids, what: str, bos_id: int | None = None):
     return backend.asarray(a[None])  # (1, T)
 
 
-def forward_maps(model, kind: str, stack: str | None, ids, tgt_in_ids=None) -> list[np.ndarray]:
+def forward_maps(model, kind: str, stack: str | None, ids, tgt_in_ids=None, relations=None) -> list[np.ndarray]:
     """Run one eval-mode forward on one example and read its attention maps.
 
     Args:
@@ -222,6 +222,7 @@ def forward_maps(model, kind: str, stack: str | None, ids, tgt_in_ids=None) -> l
         kind, stack: which maps, as in :func:`attention_maps`.
         ids: (T,) or (S,) token ids; a ``DecoderLM``'s start with BOS.
         tgt_in_ids: (T,) decoder input ids, BOS first (``Seq2Seq`` only).
+        relations: (T, T) graph relation codes of the molecule, for an encoder with a graph bias.
 
     Returns:
         One (1, H, Tq, Tk) host array per layer (writable copies: the caches
@@ -241,6 +242,8 @@ def forward_maps(model, kind: str, stack: str | None, ids, tgt_in_ids=None) -> l
         if is_seq2seq:
             tgt_in = _one_sequence(tgt_in_ids, "forward_maps: tgt_in_ids", model.config.bos_id)  # (1, T)
             model.forward(first, tgt_in)  # (1, T, V) logits, unused: we want the caches
+        elif relations is not None:
+            model.forward(first, relations=backend.asarray(np.asarray(relations)[None]))  # (1, T, T) relations
         else:
             model.forward(first)  # logits or hidden states, unused
         return [np.array(m) for m in attention_maps(model, kind, stack)]  # L x (1, H, Tq, Tk) copies

@@ -19,6 +19,9 @@ Seq2Seq     source ``<bos>`` tokens           ``attention_encoder_self`` (source
                                               each step may copy a source token from)
 ==========  ================================  =========================================
 
+An encoder with a graph bias reads the molecule's relations as in training, and its
+bias tables are drawn too (``graph_bias.png``, :mod:`~minitransformer.viz.graph_bias`).
+
 For a ``Seq2Seq`` the target is, by default, what the model itself writes
 (greedy decoding), teacher-forced back in; pass ``target=`` to see another.
 
@@ -34,7 +37,7 @@ import numpy as np
 
 from minitransformer.atomic import FileExistsRefusal, write_bytes
 from minitransformer.viz.heatmaps import attention_png
-from minitransformer.viz.maps import forward_maps, rnn_attention_maps
+from minitransformer.viz.maps import encoder_inside, forward_maps, rnn_attention_maps
 
 __all__ = ["render_attention"]
 
@@ -79,8 +82,14 @@ def _views(model, vocab, smiles: str, target: str | None):
         ids = vocab.encode(smiles, cls=True)  # (T,): <cls> tokens <eos>, as the property model trains
         _check_length(model, len(ids), "input")
         labels = [vocab.CLS] + toks + [vocab.EOS]
-        maps = forward_maps(model, "self", None, np.asarray(ids))  # L x (1, H, T, T)
-        return [("attention_encoder_self", "encoder self-attention", maps, labels, labels, smiles)]
+        graph = encoder_inside(model).config.graph_max_distance  # 0: no graph bias
+        relations = None
+        if graph:  # the molecule's relations, computed as in training
+            from minitransformer.chem.graph import relation_batch, token_graph
+            relations = relation_batch([token_graph(smiles, graph)], [len(ids)], len(ids))[0]  # (T, T)
+        maps = forward_maps(model, "self", None, np.asarray(ids), relations=relations)  # L x (1, H, T, T)
+        heading = "encoder self-attention" + (" (with the molecule's graph bias)" if graph else "")
+        return [("attention_encoder_self", heading, maps, labels, labels, smiles)]
     src = np.asarray(vocab.encode(smiles))  # (S,): <bos> tokens <eos>
     _check_length(model, len(src), "source")
     if target is None:
@@ -153,6 +162,9 @@ def render_attention(model, vocab, smiles: str, out_dir, layers=None, heads=None
             title = f"{heading.split(':')[0]}\n{_layer_text(layers, heads, len(maps))}"
             pictures.append((out_dir / f"{stem}_molecule.png",
                              draw_attention_on_molecule(key_smiles, weights, k_labels, title=title)))
+    if _kind(model) == "encoder" and encoder_inside(model).config.graph_max_distance:  # what its heads learned
+        from minitransformer.viz.graph_bias import graph_bias_png
+        pictures.append((out_dir / "graph_bias.png", graph_bias_png(model, layers)))
     if not overwrite:
         existing = [str(p) for p, _ in pictures if p.exists()]
         if existing:

@@ -415,3 +415,40 @@ def test_a_run_refused_over_its_data_leaves_no_folder_behind(load_demo, tmp_path
     assert run_cli(load_demo("tox21_property").main, ["--quick", "--data", str(data), "--out", str(out)]) == 2
     assert "smiles" in capsys.readouterr().err.lower()
     assert not out.exists(), "the folder the run made for its lock goes when nothing was written in it"
+
+
+def test_a_model_with_the_graph_bias_pretrains_predicts_and_draws_as_its_run_did(labelled_csv, load_demo, tmp_path):
+    """--graph 4: every block's attention reads the molecule's relations (pretraining included), the
+    checkpoint says so, `predict` computes the graph of new molecules as the run did and gives its test
+    predictions back, the `attention` pictures include the learned bias tables, and an old-style
+    model without the graph is untouched by it."""
+    from minitransformer.checkpoint import load_checkpoint
+    from minitransformer.chem.graph import n_relations
+    from minitransformer.cli.main import main
+    from minitransformer.molecules.predicting import PropertyPredictor
+    demo = load_demo("tox21_property")
+    out = tmp_path / "run"
+    assert demo.main(["--quick", "--quiet", "--pretrain", "--graph", "4", "--descriptors", "off", "--data",
+                      str(labelled_csv), "--out", str(out)]) == 0
+    ckpt = load_checkpoint(out / "best.npz")
+    assert ckpt.config["graph_max_distance"] == 4
+    tables = [k for k in ckpt.weights if k.endswith("graph_bias.table")]
+    assert len(tables) == ckpt.config["n_layers"] and ckpt.weights[tables[0]].shape == (ckpt.config["n_heads"],
+                                                                                       n_relations(4))
+    pretrained = load_checkpoint(out / "pretrain" / "last.npz")
+    moved = [k for k in pretrained.weights if k.endswith("graph_bias.table")]
+    assert moved and not np.allclose(pretrained.weights[moved[0]], 0.0)
+    lines = (out / "predictions.csv").read_text().splitlines()[1:]
+    smiles = [line.split(",")[0] for line in lines]
+    expected = np.array([[float(v) for v in line.split(",")[1:4]] for line in lines])  # (N, 3), 4 decimals
+    predictor = PropertyPredictor.from_checkpoint(out / "best.npz")
+    probs, ok, _ = predictor.predict(smiles, views=json.loads((out / "metrics.json").read_text())["tta"], seed=0)
+    assert ok.all()
+    np.testing.assert_allclose(probs, expected, atol=5.1e-5)
+    pictures = tmp_path / "pictures"
+    assert main(["attention", str(out / "best.npz"), smiles[0], "--out", str(pictures)]) == 0
+    assert (pictures / "graph_bias.png").read_bytes()[:4] == b"\x89PNG"
+    assert (pictures / "attention_encoder_self.png").stat().st_size > 0
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--quick", "--graph", "1", "--data", str(labelled_csv), "--out", str(tmp_path / "bad")])
+    assert exit_info.value.code == 2

@@ -109,8 +109,13 @@ def _owned_cases():
         (y, h, c), cache = ks["lstm_forward"](x, h0, c0, Wx, Wh, b, mask)
         return [y, h, c], lambda: ks["lstm_backward"]((dy, None, None), cache)  # both caches keep x, h0, c0, mask
 
+    def graph_bias(ks):
+        table, rel, dbias = r(2, 5), dev(g.integers(0, 5, size=(3, 4, 4)).astype(np.uint8)), r(3, 2, 4, 4)
+        bias, cache = ks["graph_bias_forward"](table, rel)
+        return [bias], lambda: (ks["graph_bias_backward"](dbias, cache),)  # both caches keep the relations
+
     return {"attention": attention, "cross_entropy": cross_entropy, "layernorm": layernorm,
-            "softmax": softmax, "gelu": gelu, "lstm": lstm}
+            "softmax": softmax, "gelu": gelu, "lstm": lstm, "graph_bias": graph_bias}
 
 
 @pytest.mark.parametrize("kernel_set", ["reference", "fast"])
@@ -164,7 +169,15 @@ def _float32_calls(g):
         ("gelu_forward tanh", lambda ks: ks["gelu_forward"](x, "tanh")),
         ("embedding_backward", lambda ks: (ks["embedding_backward"](dy, ks["embedding_forward"](ids, table)[1]),)),
         ("lstm_forward/backward", lambda ks: _lstm_both(ks, x, *lstm_weights)),
+        ("graph_bias_forward/backward", lambda ks: _graph_bias_both(ks, table, ids)),
     ]
+
+
+def _graph_bias_both(ks, table, ids):
+    """The graph bias and its table's gradient (with dbias = bias) on a float32 table."""
+    relations = ids[:, :, None] * 0 + ids[:, None, :]  # (B, T, T) codes in [0, 5)
+    bias, cache = ks["graph_bias_forward"](table, relations)
+    return bias, ks["graph_bias_backward"](bias, cache)
 
 
 def _lstm_both(ks, x, h0, c0, Wx, Wh, b):
@@ -207,6 +220,7 @@ def _bad_calls():
         ("cross_entropy: smoothing with 1 class", "cross_entropy_forward", (r(3, 1), dev(np.zeros(3, dtype=int))), {"label_smoothing": 0.1}),
         ("layernorm: width", "layernorm_forward", (r(2, 5), r(4), r(4)), {}),
         ("gelu: approximate", "gelu_forward", (r(3),), {"approximate": "erf"}),
+        ("graph bias: relations not (B, T, T)", "graph_bias_forward", (r(2, 5), dev(np.zeros((3, 4), dtype=np.uint8))), {}),
     ]
 
 

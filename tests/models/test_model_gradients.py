@@ -183,6 +183,50 @@ def test_property_model_with_a_hidden_layer_gradcheck(any_backend, float64):
     assert declared_parameters("PropertyModel", cfg.to_dict()) >= model.num_parameters()
 
 
+def _relations(ids, R, seed=0):
+    """Random graph relation codes (B, T, T) for a padded batch: what the data pipeline would give
+    (the model only reads them)."""
+    return _dev(np.random.default_rng(seed).integers(0, R, size=(*ids.shape, ids.shape[1])).astype(np.uint8))
+
+
+@pytest.mark.parametrize("model_type", ["PropertyModel", "MaskedLM"])
+def test_models_with_a_graph_bias_gradcheck(any_backend, float64, model_type):
+    """Every block's graph bias table, and every other weight, through the whole model, the
+    graph bias beside a learned relative-position bias and the descriptors' features."""
+    opts = dict(vocab_size=V, n_layers=2, seed=7, graph_max_distance=3, relative_bias="learned",
+                relative_max_distance=2, **SMALL)
+    if model_type == "PropertyModel":
+        cfg = PropertyModelConfig(n_outputs=2, n_features=3, head_hidden=4, **opts)
+        model, loss = PropertyModel(cfg), None
+        kwargs = {"features": _dev(np.random.default_rng(4).standard_normal((3, 3)))}
+    else:
+        cfg = EncoderConfig(**opts)
+        model, loss, kwargs = MaskedLM(cfg), _ce_loss(_dev(MLM_TARGETS), ignore_index=IGNORE), {}
+    _perturb(model, seed=3)
+    R = cfg.graph_relations
+    assert R == 15  # the relations of minitransformer.chem.graph clipped at 3 bonds
+    report = check_module(model, _dev(ENC_BATCH), loss, kwargs={**kwargs, "relations": _relations(ENC_BATCH, R)},
+                          **_how())
+    names = _checked_names(report)
+    assert names == {n for n, _ in model.named_parameters()}
+    assert sum(".graph_bias.table" in n for n in names) == 2
+    from minitransformer.checkpoint.limits import declared_parameters
+    assert declared_parameters(model_type, cfg.to_dict()) >= model.num_parameters()
+
+
+def test_an_encoder_with_a_graph_bias_needs_the_relations(float64):
+    model = Encoder(EncoderConfig(vocab_size=V, graph_max_distance=2, **SMALL))
+    ids = _dev(ENC_BATCH)
+    with pytest.raises(ValueError, match="this encoder has a graph bias; give each molecule's relations"):
+        model(ids)
+    with pytest.raises(ValueError, match=r"relations must have shape \(B, T, T\) = \(3, 6, 6\)"):
+        model(ids, _relations(ENC_BATCH[:, :5], 14))
+    with pytest.raises(ValueError, match="relations were given, but this encoder has no graph bias"):
+        Encoder(EncoderConfig(vocab_size=V, **SMALL))(ids, _relations(ENC_BATCH, 14))
+    with pytest.raises(ValueError, match="graph_max_distance must be 0 .no graph bias. or at least 2"):
+        EncoderConfig(vocab_size=V, graph_max_distance=1, **SMALL)
+
+
 # -- the heads alone ---------------------------------------------------------------
 @pytest.mark.parametrize("opts", [dict(n_features=0, head_hidden=0), dict(n_features=3, head_hidden=0),
                                   dict(n_features=2, head_hidden=4, activation="relu"),
@@ -242,7 +286,7 @@ def test_a_masked_lm_and_a_property_model_share_one_encoder_and_its_gradients(fl
 
 def test_the_encoder_has_no_head_argument():
     import inspect
-    assert list(inspect.signature(Encoder.forward).parameters) == ["self", "ids"]
+    assert list(inspect.signature(Encoder.forward).parameters) == ["self", "ids", "relations"]  # the graph's only
     assert list(inspect.signature(Encoder.backward).parameters) == ["self", "dh"]
     assert not {"mlm_head", "n_outputs", "n_features", "head_hidden"} & set(EncoderConfig.__dataclass_fields__)
     with pytest.raises(TypeError):

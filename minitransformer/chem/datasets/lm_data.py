@@ -194,13 +194,19 @@ class RandomizedEpochs:
     which each write every ``size``-th chunk and gather the rest: each chunk draws from its
     own stream, so they get what one process writes. ``keyed``: each molecule draws from a
     stream of its own, keyed by the seed, the epoch and its string, so its writing does not
-    depend on the molecules beside it (the views of a prediction).
+    depend on the molecules beside it (the views of a prediction). ``graph`` > 0 (a model with a
+    graph bias, ``encode`` with ``cls=True``): each id list carries its writing's graph, distances
+    clipped at ``graph`` bonds (:class:`~minitransformer.chem.graph.GraphIds`), computed once per
+    writing beside the writing, on the same workers and ranks.
     """
 
     def __init__(self, smiles, vocab: Vocab, seed: int = 0, p: float = 1.0, max_tokens: int | None = None,
-                 encode: dict | None = None, kekule_form: bool = False, share=None, keyed: bool = False):
+                 encode: dict | None = None, kekule_form: bool = False, share=None, keyed: bool = False,
+                 graph: int = 0):
         self.smiles, self.vocab, self.seed, self.p, self.max_tokens = list(smiles), vocab, seed, p, max_tokens
-        self.kekule_form, self.share, self.keyed = kekule_form, share, keyed
+        self.kekule_form, self.share, self.keyed, self.graph = kekule_form, share, keyed, graph
+        if graph and not (encode or {}).get("cls"):
+            raise ValueError("RandomizedEpochs: graph relations are read with <cls> first; give encode=dict(cls=True)")
         self.encode = dict(encode or {})
         self._plain = [vocab.encode(s, **self.encode) for s in self.smiles]
         self._cache: tuple[int, list] | None = None
@@ -217,26 +223,42 @@ class RandomizedEpochs:
         parts = map_shared(self.share, lambda mine: map_chunks(_random_writings, mine, len(self.smiles) // ranks),
                            chunks)  # with ranks: each writes its chunks, then all gather
         written = [w for part in parts for w in part]
-        out = []
-        for s, plain in zip(written, self._plain):
-            if s is None:  # kept as given (probability 1 - p)
-                out.append(plain)
-                continue
-            ids = self.vocab.encode(s, **self.encode)
-            too_long = self.max_tokens is not None and len(ids) > self.max_tokens
-            out.append(plain if (too_long or self.vocab.unk_id in ids) else ids)
+        out, used = [], []
+        for s, given, plain in zip(written, self.smiles, self._plain):
+            ids = None if s is None else self.vocab.encode(s, **self.encode)  # None: kept as given (1 - p)
+            too_long = ids is not None and self.max_tokens is not None and len(ids) > self.max_tokens
+            if ids is None or too_long or self.vocab.unk_id in ids:
+                ids, s = plain, given
+            out.append(ids)
+            used.append(s)
+        if self.graph:
+            out = self._with_graphs(out, used, ranks)
         self._cache = (epoch, out)
         return out
+
+    def _with_graphs(self, ids, writings, ranks: int) -> list:
+        """Each id list as :class:`~minitransformer.chem.graph.GraphIds`, the graph of its writing."""
+        from minitransformer.chem.graph import GraphIds
+        from minitransformer.chem.workers import map_chunks
+        from minitransformer.distributed import map_shared
+        size = RANDOM_CHUNK
+        chunks = [(writings[i:i + size], self.graph) for i in range(0, len(writings), size)]
+        parts = map_shared(self.share, lambda mine: map_chunks(_writing_graphs, mine, len(writings) // ranks), chunks)
+        graphs = [g for part in parts for g in part]
+        return [GraphIds(x, g) for x, g in zip(ids, graphs)]
 
 
 class LabelledEpochs:
     """Callable ``epoch -> [(ids, labels), ...]``: a classifier's training pairs, each molecule
     written as a fresh random SMILES each epoch (:class:`RandomizedEpochs`, with the ``<cls>``
     token first), its labels unchanged; with ``features`` (N, F), triples ``(ids, labels,
-    features)``: a molecule's features do not depend on how it is written."""
+    features)``: a molecule's features do not depend on how it is written. ``graph`` > 0: the
+    ids carry their writing's graph (as :class:`RandomizedEpochs`)."""
 
-    def __init__(self, smiles, labels, vocab: Vocab, seed: int, p: float, max_tokens: int, features=None):
-        self.ids = RandomizedEpochs(smiles, vocab, seed=seed, p=p, max_tokens=max_tokens, encode=dict(cls=True))
+    def __init__(self, smiles, labels, vocab: Vocab, seed: int, p: float, max_tokens: int, features=None,
+                 graph: int = 0):
+        self.ids = RandomizedEpochs(smiles, vocab, seed=seed, p=p, max_tokens=max_tokens, encode=dict(cls=True),
+                                    graph=graph)
         self.labels, self.features = labels, features
 
     def __call__(self, epoch: int):
@@ -263,6 +285,14 @@ def _random_writings(chunk) -> list:
             rng = np.random.default_rng([*entropy[:3], zlib.crc32(s.encode("utf-8"))])
         out.append(None if (p < 1.0 and rng.random() >= p) else randomize_smiles(s, rng, kekule_form))
     return out
+
+
+def _writing_graphs(chunk) -> list:
+    """The :class:`~minitransformer.chem.graph.TokenGraph` of each writing of one chunk (``<cls>``
+    first), distances clipped at the chunk's bound: a pure function, for the worker processes."""
+    from minitransformer.chem.graph import token_graph
+    writings, max_distance = chunk
+    return [token_graph(s, max_distance, first=1) for s in writings]
 
 
 def pretraining_or_fallback(data: str, user_chose: bool, instead: str, log=print, **kw) -> list | None:

@@ -389,3 +389,38 @@ def cross_entropy_backward(p, t, w, off, hit, d):
         for j in range(V):
             d[r, j] = (p[r, j] - off) * wr
         d[r, t[r]] = ((p[r, t[r]] - off) - hit) * wr
+
+
+# ---------------------------------------------------------------------------
+# The graph bias: a lookup per (molecule, query) row, and its sums per part
+# ---------------------------------------------------------------------------
+@_jit
+def graph_bias_forward(relations, table, bias):
+    """bias[b, h, i, j] = table[h, relations[b, i, j]]. relations: (B, T, T) integers; table: (H, R);
+    bias: (B, H, T, T). One (molecule, query) row per iteration."""
+    B, T = relations.shape[0], relations.shape[1]
+    H = table.shape[0]
+    for row in prange(B * T):
+        b, i = row // T, row % T
+        for h in range(H):
+            for j in range(T):
+                bias[b, h, i, j] = table[h, relations[b, i, j]]
+
+
+@_jit
+def graph_bias_backward(relations, dbias, parts):
+    """parts[p, h, r]: the sum of dbias[b, h, i, j] over the (b, i, j) of part p with relations[b, i, j] = r,
+    part p = (molecule, query) rows p*256 .. p*256+255 (ROWS_PER_PART). relations: (B, T, T); dbias:
+    (B, H, T, T); parts: (P, H, R) float64."""
+    B, T = relations.shape[0], relations.shape[1]
+    H, R = parts.shape[1], parts.shape[2]
+    for p in prange(parts.shape[0]):
+        for h in range(H):
+            for r in range(R):
+                parts[p, h, r] = 0.0
+        for row in range(p * ROWS_PER_PART, min(B * T, (p + 1) * ROWS_PER_PART)):
+            b, i = row // T, row % T
+            for j in range(T):
+                r = relations[b, i, j]
+                for h in range(H):
+                    parts[p, h, r] += dbias[b, h, i, j]
