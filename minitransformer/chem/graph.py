@@ -64,6 +64,7 @@ PAD, SELF, FROM_CLS, TO_CLS, ATOM_TO_MARK, MARK_TO_ATOM, MARK_TO_MARK, OTHER_FRA
 #: The first bond relation: single, double, triple, aromatic, other follow in that order.
 BOND_SINGLE = 8
 BONDS = ("SINGLE", "DOUBLE", "TRIPLE", "AROMATIC")  # RDKit's names; any other type is BOND_SINGLE + 4
+BOND_ORDERS = (1.0, 2.0, 3.0, 1.5)  # their orders, as RDKit's adjacency matrix gives them
 #: Atoms d >= 2 bonds apart: relation DISTANCE + min(d, max_distance).
 DISTANCE = BOND_SINGLE + len(BONDS) + 1 - 2
 #: The clipping distance unless a model says otherwise.
@@ -125,12 +126,17 @@ def token_graph(smiles: str, max_distance: int = MAX_DISTANCE, first: int = 1) -
     atoms = np.array([first + i for i, t in enumerate(tokens) if is_atom_token(t)], dtype=np.int16)  # (n,)
     n = len(atoms)
     dist = Chem.GetDistanceMatrix(mol) if n else np.zeros((0, 0))  # (n, n) bonds apart; 1e8 between fragments
+    # distance 1 reads DISTANCE + 1 = BOND_SINGLE + 4, "any other bond", until the bond's order says which
     rel = np.where(dist > n, OTHER_FRAGMENT, DISTANCE + np.minimum(dist, max_distance)).astype(np.uint8)  # (n, n)
-    for bond in mol.GetBonds():
-        name = str(bond.GetBondType())
-        code = BOND_SINGLE + (BONDS.index(name) if name in BONDS else len(BONDS))
-        i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
-        rel[i, j] = rel[j, i] = code
+    order = Chem.GetAdjacencyMatrix(mol, useBO=True) if n else np.zeros((0, 0))  # (n, n) bond orders, 1.5 aromatic
+    order = np.maximum(order, order.T)  # (n, n): a dative bond is entered one way only
+    for k, value in enumerate(BOND_ORDERS):  # single, double, triple, aromatic
+        rel[order == value] = BOND_SINGLE + k
+    if "->" in smiles or "<-" in smiles:  # a dative bond's order reads as single: it is "any other bond"
+        for bond in mol.GetBonds():
+            if str(bond.GetBondType()) not in BONDS:
+                i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
+                rel[i, j] = rel[j, i] = BOND_SINGLE + len(BONDS)
     np.fill_diagonal(rel, SELF)
     return TokenGraph(atoms, rel)
 

@@ -75,6 +75,11 @@ def test_distances_are_clipped_and_fragments_kept_apart():
     assert salt.relations[0, 1] == salt.relations[1, 0] == OTHER_FRAGMENT
     aromatic = token_graph("c1ccccc1")
     assert (aromatic.relations[0, [1, 5]] == AROMATIC).all()
+    assert (token_graph("C1=CC=CC=C1").relations == aromatic.relations).all()  # a Kekule writing: RDKit's bonds
+    triple, dative, quadruple = token_graph("C#N"), token_graph("[NH3]->[Fe]"), token_graph("[C]$[C]")
+    assert triple.relations[0, 1] == BOND_SINGLE + 2
+    assert dative.relations[0, 1] == dative.relations[1, 0] == BOND_SINGLE + 4  # any other bond, both ways
+    assert quadruple.relations[0, 1] == quadruple.relations[1, 0] == BOND_SINGLE + 4
 
 
 def test_relations_fit_their_count_and_have_names():
