@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Sequence
 
@@ -76,6 +77,8 @@ def main(argv: Sequence[str] | None = None, start_ranks: bool = False) -> int:
     ``start_ranks``: a training command may start its data-parallel ranks
     (:mod:`~minitransformer.cli.launch`; the installed command does, a program calling
     ``main`` does not, and there ``--ranks N`` needs ``mpiexec -n N``)."""
+    if hasattr(signal, "pthread_sigmask"):  # a Ctrl-C held across the relaunch arrives here
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     argv = list(sys.argv[1:] if argv is None else argv)
     cli_ranks.expect(next((a for a in argv if not a.startswith("-")), None))
     parser = build_parser()
@@ -129,12 +132,26 @@ def _relaunch_with_prompt_blas_threads(argv: Sequence[str]) -> None:
     env = dict(os.environ, OPENBLAS_THREAD_TIMEOUT=str(blas_thread_timeout(argv)))
     sys.stdout.flush()
     sys.stderr.flush()
+    # A Ctrl-C caught from here on would only set Python's flag, which the exec wipes out, and the
+    # command would run on as if never stopped. Blocked, the signal stays pending across the exec,
+    # and the new process takes it as soon as :func:`main` unblocks it: one line, status 130.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     os.execve(sys.executable, [sys.executable, "-m", "minitransformer", *argv], env)
+
+
+#: The signals that stop a command (Ctrl-C, ``kill``): held across the relaunch, never lost.
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _relaunched_main(argv: Sequence[str]) -> int:
+    """:func:`main` as the installed command runs it: first started again with prompt BLAS threads
+    where it must be (inside :func:`~minitransformer.cli.errors.run_cli`, so a Ctrl-C then is one line too)."""
+    _relaunch_with_prompt_blas_threads(argv)
+    return main(argv, start_ranks=True)
 
 
 def console(argv: Sequence[str] | None = None) -> int:
     """The installed ``minitransformer`` script (and ``python -m minitransformer``)."""
     from minitransformer.cli.errors import exit_for_good, run_cli
     argv = list(sys.argv[1:] if argv is None else argv)
-    _relaunch_with_prompt_blas_threads(argv)
-    exit_for_good(run_cli(lambda a: main(a, start_ranks=True), argv))
+    exit_for_good(run_cli(_relaunched_main, argv))
