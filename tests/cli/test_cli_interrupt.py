@@ -132,6 +132,15 @@ def test_a_second_sigterm_while_the_first_is_reported_is_noted_not_raised(capsys
     assert capsys.readouterr().err.strip() == "terminated (SIGTERM): interrupted at the last step"
 
 
+def _as_from_a_terminal():
+    """The child starts as a command typed at a terminal does: Ctrl-C at its default, not blocked. A
+    test worker may hand on SIGINT ignored or blocked (whatever an earlier test left), and a command
+    started with SIGINT ignored keeps ignoring it, by design (a background job, ``nohup``)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @pytest.mark.parametrize("delay", [0.15, 0.4, 0.8])
 def test_ctrl_c_while_the_command_starts_is_one_line_and_status_130(tmp_path, delay):
     """A Ctrl-C during the first second (the imports) is answered in one line, never with a traceback."""
@@ -142,7 +151,7 @@ def test_ctrl_c_while_the_command_starts_is_one_line_and_status_130(tmp_path, de
     env = {k: v for k, v in __import__("os").environ.items() if k != "MINITRANSFORMER_DEBUG"}
     process = subprocess.Popen([sys.executable, "-m", "minitransformer", "train", "lm", "--quick", "--out",
                                 str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env, cwd=tmp_path)
+                               env=env, cwd=tmp_path, preexec_fn=_as_from_a_terminal)
     time.sleep(delay)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=120)
