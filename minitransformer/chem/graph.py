@@ -187,9 +187,10 @@ class GraphIds(list):
         self.graph = graph
 
 
-def graph_ids(ids, smiles: str, max_distance: int = MAX_DISTANCE) -> GraphIds:
-    """``ids`` (``<cls>`` first) of the writing ``smiles``, with its graph (:func:`token_graph`)."""
-    return GraphIds(ids, token_graph(smiles, max_distance, first=1))
+def graph_ids(ids, smiles: str, max_distance: int = MAX_DISTANCE):
+    """``ids`` (``<cls>`` first) of the writing ``smiles``, with its graph (:func:`token_graph`) when
+    ``max_distance`` > 0; with 0 (a model without a graph bias), ``ids`` as they are."""
+    return GraphIds(ids, token_graph(smiles, max_distance, first=1)) if max_distance else ids
 
 
 def batch_relations(seqs, T: int, where: str = "batch"):

@@ -302,9 +302,8 @@ class TrainProperty(TrainingCommand):
         graph = run.model.config.graph_max_distance  # 0: no graph bias
         train_data = LabelledEpochs(train.smiles, train.labels, vocab, r.seed, r.augment, r.max_len,
                                     features=None if features is None else features.train, graph=graph)
-        val_ids = [graph_ids(vocab.encode(x, cls=True), x, graph) if graph else vocab.encode(x, cls=True)
-                   for x in val.smiles]
-        val_data = list(zip(val_ids, val.labels, *([] if features is None else [features.val])))
+        val_data = list(zip([graph_ids(vocab.encode(x, cls=True), x, graph) for x in val.smiles], val.labels,
+                            *([] if features is None else [features.val])))
         return Phase("train", PropertyTask(vocab.pad_id, pos_weight=pos_weight), train_data, len(train.smiles),
                      r.epochs, run.budget, val_data=val_data, metric="val_auc", mode="max", patience=r.patience,
                      eval_batch_size=128)

@@ -58,8 +58,7 @@ def view_ids(smiles: Sequence[str], vocab: Vocab, n_views: int, seed: int, max_t
     from minitransformer.chem.graph import graph_ids
     if n_views < 1:
         raise ValueError(f"n_views must be at least 1 (the SMILES as given), got {n_views}")
-    views = [[graph_ids(vocab.encode(s, cls=True), s, graph) if graph else vocab.encode(s, cls=True)
-              for s in smiles]]
+    views = [[graph_ids(vocab.encode(s, cls=True), s, graph) for s in smiles]]
     writer = RandomizedEpochs(smiles, vocab, seed=seed + VIEW_SEED_OFFSET, max_tokens=max_tokens,
                               encode=dict(cls=True), keyed=True, graph=graph)
     views += [writer(v) for v in range(1, n_views)]
@@ -160,11 +159,11 @@ class PropertyPredictor:
         for a model with a graph bias, also when the string's graph cannot be read)."""
         reason = self.vocab.unreadable_reason(smiles, self.max_len, cls=True)
         if reason is None and self.model.config.graph_max_distance:
-            from minitransformer.chem.graph import token_graph
+            from minitransformer.chem.graph import molecule_of
             try:
-                token_graph(smiles, self.model.config.graph_max_distance)
+                molecule_of(smiles)  # RDKit reads it, and its atoms are its atom tokens one for one
             except ValueError as err:
-                reason = str(err).removeprefix("graph relations: ")
+                reason = str(err)
         return reason
 
     def predict(self, smiles: Sequence[str], views: int = 8, seed: int = 0,
