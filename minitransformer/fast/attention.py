@@ -27,6 +27,9 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
   probabilities are written as exact zeros, which is what the softmax gives them.
   This is done on the CPU, for masks only (with an additive bias every logit is
   computed, as the bias's gradient needs them all).
+* **A bias of the logits' own shape** (B, H, Tq, Tk), one per sequence as the graph
+  bias is, has :math:`dA = dS` as its gradient: the backward writes :math:`dS` straight
+  into the returned array, block by block, instead of gathering the blocks' copies.
 * **A decoding step** (one new query per sequence and head over a time-major KV cache)
   is one compiled pass through the cache (:mod:`minitransformer.fast.decode_attention`),
   with Numba.
@@ -199,12 +202,19 @@ def attention_backward(dout, cache: FastAttentionCache):
         qs = q * scale  # (B, H, Tq, Dh) another thread, or Numba since switched off: the products below
     pieces = batch_slices(B, H * Tq * Tk * p.itemsize)
     dbias_parts = {}  # piece start -> that block's dA summed to the bias's shape
+    # a bias of dA's own shape (one per sequence, e.g. the graph bias) has dA as its gradient:
+    # each block writes dS straight into it, rather than into a buffer copied afterwards
+    whole_dbias = None
+    if bias is not None and tuple(bias.shape) == (B, H, Tq, Tk):
+        whole_dbias = xp.empty((B, H, Tq, Tk), dtype=p.dtype)  # (B, H, Tq, Tk)
 
     def rows(b):  # one block of sequences
         if len(blocks) == 1:  # every key of every row: dq, dk, dv written at once
+            ds_out = None if whole_dbias is None else whole_dbias[b]
             ds = _backward_block(dout[b], qs[b], k[b], v[b], p[b], pd[b], o[b],
-                                 _batch_part(dropout_mask, b), scale, dq[b], dk[b], dv[b], accumulate=False)
-            if bias is not None:
+                                 _batch_part(dropout_mask, b), scale, dq[b], dk[b], dv[b], accumulate=False,
+                                 ds_out=ds_out)
+            if bias is not None and whole_dbias is None:
                 dbias_parts[b.start] = _bias_part_grad(ds, bias, b)
             return
         dk[b] = 0.0  # each block of query rows adds its share to the keys it saw
@@ -219,8 +229,8 @@ def attention_backward(dout, cache: FastAttentionCache):
                             dq[b, :, r], dk[b, :, c], dv[b, :, c], accumulate=True)
 
     parallel_for(rows, pieces, uses_blas=True)
-    dbias = None
-    if bias is not None:
+    dbias = whole_dbias
+    if bias is not None and whole_dbias is None:
         if bias.ndim == 4 and bias.shape[0] != 1:  # a batch axis of its own: blocks fill their rows
             dbias = xp.concatenate([dbias_parts[b.start] for b in pieces], axis=0)
         else:  # shared by every sequence: the blocks' sums add up, in a fixed order
@@ -234,15 +244,16 @@ def _bias_part_grad(ds, bias, b):
     return sum_to_shape(ds, tuple(part.shape))
 
 
-def _backward_block(dout, qs, k, v, p, pd, out, dropout_mask, scale, dq, dk, dv, accumulate):
+def _backward_block(dout, qs, k, v, p, pd, out, dropout_mask, scale, dq, dk, dv, accumulate, ds_out=None):
     """The backward pass on b sequences and a block of query rows (and the keys they
     saw): dq written, dk and dv written (or, with ``accumulate``, added to: the
-    other blocks of rows add theirs). Returns dS (b, H, q, k)."""
+    other blocks of rows add theirs). Returns dS (b, H, q, k), written into ``ds_out``
+    when one is given."""
     if accumulate:
         dv += pd.swapaxes(-1, -2) @ dout  # (b, H, k, Dv), this block's share
     else:
         xp.matmul(pd.swapaxes(-1, -2), dout, out=dv)  # (b, H, Tk, Dv), in the forward pass out = pd @ v
-    dp = dout @ v.swapaxes(-1, -2)  # (b, H, Tq, Tk)
+    dp = xp.matmul(dout, v.swapaxes(-1, -2), out=ds_out)  # (b, H, Tq, Tk)
     if dropout_mask is not None:
         dp *= dropout_mask
     if cuda.usable(dp, p) and cuda.contiguous(dp, p):  # a GPU: one launch, rowsum(dp * p) in the row
