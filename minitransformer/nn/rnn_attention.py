@@ -44,7 +44,7 @@ def _masked_scores(scores, mask):
 
 
 def _context_backward(dctx, alpha, E):
-    r"""The part both forms share: ctx = \sum_j \alpha_j e_j. Returns d\alpha (B, S) and
+    r"""The part both forms share: :math:`ctx = \sum_j \alpha_j e_j`. Returns :math:`d\alpha` (B, S) and
     dE's share (B, S, He). dctx: (B, He); alpha: (B, S); E: (B, S, He)."""
     dalpha = xp.einsum("bh,bsh->bs", dctx, E)  # (B, S)
     dE = alpha[:, :, None] * dctx[:, None, :]  # (B, S, He)

@@ -177,8 +177,8 @@ def layernorm_forward(x, w, b, eps, y, xhat, rstd):
 
 @_jit(vectorize_sums=True)
 def layernorm_backward(dy, xhat, rstd, w, dx, dw_parts, db_parts):
-    r"""dx = rstd (g - \bar g - \hat x\,\overline{g\hat x}) per row, g = dy w; and each part's
-    \sum dy\hat x, \sum dy over its rows. dy, xhat, dx: (N, D); rstd: (N,);
+    r""":math:`dx = \mathrm{rstd}\,(g - \bar g - \hat x\,\overline{g\hat x})` per row, :math:`g = dy\,w`; and each
+    part's :math:`\sum dy\,\hat x` and :math:`\sum dy` over its rows. dy, xhat, dx: (N, D); rstd: (N,);
     dw_parts, db_parts: (P, D) float64, part p = rows p*256 .. p*256+255 (ROWS_PER_PART)."""
     N, D = dy.shape
     for p in prange(dw_parts.shape[0]):
@@ -341,9 +341,9 @@ if numba is not None:
 # ---------------------------------------------------------------------------
 @_jit(vectorize_sums=True)
 def cross_entropy_forward(x, t, eps, p, loss):
-    r"""Per row r of the logits x (N, V), with z = x - \max x and lse = \log\sum_j e^{z_j}:
-    p = e^{z - lse} (N, V), and loss (N,) with loss[r] = -(1-\epsilon)(z_t - lse)
-    - \frac{\epsilon}{V-1}\sum_{j \ne t}(z_j - lse), t = t[r] (N,) int. A row whose
+    r"""Per row r of the logits x (N, V), with :math:`z = x - \max x` and :math:`lse = \log\sum_j e^{z_j}`:
+    :math:`p = e^{z - lse}` (N, V), and loss (N,) with
+    :math:`loss_r = -(1-\epsilon)(z_t - lse) - \frac{\epsilon}{V-1}\sum_{j \ne t}(z_j - lse)`, t = t[r] (N,) int. A row whose
     largest logit is NaN or infinite is NaN throughout, as the reference's arithmetic makes it."""
     N, V = x.shape
     for r in prange(N):

@@ -112,7 +112,7 @@ def chunks_of(layout) -> Chunks:
 
 
 def adam_flat(layout, settings, beta1: float, beta2: float, eps: float) -> None:
-    """One Adam step of every segment of ``layout`` (its ``data``, ``grad``, ``state["m"]``,
+    r"""One Adam step of every segment of ``layout`` (its ``data``, ``grad``, ``state["m"]``,
     ``state["v"]``), in place, in one launch. ``settings``: a host (S, 4) float64 array,
     per segment the step size, :math:`1/(1-\beta_2^t)`, the L2 coefficient and the shrink."""
     table = chunks_of(layout)
