@@ -2,6 +2,8 @@
 #
 #   make demo   build .venv with the package, run demos/$(DEMO).py
 #   make test   build .venv with the [all] extras, run the test suite (fast kernels, then the model-level tests with the reference kernels)
+#   make book   build .venv with the book's tools, then the book into site/ (python -m http.server -d site)
+#   make book-check  open every page of the book in headless Chromium; screenshots in build/book-check/
 #   make clean  remove .venv and build/test caches
 #
 # Knobs (set on the command line, e.g. `make test PYTEST_ARGS="-k attention"`):
@@ -33,7 +35,7 @@ ifeq ($(strip $(MINITRANSFORMER_DATA)),)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test clean
+.PHONY: help demo test book book-check clean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -57,6 +59,17 @@ test: $(VENV)/.installed-test
 	MINITRANSFORMER_KERNELS=fast $(PYTEST) $(PYTEST_ARGS)
 	MINITRANSFORMER_KERNELS=reference $(PYTEST) $(REFERENCE_TESTS) $(PYTEST_ARGS)
 
+# The book: MkDocs with the Material theme (docs/book.md), its pages from the tree as it is;
+# dated by the last commit, so that two builds of one commit give the same files. --strict:
+# a broken link or picture, or a formula MathJax would reject, stops the build.
+book: $(VENV)/.installed-book
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) NO_MKDOCS_2_WARNING=1 \
+	  $(VENV_PY) -m mkdocs build --strict --clean --site-dir site
+	@echo "the book is in site/: read it with $(VENV_PY) -m http.server -d site, then http://localhost:8000"
+
+book-check: book
+	$(VENV_PY) docs/book/check.py site --screenshots build/book-check
+
 # The bare virtualenv. Checked for the Python version first so an old python3
 # fails here with a clear message rather than deep inside pip.
 $(VENV_PY):
@@ -70,10 +83,17 @@ $(VENV)/.installed-demo: setup.cfg pyproject.toml | $(VENV_PY)
 	$(VENV_PY) -m pip install $(PIP_ARGS) -e '.[fast,parallel]'
 	@touch $@
 
-$(VENV)/.installed-test: setup.cfg pyproject.toml | $(VENV_PY)
+$(VENV)/.installed-test: setup.cfg pyproject.toml docs/book/mathjax.py | $(VENV_PY)
 	$(VENV_PY) -m pip install $(PIP_ARGS) -e '.[all]'
+	$(VENV_PY) docs/book/mathjax.py
+	@touch $@
+
+# The book's tools, and MathJax (a checked wheel's files, not installed as a package).
+$(VENV)/.installed-book: setup.cfg pyproject.toml docs/book/mathjax.py | $(VENV_PY)
+	$(VENV_PY) -m pip install $(PIP_ARGS) -e '.[book]'
+	$(VENV_PY) docs/book/mathjax.py
 	@touch $@
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
