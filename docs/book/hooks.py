@@ -195,7 +195,8 @@ def on_files(files: Files, config, **kw):
             elif not target.endswith(".md"):
                 named.add(target)
     code += sorted(n for n in named if n.endswith(".py") and n.startswith("minitransformer/") and n not in code)
-    tests = sorted({t for c in code for t in tests_of(c)} | {n for n in named if n.startswith("tests/")})
+    path = list(dict.fromkeys(readme_path() + next_files()))  # their tests get pages; others' are named
+    tests = sorted({t for c in path for t in tests_of(c)} | {n for n in named if n.startswith("tests/")})
     others = sorted(n for n in named if n.endswith(".py") and not n.startswith(("minitransformer/", "tests/")))
     STATE["code"], STATE["tests"], STATE["others"] = code, tests, others
     STATE["explained"] = {c: sorted(r for r, text in pages.items() if c in _mentions(text, r)) for c in code}
@@ -234,7 +235,7 @@ def _code_page(repo: str) -> str:
         header.append("**Explained in** " + ", ".join(link(r, r[len('docs/'):]) for r in explained) + ".")
     tests = tests_of(repo) if repo.startswith("minitransformer/") else []
     if tests:
-        header.append("**Tested in** " + ", ".join(link(t) for t in tests) + ".")
+        header.append("**Tested in** " + ", ".join(link(t) if t in STATE["tests"] else f"`{t}`" for t in tests) + ".")
     if repo.startswith("tests/"):
         tested = [c for c in STATE["code"] if repo in tests_of(c)]
         if tested:
