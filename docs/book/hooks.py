@@ -230,7 +230,8 @@ def _code_page(repo: str) -> str:
         return f"[`{text or target_repo}`]({posixpath.relpath(book_path(target_repo), here or '.')})"
 
     header = []
-    explained = [r for r in STATE["explained"].get(repo, []) if r.startswith("docs/") and r != "docs/README.md"]
+    indexes = ("docs/README.md", "docs/book.md")  # pages that list files, not explain them
+    explained = [r for r in STATE["explained"].get(repo, []) if r.startswith("docs/") and r not in indexes]
     if explained:
         header.append("**Explained in** " + ", ".join(link(r, r[len('docs/'):]) for r in explained) + ".")
     tests = tests_of(repo) if repo.startswith("minitransformer/") else []
