@@ -27,9 +27,10 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
   probabilities are written as exact zeros, which is what the softmax gives them.
   This is done on the CPU, for masks only (with an additive bias every logit is
   computed, as the bias's gradient needs them all).
-* **A bias of the logits' own shape** (B, H, Tq, Tk), one per sequence as the graph
-  bias is, has :math:`dA = dS` as its gradient: the backward writes :math:`dS` straight
-  into the returned array, block by block, instead of gathering the blocks' copies.
+* **A bias with a batch axis of its own** (one per sequence, as the graph bias) gets its
+  gradient written block by block into one array, not gathered from the blocks' copies;
+  one of the logits' whole shape (B, H, Tq, Tk) has :math:`dA = dS`, which the backward
+  writes there directly.
 * **A decoding step** (one new query per sequence and head over a time-major KV cache)
   is one compiled pass through the cache (:mod:`minitransformer.fast.decode_attention`),
   with Numba.
@@ -201,21 +202,23 @@ def attention_backward(dout, cache: FastAttentionCache):
             return dq, dk, dv, None
         qs = q * scale  # (B, H, Tq, Dh) another thread, or Numba since switched off: the products below
     pieces = batch_slices(B, H * Tq * Tk * p.itemsize)
-    dbias_parts = {}  # piece start -> that block's dA summed to the bias's shape
-    # a bias of dA's own shape (one per sequence, e.g. the graph bias) has dA as its gradient:
-    # each block writes dS straight into it, rather than into a buffer copied afterwards
-    whole_dbias = None
-    if bias is not None and tuple(bias.shape) == (B, H, Tq, Tk):
-        whole_dbias = xp.empty((B, H, Tq, Tk), dtype=p.dtype)  # (B, H, Tq, Tk)
+    # A bias with a batch axis of its own (one per sequence, as the graph bias) gets its gradient
+    # written block by block into one array; when it has dA's whole shape, dA is dS itself, which
+    # the block writes there directly. A bias shared by every sequence sums the blocks' parts.
+    per_sequence = bias is not None and bias.ndim == 4 and bias.shape[0] != 1
+    dbias = xp.empty(bias.shape, dtype=p.dtype) if per_sequence else None  # (B, H or 1, Tq or 1, Tk or 1)
+    ds_is_dbias = per_sequence and tuple(bias.shape) == (B, H, Tq, Tk)
+    shared_parts = {}  # piece start -> that block's dA summed to a shared bias's shape
 
     def rows(b):  # one block of sequences
         if len(blocks) == 1:  # every key of every row: dq, dk, dv written at once
-            ds_out = None if whole_dbias is None else whole_dbias[b]
             ds = _backward_block(dout[b], qs[b], k[b], v[b], p[b], pd[b], o[b],
                                  _batch_part(dropout_mask, b), scale, dq[b], dk[b], dv[b], accumulate=False,
-                                 ds_out=ds_out)
-            if bias is not None and whole_dbias is None:
-                dbias_parts[b.start] = _bias_part_grad(ds, bias, b)
+                                 ds_out=dbias[b] if ds_is_dbias else None)
+            if per_sequence and not ds_is_dbias:
+                dbias[b] = _bias_part_grad(ds, bias, b)
+            elif bias is not None and not per_sequence:
+                shared_parts[b.start] = _bias_part_grad(ds, bias, b)
             return
         dk[b] = 0.0  # each block of query rows adds its share to the keys it saw
         dv[b] = 0.0
@@ -229,12 +232,8 @@ def attention_backward(dout, cache: FastAttentionCache):
                             dq[b, :, r], dk[b, :, c], dv[b, :, c], accumulate=True)
 
     parallel_for(rows, pieces, uses_blas=True)
-    dbias = whole_dbias
-    if bias is not None and whole_dbias is None:
-        if bias.ndim == 4 and bias.shape[0] != 1:  # a batch axis of its own: blocks fill their rows
-            dbias = xp.concatenate([dbias_parts[b.start] for b in pieces], axis=0)
-        else:  # shared by every sequence: the blocks' sums add up, in a fixed order
-            dbias = sum(dbias_parts[b.start] for b in pieces)
+    if bias is not None and not per_sequence:  # the blocks' sums add up, in a fixed order
+        dbias = sum(shared_parts[b.start] for b in pieces)
     return dq, dk, dv, dbias
 
 

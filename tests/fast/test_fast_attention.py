@@ -183,7 +183,7 @@ def test_attention_many_pieces_default_blocks():
     parallel.set_threads(2)
     try:
         assert len(parallel.batch_slices(B, H * T * T * 8)) > 1
-        for bias_shape in [(B, H, T, T), (1, H, T, T), (H, T, T)]:
+        for bias_shape in [(B, H, T, T), (B, 1, 1, T), (1, H, T, T), (H, T, T)]:
             q, k, v, dout = (g.standard_normal((B, H, T, D)) for _ in range(4))
             lengths = g.integers(1, T + 1, size=B)
             mask = combine_masks(causal_mask(T), dev((np.arange(T) < lengths[:, None])[:, None, None, :]))
