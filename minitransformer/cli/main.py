@@ -136,7 +136,10 @@ def _relaunch_with_prompt_blas_threads(argv: Sequence[str]) -> None:
     # command would run on as if never stopped. Blocked, the signal stays pending across the exec,
     # and the new process takes it as soon as :func:`main` unblocks it: one line, status 130.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    os.execve(sys.executable, [sys.executable, "-m", "minitransformer", *argv], env)
+    try:
+        os.execve(sys.executable, [sys.executable, "-m", "minitransformer", *argv], env)
+    finally:  # reached only when the exec failed: this process goes on, and must hear Ctrl-C
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 #: The signals that stop a command (Ctrl-C, ``kill``): held across the relaunch, never lost.

@@ -102,6 +102,26 @@ def test_the_relaunched_command_sees_the_timeout_and_a_users_value_is_kept(tmp_p
         assert out.stdout.strip().splitlines()[-1] == expected
 
 
+def test_a_relaunch_that_cannot_exec_leaves_ctrl_c_unblocked(tmp_path):
+    """Ctrl-C is held across the relaunch's exec; when the exec fails, the command goes on in
+    this process with Ctrl-C and SIGTERM unblocked again."""
+    import os
+    probe = ("import os, signal, sys\n"
+             "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # as a terminal starts it\n"
+             "def refuse(*a): raise OSError('no exec here')\n"
+             "os.execve = refuse\n"
+             "from minitransformer.cli.main import _relaunch_with_prompt_blas_threads as r\n"
+             "try: r(['train', 'lm'])\n"
+             "except OSError as e: print('failed:', e)\n"
+             "print('blocked', sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=tmp_path,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-2:] == ["failed: no exec here", "blocked []"]
+
+
 def test_sample_writes_smi_and_csv_and_a_seed_repeats(tiny_checkpoints, tmp_path, capsys):
     smi, table = tmp_path / "a.smi", tmp_path / "a.csv"
     base = ["sample", tiny_checkpoints["lm"], "-n", "6", "--top-k", "3", "--top-p", "0.9", "--temperature", "0.8"]
