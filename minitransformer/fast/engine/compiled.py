@@ -343,8 +343,8 @@ if numba is not None:
 def cross_entropy_forward(x, t, eps, p, loss):
     r"""Per row r of the logits x (N, V), with :math:`z = x - \max x` and :math:`lse = \log\sum_j e^{z_j}`:
     :math:`p = e^{z - lse}` (N, V), and loss (N,) with
-    :math:`loss_r = -(1-\epsilon)(z_t - lse) - \frac{\epsilon}{V-1}\sum_{j \ne t}(z_j - lse)`, t = t[r] (N,) int. A row whose
-    largest logit is NaN or infinite is NaN throughout, as the reference's arithmetic makes it."""
+    :math:`loss_r = -(1-\epsilon)(z_t - lse) - \frac{\epsilon}{V-1}\sum_{j \ne t}(z_j - lse)`, t = t[r] (N,) int.
+    A row whose largest logit is NaN or infinite is NaN throughout, as the reference's arithmetic makes it."""
     N, V = x.shape
     for r in prange(N):
         m = x[r, 0]
