@@ -116,7 +116,6 @@ def file_of(site: Path, base: str, href: str) -> Path | None:
 class PageReport:
     page: str
     problems: list[str] = field(default_factory=list)
-    links: list[str] = field(default_factory=list)
 
 
 WAIT_FOR_MATH = """() => new Promise(done => {
@@ -193,7 +192,6 @@ async def _check_page(tab: _Tab, name: str, site: Path) -> PageReport:
         anchor = urldefrag(href)[1]
         if anchor and target.suffix == ".html" and unquote(anchor) not in _ids(target):
             report.problems.append(f"broken anchor: {href[len(url):]}")
-    report.links = facts["links"]
     if facts["source"]:
         report.problems += code_problems(facts["source"], facts["code"])
     return report

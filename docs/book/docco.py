@@ -33,13 +33,16 @@ from pygments.lexers import PythonLexer
 
 @dataclass
 class Section:
-    """Prose (Markdown) and the code lines it explains, with the file's line number of
-    the first code line (0 when the section has no code)."""
+    """Prose (Markdown) and the code lines it explains, with the file's number of each."""
 
     prose: list[str] = field(default_factory=list)
     code: list[str] = field(default_factory=list)
     numbers: list[int] = field(default_factory=list)  # the file's line number of each code line
-    first: int = 0
+
+    @property
+    def first(self) -> int:
+        """The file's line number of the first code line (0 when the section has no code)."""
+        return self.numbers[0] if self.numbers else 0
 
 
 def docstrings(tree: ast.Module) -> dict[int, tuple[int, int, str]]:
@@ -97,7 +100,7 @@ def sections(source: str) -> list[Section]:
                 text = rst_to_markdown(doc[owner][2])
                 if owner and out[-1].code and out[-1].first <= owner:  # open the section at the def
                     k = next(i for i, n in enumerate(out[-1].numbers) if n >= owner)  # the owner's first line
-                    new = Section(code=out[-1].code[k:], numbers=out[-1].numbers[k:], first=owner)
+                    new = Section(code=out[-1].code[k:], numbers=out[-1].numbers[k:])
                     del out[-1].code[k:], out[-1].numbers[k:]
                     while out[-1].code and not out[-1].code[-1].strip():
                         out[-1].code.pop()
@@ -122,7 +125,6 @@ def sections(source: str) -> list[Section]:
         if not out[-1].code:
             if not line.strip():
                 continue  # no code block starts with a blank line
-            out[-1].first = n
         out[-1].code.append(line)
         out[-1].numbers.append(n)
     flush_comment()

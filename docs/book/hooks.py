@@ -18,6 +18,7 @@ this file; ``docs/book.md`` says why each tool was chosen).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import posixpath
 import re
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # repo path of every generated page's source, by its place in the site (src_uri)
 SOURCES: dict[str, str] = {}
-COMMANDS: dict[str, str] = {}  # src_uri -> the command line whose --help the page shows
+COMMANDS: set[str] = set()  # src_uri of each command's page
 CODE: dict[str, list[str]] = {}  # src_uri of a file's page -> the HTML of its code blocks
 STATE: dict = {}
 
@@ -124,7 +125,8 @@ def _module_file(dotted: str) -> str | None:
     return None
 
 
-def tests_of(module: str) -> list[str]:
+@functools.lru_cache(maxsize=None)
+def tests_of(module: str) -> tuple[str, ...]:
     """The test files of a package file: ``minitransformer/nn/linear.py`` ->
     ``tests/nn/test_nn_linear*.py`` (and its fast twin's, ``tests/fast/test_fast_linear*.py``)."""
     rel = Path(module).relative_to("minitransformer")
@@ -138,7 +140,7 @@ def tests_of(module: str) -> list[str]:
     for prefix in prefixes:
         for f in sorted(where.glob(prefix + "*.py")):
             found.append(f.resolve().relative_to(ROOT).as_posix())
-    return list(dict.fromkeys(found))
+    return tuple(dict.fromkeys(found))
 
 
 # ---------------------------------------------------------------------------
@@ -185,21 +187,23 @@ def on_files(files: Files, config, **kw):
     seen_md = set(pages)
     queue = list(pages)
     named: set[str] = set()
+    mentions: dict[str, set[str]] = {}  # page -> the files it links to or names
     while queue:  # the Markdown files reached by links, and every file any page names
         repo = queue.pop()
-        for target in _mentions(pages[repo], repo):
+        mentions[repo] = _mentions(pages[repo], repo)
+        for target in mentions[repo]:
             if target.endswith(".md") and target not in seen_md:
                 seen_md.add(target)
                 pages[target] = (ROOT / target).read_text(encoding="utf-8")
                 queue.append(target)
             elif not target.endswith(".md"):
                 named.add(target)
+    path = list(code)  # the reading path and the next files: their tests get pages; others' are named
     code += sorted(n for n in named if n.endswith(".py") and n.startswith("minitransformer/") and n not in code)
-    path = list(dict.fromkeys(readme_path() + next_files()))  # their tests get pages; others' are named
     tests = sorted({t for c in path for t in tests_of(c)} | {n for n in named if n.startswith("tests/")})
     others = sorted(n for n in named if n.endswith(".py") and not n.startswith(("minitransformer/", "tests/")))
     STATE["code"], STATE["tests"], STATE["others"] = code, tests, others
-    STATE["explained"] = {c: sorted(r for r, text in pages.items() if c in _mentions(text, r)) for c in code}
+    STATE["explained"] = {c: sorted(r for r, found in mentions.items() if c in found) for c in code}
     for repo in [r for r in pages if not r.startswith("docs/") or r == "docs/README.md"]:
         _add(files, config, repo, pages[repo])
     for repo in code + tests + others:
@@ -207,8 +211,8 @@ def on_files(files: Files, config, **kw):
     for repo in sorted(named):  # pictures and other files a page links to
         if not repo.endswith((".py", ".md")) and not repo.startswith("docs/"):
             files.append(File(repo, str(ROOT), config["site_dir"], config["use_directory_urls"]))
-    for uri, (title, text) in _command_pages().items():
-        COMMANDS[uri] = title
+    for uri, text in _command_pages().items():
+        COMMANDS.add(uri)
         files.append(File.generated(config, uri, content=text))
     config["nav"] = _nav(code, tests)
     return files
@@ -234,7 +238,7 @@ def _code_page(repo: str) -> str:
     explained = [r for r in STATE["explained"].get(repo, []) if r.startswith("docs/") and r not in indexes]
     if explained:
         header.append("**Explained in** " + ", ".join(link(r, r[len('docs/'):]) for r in explained) + ".")
-    tests = tests_of(repo) if repo.startswith("minitransformer/") else []
+    tests = tests_of(repo) if repo.startswith("minitransformer/") else ()
     if tests:
         header.append("**Tested in** " + ", ".join(link(t) if t in STATE["tests"] else f"`{t}`" for t in tests) + ".")
     if repo.startswith("tests/"):
@@ -257,9 +261,9 @@ def _code_page(repo: str) -> str:
     return front + markdown
 
 
-def _command_pages() -> dict[str, tuple[str, str]]:
-    """``{src_uri: (title, Markdown)}``: one page per command, its ``--help`` as the
-    command prints it (80 columns)."""
+def _command_pages() -> dict[str, str]:
+    """``{src_uri: Markdown}``: one page per command, its ``--help`` as the command prints it
+    (80 columns)."""
     os.environ["COLUMNS"] = "80"
     from minitransformer.cli.main import build_parser
     parser = build_parser()
@@ -270,7 +274,7 @@ def _command_pages() -> dict[str, tuple[str, str]]:
         text = p.format_help()
         name = " ".join(words)
         uri = "commands/" + ("index" if len(words) == 1 else "-".join(words[1:])) + ".md"
-        pages[uri] = (name, f"# `{name}`\n\n```text\n{text}```\n")
+        pages[uri] = f"# `{name}`\n\n```text\n{text}```\n"
         for action in subs:
             for sub, subparser in action.choices.items():
                 walk(subparser, words + [sub])
@@ -303,7 +307,7 @@ def _nav(code: list[str], tests: list[str]) -> list:
         {"The code, in reading order": [{c[len('minitransformer/'):]: book_path(c)}
                                         for c in path]},
         {"The pages": pages},
-        {"The commands": sorted(u for u in COMMANDS)},
+        {"The commands": sorted(COMMANDS)},
         {"More code": [{c[len('minitransformer/'):]: book_path(c)} for c in rest]},
         {"Tests": [{t: book_path(t)} for t in tests]},
         {"Benchmarks and demos": [{o: book_path(o)} for o in STATE["others"]]},
@@ -339,9 +343,11 @@ def _relink(markdown: str, repo: str, uri: str, files: Files) -> str:
         resolved = _resolve(repo, target)
         if resolved is None:
             return m.group(0)
-        anchor = "#" + target.split("#", 1)[1] if "#" in target else ""
         dest = to_page(resolved)
-        return m.group(1) + (dest + anchor if dest else target) + m.group(3) if dest else m.group(0)
+        if dest is None:  # not a page of the book: MkDocs checks it as it is
+            return m.group(0)
+        anchor = "#" + target.split("#", 1)[1] if "#" in target else ""
+        return m.group(1) + dest + anchor + m.group(3)
 
     def fix_mention(m):
         dest = to_page(m.group(1))
@@ -356,8 +362,8 @@ def _relink(markdown: str, repo: str, uri: str, files: Files) -> str:
     for part, is_code in _split_fences(markdown):
         if not is_code:
             part = LINK.sub(fix_link, part)
-            part = _outside_spans(part, MENTION, fix_mention)
-            part = _outside_spans(part, DOTTED, fix_dotted)
+            part = MENTION.sub(fix_mention, part)
+            part = DOTTED.sub(fix_dotted, part)
         out.append(part)
     return "".join(out)
 
@@ -370,11 +376,6 @@ def _split_fences(markdown: str):
         yield m.group(0), True
         pos = m.end()
     yield markdown[pos:], False
-
-
-def _outside_spans(text: str, pattern, repl) -> str:
-    """``pattern.sub(repl, text)`` where a match is a whole code span, not inside a longer one."""
-    return pattern.sub(repl, text)
 
 
 def on_page_content(html: str, page, config, files, **kw):

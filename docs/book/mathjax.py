@@ -15,14 +15,14 @@ time.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from minitransformer.chem.datasets.download import pip_download, sha256_of_file
 
 WHEEL = "sphinx-mathjax-offline"
 VERSION = "0.0.2"
@@ -54,16 +54,16 @@ def fetch(dest: Path, log=print) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         log(f"fetching {WHEEL}=={VERSION} (MathJax {MATHJAX_VERSION}) with pip download")
-        subprocess.run([sys.executable, "-m", "pip", "download", f"{WHEEL}=={VERSION}", "--no-deps",
-                        "--only-binary", ":all:", "-q", "-d", tmp], check=True)
-        wheels = list(Path(tmp).glob(f"{WHEEL.replace('-', '_')}-{VERSION}-*.whl"))
-        if len(wheels) != 1:
-            raise SystemExit(f"error: pip download gave no {WHEEL} {VERSION} wheel")
-        digest = hashlib.sha256(wheels[0].read_bytes()).hexdigest()
+        wheel_name = f"{WHEEL.replace('-', '_')}-{VERSION}-py3-none-any.whl"
+        try:
+            wheel = pip_download(f"{WHEEL}=={VERSION}", wheel_name, Path(tmp), timeout=600)
+        except OSError as err:
+            raise SystemExit(f"error: {err}") from None
+        digest = sha256_of_file(wheel)
         if digest != SHA256:
-            raise SystemExit(f"error: {wheels[0].name} has SHA-256 {digest}, expected {SHA256}; not used")
+            raise SystemExit(f"error: {wheel.name} has SHA-256 {digest}, expected {SHA256}; not used")
         unpacked = Path(tmp) / "mathjax"
-        with zipfile.ZipFile(wheels[0]) as z:
+        with zipfile.ZipFile(wheel) as z:
             for name in z.namelist():
                 if not name.startswith(PREFIX) or name.endswith("/"):
                     continue
