@@ -7,6 +7,8 @@ What differs from the reference (the results agree to rounding; ``tests/fast``):
   logits: :math:`S = (sQ)K^\top`, and :math:`sQ` is kept for :math:`dK = dS^\top (sQ)`.
 * The softmax runs in place in the logits' buffer, with one reciprocal per row (on
   a GPU, forward and backward are one CUDA kernel each: :mod:`minitransformer.fast.engine.cuda`).
+  float32 logits, with Numba, take one compiled loop a row that reads the mask itself
+  (``compiled.masked_softmax_float32``), on each pool thread's block of sequences.
 * The softmax backward's row term :math:`\delta_i = \sum_j dP_{ij}P_{ij}` is formed as
   :math:`dO_i \cdot O_i` from two (Tq, Dv) arrays instead of the (Tq, Tk) product,
   since :math:`\sum_j (dO_i \cdot V_j) P_{ij} = dO_i \cdot \sum_j P_{ij} V_j`
@@ -42,10 +44,12 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from minitransformer import backend
 from minitransformer.backend import check_attention_dout, check_attention_inputs, sum_to_shape, xp
 from minitransformer.fast import decode_attention, fused_attention
-from minitransformer.fast.engine import cuda
+from minitransformer.fast.engine import compiled, cuda
 from minitransformer.fast.engine.parallel import batch_slices, parallel_for
 
 
@@ -160,13 +164,17 @@ def _forward_block(qs, k, v, blocked, bias, dropout_mask, p, pd, out):
     s = xp.matmul(qs, k.swapaxes(-1, -2), out=p)  # (b, H, q, k) the logits, in p's memory
     if bias is not None:
         s += bias
-    if blocked is not None:
+    compiled_softmax = s.dtype == np.float32 and compiled.serial_usable(s)  # it reads the mask itself
+    if blocked is not None and not compiled_softmax:
         xp.copyto(s, -xp.inf, where=blocked)  # masked logits are exactly -inf
     # A row can be all -inf through the mask or through the bias (an additive mask);
     # either way it becomes a row of zeros, as in the reference. The two guards of the
     # NumPy branch touch (b, H, Tq, 1) arrays only.
     if cuda.usable(s) and cuda.contiguous(s):  # a GPU: the rows' softmax in one launch, in place
         cuda.softmax_rows(s)  # now p (a fully masked row: zeros)
+    elif compiled_softmax:  # mask, max, exp, sum and scale: one pass a row
+        seen_by_none = np.zeros((1, 1, 1, 1), dtype=bool) if blocked is None else blocked
+        compiled.masked_softmax_float32.serial(s, np.broadcast_to(seen_by_none, s.shape))  # now p
     else:
         row_max = s.max(axis=-1, keepdims=True)  # (b, H, Tq, 1), -inf on fully masked rows
         xp.copyto(row_max, 0.0, where=xp.isneginf(row_max))  # no -inf - -inf = NaN

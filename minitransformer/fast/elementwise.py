@@ -18,10 +18,9 @@ describe one and the same function and finite-difference checks pass.
 
 **float32 with Numba: no table.** The table's compiled loop is a lookup per element
 (a gather), which does not vectorise: 4 ns an element on one thread. For float32
-arrays the compiled loop evaluates :math:`\Phi` with Cody's rational approximations
-of erf and erfc in float32 arithmetic instead (``compiled.gelu_exact_float32``), which
-vectorises: 4x faster on a decoding step's (64, 1, 256), 1.3x on a training step's
-(4096, 256). Its bound, measured on a dense grid of [-20, 20] and tested, is
+arrays the compiled loop evaluates :math:`\Phi` from two polynomials in float32
+arithmetic instead (``compiled.gelu32``: erf near 0, the scaled erfc beyond), which
+vectorises. Its bound, measured on a dense grid of [-20, 20] and tested, is
 :math:`2\cdot10^{-7}|x|` in y and :math:`2\cdot10^{-7}` in dy/dx
 (``compiled.GELU32_Y_BOUND``, ``GELU32_DYDX_BOUND``): about float32's own rounding of
 the reference, which is :math:`1.1\cdot10^{-7}|x|`. Here dy/dx is :math:`\Phi + x\varphi`

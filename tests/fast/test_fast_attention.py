@@ -127,6 +127,55 @@ def test_attention(any_backend, c):
     _check_attention(c)
 
 
+@SETTINGS
+@given(c=attention_cases())
+def test_float32_attention_takes_the_one_pass_softmax_and_equals_the_reference(compiled_mode, c):
+    """float32 logits go through the compiled masked softmax (one loop a row: mask, max,
+    exponential, sum, scale; with Numba) or NumPy's passes (without): either way within
+    float32's rounding of the float64 reference, masked keys exactly 0, a row that may see
+    no key all zeros, in pieces on two threads too."""
+    q, k, v, mask, bias, drop, dout = _attention_inputs(c)
+    f32 = [None if a is None or a.dtype == bool else a.astype(np.float32) for a in (q, k, v, bias, drop, dout)]
+    q32, k32, v32, bias32, drop32, dout32 = f32
+    with small_blocks(c["small_blocks"]):
+        out, cache = fast_attention.attention_forward(q32, k32, v32, mask=mask, scale=c["scale"],
+                                                      dropout_mask=drop32, bias=bias32)
+        grads = fast_attention.attention_backward(dout32, cache)
+    out_r, cache_r = REFERENCE["attention_forward"](q, k, v, mask=mask, scale=c["scale"], dropout_mask=drop,
+                                                    bias=bias)
+    grads_r = REFERENCE["attention_backward"](dout, cache_r)
+    assert out.dtype == cache.p.dtype == np.float32
+    # float32 logits of up to 4 x 4 x 4 (x 2 with the scale), rounded: their exponentials move by that
+    logit = max(np.abs(q).max() * np.abs(k).max() * q.shape[-1] * (cache_r.scale or 1.0), 1.0)
+    rtol = 2e-6 * logit
+    assert_close("p", cache.p.astype(np.float64), cache_r.p, rtol=rtol, floor=rtol)
+    assert_close("out", out.astype(np.float64), out_r, rtol=rtol, floor=rtol * np.abs(v).max() * _pd_max(drop))
+    blocked = np.ones(cache_r.p.shape, dtype=bool) if mask is None else ~np.broadcast_to(mask, cache_r.p.shape)
+    if mask is not None:
+        assert (cache.p[blocked] == 0.0).all(), "p: a masked key got a probability other than exactly 0"
+    for name, g, g_r in zip(["dq", "dk", "dv"], grads, grads_r):
+        assert g.dtype == np.float32, name
+        assert np.isfinite(g).all() == np.isfinite(g_r).all(), name
+
+
+def test_float32_softmax_of_a_row_with_nan_is_nan_and_of_minus_inf_is_zeros(compiled_mode):
+    """Bad logits in the one-pass softmax: a NaN or +inf among the keys a row may see makes
+    that row NaN (as the reference's exponentials do); a row whose seen logits are all -inf is
+    zeros; the other rows are untouched."""
+    g = np.random.default_rng(3)
+    q, k, v = (g.standard_normal(s).astype(np.float32) for s in [(1, 1, 4, 2), (1, 1, 5, 2), (1, 1, 5, 3)])
+    bias = np.zeros((1, 1, 4, 5), dtype=np.float32)
+    bias[0, 0, 0, 2] = np.nan
+    bias[0, 0, 1, 4] = np.inf
+    bias[0, 0, 2, :] = -np.inf
+    mask = np.ones((4, 5), dtype=bool)
+    mask[3, 1] = False
+    out, cache = fast_attention.attention_forward(q, k, v, mask=mask, bias=bias)
+    assert np.isnan(cache.p[0, 0, 0]).all() and np.isnan(cache.p[0, 0, 1]).all()
+    assert (cache.p[0, 0, 2] == 0.0).all() and (out[0, 0, 2] == 0.0).all()
+    assert cache.p[0, 0, 3, 1] == 0.0 and abs(cache.p[0, 0, 3].sum() - 1.0) < 1e-6
+
+
 @pytest.mark.parametrize("bias_shape", [(2, 2, 3, 4), (2, 3, 4), (2, 1, 1, 4)])
 def test_attention_bias_of_minus_inf_masks_whole_rows_without_a_mask(any_backend, bias_shape):
     """A bias of -inf is an additive mask; a query whose keys all get -inf outputs zeros

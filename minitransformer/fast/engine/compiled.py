@@ -1,5 +1,5 @@
 r"""Compiled CPU loops for the element-wise and row-wise kernels (optional: Numba):
-the exact GELU, LayerNorm, and the cross-entropy with its softmax.
+the exact GELU, LayerNorm, the cross-entropy with its softmax, and attention's masked softmax.
 
 NumPy evaluates ``y = x * cdf`` as one pass over memory per operator, so a
 kernel of twenty operators reads and writes its arrays twenty times. With
@@ -79,6 +79,14 @@ def usable(*arrays) -> bool:
     return True
 
 
+def serial_usable(*arrays) -> bool:
+    """True when a loop's serial build (``kernel.serial``) can take these arrays on this thread,
+    whichever it is: Numba is on and every array is a host NumPy array of float32 or float64.
+    The serial build holds no thread pool and releases Python's lock, so the pieces of work
+    that :mod:`minitransformer.fast.engine.parallel` hands to its threads may each call it."""
+    return _enabled["on"] and all(type(a) is np.ndarray and a.dtype in (np.float32, np.float64) for a in arrays)
+
+
 def _jit(fn=None, *, vectorize_sums: bool = False):
     """Compile ``fn`` on first call (a :class:`Kernel`: over the threads, or on this
     thread alone for small arrays), cached on disk.
@@ -118,7 +126,8 @@ class Kernel:
         alone = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__,
                                    fn.__closure__)
         alone.__qualname__, alone.__doc__ = fn.__qualname__ + "_serial", fn.__doc__
-        self.serial = numba.njit(parallel=False, cache=True, fastmath=fastmath, error_model="numpy")(alone)
+        self.serial = numba.njit(parallel=False, cache=True, fastmath=fastmath, error_model="numpy",
+                                 nogil=True)(alone)
         self.__doc__, self.__name__ = fn.__doc__, fn.__name__
         self.regroups_sums = bool(fastmath)
 
@@ -208,38 +217,98 @@ def parts(N: int) -> int:
 # ---------------------------------------------------------------------------
 # Exact GELU of float32 arrays, in float32 arithmetic and without the table
 # ---------------------------------------------------------------------------
-# Phi(x) = (1 + erf(x / sqrt 2)) / 2 through W. J. Cody's rational approximations of erf on
-# |z| <= 0.46875 and of erfc on 0.46875 < |z| <= 4 and on |z| > 4 (Math. Comp. 23, 1969),
-# all three evaluated and one selected, so that the loop has neither a branch nor a table
-# lookup (a gather) and is vectorised: one float32 element in about 1 ns (the table's loop:
-# 4 ns). e^{-z^2} = 2^-m e^r, e^r by its degree-7 Taylor polynomial, 2^-m as a product of the
-# halvings m's bits select. Measured bound (a dense grid of [-20, 20] against SciPy in
-# float64): 1.3e-7 |x| in y and 1.4e-7 in dy/dx, about float32's own rounding of the
-# reference (1.1e-7 |x|); documented and tested as GELU32_Y_BOUND, GELU32_DYDX_BOUND.
+# Phi(x) = (1 + erf(z)) / 2 with z = x / sqrt 2, from two polynomials, both evaluated and one
+# selected, so that the loop has neither a branch nor a table lookup (a gather) and is vectorised:
+#
+# * |z| <= 1/2: erf(z) = z P(z^2), P of degree 4;
+# * |z| > 1/2: erfc(|z|) = e^{-z^2} erfcx(|z|), and the scaled erfc, erfcx(a) = e^{a^2} erfc(a)
+#   (smooth, between 0 and 1), is a polynomial of degree 8 in s = (a - 5/2) / (a + 5/2), which maps
+#   a in [1/2, oo) into [-2/3, 1); then Phi = erfc/2 for z < 0 and 1 - erfc/2 for z > 0.
+#
+# The coefficients are least-squares fits in the Chebyshev basis, rounded to float32 (P on
+# z in [0, 1/2], erfcx on a in [1/2, 9.4]; beyond 9.4, e^{-z^2} is 0 in float32):
+# numpy.polynomial.chebyshev.chebfit against scipy.special.erf and erfcx, converted with cheb2poly.
+# Their own error is below 6.1e-8 (P, relative) and 1.9e-8 (erfcx, absolute): float32's rounding of the
+# arithmetic is the larger part of the bound. e^{-z^2} = 2^n e^r with n = rint(-z^2 log2 e),
+# |r| <= ln2/2, e^r by its degree-7 Taylor polynomial and 2^n written into a float32's
+# exponent bits (_power_of_two_32). One division (s) per element, where Cody's rational forms,
+# the loop's earlier basis, took three: 2.4x faster. Measured bound (a dense grid of [-20, 20]
+# against SciPy in float64): documented and tested as GELU32_Y_BOUND, GELU32_DYDX_BOUND.
 GELU32_Y_BOUND = 2e-7  # |y~ - y| <= GELU32_Y_BOUND |x|
 GELU32_DYDX_BOUND = 2e-7  # |dy~/dx - dy/dx| <= GELU32_DYDX_BOUND
 _F = np.float32
-_ERF_P = tuple(_F(c) for c in (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
-                               3.20937758913846947e03, 1.85777706184603153e-1))
-_ERF_Q = tuple(_F(c) for c in (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
-                               2.84423683343917062e03))
-_ERFC_P = tuple(_F(c) for c in (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
-                                2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03,
-                                2.05107837782607147e03, 1.23033935479799725e03, 2.15311535474403846e-8))
-_ERFC_Q = tuple(_F(c) for c in (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
-                                1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
-                                3.43936767414372164e03, 1.23033935480374942e03))
-_TAIL_P = tuple(_F(c) for c in (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
-                                1.60837851487422766e-2, 6.58749161529837803e-4, 1.63153871373020978e-2))
-_TAIL_Q = tuple(_F(c) for c in (2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1,
-                                6.05183413124413191e-2, 2.33520497626869185e-3))
-_ONE_OVER_SQRT_PI, _SQRT_HALF, _ONE_OVER_SQRT_2PI = _F(5.6418958354775628695e-1), _F(0.7071067811865476), \
-    _F(0.3989422804014327)
+_ERF_SMALL = tuple(_F(c) for c in (1.1283791065216064, -0.37612617015838623, 0.11282992362976074,
+                                   -0.02676931954920292, 0.004744758829474449))  # erf(z)/z in z^2, |z| <= 1/2
+_ERFCX = tuple(_F(c) for c in (0.21080636978149414, -0.37173667550086975, 0.25171318650245667,
+                               -0.12503555417060852, 0.03992299735546112, -0.003968363627791405,
+                               -0.00264418451115489, 0.0007797113503329456, 0.00021977501455694437))  # in s
+_ERFCX_CENTRE = _F(2.5)  # s = (a - 5/2) / (a + 5/2)
+_SQRT_HALF, _ONE_OVER_SQRT_2PI = _F(0.7071067811865476), _F(0.3989422804014327)
 _LOG2_E, _LN2_HIGH, _LN2_LOW = _F(1.4426950408889634), _F(0.693145751953125), _F(1.428606765330187045e-06)
 _EXP_TERMS = tuple(_F(1.0 / math.factorial(i)) for i in range(1, 8))  # 1/1! .. 1/7!
-_HALVINGS = tuple(_F(2.0 ** -(1 << i)) for i in range(7))  # 2^-1, 2^-2, 2^-4, .. 2^-64
-_ZERO, _HALF, _ONE, _FOUR = _F(0.0), _F(0.5), _F(1.0), _F(4.0)
-_SMALL, _SMALL_SQUARED, _UNDERFLOW = _F(0.46875), _F(0.2197265625), _F(87.0)
+_ZERO, _HALF, _ONE = _F(0.0), _F(0.5), _F(1.0)
+_SMALL, _UNDERFLOW, _ERFC_ZERO = _F(0.5), _F(87.0), _F(10.0)  # e^{-z^2} is 0 from |z| = 9.33
+
+if numba is not None:
+    @numba.extending.intrinsic
+    def _power_of_two_32(typingctx, n):
+        """2^n for an int32 n in [-126, 127]: the float32 whose exponent field is n + 127."""
+        from llvmlite import ir
+
+        def codegen(context, builder, signature, args):
+            bits = builder.shl(builder.add(args[0], ir.Constant(ir.IntType(32), 127)),
+                               ir.Constant(ir.IntType(32), 23))
+            return builder.bitcast(bits, ir.FloatType())
+        return numba.float32(numba.int32), codegen
+else:
+    def _power_of_two_32(n):
+        return np.float32(math.ldexp(1.0, int(n)))
+
+
+def exp32_nonpositive(v):
+    r""":math:`e^v` of one float32 :math:`v \le 0` in float32 arithmetic: :math:`2^n e^r` with
+    :math:`n = \mathrm{rint}(v \log_2 e)`, :math:`r = v - n\ln 2` in two parts (:math:`|r| \le \ln 2/2`), :math:`e^r`
+    by its degree-7 Taylor polynomial and :math:`2^n` written into the exponent bits. 0 below -87
+    (where float32 leaves its normal numbers) and for :math:`-\infty`; NaN gives NaN."""
+    w = max(v, -_UNDERFLOW)
+    n = np.rint(w * _LOG2_E)
+    r = (w - n * _LN2_HIGH) - n * _LN2_LOW
+    c = _EXP_TERMS
+    e = (_ONE + r * (c[0] + r * (c[1] + r * (c[2] + r * (c[3] + r * (c[4] + r * (c[5] + r * c[6]))))))) \
+        * _power_of_two_32(np.int32(n))
+    e = e if v > -_UNDERFLOW else _ZERO
+    return e if v == v else v
+
+
+if numba is not None:
+    exp32_nonpositive = numba.njit(cache=True, error_model="numpy")(exp32_nonpositive)
+
+
+def gelu32(x):
+    r"""(:math:`\Phi(x)`, :math:`e^{-x^2/2}`) of one float32 x, in float32 arithmetic (the notes above).
+    NaN gives NaN; the GELU's y is :math:`x\Phi` and its dy/dx :math:`\Phi + x e/\sqrt{2\pi}`."""
+    z = x * _SQRT_HALF
+    a = abs(z)
+    a2 = a * a
+    e = exp32_nonpositive(-a2)  # e^{-z^2}
+    # |z| <= 1/2: erf(z) = z P(z^2)
+    w = min(a2, _SMALL * _SMALL)
+    p = _ERF_SMALL
+    erf_small = z * (p[0] + w * (p[1] + w * (p[2] + w * (p[3] + w * p[4]))))
+    # |z| > 1/2: erfc(|z|) = e erfcx(|z|), erfcx a polynomial in s
+    u = min(max(a, _SMALL), _ERFC_ZERO)  # clamped: s stays finite for |z| = inf, where e is 0
+    s = (u - _ERFCX_CENTRE) / (u + _ERFCX_CENTRE)
+    k = _ERFCX
+    scaled = k[0] + s * (k[1] + s * (k[2] + s * (k[3] + s * (k[4] + s * (k[5] + s * (k[6] + s * (
+        k[7] + s * k[8])))))))
+    half_erfc = _HALF * e * scaled  # erfc(|z|) / 2
+    tail = half_erfc if z < _ZERO else _ONE - half_erfc
+    cdf = _HALF + _HALF * erf_small if a <= _SMALL else tail
+    return cdf, e
+
+
+if numba is not None:
+    gelu32 = numba.njit(cache=True, error_model="numpy")(gelu32)
 
 
 @_jit
@@ -247,44 +316,44 @@ def gelu_exact_float32(x, y, dydx):
     r"""y = x\Phi(x), dy/dx = \Phi(x) + x\varphi(x) in float32 arithmetic; x, y, dydx: (n,) float32."""
     for i in prange(x.shape[0]):
         xi = x[i]
-        z = xi * _SQRT_HALF
-        a = abs(z)
-        a2 = a * a
-        # e = exp(-z^2) = 2^-m e^r; 0 for z^2 >= 87 (below float32's smallest normal)
-        v = max(-a2, -_UNDERFLOW)
-        n = np.rint(v * _LOG2_E)
-        r = (v - n * _LN2_HIGH) - n * _LN2_LOW
-        m = np.int32(-n)  # 0 .. 126
-        h = _HALVINGS
-        halved = (h[0] if m & 1 else _ONE) * (h[1] if m & 2 else _ONE) * (h[2] if m & 4 else _ONE) \
-            * (h[3] if m & 8 else _ONE) * (h[4] if m & 16 else _ONE) * (h[5] if m & 32 else _ONE) \
-            * (h[6] if m & 64 else _ONE)
-        c = _EXP_TERMS
-        e = (_ONE + r * (c[0] + r * (c[1] + r * (c[2] + r * (c[3] + r * (c[4] + r * (c[5] + r * c[6]))))))) * halved
-        e = e if a2 < _UNDERFLOW else _ZERO
-        # erf(z) for |z| <= 0.46875
-        s = min(a2, _SMALL_SQUARED)
-        p, q = _ERF_P, _ERF_Q
-        erf_small = z * ((((p[4] * s + p[0]) * s + p[1]) * s + p[2]) * s + p[3]) \
-            / ((((s + q[0]) * s + q[1]) * s + q[2]) * s + q[3])
-        # erfc(|z|) = e R(|z|) for 0.46875 < |z| <= 4
-        t = min(a, _FOUR)
-        p, q = _ERFC_P, _ERFC_Q
-        num = (((((((p[8] * t + p[0]) * t + p[1]) * t + p[2]) * t + p[3]) * t + p[4]) * t + p[5]) * t + p[6]) * t
-        den = (((((((t + q[0]) * t + q[1]) * t + q[2]) * t + q[3]) * t + q[4]) * t + q[5]) * t + q[6]) * t
-        middle = (num + p[7]) / (den + q[7])
-        # erfc(|z|) = e (1/sqrt(pi) - w R(w)) / |z| with w = 1/z^2 for |z| > 4
-        u = max(a, _FOUR)
-        w = _ONE / (u * u)
-        p, q = _TAIL_P, _TAIL_Q
-        num = ((((p[5] * w + p[0]) * w + p[1]) * w + p[2]) * w + p[3]) * w
-        den = ((((w + q[0]) * w + q[1]) * w + q[2]) * w + q[3]) * w
-        far = (_ONE_OVER_SQRT_PI - w * (num + p[4]) / (den + q[4])) / u
-        half_erfc = _HALF * e * (middle if a <= _FOUR else far)  # erfc(|z|) / 2
-        tail = half_erfc if z < _ZERO else _ONE - half_erfc
-        cdf = _HALF + _HALF * erf_small if a <= _SMALL else tail
+        cdf, e = gelu32(xi)
         y[i] = xi * cdf
         dydx[i] = cdf + xi * (_ONE_OVER_SQRT_2PI * e)
+
+
+# ---------------------------------------------------------------------------
+# Attention's masked softmax of float32 logits, row by row in place
+# ---------------------------------------------------------------------------
+@_jit(vectorize_sums=True)
+def masked_softmax_float32(s, blocked):
+    r"""Per row of the logits s (b, H, q, k), in place: :math:`P_{ij} = e^{S_{ij} - m_i} / \sum_j e^{S_{ij} - m_i}`
+    over the keys the row may see (``blocked`` False), :math:`m_i` their largest logit; a blocked key
+    gets exactly 0, and so does every key of a row that may see none (or whose logits are all
+    :math:`-\infty`); a NaN or :math:`+\infty` among the seen logits makes the row NaN. The exponential is
+    :func:`exp32_nonpositive`, the sum runs in float64. blocked: (b, H, q, k) bool, a broadcast view."""
+    B, H, Q, K = s.shape
+    for bh in prange(B * H):
+        b, h = bh // H, bh % H
+        for i in range(Q):
+            # four passes over the row, each a loop the compiler vectorises (a masked store and
+            # the max in one loop did not vectorise: 2.5 ms against 0.5 on small's (64, 4, 64, 64))
+            for j in range(K):
+                s[b, h, i, j] = -np.inf if blocked[b, h, i, j] else s[b, h, i, j]
+            top = -np.inf
+            for j in range(K):
+                top = max(top, s[b, h, i, j])
+            if top == -np.inf:  # no key to see (or every logit -inf): a row of zeros
+                for j in range(K):
+                    s[b, h, i, j] = _ZERO
+                continue
+            total = 0.0
+            for j in range(K):
+                e = exp32_nonpositive(s[b, h, i, j] - top)  # a blocked key: exactly 0
+                s[b, h, i, j] = e
+                total += e
+            scale = _ONE / np.float32(total)
+            for j in range(K):
+                s[b, h, i, j] *= scale
 
 
 # ---------------------------------------------------------------------------
