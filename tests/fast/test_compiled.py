@@ -193,3 +193,24 @@ def test_float32_gelu_keeps_its_documented_bound(numba_on):
     compiled.gelu_exact_float32.parallel(small, *threaded)
     for a, b in zip(serial, threaded):
         np.testing.assert_array_equal(a, b)
+
+
+def test_one_library_thread_takes_the_serial_build_and_more_the_threaded(numba_on, monkeypatch):
+    """With one thread (a data-parallel rank) a large loop runs its serial build, not Numba's
+    work queue with one worker (which stalled training steps); with two, the threaded build."""
+    if compiled.numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("Numba has one thread here")
+    kernel = compiled.gelu_exact_float32
+    ran = []
+    monkeypatch.setattr(kernel, "serial", lambda *a: ran.append("serial"))
+    monkeypatch.setattr(kernel, "parallel", lambda *a: ran.append("threaded"))
+    x = np.ones(1 << 16, dtype=np.float32)
+    saved = parallel.threads()
+    try:
+        for n in (1, 2):
+            parallel.set_threads(n)
+            assert compiled.usable(x)
+            kernel(x, np.empty_like(x), np.empty_like(x))
+    finally:
+        parallel.set_threads(saved)
+    assert ran == ["serial", "threaded"]

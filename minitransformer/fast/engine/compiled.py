@@ -109,7 +109,13 @@ class Kernel:
     the serial build when its first array has fewer than :data:`MIN_SIZE` elements:
     waking the threads costs about 65 microseconds (measured on 2 cores), more than a
     small loop takes (the exact GELU of one decoding step, (64, 1, 256), ran in 118
-    microseconds threaded and about 25 alone). Each element or row is computed by the
+    microseconds threaded and about 25 alone). It takes the serial build too when the
+    library runs one thread (:func:`usable` set Numba's count to 1, as in each
+    data-parallel rank): the work queue with one thread still hands each loop to a
+    thread of its own and waits, and inside training steps that wait stalled now and
+    then for 15-75 ms (the small model's GELU: 2.1-2.3 ms a call alone, spikes in
+    most steps threaded; the step 72-75 ms serial against 94-170 ms threaded, one
+    thread, 2-core AMD EPYC VM). Each element or row is computed by the
     same code either way, and the partial sums are split by :data:`ROWS_PER_PART`, not
     by thread, so no result depends on the number of threads. Both builds give identical
     results, except in a loop whose sums may be regrouped (``regroups_sums``: ``vectorize_sums``),
@@ -132,7 +138,8 @@ class Kernel:
         self.regroups_sums = bool(fastmath)
 
     def __call__(self, *args):
-        return (self.parallel if args[0].size >= MIN_SIZE else self.serial)(*args)
+        threaded = args[0].size >= MIN_SIZE and (_enabled["threads"] or 2) > 1
+        return (self.parallel if threaded else self.serial)(*args)
 
 
 # ---------------------------------------------------------------------------
