@@ -25,6 +25,7 @@ class Checkpoint:
     meta: dict
     optim_arrays: dict = field(default_factory=dict)
     path: object = None  # the file it was read from (None if built in memory); error messages name it
+    average_arrays: dict = field(default_factory=dict)  # a running average of the weights, by name ({}: none)
 
     def __repr__(self) -> str:  # never the arrays: a repr can end up in an error message
         where = self.path if self.path is not None else "in memory"
@@ -94,8 +95,9 @@ def first_non_finite(arrays: dict, kind: str) -> tuple[str, str] | None:
     return None
 
 
-def check_finite(where, weights: dict, optim_arrays: dict) -> None:
-    bad = first_non_finite(weights, "weight") or first_non_finite(optim_arrays, "optimizer state")
+def check_finite(where, weights: dict, optim_arrays: dict, average_arrays: dict | None = None) -> None:
+    bad = first_non_finite(weights, "weight") or first_non_finite(optim_arrays, "optimizer state") \
+        or first_non_finite(average_arrays or {}, "weight average")
     if bad is not None:
         raise NonFiniteCheckpoint(
             f"{where} holds non-finite values ({bad[1]}) in {bad[0]}; it was written after training "

@@ -2,7 +2,8 @@
 
 Every entry of the archive is a plain numeric array: ``weights/<param name>`` for the
 model's weights, ``optim/<param name>/<slot>`` for the optimizer's state (Adam's
-``m``, ``v`` ...), and ``__meta__``, the UTF-8 bytes of a JSON object (format
+``m``, ``v`` ...), ``average/<param name>`` for a running average of the weights
+(a run trained with one), and ``__meta__``, the UTF-8 bytes of a JSON object (format
 version, model type and config, vocabulary, optimizer scalars, RNG state,
 fingerprint, whatever the trainer adds, and ``entries``, the names of all the
 arrays, so that a damaged entry name is caught).
@@ -40,9 +41,13 @@ from minitransformer.checkpoint.fingerprint import fingerprint_hashes
 
 
 def save_checkpoint(path, model, optimizer=None, vocab=None, extra: dict | None = None,
-                    fingerprint: dict | None = None) -> Path:
+                    fingerprint: dict | None = None, average: tuple[dict, dict] | None = None) -> Path:
     """Write ``model`` (and optionally the optimizer, vocabulary and ``extra`` JSON
     metadata) to ``path`` atomically. Returns the path.
+
+    ``average``: a running average of the weights, ``(scalars, {name: array})``
+    (:meth:`~minitransformer.train.weight_average.WeightAverage.state`), kept as
+    ``average/<param name>`` entries and ``meta["average"]``.
 
     ``fingerprint`` (a dict of JSON data, e.g. the data settings) is stored hashed,
     with the vocabulary's hash, as ``meta["fingerprint"]`` (:func:`fingerprint_hashes`).
@@ -74,6 +79,12 @@ def save_checkpoint(path, model, optimizer=None, vocab=None, extra: dict | None 
                         for slot, arr in slots.items()}
         bad = bad or first_non_finite(slots_by_key, "optimizer state")
         arrays.update({f"optim/{key}": arr for key, arr in slots_by_key.items()})
+    if average is not None:
+        scalars, averaged = average
+        averaged = {name: np.asarray(a) for name, a in averaged.items()}
+        bad = bad or first_non_finite(averaged, "weight average")
+        meta["average"] = dict(scalars)
+        arrays.update({f"average/{name}": a for name, a in averaged.items()})
     if bad is not None:
         raise NonFiniteCheckpoint(
             f"refusing to write {path}: non-finite values ({bad[1]}) in {bad[0]}; a checkpoint must "
@@ -277,14 +288,15 @@ def read_checkpoint(path, before_arrays=None) -> Checkpoint:
             meta, rename = upgrade(meta)
         except CheckpointError as err:
             raise CheckpointError(f"{path}: {err}") from None
-        members = {k: v for k, v in members.items() if k.startswith(("weights/", "optim/"))}  # others: ignored
+        members = {k: v for k, v in members.items()
+                   if k.startswith(("weights/", "optim/", "average/"))}  # others: ignored
         if rename is not None:  # its weights under today's names; its optimizer state is not carried over
             members = {"weights/" + rename(k[len("weights/"):]): v for k, v in members.items()
                        if k.startswith("weights/") and rename(k[len("weights/"):]) is not None}
         headers = {k: _guarded(path, _header, path, zf, info) for k, info in members.items()}
         for k in sorted(headers):
             if headers[k][1].kind != "f":  # weights and optimizer state are floating point
-                kind = "weight" if k.startswith("weights/") else "optimizer state"
+                kind = {"weights": "weight", "optim": "optimizer state"}.get(k.split("/")[0], "weight average")
                 raise CheckpointError(f"{path}: {kind} {k.split('/', 1)[1]} holds {headers[k][1]} values, not "
                                       "floating point; the file is corrupted or forged: use an earlier checkpoint")
         shapes = {k: h[0] for k, h in headers.items()}
@@ -293,8 +305,9 @@ def read_checkpoint(path, before_arrays=None) -> Checkpoint:
         data = {k: _guarded(path, _read_array, zf, info.filename) for k, info in members.items()}
     weights = {k[len("weights/"):]: v for k, v in data.items() if k.startswith("weights/")}
     optim = {k[len("optim/"):]: v for k, v in data.items() if k.startswith("optim/")}
-    check_finite(path, weights, optim)
-    return Checkpoint(weights=weights, meta=meta, optim_arrays=optim, path=path)
+    averaged = {k[len("average/"):]: v for k, v in data.items() if k.startswith("average/")}
+    check_finite(path, weights, optim, averaged)
+    return Checkpoint(weights=weights, meta=meta, optim_arrays=optim, path=path, average_arrays=averaged)
 
 
 def load_checkpoint(path) -> Checkpoint:

@@ -117,6 +117,9 @@ def add_parser(kinds):
                    help="sampling temperature, > 0 (default: 1)")
     add_grammar_argument(p, "besides the bare model's final samples, draw as many under a constraint and "
                             "report both", default="valence; off: the bare model's samples only")
+    p.add_argument("--average", type=cli.number(0, 1, hi_open=True), default=None, metavar="DECAY",
+                   help="keep a running average of the weights of the main phase with this decay per step (e.g. "
+                        "0.999) and judge, keep and sample the average (0 = none; default: the preset's)")
     p.add_argument("--pretrain-data", default=None,
                    type=cli.data_source(("druglike", "tox21", "moses", "recombined", "none")),
                    help="pretrain on these molecules first (druglike, tox21, moses, recombined, a file, or none; "
@@ -166,6 +169,8 @@ def resolve_recipe(args) -> LMRecipe:
         r = dataclasses.replace(r, pretrain_epochs=0)
     if args.grammar is not None:
         r = dataclasses.replace(r, grammar=None if args.grammar == "off" else args.grammar)
+    if args.average is not None:
+        r = dataclasses.replace(r, average=args.average or None)
     if r.time_budget is not None:
         from minitransformer.cli.lm_time_plan import COUNTS, with_time_budget
         r = with_time_budget(r, args.max_minutes, given=[name for name in COUNTS if getattr(args, name) is not None])

@@ -3,10 +3,11 @@
 :class:`Checkpointing` is the part of :class:`~minitransformer.train.Trainer` that
 touches :mod:`minitransformer.checkpoint`. At each epoch end the trainer saves
 ``best.npz`` (when the metric improved) and ``last.npz``: the weights, the
-optimizer's state, the dropout RNG and the trainer's position and history, so a
-run stopped after any step resumes exactly (:meth:`Checkpointing.resume`, after
-checking the data fingerprint). Every message about a failure names the last good
-checkpoint (:meth:`Checkpointing._last_good`) to resume from.
+optimizer's state, the dropout RNG, the running average of the weights (if the run
+keeps one) and the trainer's position and history, so a run stopped after any step
+resumes exactly (:meth:`Checkpointing.resume`, after checking the data fingerprint).
+Every message about a failure names the last good checkpoint
+(:meth:`Checkpointing._last_good`) to resume from.
 
 It is a mixin: it reads the trainer's attributes (``model``, ``optimizer``,
 ``config``, ``out_dir``, ``epoch``, ``step`` ...) and holds no state of its own.
@@ -20,6 +21,7 @@ from minitransformer.checkpoint import (
     NonFiniteCheckpoint, check_fingerprint, load_checkpoint, restore, save_checkpoint,
 )
 from minitransformer.train.divergence import TrainingDiverged
+from minitransformer.train.weight_average import WeightAverage
 
 
 class Checkpointing:
@@ -41,7 +43,8 @@ class Checkpointing:
         meta["train_config"] = dataclasses.asdict(self.config)
         try:
             path = save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta,
-                                   fingerprint=self.fingerprint)
+                                   fingerprint=self.fingerprint,
+                                   average=self.average.state() if self.average is not None else None)
         except NonFiniteCheckpoint as err:
             raise TrainingDiverged(
                 f"non-finite {err.tensor} at epoch {self.epoch + 1 if self.batch_index else self.epoch}, "
@@ -71,6 +74,10 @@ class Checkpointing:
             raise ValueError(f"{path} has no trainer state; it cannot be resumed (it can still be loaded)")
         check_fingerprint(ckpt, self.fingerprint_hashes, where=path)
         restore(self.model, ckpt, self.optimizer)
+        if self.average is not None:  # the running average goes on; a checkpoint without one starts it here
+            self.average = WeightAverage(self.model, self.average.decay)
+            if ckpt.average_arrays:
+                self.average.load(ckpt.meta.get("average", {}), ckpt.average_arrays, where=str(path))
         st = ckpt.meta["trainer"]
         self.epoch, self.batch_index, self.step = st["epoch"], st["batch"], st["step"]
         self.best, self.best_epoch, self.bad_epochs = st["best"], st["best_epoch"], st["bad_epochs"]

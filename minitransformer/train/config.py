@@ -40,6 +40,10 @@ class TrainConfig:
     eval_batch_size: batch size for evaluation (default: batch_size).
     out_dir: where best.npz, last.npz, history.json and history.csv go (None: keep nothing on disk).
     quiet: no progress bar and no per-epoch lines.
+    average: keep an exponential moving average of the weights with this decay per step, in
+        (0, 1) (None: none; :mod:`~minitransformer.train.weight_average`). The validation
+        metrics, the best epoch and ``best.npz`` are then the average's; the history also
+        has each validation metric of the weights being trained, as ``<name>_trained``.
     sync_every: read the loss and gradient norm back to the host every this many
         steps (default: every step on the CPU, every 50 on a GPU, where each read
         stalls the device). Between reads nothing leaves the device; a non-finite
@@ -60,6 +64,7 @@ class TrainConfig:
     out_dir: str | None = None
     quiet: bool = False
     sync_every: int | None = None
+    average: float | None = None
 
     def __post_init__(self):
         if self.mode not in ("min", "max"):
@@ -80,6 +85,10 @@ class TrainConfig:
         if self.max_time is not None and not (isinstance(self.max_time, (int, float)) and self.max_time >= 0
                                               and not math.isnan(self.max_time)):
             raise ValueError(f"TrainConfig.max_time must be seconds >= 0 (or None), got {self.max_time!r}")
+        if self.average is not None and not (isinstance(self.average, (int, float))
+                                             and not isinstance(self.average, bool) and 0 < self.average < 1):
+            raise ValueError(f"TrainConfig.average must be a decay in (0, 1), e.g. 0.999 (or None: no average), "
+                             f"got {self.average!r}")
         if self.metric is not None and not (isinstance(self.metric, str) and self.metric):
             raise ValueError(f"TrainConfig.metric must be a metric name (or None for the default), "
                              f"got {self.metric!r}")

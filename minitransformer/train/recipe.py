@@ -98,6 +98,8 @@ class Recipe:
     data: what to train on (a data set's name or a file; None: the command's default), as given.
     limit: use at most this many molecules of the data (None: all).
     pretrain_*: the optional first phase (``pretrain_epochs`` 0: none) and its data.
+    average: the decay per step of a running average of the weights that the main phase keeps,
+        evaluates and saves as ``best.npz`` (None: none; ``TrainConfig.average``).
     """
 
     model: ConfigBase
@@ -123,6 +125,7 @@ class Recipe:
     pretrain_epochs: int = 0
     pretrain_limit: int | None = None
     pretrain_max_time: float | None = None
+    average: float | None = None
 
     #: Fields :meth:`record` leaves out: the run record holds the seed and ``quick`` beside the
     #: settings, and a command's choices of how to run (not what to train) may change on a resume.
@@ -144,6 +147,8 @@ class Recipe:
         _real("clip", self.clip, 0, low_open=True, optional=True)
         for name in ("max_time", "fine_tune_time", "pretrain_max_time"):
             _real(name, getattr(self, name), 0, optional=True)
+        if self.average is not None and not (isinstance(self.average, float) and 0 < self.average < 1):
+            raise ValueError(f"recipe.average must be a decay in (0, 1) (or None: no average), got {self.average!r}")
         _whole("warmup", self.warmup, 0)
         _whole("batch_size", self.batch_size, 1)
         _whole("epochs", self.epochs, 0)

@@ -30,6 +30,7 @@ from minitransformer.train.config import TrainConfig
 from minitransformer.train.divergence import (
     DivergenceChecks, TrainingDiverged, drop_gradients_unless_finite, weights_finite,
 )
+from minitransformer.train.weight_average import WeightAverage
 
 
 class Trainer(Checkpointing, DivergenceChecks):
@@ -71,6 +72,8 @@ class Trainer(Checkpointing, DivergenceChecks):
             self.out_dir = None
             self.config = dataclasses.replace(self.config, quiet=True)
         self._val_cache = None
+        # a running average of the weights (TrainConfig.average): what is evaluated and kept as best.npz
+        self.average = WeightAverage(model, self.config.average) if self.config.average else None
         self.metric = self._check_metric()
         if hasattr(task, "validate") and not callable(train_data):
             if len(train_data) == 0:
@@ -92,6 +95,8 @@ class Trainer(Checkpointing, DivergenceChecks):
         if self.callbacks or (self.val_data is not None and task_names is None):
             return metric  # more names may come: checked at the end of the first epoch
         names = set(self.TRAINER_METRICS) | (set(task_names) if self.val_data is not None else set())
+        if self.average is not None and self.val_data is not None:  # the trained weights' own, beside
+            names |= {f"{name}_trained" for name in task_names}
         if metric not in names:
             hint = (" (there is no validation data: pass val_data, or choose train_loss)"
                     if metric.startswith("val_") and self.val_data is None else "")
@@ -249,6 +254,9 @@ class Trainer(Checkpointing, DivergenceChecks):
                              f"Last good checkpoint: {self._last_good()}.") from err
         if check_now:  # the update can make weights non-finite from finite gradients
             self._check_weights(self.step + 1)
+        if self.average is not None:
+            self.average.update(model)
+        if check_now:
             return loss, None, None, n_tok
         return loss, norm, weights_finite(model), n_tok  # checked at the next read
 
@@ -260,20 +268,13 @@ class Trainer(Checkpointing, DivergenceChecks):
 
     def _end_epoch(self, t_start: float) -> bool:
         """Evaluate, record, checkpoint; returns True if training should stop."""
-        cfg, model = self.config, self.model
+        cfg = self.config
         metrics = {"epoch": self.epoch + 1, "step": self.step, "lr": float(self.optimizer.lr)}
         metrics.update(self._epoch_train)
-        val_batches = self._val_batches()
-        if val_batches:
-            model.eval()
-            metrics.update(self.task.evaluate(model, val_batches))
-            model.train()
-        for cb in self.callbacks:
-            model.eval()
-            extra = cb(self, self.epoch, metrics)
-            model.train()
-            if extra:
-                metrics.update(extra)
+        if self.average is not None:  # the weights being trained, beside the average
+            metrics.update({f"{k}_trained": v for k, v in self._evaluate(metrics).items()})
+        with self._averaged():  # the average, when there is one, is what the epoch is judged by
+            metrics.update(self._evaluate(metrics))
         metrics["time_s"] = time.perf_counter() - t_start
         key = self.metric
         if key not in metrics:
@@ -293,7 +294,8 @@ class Trainer(Checkpointing, DivergenceChecks):
         improved = self._improved(value)
         if improved:
             self.best, self.best_epoch, self.bad_epochs = value, self.epoch, 0
-            self.save("best.npz")
+            with self._averaged():  # best.npz holds the weights the metric judged
+                self.save("best.npz")
         else:
             self.bad_epochs += 1
         if not cfg.quiet:
@@ -312,6 +314,26 @@ class Trainer(Checkpointing, DivergenceChecks):
         if self.out_dir:
             self._write_history()
         return stop
+
+    def _evaluate(self, metrics: dict) -> dict:
+        """The validation metrics (the task's, then each callback's) of the model as it is now."""
+        model, out = self.model, {}
+        val_batches = self._val_batches()
+        if val_batches:
+            model.eval()
+            out.update(self.task.evaluate(model, val_batches))
+            model.train()
+        for cb in self.callbacks:
+            model.eval()
+            extra = cb(self, self.epoch, {**metrics, **out})
+            model.train()
+            if extra:
+                out.update(extra)
+        return out
+
+    def _averaged(self):
+        """A context in which the model holds the running average of its weights (none: as it is)."""
+        return self.average.applied(self.model) if self.average is not None else contextlib.nullcontext()
 
     def _write_history(self) -> None:
         """``history.json`` (this phase) and ``history.csv`` (the earlier phases' rows, then

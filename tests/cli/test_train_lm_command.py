@@ -324,3 +324,19 @@ def test_a_model_too_large_for_the_memory_is_refused_before_the_time_plan_trains
     with pytest.raises(ValueError, match="weights: training them takes at least"):
         lm_time_plan.time_planned(_recipe([]), data, None, 1.0, train_lm.make_model,
                                   train_lm.MAX_LEN)
+
+
+def test_average_option_sets_the_running_average_of_the_main_phase(tmp_path, load_demo):
+    assert _recipe(["--average", "0.99"]).average == 0.99 and _recipe(["--average", "0"]).average is None
+    out = tmp_path / "run"
+    code = load_demo("molecules").main(["--quick", "--data", "druglike", "--out", str(out), "--samples", "20",
+                                        "--quiet", "--pretrain-data", "druglike", "--average", "0.9",
+                                        "--grammar", "off"])
+    assert code == 0
+    rows = json.loads((out / "history.json").read_text())
+    assert all("val_nll_token" in r and "val_nll_token_trained" in r for r in rows)
+    assert not any("_trained" in k for r in json.loads((out / "pretrain" / "history.json").read_text()) for k in r)
+    from minitransformer.checkpoint import load_checkpoint
+    last, best = load_checkpoint(out / "last.npz"), load_checkpoint(out / "best.npz")
+    assert last.average_arrays and last.meta["average"]["decay"] == 0.9
+    assert any(not (best.weights[k] == last.weights[k]).all() for k in last.weights)  # best.npz: the average
