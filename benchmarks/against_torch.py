@@ -300,7 +300,8 @@ def main(argv=None):
         "load_average_start": load0, "load_average_end": os.getloadavg(), "cpu": cpu_model(),
         "cpus": os.cpu_count(), "cpu_vendor": cpuinfo("vendor_id"), "blas": blas_info(), "threads": args.threads,
         "processes": args.processes,
-        "torch": torch_version, "torch_sides": args.torch_env,
+        "torch": torch_version,
+        "torch_sides": {side: {k: Path(v).name for k, v in env.items()} for side, env in args.torch_env.items()},
         "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "rows": rows})
     print(f"wrote {path}")
 
