@@ -256,20 +256,27 @@ _EXP_TERMS = tuple(_F(1.0 / math.factorial(i)) for i in range(1, 8))  # 1/1! .. 
 _ZERO, _HALF, _ONE = _F(0.0), _F(0.5), _F(1.0)
 _SMALL, _UNDERFLOW, _ERFC_ZERO = _F(0.5), _F(87.0), _F(10.0)  # e^{-z^2} is 0 from |z| = 9.33
 
-if numba is not None:
-    @numba.extending.intrinsic
-    def _power_of_two_32(typingctx, n):
-        """2^n for an int32 n in [-126, 127]: the float32 whose exponent field is n + 127."""
+def _power_of_two_from_bits(width: int):
+    """An intrinsic ``2^n`` for an int of ``width`` bits (32 or 64) and a normal result: the float
+    of that width whose exponent field is n + its bias (127 or 1023), mantissa 0."""
+    bias, mantissa = {32: (127, 23), 64: (1023, 52)}[width]
+    if numba is None:
+        as_float = np.float32 if width == 32 else float
+        return lambda n: as_float(math.ldexp(1.0, int(n)))
+
+    def power_of_two(typingctx, n):
         from llvmlite import ir
 
         def codegen(context, builder, signature, args):
-            bits = builder.shl(builder.add(args[0], ir.Constant(ir.IntType(32), 127)),
-                               ir.Constant(ir.IntType(32), 23))
-            return builder.bitcast(bits, ir.FloatType())
-        return numba.float32(numba.int32), codegen
-else:
-    def _power_of_two_32(n):
-        return np.float32(math.ldexp(1.0, int(n)))
+            bits = builder.shl(builder.add(args[0], ir.Constant(ir.IntType(width), bias)),
+                               ir.Constant(ir.IntType(width), mantissa))
+            return builder.bitcast(bits, ir.FloatType() if width == 32 else ir.DoubleType())
+        types_ = (numba.float32, numba.int32) if width == 32 else (numba.float64, numba.int64)
+        return types_[0](types_[1]), codegen
+    return numba.extending.intrinsic(power_of_two)
+
+
+_power_of_two_32 = _power_of_two_from_bits(32)  # 2^n for an int32 n in [-126, 127], a float32
 
 
 def exp32_nonpositive(v):
@@ -379,20 +386,7 @@ LOG2_E = 1.4426950408889634
 LN2_HIGH = 6.93147180369123816490e-01  # ln 2 in two parts: n * LN2_HIGH is exact for |n| < 2^20
 LN2_LOW = 1.90821492927058770002e-10
 
-if numba is not None:
-    @numba.extending.intrinsic
-    def _power_of_two(typingctx, n):
-        """2^n for an int64 n in [-1022, 1023]: the float64 whose exponent field is n + 1023."""
-        from llvmlite import ir
-
-        def codegen(context, builder, signature, args):
-            bits = builder.shl(builder.add(args[0], ir.Constant(ir.IntType(64), 1023)),
-                               ir.Constant(ir.IntType(64), 52))
-            return builder.bitcast(bits, ir.DoubleType())
-        return numba.float64(numba.int64), codegen
-else:
-    def _power_of_two(n):
-        return math.ldexp(1.0, int(n))
+_power_of_two = _power_of_two_from_bits(64)  # 2^n for an int64 n in [-1022, 1023], a float64
 
 
 def exp_nonpositive(x):
