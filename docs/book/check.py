@@ -260,8 +260,9 @@ async def _check_site(site: Path, screenshots: Path | None, log, tabs: int) -> l
 
             async def worker():
                 while queue:
+                    name = queue.pop(0)  # taken before the await: another tab may empty the queue meanwhile
                     tab = _Tab(await context.new_page(), server.url)
-                    reports.append(await _check_page(tab, queue.pop(0), site))
+                    reports.append(await _check_page(tab, name, site))
                     await tab.page.close()
 
             await asyncio.gather(*(worker() for _ in range(tabs)))

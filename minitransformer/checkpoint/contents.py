@@ -1,10 +1,11 @@
 """What a checkpoint holds once read, and what goes wrong with one.
 
 :class:`Checkpoint` is the content of one file, all on the host: the weights, the
-metadata (a JSON object) and the optimizer's state arrays. The errors are here too:
+metadata (a JSON object), the optimizer's state arrays and, for a run that keeps
+one, the running average of the weights. The errors are here too:
 :class:`CheckpointError`, raised for anything wrong with a file, and
-:class:`NonFiniteCheckpoint`, raised when a weight or an optimizer state holds NaN
-or infinity (on saving and on loading: such a file is never written, never used).
+:class:`NonFiniteCheckpoint`, raised when a weight, an optimizer state or the average
+holds NaN or infinity (on saving and on loading: such a file is never written, never used).
 The small helpers at the end are shared by the other modules of the package.
 """
 from __future__ import annotations
@@ -75,8 +76,9 @@ class CheckpointError(ValueError):
 
 
 class NonFiniteCheckpoint(CheckpointError):
-    """A model or optimizer state holds NaN or infinity: refused at save and at load.
-    ``tensor`` names the first such tensor (``"weight <name>"`` or ``"optimizer state <name>/<slot>"``)."""
+    """A model, optimizer state or weight average holds NaN or infinity: refused at save and at load.
+    ``tensor`` names the first such tensor (``"weight <name>"``, ``"optimizer state <name>/<slot>"`` or
+    ``"weight average <name>"``)."""
 
     def __init__(self, message: str, tensor: str):
         super().__init__(message)

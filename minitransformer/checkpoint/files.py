@@ -52,7 +52,7 @@ def save_checkpoint(path, model, optimizer=None, vocab=None, extra: dict | None 
     ``fingerprint`` (a dict of JSON data, e.g. the data settings) is stored hashed,
     with the vocabulary's hash, as ``meta["fingerprint"]`` (:func:`fingerprint_hashes`).
 
-    A weight or optimizer state holding NaN or infinity raises
+    A weight, optimizer state or weight average holding NaN or infinity raises
     :class:`NonFiniteCheckpoint` (naming the first such tensor) before anything is
     written, so an existing file at ``path`` stays as it was."""
     path = Path(path)
@@ -295,7 +295,7 @@ def read_checkpoint(path, before_arrays=None) -> Checkpoint:
                        if k.startswith("weights/") and rename(k[len("weights/"):]) is not None}
         headers = {k: _guarded(path, _header, path, zf, info) for k, info in members.items()}
         for k in sorted(headers):
-            if headers[k][1].kind != "f":  # weights and optimizer state are floating point
+            if headers[k][1].kind != "f":  # weights, optimizer state and average are floating point
                 kind = {"weights": "weight", "optim": "optimizer state"}.get(k.split("/")[0], "weight average")
                 raise CheckpointError(f"{path}: {kind} {k.split('/', 1)[1]} holds {headers[k][1]} values, not "
                                       "floating point; the file is corrupted or forged: use an earlier checkpoint")

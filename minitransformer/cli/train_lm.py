@@ -119,7 +119,8 @@ def add_parser(kinds):
                             "report both", default="valence; off: the bare model's samples only")
     p.add_argument("--average", type=cli.number(0, 1, hi_open=True), default=None, metavar="DECAY",
                    help="keep a running average of the weights of the main phase with this decay per step (e.g. "
-                        "0.999) and judge, keep and sample the average (0 = none; default: the preset's)")
+                        "0.999, reached after about 10 / (1 - DECAY) steps) and judge, keep and sample the average "
+                        "(0 = none; default: the preset's)")
     p.add_argument("--pretrain-data", default=None,
                    type=cli.data_source(("druglike", "tox21", "moses", "recombined", "none")),
                    help="pretrain on these molecules first (druglike, tox21, moses, recombined, a file, or none; "

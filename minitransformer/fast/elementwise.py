@@ -19,10 +19,10 @@ describe one and the same function and finite-difference checks pass.
 **float32 with Numba: no table.** The table's compiled loop is a lookup per element
 (a gather), which does not vectorise: 4 ns an element on one thread. For float32
 arrays the compiled loop evaluates :math:`\Phi` from two polynomials in float32
-arithmetic instead (``compiled.gelu32``: erf near 0, the scaled erfc beyond), which
+arithmetic instead (``elementary.gelu32``: erf near 0, the scaled erfc beyond), which
 vectorises. Its bound, measured on a dense grid of [-20, 20] and tested, is
 :math:`2\cdot10^{-7}|x|` in y and :math:`2\cdot10^{-7}` in dy/dx
-(``compiled.GELU32_Y_BOUND``, ``GELU32_DYDX_BOUND``): about float32's own rounding of
+(``elementary.GELU32_Y_BOUND``, ``GELU32_DYDX_BOUND``): about float32's own rounding of
 the reference, which is :math:`1.1\cdot10^{-7}|x|`. Here dy/dx is :math:`\Phi + x\varphi`
 from the same approximations, not the derivative of the approximated y; float64 (the
 finite-difference checks) keeps the table.

@@ -39,7 +39,7 @@ The query axis may be cut into blocks that see only a prefix of the keys (the
 twin's :func:`~minitransformer.fast.attention.query_blocks`); their other
 probabilities are exact zeros.
 
-**The exponential** is :func:`minitransformer.fast.engine.compiled.exp_nonpositive`, written
+**The exponential** is :func:`minitransformer.fast.engine.elementary.exp_nonpositive`, written
 out so that the row loop vectorises (NumPy's ``exp`` cannot be called per row from a
 compiled loop without losing that); its error bound is documented there. Scores are
 summed and exponentiated in float64 whatever the dtype.
@@ -54,7 +54,8 @@ import os
 import numpy as np
 
 from minitransformer.fast.engine import blas, compiled
-from minitransformer.fast.engine.compiled import exp_nonpositive, numba, prange
+from minitransformer.fast.engine.compiled import numba, prange
+from minitransformer.fast.engine.elementary import exp_nonpositive
 
 _enabled = {"on": os.environ.get("MINITRANSFORMER_BLAS_ATTENTION", "0").strip() == "1"}
 

@@ -15,6 +15,8 @@ The package has one module per concept:
   and ``last.npz`` and resumes from one;
 * :mod:`~minitransformer.train.divergence`: :class:`TrainingDiverged` and the
   finite checks on the device;
+* :mod:`~minitransformer.train.weight_average`: :class:`WeightAverage`, a running
+  average of the weights that the trainer judges and keeps (``TrainConfig.average``);
 * :mod:`~minitransformer.train.tasks`: how one batch becomes a loss, for each model family,
   with :mod:`~minitransformer.train.augmented_likelihood` (REINVENT's loss);
 * :mod:`~minitransformer.train.recipe`: a ``train`` command's typed recipe, and

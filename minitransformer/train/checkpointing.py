@@ -33,18 +33,23 @@ class Checkpointing:
                 "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs, "history": self.history,
                 "stop_reason": self.stop_reason, "epoch_loss": list(self.epoch_loss)}
 
-    def save(self, name: str) -> Path | None:
-        """Write ``out_dir/name`` (weights, optimizer, trainer state). A non-finite weight
-        or optimizer state writes nothing and raises :class:`TrainingDiverged`."""
+    def save(self, name: str, applied: bool = False) -> Path | None:
+        """Write ``out_dir/name`` (weights, optimizer, trainer state, and the running average of
+        the weights if there is one). ``applied``: the model holds that average now (``best.npz``),
+        which is then not written twice but marked (``meta["average_applied"]``). A non-finite
+        weight, average or optimizer state writes nothing and raises :class:`TrainingDiverged`."""
         if not self.out_dir:
             return None
         meta = dict(self.extra_meta)
         meta["trainer"] = self._state()
         meta["train_config"] = dataclasses.asdict(self.config)
+        if applied:
+            meta["average_applied"] = True
         try:
             path = save_checkpoint(self.out_dir / name, self.model, self.optimizer, vocab=self.vocab, extra=meta,
                                    fingerprint=self.fingerprint,
-                                   average=self.average.state() if self.average is not None else None)
+                                   average=self.average.state() if self.average is not None and not applied
+                                   else None)
         except NonFiniteCheckpoint as err:
             raise TrainingDiverged(
                 f"non-finite {err.tensor} at epoch {self.epoch + 1 if self.batch_index else self.epoch}, "
@@ -74,7 +79,7 @@ class Checkpointing:
             raise ValueError(f"{path} has no trainer state; it cannot be resumed (it can still be loaded)")
         check_fingerprint(ckpt, self.fingerprint_hashes, where=path)
         restore(self.model, ckpt, self.optimizer)
-        if self.average is not None:  # the running average goes on; a checkpoint without one starts it here
+        if self.average is not None:  # the running average goes on; a checkpoint without one (best.npz) starts it
             self.average = WeightAverage(self.model, self.average.decay)
             if ckpt.average_arrays:
                 self.average.load(ckpt.meta.get("average", {}), ckpt.average_arrays, where=str(path))

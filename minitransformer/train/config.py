@@ -42,8 +42,9 @@ class TrainConfig:
     quiet: no progress bar and no per-epoch lines.
     average: keep an exponential moving average of the weights with this decay per step, in
         (0, 1) (None: none; :mod:`~minitransformer.train.weight_average`). The validation
-        metrics, the best epoch and ``best.npz`` are then the average's; the history also
-        has each validation metric of the weights being trained, as ``<name>_trained``.
+        metrics, the best epoch and ``best.npz`` are then the average's (so the metric must be
+        one of the validation's); the history also has each validation metric of the weights
+        being trained, as ``<name>_trained`` (the validation runs twice).
     sync_every: read the loss and gradient norm back to the host every this many
         steps (default: every step on the CPU, every 50 on a GPU, where each read
         stalls the device). Between reads nothing leaves the device; a non-finite

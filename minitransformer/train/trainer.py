@@ -89,8 +89,13 @@ class Trainer(Checkpointing, DivergenceChecks):
     TRAINER_METRICS = ("epoch", "step", "lr", "train_loss", "tokens_per_s", "time_s")
 
     def _check_metric(self) -> str:
-        """The early-stopping metric's name; refused now if it cannot appear."""
+        """The early-stopping metric's name; refused now if it cannot appear, or if it would
+        judge other weights than the running average that ``best.npz`` keeps."""
         metric = self.config.metric or ("val_loss" if self.val_data is not None else "train_loss")
+        if self.average is not None and (metric in self.TRAINER_METRICS or metric.endswith("_trained")):
+            raise ValueError(f"TrainConfig.average: the metric {metric!r} does not judge the running average, "
+                             "which best.npz keeps; give validation data (or a callback) and a metric of it, "
+                             "or train without an average")
         task_names = getattr(self.task, "metric_names", None)
         if self.callbacks or (self.val_data is not None and task_names is None):
             return metric  # more names may come: checked at the end of the first epoch
@@ -295,7 +300,7 @@ class Trainer(Checkpointing, DivergenceChecks):
         if improved:
             self.best, self.best_epoch, self.bad_epochs = value, self.epoch, 0
             with self._averaged():  # best.npz holds the weights the metric judged
-                self.save("best.npz")
+                self.save("best.npz", applied=self.average is not None)
         else:
             self.bad_epochs += 1
         if not cfg.quiet:
@@ -392,7 +397,9 @@ def fit(model, task, optimizer, train_data, val_data=None, config: TrainConfig |
         config: :class:`TrainConfig`.
         callbacks: callables ``(trainer, epoch, metrics) -> dict | None`` run at every
             epoch end (model in eval mode); returned entries join the metrics and the
-            history, and may be the early-stopping metric.
+            history, and may be the early-stopping metric. With ``config.average`` each
+            runs twice: on the weights being trained (its entries then get ``_trained``
+            appended), then on the average.
         resume: path of a checkpoint written by a previous run (``last.npz``).
         vocab: saved into every checkpoint (anything with ``to_json()``, or JSON data).
         extra_meta: more JSON metadata for every checkpoint.

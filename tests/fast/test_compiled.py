@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from minitransformer import functional, kernels
-from minitransformer.fast.engine import compiled, parallel
+from minitransformer.fast.engine import compiled, elementary, parallel
 
 pytestmark = pytest.mark.skipif(not compiled.AVAILABLE, reason="Numba is not installed (pip install minitransformer[fast])")
 
@@ -161,12 +161,20 @@ def test_the_serial_build_gives_what_the_threaded_one_gives(n_rows, D, dtype):
 
 
 def test_a_kernel_takes_its_serial_build_below_min_size(monkeypatch):
+    if compiled.numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("Numba has one thread here: every loop takes its serial build")
     calls = []
     kernel = compiled.gelu_exact
     monkeypatch.setattr(kernel, "parallel", lambda *a: calls.append("parallel"))
     monkeypatch.setattr(kernel, "serial", lambda *a: calls.append("serial"))
-    kernel(np.zeros(compiled.MIN_SIZE - 1))
-    kernel(np.zeros(compiled.MIN_SIZE))
+    saved = parallel.threads()
+    try:
+        parallel.set_threads(2)
+        assert compiled.usable(np.zeros(1))  # (it sets Numba's thread count to the library's)
+        kernel(np.zeros(compiled.MIN_SIZE - 1))
+        kernel(np.zeros(compiled.MIN_SIZE))
+    finally:
+        parallel.set_threads(saved)
     assert calls == ["serial", "parallel"]
 
 
@@ -175,15 +183,19 @@ def test_float32_gelu_keeps_its_documented_bound(numba_on):
     GELU32_DYDX_BOUND in dy/dx of the float64 reference (SciPy's erf) on the same inputs,
     on a dense grid of [-20, 20], its ends and beyond; both builds give the same bits."""
     from scipy.special import ndtr
-    x = np.concatenate([np.linspace(-20, 20, 400_001), [0.0, -0.0, 1e-30, -1e-30, 0.46875 * np.sqrt(2),
-                                                         4 * np.sqrt(2), 87.0, -87.0, 1e4, -1e4]]).astype(np.float32)
+    # the breakpoints: |z| = 1/2 (x = 0.707..) where the polynomials meet, with its float32 neighbours;
+    # e^{-z^2} leaving float32's normal numbers at z^2 = 87 (x = 13.19); the erfcx clamp at |z| = 10
+    edges = np.float32([0.5 * np.sqrt(2), np.sqrt(2 * 87.0), 10 * np.sqrt(2)])
+    edges = np.concatenate([edges, np.nextafter(edges, np.float32(0)), np.nextafter(edges, np.float32(99))])
+    x = np.concatenate([np.linspace(-20, 20, 400_001), edges, -edges,
+                        [0.0, -0.0, 1e-30, -1e-30, 87.0, -87.0, 1e4, -1e4]]).astype(np.float32)
     y, dydx = FAST["gelu_forward"](x)
     assert y.dtype == dydx.dtype == np.float32
     x64 = x.astype(np.float64)
     cdf = ndtr(x64)
     y_err = np.abs(y - x64 * cdf) / np.maximum(np.abs(x64), 1e-30)
     d_err = np.abs(dydx - (cdf + x64 * np.exp(-0.5 * x64 * x64) / np.sqrt(2 * np.pi)))
-    for name, err, bound in (("y / |x|", y_err, compiled.GELU32_Y_BOUND), ("dy/dx", d_err, compiled.GELU32_DYDX_BOUND)):
+    for name, err, bound in (("y / |x|", y_err, elementary.GELU32_Y_BOUND), ("dy/dx", d_err, elementary.GELU32_DYDX_BOUND)):
         worst = int(np.argmax(err))
         assert err[worst] <= bound, f"GELU float32 {name}: error {err[worst]:.3g} at x = {x[worst]!r}"
     small = x[:5000].copy()  # below MIN_SIZE: the serial build; then the threaded one

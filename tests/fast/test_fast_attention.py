@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minitransformer.fast.engine import parallel
+from minitransformer.fast.engine import compiled, parallel
 from minitransformer.fast import attention as fast_attention
+from minitransformer.fast import decode_attention
 from minitransformer.nn.attention import causal_mask, combine_masks
 from fast_helpers import (
     assert_close, assert_fields_close, assert_unchanged, covers, dev, FAST, host, REFERENCE, run_forward,
@@ -137,10 +138,21 @@ def test_float32_attention_takes_the_one_pass_softmax_and_equals_the_reference(c
     q, k, v, mask, bias, drop, dout = _attention_inputs(c)
     f32 = [None if a is None or a.dtype == bool else a.astype(np.float32) for a in (q, k, v, bias, drop, dout)]
     q32, k32, v32, bias32, drop32, dout32 = f32
-    with small_blocks(c["small_blocks"]):
-        out, cache = fast_attention.attention_forward(q32, k32, v32, mask=mask, scale=c["scale"],
-                                                      dropout_mask=drop32, bias=bias32)
-        grads = fast_attention.attention_backward(dout32, cache)
+    softmax = compiled.masked_softmax_float32
+    calls = []
+    serial = getattr(softmax, "serial", None)  # (without Numba: a plain function, never called)
+    if serial is not None:
+        softmax.serial = lambda *a: (calls.append(1), serial(*a))[1]  # noqa: E731 (counted, then run)
+    try:
+        with small_blocks(c["small_blocks"]):
+            out, cache = fast_attention.attention_forward(q32, k32, v32, mask=mask, scale=c["scale"],
+                                                          dropout_mask=drop32, bias=bias32)
+            grads = fast_attention.attention_backward(dout32, cache)
+    finally:
+        if serial is not None:
+            softmax.serial = serial
+    decoding = decode_attention.usable(q32, k32, v32, mask, bias32, drop32)  # one query a row: its own loop
+    assert bool(calls) == (compiled_mode and compiled.AVAILABLE and not decoding), "the one-pass softmax ran or not"
     out_r, cache_r = REFERENCE["attention_forward"](q, k, v, mask=mask, scale=c["scale"], dropout_mask=drop,
                                                     bias=bias)
     grads_r = REFERENCE["attention_backward"](dout, cache_r)
@@ -150,12 +162,31 @@ def test_float32_attention_takes_the_one_pass_softmax_and_equals_the_reference(c
     rtol = 2e-6 * logit
     assert_close("p", cache.p.astype(np.float64), cache_r.p, rtol=rtol, floor=rtol)
     assert_close("out", out.astype(np.float64), out_r, rtol=rtol, floor=rtol * np.abs(v).max() * _pd_max(drop))
-    blocked = np.ones(cache_r.p.shape, dtype=bool) if mask is None else ~np.broadcast_to(mask, cache_r.p.shape)
     if mask is not None:
+        blocked = ~np.broadcast_to(mask, cache_r.p.shape)
         assert (cache.p[blocked] == 0.0).all(), "p: a masked key got a probability other than exactly 0"
-    for name, g, g_r in zip(["dq", "dk", "dv"], grads, grads_r):
+    s = cache_r.scale
+    dp = np.abs(dout).max() * np.abs(v).max() * _pd_max(drop)
+    scales = [s * dp * np.abs(k).max(), s * dp * np.abs(q).max(), np.abs(dout).max() * _pd_max(drop)]
+    for name, g, g_r, scale in zip(["dq", "dk", "dv"], grads, grads_r, scales):
         assert g.dtype == np.float32, name
-        assert np.isfinite(g).all() == np.isfinite(g_r).all(), name
+        assert_close(name, g.astype(np.float64), g_r, rtol=10 * rtol, floor=10 * rtol * max(scale, 1.0) * Tk_of(k))
+
+
+def Tk_of(k) -> int:
+    """The number of keys: a gradient sums that many float32 terms."""
+    return k.shape[2]
+
+
+def test_float32_softmax_of_a_row_that_sees_only_nan_is_nan(compiled_mode):
+    """The first row of a causal mask sees one key: a NaN query makes that row NaN, not zeros
+    (the compiled loop's max skips NaN, so the row is checked for it)."""
+    g = np.random.default_rng(4)
+    q, k, v = (g.standard_normal(s).astype(np.float32) for s in [(1, 2, 3, 2), (1, 2, 3, 2), (1, 2, 3, 2)])
+    q[0, 0, 0] = np.nan
+    out, cache = fast_attention.attention_forward(q, k, v, mask=causal_mask(3))
+    assert np.isnan(cache.p[0, 0, 0]).all() and np.isnan(out[0, 0, 0]).all()
+    assert np.isfinite(cache.p[0, 1]).all() and np.isfinite(cache.p[0, 0, 1:]).all()
 
 
 def test_float32_softmax_of_a_row_with_nan_is_nan_and_of_minus_inf_is_zeros(compiled_mode):

@@ -93,13 +93,28 @@ def test_the_metric_and_best_npz_are_the_averages_and_last_npz_keeps_both(tmp_pa
     assert again["val_loss"] == pytest.approx(rows[-1]["val_loss"], rel=1e-6)
 
 
-def test_best_npz_holds_the_average_of_the_best_epoch(tmp_path):
-    """Stopped after each epoch in turn: best.npz is always the average as the best epoch left it."""
+def test_best_npz_holds_the_average_marked_as_such(tmp_path):
+    """After one epoch (the best so far) best.npz holds the average as that epoch left it, not the
+    trained weights, says so in its metadata and does not hold it twice."""
     model = lm_model(seed=0)
     trainer = _fit(tmp_path, "one", model, epochs=1)
     best = load_checkpoint(tmp_path / "one" / "best.npz")
     assert_same_weights(best.weights, {k: np.asarray(v) for k, v in trainer.average.shadow.items()})
     assert not all(np.array_equal(best.weights[k], v) for k, v in weights(model).items())
+    assert best.meta["average_applied"] is True and not best.average_arrays
+    assert "average_applied" not in load_checkpoint(tmp_path / "one" / "last.npz").meta
+
+
+@pytest.mark.parametrize("metric, val", [("train_loss", True), (None, False), ("val_loss_trained", True)])
+def test_a_metric_that_does_not_judge_the_average_is_refused(tmp_path, metric, val):
+    """best.npz keeps the average: the metric must be a validation metric of it, not the training
+    loss (the default without validation data) nor the trained weights' own."""
+    model = lm_model(seed=0)
+    opt = AdamW(model, lr=1e-3)
+    with pytest.raises(ValueError, match="does not judge the running average"):
+        fit(model, LMTask(), opt, lm_data(24), lm_data(6, seed=100) if val else None,
+            config=cfg(epochs=1, average=0.9, metric=metric, out_dir=str(tmp_path)))
+    assert not (tmp_path / "best.npz").exists()
 
 
 @pytest.mark.parametrize("split, total", [(2, 7), (3, 6)], ids=["mid_epoch", "at_epoch_end"])
