@@ -147,8 +147,7 @@ class Recipe:
         _real("clip", self.clip, 0, low_open=True, optional=True)
         for name in ("max_time", "fine_tune_time", "pretrain_max_time"):
             _real(name, getattr(self, name), 0, optional=True)
-        if self.average is not None and not (isinstance(self.average, float) and 0 < self.average < 1):
-            raise ValueError(f"recipe.average must be a decay in (0, 1) (or None: no average), got {self.average!r}")
+        checks.real("recipe.average", self.average, 0, 1, low_open=True, high_open=True, optional=True)
         _whole("warmup", self.warmup, 0)
         _whole("batch_size", self.batch_size, 1)
         _whole("epochs", self.epochs, 0)
