@@ -52,13 +52,12 @@ batch of them into the (B, T, T) codes a model reads.
 """
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 import numpy as np
 
 from minitransformer.chem._rdkit import MAX_SMILES_CHARS, mol_from_smiles, quiet_rdkit, require_rdkit, smiles_problem
-from minitransformer.chem.datasets.tokenizer import tokenize
+from minitransformer.chem.datasets.tokenizer import is_atom_token, tokenize
 
 PAD, SELF, FROM_CLS, TO_CLS, ATOM_TO_MARK, MARK_TO_ATOM, MARK_TO_MARK, OTHER_FRAGMENT = range(8)
 #: The first bond relation: single, double, triple, aromatic, other follow in that order.
@@ -69,7 +68,6 @@ BOND_ORDERS = (1.0, 2.0, 3.0, 1.5)  # their orders, as RDKit's adjacency matrix 
 DISTANCE = BOND_SINGLE + len(BONDS) + 1 - 2
 #: The clipping distance unless a model says otherwise.
 MAX_DISTANCE = 8
-_ATOM = re.compile(r"\[[^\]]+\]|Br|Cl|[BCNOSPFI]|[bcnops]|\*")  # one whole token that is an atom
 
 
 def n_relations(max_distance: int = MAX_DISTANCE) -> int:
@@ -77,11 +75,6 @@ def n_relations(max_distance: int = MAX_DISTANCE) -> int:
     if int(max_distance) != max_distance or max_distance < 2:
         raise ValueError(f"graph relations: max_distance must be an integer >= 2, got {max_distance!r}")
     return DISTANCE + int(max_distance) + 1
-
-
-def is_atom_token(token: str) -> bool:
-    """True for a token that writes one atom: ``[...]``, ``Cl``, ``Br``, ``C``, ``c``, ``*`` ..."""
-    return _ATOM.fullmatch(str(token)) is not None
 
 
 def molecule_of(smiles: str):

@@ -86,15 +86,14 @@ def in_the_models_words(smiles: str, vocab) -> str:
     Kekulé or canonical aromatic form (a generator trained on Kekulé SMILES has no
     ``c`` token); a one-line ValueError when no form fits."""
     from minitransformer.chem.datasets.data import canonical, kekule
-    from minitransformer.chem.datasets.tokenizer import tokenize
     if canonical(smiles) is None:
         raise ValueError(f"RDKit cannot read the SMILES {smiles!r}; check it, e.g. with a molecule editor")
     for form in (smiles, kekule(smiles), canonical(smiles)):
-        if form and all(t in vocab for t in tokenize(form)):
+        if form and vocab.unk_id not in vocab.encode(form):
             if form != smiles:
                 print(f"the model does not know every token of {smiles}; drawing the same molecule as {form}")
             return form
-    unknown = sorted({t for t in tokenize(smiles) if t not in vocab})
+    unknown = sorted({t for t in vocab.tokens_of(canonical(smiles)) if t not in vocab})
     raise ValueError(f"the SMILES has tokens this model never saw ({' '.join(unknown)}), in any form; "
                      "pick a molecule made of the atoms it was trained on")
 

@@ -81,14 +81,22 @@ def run(args) -> int:
         return 0
     text = csv_text(smiles) if args.out.lower().endswith(".csv") else "\n".join(smiles) + "\n"
     cli.write_text(args.out, text, overwrite=args.force)
-    cut = reached_the_limit(smiles, model.config.max_len)
+    cut = reached_the_limit(smiles, model.config.max_len, vocab)
     print(f"wrote {len(smiles)} SMILES to {args.out}" + (f"; {cut} reached the length limit ({model.config.max_len - 1} "
                                                          "tokens) without ending, written as drawn" if cut else ""))
     return 0
 
 
-def reached_the_limit(smiles: list, max_len: int) -> int:
+def reached_the_limit(smiles: list, max_len: int, vocab) -> int:
     """How many samples filled every position after BOS without EOS: cut by the length limit, scored as
-    written (as MOSES's CharRNN does), and worth knowing when many are."""
+    written (as MOSES's CharRNN does), and worth knowing when many are. Counted in the model's own tokens
+    (``vocab.tokens_of``); a ring size read back as ``BAD_RING_SIZE`` was one of them."""
+    from minitransformer.chem.datasets.ring_sizes import BAD_RING_SIZE
     from minitransformer.chem.datasets.tokenizer import tokenize
-    return sum(len(tokenize(s)) >= max_len - 1 for s in smiles)
+
+    def length(s: str) -> int:
+        try:
+            return len(vocab.tokens_of(s.replace(BAD_RING_SIZE, ""))) + s.count(BAD_RING_SIZE)
+        except ValueError:  # not a writing of this vocabulary: its SMILES tokens
+            return len(tokenize(s))
+    return sum(length(s) >= max_len - 1 for s in smiles)

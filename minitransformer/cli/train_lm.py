@@ -104,6 +104,10 @@ def add_parser(kinds):
                    help="probability of writing a training molecule as a random SMILES each epoch")
     p.add_argument("--form", default=None, choices=["as-is", "canonical", "kekule"],
                    help="how training molecules are written (default: the preset's)")
+    p.add_argument("--rings", default=None, choices=["paired", "sizes"],
+                   help="how the model writes a ring bond: paired labels as SMILES does, or once, by the ring's "
+                        "size, at the atom that closes it, so that no ring can be left open (samples are read back "
+                        "into SMILES; no grammar samples; default: the preset's, paired)")
     p.add_argument("--dropout", type=cli.number(0, 1, hi_open=True), default=None,
                    help="override every dropout of the model")
     p.add_argument("--d-model", type=cli.int_at_least(16, cli.MAX_WIDTH), default=None,
@@ -148,7 +152,12 @@ def resolve_recipe(args) -> LMRecipe:
     if args.quick and args.preset == "tomczak":
         r = dataclasses.replace(r, arch="transformer", model=dataclasses.replace(QUICK["model"], norm="post",
                                                                                  tie_embeddings=False))
-    r = apply_overrides(r, args, ("epochs", "form", "lr", "batch_size", "augment", "pretrain_augment",
+    if args.rings == "sizes" and r.grammar is not None:  # the grammar reads SMILES's paired labels
+        if args.grammar not in (None, "off"):
+            raise ValueError(f"--grammar {args.grammar} reads ring labels in pairs; with --rings sizes the samples "
+                             "are the bare model's (leave out --grammar)")
+        r = dataclasses.replace(r, grammar=None)
+    r = apply_overrides(r, args, ("epochs", "form", "rings", "lr", "batch_size", "augment", "pretrain_augment",
                                   "pretrain_epochs", "pretrain_mix", "pretrain_limit", "samples"))
     if args.model == "lstm":
         r = _lstm_recipe(r, args)
@@ -236,14 +245,14 @@ class TrainLM(TrainingCommand):
         from minitransformer.chem.datasets.lm_data import prepare_smiles
         t0 = time.perf_counter()
         data = prepare_smiles(recipe.data, check_rdkit=recipe.check_rdkit, form=recipe.form, limit=recipe.limit,
-                              test_limit=recipe.test_limit)
+                              test_limit=recipe.test_limit, rings=recipe.rings)
         extra = []
         from minitransformer.cli.lm_time_plan import time_planned
         if recipe.planned and (recipe.time_budget is not None or resume is not None):
             recipe = time_planned(recipe, data, resume, time.perf_counter() - t0, make_model, MAX_LEN)
         if recipe.pretrain_epochs > 0:
             recipe, extra = phase1_molecules(recipe, data.val + data.test)
-            data.vocab = Vocab.build(data.train + extra)  # one vocabulary for both phases
+            data.vocab = Vocab.build(data.train + extra, rings=recipe.rings)  # one vocabulary for both phases
         return recipe, Data(data.vocab, data.train, data.val, data.test, extra, data.description,
                             data.clean_summary, own=data)
 

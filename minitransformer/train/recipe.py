@@ -172,9 +172,11 @@ class Recipe:
 
 @dataclasses.dataclass(frozen=True)
 class LMRecipe(Recipe):
-    """``train lm``: form ("as-is", "canonical", "kekule") is how molecules are written;
-    metric picks the best epoch; pretrain_mix phase-1 molecules stay in phase 2; samples
-    are drawn at the end, bare and (with ``grammar`` "syntax" or "valence") constrained.
+    """``train lm``: form ("as-is", "canonical", "kekule") is how molecules are written, rings
+    how their ring bonds are (``"paired"`` labels, SMILES, or their ``"sizes"`` at the closing
+    atom: :mod:`minitransformer.chem.datasets.ring_sizes`; no grammar samples); metric picks
+    the best epoch; pretrain_mix phase-1 molecules stay in phase 2; samples are drawn at the end,
+    bare and (with ``grammar`` "syntax" or "valence") constrained.
 
     time_budget: seconds from start to summary, planned on the machine
     (:mod:`minitransformer.train.time_plan`): phase 1's molecules and phase 2's epochs
@@ -192,6 +194,7 @@ class LMRecipe(Recipe):
     check_rdkit: bool = True
     metric: str = "val_nll_token"
     form: str = "kekule"
+    rings: str = "paired"
     pretrain_augment: float = 0.0
     pretrain_mix: int = 0
     samples: int = 2000
@@ -217,6 +220,10 @@ class LMRecipe(Recipe):
         _real("temperature", self.temperature, 0, low_open=True)
         _whole("min_epochs", self.min_epochs, 1)
         _choice("form", self.form, ("as-is", "canonical", "kekule"))
+        _choice("rings", self.rings, ("paired", "sizes"))
+        if self.rings != "paired" and self.grammar is not None:
+            raise ValueError(f"grammar {self.grammar!r} reads ring labels in pairs; with rings {self.rings!r} the "
+                             "samples are the bare model's only (grammar None)")
         _choice("metric", self.metric, ("val_nll_token", "val_nll_mol_ref"))
         _choice("grammar", self.grammar, (None, "syntax", "valence"))
         _whole("pretrain_mix", self.pretrain_mix, 0)

@@ -70,8 +70,7 @@ def _layer_text(layers, heads, n_layers: int) -> str:
 
 def _views(model, vocab, smiles: str, target: str | None):
     """[(file stem, heading, maps, query tokens, key tokens, key SMILES or None)] for the model."""
-    from minitransformer.chem.datasets.tokenizer import tokenize
-    kind, toks = _kind(model), tokenize(smiles)
+    kind, toks = _kind(model), vocab.tokens_of(smiles)  # the model's own writing (rings by size, say)
     if kind == "decoder":
         ids = vocab.encode(smiles)[:-1]  # (T,): <bos> + tokens, the input when the model predicts <eos>
         _check_length(model, len(ids), "input")
@@ -98,7 +97,7 @@ def _views(model, vocab, smiles: str, target: str | None):
     tgt_in = np.asarray(vocab.encode(target)[:-1])  # (T,): <bos> + target tokens
     _check_length(model, len(tgt_in), "target")
     src_labels = [vocab.BOS] + toks + [vocab.EOS]
-    tgt_labels = [vocab.BOS] + tokenize(target)
+    tgt_labels = [vocab.BOS] + vocab.tokens_of(target)
     from minitransformer.chem._rdkit import mol_from_smiles, quiet_rdkit
     with quiet_rdkit():
         target_ok = mol_from_smiles(target) is not None

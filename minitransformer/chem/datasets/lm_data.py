@@ -110,7 +110,7 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
                    split: str = "ordered", n_train: int = 6600, n_val: int = 400,
                    fractions=(0.8, 0.1, 0.1), seed: int = 0, limit: int | None = None,
                    download: bool = True, form: str = "as-is", standardize: bool = True,
-                   test_limit: int | None = None, log=print) -> SmilesSplits:
+                   test_limit: int | None = None, rings: str = "paired", log=print) -> SmilesSplits:
     """Load, clean and split SMILES; build the vocabulary on the training split.
 
     Args:
@@ -137,6 +137,7 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
             say) is then kept once, so that training does not weigh it double. On by default;
             it needs RDKit, so it is skipped when ``check_rdkit`` is False (a run that keeps
             the file's strings untouched).
+        rings: the vocabulary's writing of ring bonds (:attr:`Vocab.RINGS`).
     """
     kept, loaded, report = load_and_clean(data, min_len, max_len, check_rdkit, limit, download, log)
     test = None
@@ -175,7 +176,7 @@ def prepare_smiles(data=None, min_len: int = 10, max_len: int = 100, check_rdkit
         need = 2 if split == "ordered" else min_split_size(fractions)
         raise ValueError(f"{loaded.description}: not enough molecules to split: {len(kept)} usable SMILES after "
                          f"cleaning, and the {split} split needs at least {need}; add molecules to the data")
-    vocab = Vocab.build(train)
+    vocab = Vocab.build(train, rings=rings)
     dropped = f" ({repeats} repeats of a training molecule dropped)" if repeats else ""
     log(f"split: {len(train)} train{dropped} / {len(val)} val / {len(test)} test; vocabulary of {len(vocab)} tokens")
     return SmilesSplits(train, val, test, vocab, loaded.description, report.summary())

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["tokenize", "uncovered_characters", "SMILES_TOKEN_PATTERN"]
+__all__ = ["tokenize", "uncovered_characters", "is_atom_token", "SMILES_TOKEN_PATTERN"]
 
 # One alternative per token class, tried left to right at every position.
 # Order matters: the bracket atom comes first so that its contents are not
@@ -90,3 +90,11 @@ def uncovered_characters(smiles: str) -> list[tuple[int, str]]:
     [(2, 'X')]
     """
     return [(m.start(), m.group()) for m in _SCANNER.finditer(smiles) if m.lastgroup == "other"]
+
+
+_ATOM = re.compile(r"\[[^\]]+\]|Br|Cl|[BCNOSPFI]|[bcnops]|\*")  # one whole token that is an atom
+
+
+def is_atom_token(token: str) -> bool:
+    """True for a token that writes one atom: ``[...]``, ``Cl``, ``Br``, ``C``, ``c``, ``*`` ..."""
+    return _ATOM.fullmatch(str(token)) is not None

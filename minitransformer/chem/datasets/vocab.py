@@ -35,6 +35,15 @@ token therefore never parses: it is judged invalid by the validity check, and sh
 Dropping the token instead would turn ``C<unk>O`` into ``CO``, a valid molecule the model
 did not write.
 
+Ring closures
+-------------
+``rings="sizes"`` makes a vocabulary of the ring-size writing
+(:mod:`~minitransformer.chem.datasets.ring_sizes`): :meth:`Vocab.encode` writes each ring once,
+by its size, at the atom that closes it, and :meth:`Vocab.decode` reads the ids back into ordinary
+SMILES, so a model of that writing takes and gives SMILES like any other. :meth:`Vocab.tokens_of`
+gives the tokens a model sees. A SMILES the writing cannot hold (a ring label left open, two atoms
+not on one path) encodes as a single ``<unk>``. The default, ``rings="paired"``, is SMILES as written.
+
 Serialization
 -------------
 :meth:`Vocab.to_json` returns a small dict of plain lists and strings that
@@ -50,12 +59,13 @@ from typing import Iterable, Sequence
 from minitransformer.atomic import parse_json
 import numpy as np
 
+from minitransformer.chem.datasets.ring_sizes import read_ring_sizes, ring_size_tokens
 from minitransformer.chem.datasets.tokenizer import tokenize
 
 __all__ = ["Vocab"]
 
 _FORMAT = "minitransformer.chem.Vocab"
-_VERSION = 2  # version 1 had no extra special tokens; it still loads
+_VERSION = 3  # version 1 had no extra special tokens, version 2 no ring writing; both still load
 
 
 class Vocab:
@@ -79,7 +89,13 @@ class Vocab:
     eos_id = 2
     unk_id = 3
 
-    def __init__(self, tokens: Iterable[str], extras: Sequence[str] = ()):
+    #: The ways of writing a ring bond: ``paired`` labels (SMILES) or its ``sizes`` at the closing atom.
+    RINGS = ("paired", "sizes")
+
+    def __init__(self, tokens: Iterable[str], extras: Sequence[str] = (), rings: str = "paired"):
+        if rings not in self.RINGS:
+            raise ValueError(f"unknown ring writing {rings!r}; choose from {self.RINGS}")
+        self.rings = rings
         extras = tuple(extras)
         for tok in extras:
             if tok not in self.EXTRAS:
@@ -126,25 +142,32 @@ class Vocab:
 
     # ------------------------------------------------------------------ build
     @classmethod
-    def build(cls, smiles_list: Iterable[str], min_count: int = 1, extras: Sequence[str] = ()) -> "Vocab":
+    def build(cls, smiles_list: Iterable[str], min_count: int = 1, extras: Sequence[str] = (),
+              rings: str = "paired") -> "Vocab":
         """Collect the tokens of ``smiles_list`` that occur at least ``min_count`` times.
 
         Tokens are ordered by descending count; equal counts keep the order in
         which the tokens first appear in the data. Tokens seen fewer than
         ``min_count`` times are left out and will encode as ``<unk>``.
-        ``extras`` adds optional special tokens (``<cls>``, ``<mask>``) after ``<unk>``.
+        ``extras`` adds optional special tokens (``<cls>``, ``<mask>``) after ``<unk>``;
+        ``rings`` is the writing of ring bonds (:attr:`RINGS`), a string it cannot hold is left out.
         """
         if min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {min_count}")
         counts: Counter[str] = Counter()
         first_seen: dict[str, int] = {}
+        writer = cls([], rings=rings)
         for smiles in smiles_list:
-            for tok in tokenize(smiles):
+            try:
+                tokens = writer.tokens_of(smiles)
+            except ValueError:
+                continue
+            for tok in tokens:
                 counts[tok] += 1
                 first_seen.setdefault(tok, len(first_seen))
         kept = [tok for tok in first_seen if counts[tok] >= min_count]
         kept.sort(key=lambda tok: (-counts[tok], first_seen[tok]))
-        return cls(kept, extras=extras)
+        return cls(kept, extras=extras, rings=rings)
 
     # ------------------------------------------------------------ inspection
     @property
@@ -159,13 +182,15 @@ class Vocab:
         return token in self._ids
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Vocab) and self._tokens == other._tokens and self.extras == other.extras
+        return (isinstance(other, Vocab) and self._tokens == other._tokens and self.extras == other.extras
+                and self.rings == other.rings)
 
     def __repr__(self) -> str:
         n = self.n_specials
         preview = " ".join(self._tokens[n:n + 10])
         more = " ..." if len(self._tokens) > n + 10 else ""
-        return f"Vocab(size={len(self)}, tokens: {preview}{more})"
+        rings = "" if self.rings == "paired" else f", rings={self.rings}"
+        return f"Vocab(size={len(self)}{rings}, tokens: {preview}{more})"
 
     def token_to_id(self, token: str) -> int:
         """The id of ``token``, or ``unk_id`` when it is not in the vocabulary."""
@@ -179,12 +204,22 @@ class Vocab:
         return self._tokens[index]
 
     # -------------------------------------------------------------- encoding
+    def tokens_of(self, smiles: str) -> list[str]:
+        """The tokens a model of this vocabulary reads for ``smiles``: :func:`tokenize` of it, its
+        rings written by size with ``rings="sizes"`` (ValueError where that writing cannot hold it)."""
+        tokens = tokenize(smiles)
+        return ring_size_tokens(tokens) if self.rings == "sizes" else tokens
+
     def encode(self, smiles: str, bos: bool = True, eos: bool = True, cls: bool = False) -> list[int]:
         """Token ids of ``smiles``, optionally framed by ``<bos>`` ... ``<eos>``.
 
-        ``cls=True`` puts ``<cls>`` first instead of ``<bos>`` (sequence classifiers).
+        ``cls=True`` puts ``<cls>`` first instead of ``<bos>`` (sequence classifiers). A string the
+        ring writing cannot hold is one ``<unk>``.
         """
-        ids = [self.token_to_id(tok) for tok in tokenize(smiles)]
+        try:
+            ids = [self.token_to_id(tok) for tok in self.tokens_of(smiles)]
+        except ValueError:
+            ids = [self.unk_id]
         if cls:
             ids.insert(0, self.cls_id)
         elif bos:
@@ -205,7 +240,11 @@ class Vocab:
         with quiet_rdkit():
             if mol_from_smiles(smiles) is None:
                 return "RDKit cannot read it"
-        unknown = sorted({t for t in tokenize(smiles) if t not in self._ids})
+        try:
+            tokens = self.tokens_of(smiles)
+        except ValueError as error:
+            return f"its rings cannot be written by size: {error}"
+        unknown = sorted({t for t in tokens if t not in self._ids})
         if unknown:
             return f"not in the model's vocabulary; it never saw: {' '.join(unknown)}"
         n = len(self.encode(smiles, cls=cls))
@@ -243,7 +282,8 @@ class Vocab:
         ``<bos>`` and ``<pad>`` are skipped, the first ``<eos>`` ends the
         string, and ``<unk>`` is written as ``unk`` (``<unk>``, which no SMILES
         parser reads, by default: the string is then invalid, not another molecule).
-        Accepts any iterable of integers, including a 1-D NumPy array.
+        Accepts any iterable of integers, including a 1-D NumPy array. With ``rings="sizes"``
+        the ids are read back into SMILES (:func:`~minitransformer.chem.datasets.ring_sizes.read_ring_sizes`).
         """
         pieces = []
         skip = {self.bos_id, self.pad_id} | ({self._ids[self.CLS]} if self.CLS in self.extras else set())
@@ -255,12 +295,13 @@ class Vocab:
             if index in skip:
                 continue
             pieces.append(unk if index in unknown else self.id_to_token(index))
-        return "".join(pieces)
+        return read_ring_sizes(pieces) if self.rings == "sizes" else "".join(pieces)
 
     # --------------------------------------------------------- serialization
     def to_json(self) -> dict:
         """A JSON-ready dict describing the vocabulary (all tokens in id order)."""
-        return {"format": _FORMAT, "version": _VERSION, "tokens": list(self._tokens), "extras": list(self.extras)}
+        return {"format": _FORMAT, "version": _VERSION, "tokens": list(self._tokens), "extras": list(self.extras),
+                "rings": self.rings}
 
     @classmethod
     def from_json(cls, data: dict | str) -> "Vocab":
@@ -269,7 +310,7 @@ class Vocab:
             data = parse_json(data)
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise ValueError(f"not a serialized Vocab (expected a dict with format={_FORMAT!r})")
-        if data.get("version") not in (1, _VERSION):
+        if data.get("version") not in (1, 2, _VERSION):
             raise ValueError(f"unsupported Vocab version {data.get('version')!r}; "
                              f"this code reads versions 1 to {_VERSION}")
         tokens = list(data["tokens"])
@@ -278,4 +319,4 @@ class Vocab:
         if tuple(tokens[:len(head)]) != head:
             raise ValueError(f"serialized Vocab must start with the special tokens {head}, "
                              f"got {tokens[:len(head)]}")
-        return cls(tokens[len(head):], extras=extras)
+        return cls(tokens[len(head):], extras=extras, rings=data.get("rings", "paired"))

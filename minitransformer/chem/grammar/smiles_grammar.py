@@ -103,6 +103,9 @@ class SmilesGrammar:
     def __init__(self, vocab: Vocab, max_open_rings: int = 4, valence: bool = False):
         if isinstance(max_open_rings, bool) or not isinstance(max_open_rings, int) or max_open_rings < 1:
             raise ValueError(f"max_open_rings must be an int >= 1, got {max_open_rings!r}")
+        if vocab.rings != "paired":
+            raise ValueError(f"the SMILES grammar reads ring labels in pairs, and this model writes rings by their "
+                             f"{vocab.rings}; draw its samples without a grammar (--grammar off)")
         self.vocab = vocab
         self.max_open_rings = max_open_rings
         self.valence = bool(valence)

@@ -14,7 +14,9 @@ RDKit reads a SMILES in two stages, and each stage has its own ways to fail:
    atoms that admit no alternating single/double bond pattern), or another
    ``sanitization`` problem.
 
-An empty sample (the model wrote EOS first) is ``empty``; a string the guard of
+A sample of a model that writes rings by their size
+(:mod:`~minitransformer.chem.datasets.ring_sizes`) whose size named no atom of its path is
+``ring size``. An empty sample (the model wrote EOS first) is ``empty``; a string the guard of
 :func:`~minitransformer.chem._rdkit.smiles_problem` keeps from RDKit (over 2,000
 characters, or characters that never occur in SMILES) is ``unreadable``. A valid SMILES gives
 None. :func:`failure_counts` counts the kinds over many samples, the table in
@@ -26,9 +28,11 @@ from collections import Counter
 from typing import Sequence
 
 from minitransformer.chem._rdkit import quiet_rdkit, require_rdkit, smiles_problem
+from minitransformer.chem.datasets.ring_sizes import BAD_RING_SIZE
 from minitransformer.chem.datasets.tokenizer import tokenize
 
-KINDS = ("empty", "unclosed ring", "parentheses", "syntax", "valence", "aromaticity", "sanitization", "unreadable")
+KINDS = ("empty", "ring size", "unclosed ring", "parentheses", "syntax", "valence", "aromaticity", "sanitization",
+         "unreadable")
 
 
 def _syntax_kind(smiles: str) -> str:
@@ -56,6 +60,8 @@ def failure_kind(smiles: str) -> str | None:
     Chem = require_rdkit()
     if not isinstance(smiles, str) or not smiles.strip():
         return "empty"
+    if BAD_RING_SIZE in smiles:
+        return "ring size"
     if smiles_problem(smiles) is not None:
         return "unreadable"
     with quiet_rdkit():

@@ -14,15 +14,16 @@ from minitransformer.chem.judge.failures import KINDS, failure_counts, failure_k
     ("CC==C", "syntax"), ("C=", "syntax"),
     ("C(C)(C)(C)(C)C", "valence"), ("O=O=O", "valence"),
     ("c1cccc1", "aromaticity"),
+    ("CC<ring size>C", "ring size"), ("C1CC<ring size>C1", "ring size"),
 ])
 def test_failure_kind(smiles, kind):
     assert failure_kind(smiles) == kind
 
 
 def test_failure_counts_has_every_kind_and_counts_only_invalid():
-    counts = failure_counts(["CCO", "C1CC", "C1CC", "CC(C", "c1cccc1", "", "c1ccccc1"])
+    counts = failure_counts(["CCO", "C1CC", "C1CC", "CC(C", "c1cccc1", "", "c1ccccc1", "CC<ring size>"])
     assert list(counts) == list(KINDS)
-    assert counts == {"empty": 1, "unclosed ring": 2, "parentheses": 1, "syntax": 0, "valence": 0,
+    assert counts == {"empty": 1, "ring size": 1, "unclosed ring": 2, "parentheses": 1, "syntax": 0, "valence": 0,
                       "aromaticity": 1, "sanitization": 0, "unreadable": 0}
 
 
