@@ -340,3 +340,28 @@ def test_average_option_sets_the_running_average_of_the_main_phase(tmp_path, loa
     last, best = load_checkpoint(out / "last.npz"), load_checkpoint(out / "best.npz")
     assert last.average_arrays and last.meta["average"]["decay"] == 0.9
     assert best.meta["average_applied"] is True and "average_applied" not in last.meta
+
+
+def test_rings_by_size_train_a_generator_whose_samples_never_leave_a_ring_open(tmp_path, load_demo, capsys):
+    from minitransformer.cli import run_cli
+    assert _recipe(["--rings", "sizes"]).rings == "sizes" and _recipe(["--rings", "sizes"]).grammar is None
+    assert _recipe([]).rings == "paired"
+    demo = load_demo("molecules")
+    assert run_cli(demo.main, ["--rings", "sizes", "--grammar", "valence", "--out", str(tmp_path / "no")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--grammar valence reads ring labels in pairs" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "no").exists()
+    out = tmp_path / "run"
+    code = demo.main(["--quick", "--data", "druglike", "--out", str(out), "--samples", "200", "--quiet",
+                      "--pretrain-data", "druglike", "--rings", "sizes"])
+    assert code == 0
+    from minitransformer.checkpoint import load_checkpoint
+    from minitransformer.chem.datasets.vocab import Vocab
+    vocab = Vocab.from_json(load_checkpoint(out / "best.npz").vocab)
+    assert vocab.rings == "sizes"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["grammar"] is None
+    samples = (out / "samples.smi").read_text().splitlines()
+    from minitransformer.chem.judge.failures import failure_counts
+    assert failure_counts(samples)["unclosed ring"] == 0
+    assert any(c.isdigit() for s in samples for c in s)  # rings were drawn, and read back as paired labels

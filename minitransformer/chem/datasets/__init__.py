@@ -5,6 +5,7 @@
 * ``download`` (Tox21), ``moses`` and ``moses_tokens`` (MOSES) - find, fetch once, verify, read fast.
 * ``standardize`` - one clean, neutral, organic molecule per row.
 * ``tokenizer`` and ``vocab`` - SMILES tokens and their ids.
+* ``ring_sizes`` - a writing of SMILES with each ring bond written once, by its ring's size (no ring left open).
 * ``lm_data``, ``seq2seq_data``, ``properties`` - the data of ``train lm``, ``train seq2seq``, ``train property``.
 * ``recombined`` - heavier drug-like molecules, made once by joining halves of MOSES molecules at BRICS bonds.
 """
