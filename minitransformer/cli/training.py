@@ -329,8 +329,13 @@ def preset(presets: Mapping[str, Recipe], args, quick: Mapping) -> Recipe:
 
 def apply_overrides(recipe: Recipe, args, names: Sequence[str]) -> Recipe:
     """``recipe`` with every option of ``names`` the user gave (not None in ``args``); a
-    ``--dropout`` sets the model's three dropouts."""
+    ``--dropout`` sets the model's three dropouts; ``--weight-decay`` (every command) needs an AdamW recipe."""
     given = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    if getattr(args, "weight_decay", None) is not None:
+        if recipe.optimizer != "adamw":
+            raise ValueError(f"--weight-decay sets AdamW's decay, and this preset trains with {recipe.optimizer} "
+                             "(leave it out)")
+        given["weight_decay"] = args.weight_decay
     if getattr(args, "dropout", None) is not None:
         p = args.dropout
         given["model"] = dataclasses.replace(recipe.model, emb_dropout=p, attn_dropout=p, resid_dropout=p)

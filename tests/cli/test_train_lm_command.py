@@ -365,3 +365,15 @@ def test_rings_by_size_train_a_generator_whose_samples_never_leave_a_ring_open(t
     from minitransformer.chem.judge.failures import failure_counts
     assert failure_counts(samples)["unclosed ring"] == 0
     assert any(c.isdigit() for s in samples for c in s)  # rings were drawn, and read back as paired labels
+
+
+def test_weight_decay_option_overrides_adamw_and_is_refused_where_the_preset_has_no_adamw(tmp_path, capsys):
+    from minitransformer.cli import run_cli
+    from minitransformer.cli.main import main
+    assert _recipe(["--weight-decay", "0.1"]).weight_decay == 0.1 and _recipe([]).weight_decay == 0.01
+    assert run_cli(main, ["train", "lm", "--preset", "tomczak", "--weight-decay", "0.1",
+                          "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--weight-decay sets AdamW's decay" in err and "adamax" in err and len(err.splitlines()) == 1
+    assert run_cli(main, ["train", "lm", "--weight-decay", "-1", "--out", str(tmp_path / "o")]) == 2
+    assert not (tmp_path / "o").exists()
