@@ -27,13 +27,24 @@ JUDGE_PER_SAMPLE_S = 6.2e-3
 INTDIV_PER_PAIR_S = 0.85e-8
 #: The preset's samples, for which ``judge_time`` is the reserve (bare and under a grammar).
 PRESET_SAMPLES = 2000
+#: The weights of the model whose speed the costs above are scaled by: the default transformer on
+#: Tox21 and MOSES tokens. Judging runs at the machine's speed, not the model's.
+JUDGE_MODEL_WEIGHTS = 812_160
 
 
-def judging_seconds(recipe: LMRecipe, tokens_per_s: float) -> float:
+def judging_seconds(recipe: LMRecipe, tokens_per_s: float, weights: int | None = None) -> float:
     """The seconds to reserve for drawing and judging ``recipe.samples`` samples (bare, and as many
     again under ``recipe.grammar``) on a machine that trains at ``tokens_per_s``: the preset's
     ``judge_time`` for its 2,000 bare and 2,000 constrained samples, grown or shrunk with the
-    sample count and the sets by the measured costs above (IntDiv's pairs grow as its square)."""
+    sample count and the sets by the measured costs above (IntDiv's pairs grow as its square).
+
+    ``weights``: the model's, when it is smaller than :data:`JUDGE_MODEL_WEIGHTS`. A smaller model
+    trains faster on the same machine, while RDKit and ChemNet judge no faster, so its speed is
+    scaled down by the ratio of the weights before it stands for the machine's (a model's speed
+    grows more slowly than its weights shrink, so this errs on the side of a larger reserve). A
+    larger model's lower speed is taken as it is (a larger reserve again)."""
+    if weights is not None:
+        tokens_per_s *= min(1.0, weights / JUDGE_MODEL_WEIGHTS)
     def at_reference(n: int, sets: int) -> float:
         return JUDGE_FIXED_S + sets * n * JUDGE_PER_SAMPLE_S + sets * n * n * INTDIV_PER_PAIR_S
     sets = 2 if recipe.grammar else 1
@@ -89,11 +100,11 @@ def time_planned(recipe: LMRecipe, data, resume, spent: float, make_model, max_l
     model = make_model(recipe, data.vocab)
     check_fits_in_memory(model)  # before the probe trains it: a model too large is refused, not swapped
     probe = probe_speed(model, recipe, data.train, data.vocab, recipe.seed, n_ranks, max_len)
-    speed = probe.tokens_per_s
+    speed, weights = probe.tokens_per_s, model.num_parameters()
     phase2_tokens = (probe.stretch * sum(len(ids) - 1 for ids in data.encode(data.train))  # as written at random
                      + recipe.pretrain_mix * PHASE1_TOKENS)
     plan = ranks.on_rank0(lambda: plan_phases(  # rank 0's plan, or its refusal, on every rank
-        recipe.time_budget, spent, judging_seconds(recipe, speed), speed, PHASE1_TOKENS, phase2_tokens,
+        recipe.time_budget, spent, judging_seconds(recipe, speed, weights), speed, PHASE1_TOKENS, phase2_tokens,
         recipe.epochs, recipe.min_epochs, recipe.pretrain_share,
         write_s=probe.write_s / usable_cpus(),  # phase 1's many molecules: written by workers on every core
         phase2_write_s=probe.write_s / n_ranks,  # phase 2's few: each rank writes its share itself

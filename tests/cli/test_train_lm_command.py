@@ -377,3 +377,15 @@ def test_weight_decay_option_overrides_adamw_and_is_refused_where_the_preset_has
     assert "--weight-decay sets AdamW's decay" in err and "adamax" in err and len(err.splitlines()) == 1
     assert run_cli(main, ["train", "lm", "--weight-decay", "-1", "--out", str(tmp_path / "o")]) == 2
     assert not (tmp_path / "o").exists()
+
+
+def test_a_smaller_model_does_not_shrink_the_judging_reserve_a_larger_one_keeps_its_own():
+    """Judging runs at the machine's speed: a model with half the weights trains up to twice as fast on the same
+    machine, and its reserve stays the default model's; a larger model's lower speed is taken as it is."""
+    from minitransformer.cli.lm_time_plan import JUDGE_MODEL_WEIGHTS, judging_seconds
+    r, speed = _recipe([]), 30_000.0
+    base = judging_seconds(r, speed)
+    assert judging_seconds(r, speed, JUDGE_MODEL_WEIGHTS) == pytest.approx(base)
+    assert judging_seconds(r, 2 * speed, JUDGE_MODEL_WEIGHTS // 2) == pytest.approx(base)
+    assert judging_seconds(r, 2 * speed) == pytest.approx(base / 2)  # without the weights: what the plan did
+    assert judging_seconds(r, speed / 2, 2 * JUDGE_MODEL_WEIGHTS) == pytest.approx(2 * base)
