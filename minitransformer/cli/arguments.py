@@ -271,8 +271,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, out: str,
     parser.add_argument("--lr", type=number(0, lo_open=True), default=None,
                         help="override the peak learning rate (train property: of the fine-tuning; its "
                              "pretraining has its own)")
-    parser.add_argument("--weight-decay", type=number(0), default=None,
-                        help="override AdamW's decoupled weight decay (every phase; presets with AdamW only)")
+    parser.add_argument("--weight-decay", type=number(0, 1), default=None,
+                        help="override AdamW's decoupled weight decay, 0 to 1 (every phase; presets with AdamW only)")
     parser.add_argument("--batch-size", type=int_at_least(1, MAX_BATCH, "a batch is held in memory at once"),
                         default=None, help="override the batch size")
     parser.add_argument("--max-minutes", type=number(0, MAX_MINUTES), default=None,

@@ -381,7 +381,8 @@ def test_weight_decay_option_overrides_adamw_and_is_refused_where_the_preset_has
                           "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "--weight-decay sets AdamW's decay" in err and "adamax" in err and len(err.splitlines()) == 1
-    assert run_cli(main, ["train", "lm", "--weight-decay", "-1", "--out", str(tmp_path / "o")]) == 2
+    for bad in ("-1", "2"):
+        assert run_cli(main, ["train", "lm", "--weight-decay", bad, "--out", str(tmp_path / "o")]) == 2
     assert not (tmp_path / "o").exists()
 
 
