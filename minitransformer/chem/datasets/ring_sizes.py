@@ -83,6 +83,34 @@ def _odd(order: list[int], target: list[int]) -> bool:
     return odd
 
 
+def _bonded(tokens: list[str]):
+    """``(bond, token)`` for each token that is no bond symbol: the bond written just before it, or None.
+    A bond followed by another bond, or ending the string, comes as ``(bond, None)``."""
+    bond = None
+    for tok in tokens:
+        if tok in _BONDS:
+            if bond is not None:
+                yield bond, None
+            bond = tok
+        else:
+            yield bond, tok
+            bond = None
+    if bond is not None:
+        yield bond, None
+
+
+def _move_path(tok: str, path: list[int], branches: list[int]) -> None:
+    """Move the path past a token that is no atom, bond or ring label: a ``(`` remembers the path's
+    length (in ``branches``), its ``)`` cuts the path back to it, a ``.`` empties both."""
+    if tok == "(":
+        branches.append(len(path))
+    elif tok == ")" and branches:
+        del path[branches.pop():]
+    elif tok == ".":
+        path.clear()
+        branches.clear()
+
+
 def ring_size_tokens(tokens: list[str]) -> list[str]:
     """The tokens of a SMILES (``tokenize(smiles)``) with every ring written once, by its size.
 
@@ -96,13 +124,10 @@ def ring_size_tokens(tokens: list[str]) -> list[str]:
     events: list[list[int]] = []  # atom number -> its ring bonds (ids) in the order the SMILES writes them
     opened: dict[str, tuple[int, str | None, int]] = {}  # label -> (opening atom, its bond symbol, ring id)
     closings: list[tuple[int, int]] = []  # ring id -> (opening atom, closing atom), in closing order
-    ring_ids = 0
-    bond, after_atom = None, False  # a bond symbol waiting for what follows; the last token an atom or label
-    for tok in tokens:
-        if tok in _BONDS:
-            if bond is not None:
-                out.append(bond)
-            bond = tok
+    ring_ids, after_atom = 0, False  # after_atom: the last token an atom or a ring label
+    for bond, tok in _bonded(tokens):
+        if tok is None:  # a bond before another bond, or at the end
+            out.append(bond)
             continue
         if _is_label(tok):
             if not after_atom:
@@ -111,7 +136,7 @@ def ring_size_tokens(tokens: list[str]) -> list[str]:
             if tok not in opened:
                 opened[tok] = (b, bond, ring_ids)
                 events[b].append(ring_ids)
-                ring_ids, bond = ring_ids + 1, None
+                ring_ids += 1
                 continue
             a, first, ring = opened.pop(tok)
             if a not in path:
@@ -126,25 +151,17 @@ def ring_size_tokens(tokens: list[str]) -> list[str]:
             out.extend(([bond or turned] if (bond or turned) else []) + [_size_token(size)])
             events[b].append(ring)
             closings.append((a, ring))
-            bond = None
             continue
         if bond is not None:
             out.append(bond)
-            bond = None
         after_atom = is_atom_token(tok)
         if after_atom:
             at.append(len(out))
             events.append([])
             path.append(len(at) - 1)
-        elif tok == "(":
-            branches.append(len(path))
-        elif tok == ")" and branches:
-            del path[branches.pop():]
-        elif tok == ".":
-            path, branches = [], []
+        else:
+            _move_path(tok, path, branches)
         out.append(tok)
-    if bond is not None:
-        out.append(bond)
     if opened:
         raise ValueError(f"ring label {' '.join(sorted(opened))} is opened and never closed")
     _keep_chirality(out, at, events, closings)
@@ -195,42 +212,29 @@ def read_ring_sizes(tokens: list[str] | str) -> str:
     branches: list[int] = []
     labels: list[list[int]] = []  # atom number -> its ring bonds (ids): closings as read, then openings
     rings: list[tuple[int, int, str | None]] = []  # ring id -> (opening atom, closing atom, bond symbol)
-    bond = None
-    for tok in tokens:
-        if tok in _BONDS:
-            if bond is not None:
-                out.append(bond)
-            bond = tok
+    for bond, tok in _bonded(tokens):
+        if tok is None:  # a bond before another bond, or at the end
+            out.append(bond)
             continue
         if _is_label(tok):
             size = int(tok.lstrip("%"))
             if not (out and isinstance(out[-1], int)) or not 2 <= size <= len(path):  # after no atom, or too far
                 out.append(BAD_RING_SIZE)
-                bond = None
                 continue
             a, b = path[-size], path[-1]
             labels[b].append(len(rings))
             labels[a].append(len(rings))
             rings.append((a, b, bond))
-            bond = None
             continue
         if bond is not None:
             out.append(bond)
-            bond = None
         if is_atom_token(tok):
             out.extend([tok, len(labels)])  # the int marks where the atom's labels go
             path.append(len(labels))
             labels.append([])
             continue
-        if tok == "(":
-            branches.append(len(path))
-        elif tok == ")" and branches:
-            del path[branches.pop():]
-        elif tok == ".":
-            path, branches = [], []
+        _move_path(tok, path, branches)
         out.append(tok)
-    if bond is not None:
-        out.append(bond)
     names = _ring_labels(rings)
     text = []
     for item in out:
