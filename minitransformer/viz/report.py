@@ -76,7 +76,8 @@ def _views(model, vocab, smiles: str, target: str | None):
         _check_length(model, len(ids), "input")
         labels = [vocab.BOS] + toks
         maps = forward_maps(model, "self", None, np.asarray(ids))  # L x (1, H, T, T)
-        return [("attention_decoder_self", "decoder self-attention (causal)", maps, labels, labels, smiles)]
+        drawn = smiles if vocab.rings == "paired" else None  # rings by size: its tokens do not spell the SMILES
+        return [("attention_decoder_self", "decoder self-attention (causal)", maps, labels, labels, drawn)]
     if kind == "encoder":
         ids = vocab.encode(smiles, cls=True)  # (T,): <cls> tokens <eos>, as the property model trains
         _check_length(model, len(ids), "input")
@@ -136,7 +137,9 @@ def render_attention(model, vocab, smiles: str, out_dir, layers=None, heads=None
         scale: heatmap colour scale, ``"map"``, ``"row"`` or ``"fixed"``
             (see :mod:`minitransformer.viz.heatmaps`).
         target: ``Seq2Seq`` only: the decoder's target (default: the model's greedy output).
-        molecules: also draw the molecules (needs RDKit); False = heatmaps only.
+        molecules: also draw the molecules (needs RDKit); False = heatmaps only. A generator that
+            writes rings by size (``vocab.rings``) gets its heatmap only: the atoms are drawn by
+            reading the tokens as the SMILES they spell.
         overwrite: False refuses (FileExistsRefusal) before writing anything if a file exists.
 
     Returns:

@@ -65,8 +65,12 @@ def tokenize_many(smiles: Sequence[str], vocab: Vocab) -> tuple[np.ndarray, np.n
 
     Returns ``(ids, offsets, n_unknown)``; ``n_unknown`` counts the molecules
     holding a token that is not in ``vocab`` (encoded as ``<unk>``). A SMILES
-    must not contain a newline.
+    must not contain a newline. The vocabulary writes ring labels in pairs (the
+    fast scan reads SMILES tokens as they stand).
     """
+    if vocab.rings != "paired":
+        raise ValueError(f"tokenize_many reads SMILES tokens as they stand; a vocabulary of ring {vocab.rings} "
+                         "encodes each molecule with Vocab.encode")
     dtype = _dtype(vocab)
     ids_parts, lengths = [], []
     lookup = {tok: i for i, tok in enumerate(vocab.tokens)}

@@ -36,8 +36,9 @@ read back is the same stereoisomer.
 
 **What cannot be written** (:func:`ring_size_tokens` raises ValueError): a label that pairs two
 atoms not on one path (hand-written SMILES can, RDKit's never do), a label left open or standing
-before any atom, a ring of more than 99 path atoms, and a chirality class other than ``@``/``@@``
-on an atom whose ring labels change order.
+before any atom, a ring of more than 99 path atoms, a ring bond with two different symbols at its
+ends (``/`` at both, say, which RDKit reads and never writes), and a chirality class other than
+``@``/``@@`` on an atom whose ring labels change order.
 
 **What a model may write that means nothing:** a size below 2, beyond the path's length, or
 after something other than an atom (a parenthesis, the start). The
@@ -57,13 +58,14 @@ BAD_RING_SIZE = "<ring size>"
 #: The largest ring (in path atoms) a single token can write: ``%99``.
 MAX_RING_SIZE = 99
 _BONDS = frozenset("-=#$:~/\\")
+_DIGITS = frozenset("0123456789")  # ASCII only: str.isdigit() also takes "²"
 _TURNED = {"/": "\\", "\\": "/"}
 _CHIRAL = re.compile(r"@(?:@|(?:TH|AL|SP|TB|OH)\d+)?")  # @, @@ or a named class: @TH1, @SP2 ...
 
 
 def _is_label(token: str) -> bool:
     """A ring-bond label (SMILES) or a ring size (this writing): ``7`` or ``%12``."""
-    return token.isdigit() and len(token) == 1 or len(token) == 3 and token[0] == "%" and token[1:].isdigit()
+    return len(token) == 1 and token in _DIGITS or len(token) == 3 and token[0] == "%" and set(token[1:]) <= _DIGITS
 
 
 def _size_token(size: int) -> str:
@@ -219,7 +221,7 @@ def read_ring_sizes(tokens: list[str] | str) -> str:
         if _is_label(tok):
             size = int(tok.lstrip("%"))
             if not (out and isinstance(out[-1], int)) or not 2 <= size <= len(path):  # after no atom, or too far
-                out.append(BAD_RING_SIZE)
+                out.extend(([bond] if bond else []) + [BAD_RING_SIZE])
                 continue
             a, b = path[-size], path[-1]
             labels[b].append(len(rings))

@@ -300,6 +300,8 @@ class Vocab:
     # --------------------------------------------------------- serialization
     def to_json(self) -> dict:
         """A JSON-ready dict describing the vocabulary (all tokens in id order)."""
+        if self.rings == "paired":  # as version 2 wrote it: a run's fingerprint (its vocabulary's JSON) stays
+            return {"format": _FORMAT, "version": 2, "tokens": list(self._tokens), "extras": list(self.extras)}
         return {"format": _FORMAT, "version": _VERSION, "tokens": list(self._tokens), "extras": list(self.extras),
                 "rings": self.rings}
 

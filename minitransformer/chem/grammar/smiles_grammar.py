@@ -105,7 +105,7 @@ class SmilesGrammar:
             raise ValueError(f"max_open_rings must be an int >= 1, got {max_open_rings!r}")
         if vocab.rings != "paired":
             raise ValueError(f"the SMILES grammar reads ring labels in pairs, and this model writes rings by their "
-                             f"{vocab.rings}; draw its samples without a grammar (--grammar off)")
+                             f"{vocab.rings}; draw its samples without a grammar")
         self.vocab = vocab
         self.max_open_rings = max_open_rings
         self.valence = bool(valence)

@@ -75,7 +75,7 @@ def test_a_chiral_atom_whose_rings_close_in_another_order_is_turned():
 def test_a_directional_ring_bond_moved_to_the_closing_atom_turns_round():
     smiles = "C/1=C/CCCCCC1"  # the '/' stands at the opening atom
     written = write_ring_sizes(smiles)
-    assert "\\8" in written or "/8" in written, written
+    assert written.endswith("\\8"), written  # read from the closing atom, the bond points the other way
     assert same_molecule(read_ring_sizes(written), smiles)
 
 
@@ -96,7 +96,13 @@ def test_a_size_that_names_no_atom_of_the_path_is_read_as_the_marker(written):
     assert failure_kind(back) == "ring size"
 
 
-TOKENS = ["C", "c", "N", "O", "[nH]", "(", ")", "=", "#", "/", "\\", ".", "2", "3", "5", "6", "7", "%10", "<unk>"]
+def test_the_reader_keeps_what_it_cannot_read_and_never_raises():
+    assert read_ring_sizes(["C", "C", "=", "9"]) == "CC=" + BAD_RING_SIZE  # the bond the model wrote stays
+    assert read_ring_sizes("C\u00b2") == "C\u00b2"  # a digit outside ASCII is no ring size (int() would refuse it)
+    assert read_ring_sizes(["C", "<unk>", "C", "C", "3"]) == "C1<unk>CC1"  # <unk> passes through, no atom
+
+
+TOKENS = ["C", "c", "N", "O", "[nH]", "(", ")", "=", "#", "/", "\\", ".", "3", "4", "5", "6", "7", "%10", "<unk>"]
 
 
 @settings(max_examples=300, deadline=None)
@@ -120,16 +126,16 @@ def test_the_vocabulary_of_the_writing_encodes_and_decodes_smiles():
     again = Vocab.from_json(v.to_json())
     assert again == v and again.rings == "sizes"
     assert Vocab.build(train) != v  # the same tokens' ids would mean other things
-    old = dict(Vocab.build(train).to_json(), version=2)
-    del old["rings"]
-    assert Vocab.from_json(old).rings == "paired"  # a checkpoint from before the writing loads as SMILES
+    old = Vocab.build(train).to_json()  # paired labels are written as before: a run's fingerprint stays
+    assert old["version"] == 2 and "rings" not in old and Vocab.from_json(old).rings == "paired"
+    assert v.to_json()["version"] == 3 and v.to_json()["rings"] == "sizes"
     with pytest.raises(ValueError, match="unknown ring writing"):
         Vocab([], rings="labels")
 
 
 def test_the_smiles_grammar_refuses_a_vocabulary_of_ring_sizes():
     from minitransformer.chem.grammar.smiles_grammar import SmilesGrammar
-    with pytest.raises(ValueError, match="--grammar off"):
+    with pytest.raises(ValueError, match="without a grammar"):
         SmilesGrammar(Vocab.build(["C1CCCCC1"], rings="sizes"))
 
 
@@ -153,3 +159,20 @@ def test_tox21_molecules_and_their_random_writings_read_back_unchanged():
             continue
         for w in [smiles] + list(Chem.MolToRandomSmilesVect(mol, 2, randomSeed=3)):
             assert same_molecule(read_ring_sizes(write_ring_sizes(w)), w), w
+
+
+def test_the_attention_of_a_generator_of_ring_sizes_is_drawn_over_its_own_tokens(tmp_path):
+    """Its heatmap is labelled with the tokens it reads; no molecule is drawn (they do not spell the SMILES)."""
+    pytest.importorskip("matplotlib")
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    from minitransformer.viz import render_attention
+    v = Vocab.build(["CC1CCCCC1N", "c1ccccc1O"], rings="sizes")
+    model = DecoderLM(DecoderLMConfig(vocab_size=len(v), n_layers=1, d_model=8, n_heads=2, d_ff=12, max_len=16))
+    paths = render_attention(model, v, "CC1CCCCC1N", tmp_path)
+    assert [p.name for p in paths] == ["attention_decoder_self.png"]
+
+
+def test_the_fast_scan_of_many_smiles_refuses_a_vocabulary_of_ring_sizes():
+    from minitransformer.chem.datasets.moses_tokens import tokenize_many
+    with pytest.raises(ValueError, match="Vocab.encode"):
+        tokenize_many(["C1CCCCC1"], Vocab.build(["C1CCCCC1"], rings="sizes"))
