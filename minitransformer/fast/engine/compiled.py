@@ -38,7 +38,7 @@ import types
 
 import numpy as np
 
-from minitransformer.fast.engine.elementary import exp32_nonpositive, exp_nonpositive, gelu32
+from minitransformer.fast.engine.elementary import ONE_OVER_SQRT_2PI_32, exp32_nonpositive, exp_nonpositive, gelu32
 
 try:
     if os.environ.get("MINITRANSFORMER_NUMBA", "1").strip() == "0":
@@ -232,7 +232,7 @@ def parts(N: int) -> int:
 # Phi and e^{-x^2/2} of each element from minitransformer.fast.engine.elementary.gelu32 (two
 # polynomials, no table lookup, so the loop vectorises); its bound is GELU32_Y_BOUND, GELU32_DYDX_BOUND
 # there.
-_ZERO32, _ONE32, _ONE_OVER_SQRT_2PI_32 = np.float32(0.0), np.float32(1.0), np.float32(0.3989422804014327)
+_ZERO32, _ONE32 = np.float32(0.0), np.float32(1.0)
 
 @_jit
 def gelu_exact_float32(x, y, dydx):
@@ -241,7 +241,7 @@ def gelu_exact_float32(x, y, dydx):
         xi = x[i]
         cdf, e = gelu32(xi)
         y[i] = xi * cdf
-        dydx[i] = cdf + xi * (_ONE_OVER_SQRT_2PI_32 * e)
+        dydx[i] = cdf + xi * (ONE_OVER_SQRT_2PI_32 * e)
 
 
 # ---------------------------------------------------------------------------

@@ -114,7 +114,8 @@ _ERFCX = tuple(_F(c) for c in (0.21080636978149414, -0.37173667550086975, 0.2517
                                -0.12503555417060852, 0.03992299735546112, -0.003968363627791405,
                                -0.00264418451115489, 0.0007797113503329456, 0.00021977501455694437))  # in s
 _ERFCX_CENTRE = _F(2.5)  # s = (a - 5/2) / (a + 5/2)
-_SQRT_HALF, _ONE_OVER_SQRT_2PI = _F(0.7071067811865476), _F(0.3989422804014327)
+_SQRT_HALF = _F(0.7071067811865476)
+ONE_OVER_SQRT_2PI_32 = _F(0.3989422804014327)  # the normal density's factor, for the GELU's dy/dx
 _LOG2_E, _LN2_HIGH, _LN2_LOW = _F(1.4426950408889634), _F(0.693145751953125), _F(1.428606765330187045e-06)
 _EXP_TERMS = tuple(_F(1.0 / math.factorial(i)) for i in range(1, 8))  # 1/1! .. 1/7!
 _ZERO, _HALF, _ONE = _F(0.0), _F(0.5), _F(1.0)
@@ -144,7 +145,8 @@ if numba is not None:
 
 def gelu32(x):
     r"""(:math:`\Phi(x)`, :math:`e^{-x^2/2}`) of one float32 x, in float32 arithmetic (the notes above).
-    NaN gives NaN; the GELU's y is :math:`x\Phi` and its dy/dx :math:`\Phi + x e/\sqrt{2\pi}`."""
+    NaN gives NaN; the GELU's y is :math:`x\Phi` and its dy/dx :math:`\Phi + x e/\sqrt{2\pi}`
+    (:data:`ONE_OVER_SQRT_2PI_32` is that factor)."""
     z = x * _SQRT_HALF
     a = abs(z)
     a2 = a * a
