@@ -42,6 +42,10 @@ def _compiled() -> tuple[bool, str]:
     from minitransformer.fast import fused_attention
     from minitransformer.fast.engine import blas
     note = f"Numba {numba.__version__}"
+    import numpy as np
+    compiled.usable(np.zeros(1))  # chooses the threads' kind, as the first kernel would
+    if compiled.one_pool():
+        note += f", one pool of {compiled.threads()} OpenMP threads (products as compiled loops)"
     if fused_attention.enabled():
         note += ", attention loop calling BLAS" if blas.available() else \
             ", attention loop asked for but no ILP64 OpenBLAS to call: NumPy's products run"

@@ -57,19 +57,18 @@ def test_provenance_records_the_runtime(tmp_path, capsys):
     assert "kernels:" in capsys.readouterr().out, "the start of a training run prints what runs"
 
 
-def test_the_opt_in_attention_loop_is_reported_when_on():
+def test_the_attention_loop_is_reported_when_on():
     from minitransformer.fast import fused_attention
     from minitransformer.fast.engine import compiled
     if not compiled.AVAILABLE or kernels.name() != "fast":
         pytest.skip("needs Numba and the fast kernels")
-    saved = fused_attention.enabled()
     try:
         fused_attention.set_enabled(False)
         assert "attention loop" not in runtime.summary_line()
         fused_attention.set_enabled(True)
         assert "attention loop" in runtime.summary_line()
     finally:
-        fused_attention.set_enabled(saved)
+        fused_attention.set_enabled(None)  # the default
 
 
 def test_the_blas_thread_timeout_is_reported(monkeypatch):

@@ -16,7 +16,7 @@ backward
     :math:`dQ = s\,dS\,K`, :math:`dK = s\,dS^\top Q`.
 
 Every matrix is read and written in place through its leading dimension
-(:func:`gemm`; :mod:`minitransformer.fast.engine.blas` finds the library): Q, K and V are the strided (B, H, T, d) views
+(:func:`minitransformer.fast.engine.blas.gemm`, which finds the library): Q, K and V are the strided (B, H, T, d) views
 of the fused projection, the output and dQ, dK, dV are token-major views. While a
 pair's (T, T) block is worked on it stays in the core's cache: the products, the
 softmax and the dropout each touch it there, instead of one pass over all
@@ -28,12 +28,14 @@ medium shapes; 82-97 % of a plain NumPy forward there), to save writing and read
 :math:`P` once: 0.34 ms for the 4.2 MB of the small and tomczak scores, 2.1 ms for
 medium's 16.8 MB (``benchmarks/RESULTS.md``). So it keeps them.
 
-**Off by default** (:func:`set_enabled`, or ``MINITRANSFORMER_BLAS_ATTENTION=1``
-at start). Alone, at the three benchmark models' shapes, forward and backward
-together ran 1.12-1.22x faster than the twin's NumPy products; inside whole
-training steps it measured 0.95-1.00x (medians of 8 rounds; best steps
-0.93-1.05x; ``benchmarks/RESULTS.md``): the products, one small
-``gemm`` per pair and block, take most of its time, as they do the twin's.
+**On where the compiled loops run on one pool of threads** (OpenMP's:
+:func:`minitransformer.fast.engine.compiled.one_pool`), as do the linear layer's products, so that
+a step's every kernel runs on threads that are awake; off otherwise. ``MINITRANSFORMER_BLAS_ATTENTION=1``
+or ``0`` at start (or :func:`set_enabled`) turns it on or off whatever the pool. With Numba's work
+queue and NumPy's products around it, at the three benchmark models' shapes, forward and
+backward together ran 1.12-1.22x faster than the twin's NumPy products alone, but 0.95-1.00x
+inside whole training steps (medians of 8 rounds; best steps 0.93-1.05x; ``benchmarks/RESULTS.md``):
+the products, one small ``gemm`` per pair and block, take most of its time, as they do the twin's.
 
 The query axis may be cut into blocks that see only a prefix of the keys (the
 twin's :func:`~minitransformer.fast.attention.query_blocks`); their other
@@ -57,18 +59,20 @@ from minitransformer.fast.engine import blas, compiled
 from minitransformer.fast.engine.compiled import numba, prange
 from minitransformer.fast.engine.elementary import exp_nonpositive
 
-_enabled = {"on": os.environ.get("MINITRANSFORMER_BLAS_ATTENTION", "0").strip() == "1"}
+_SETTINGS = {"1": True, "0": False}
+_enabled = {"on": _SETTINGS.get(os.environ.get("MINITRANSFORMER_BLAS_ATTENTION", "").strip())}
 
 
-def set_enabled(on: bool) -> None:
-    """Use this compiled loop where it can run (True; ``MINITRANSFORMER_BLAS_ATTENTION=1``
-    at start) or the twin's NumPy products (False, the default: module notes)."""
-    _enabled["on"] = bool(on)
+def set_enabled(on: bool | None) -> None:
+    """Use this compiled loop where it can run (True; ``MINITRANSFORMER_BLAS_ATTENTION=1`` at
+    start), the twin's NumPy products (False; ``=0``), or the default: the loop where the
+    compiled loops run on one pool of threads (None; module notes)."""
+    _enabled["on"] = None if on is None else bool(on)
 
 
 def enabled() -> bool:
-    """Whether the loop is switched on (:func:`set_enabled`)."""
-    return _enabled["on"]
+    """Whether the loop is switched on (:func:`set_enabled`; by default, whether there is one pool)."""
+    return compiled.one_pool() if _enabled["on"] is None else _enabled["on"]
 
 
 def usable(q, k, v, mask, bias, scale: float) -> bool:
@@ -78,8 +82,7 @@ def usable(q, k, v, mask, bias, scale: float) -> bool:
     or float64 arrays of one dtype with every axis non-empty, there is no additive bias
     (its gradient is summed over the batch: the twin does that), and the scale is not 0
     (BLAS skips a product whose alpha is 0, so a NaN in q or k would not reach the output)."""
-    if not _enabled["on"] or bias is not None or scale == 0 or not compiled.usable(q, k, v) \
-            or not blas.available():
+    if bias is not None or scale == 0 or not compiled.usable(q, k, v) or not enabled() or not blas.available():
         return False
     return q.dtype == k.dtype == v.dtype and min(q.shape + k.shape[2:] + v.shape[3:]) > 0
 
@@ -185,46 +188,8 @@ def attention_backward(dout, q, k, v, p, pd, out, dropout_mask, scale: float, bl
     _zero_unseen(blocks, dq)
 
 
-ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's enumerations
-
 if compiled.AVAILABLE:
-    from llvmlite import ir
-    from numba import types
-    from numba.extending import intrinsic
-
-    _i32, _i64 = types.int32, types.int64
-    # void cblas_?gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), 64-bit
-    # integers; the routines are registered under these names by minitransformer.fast.engine.blas
-    _sgemm = types.ExternalFunction(blas.SYMBOLS["s"], types.void(
-        _i32, _i32, _i32, _i64, _i64, _i64, types.float32, types.voidptr, _i64, types.voidptr, _i64,
-        types.float32, types.voidptr, _i64))
-    _dgemm = types.ExternalFunction(blas.SYMBOLS["d"], types.void(
-        _i32, _i32, _i32, _i64, _i64, _i64, types.float64, types.voidptr, _i64, types.voidptr, _i64,
-        types.float64, types.voidptr, _i64))
-
-    @intrinsic
-    def _pointer(typingctx, address):
-        """An address (an integer: ``array.ctypes.data``) as ``void *``."""
-        if not isinstance(address, types.Integer):
-            return None
-
-        def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
-        return types.voidptr(address), codegen
-
-    @numba.njit(cache=True, inline="always")
-    def gemm(single, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
-        r"""C (m, n) = alpha op(A) op(B) + beta C, row-major, in float32 (``single``) or float64,
-        op(A) (m, k), op(B) (k, n). a, b, c: the addresses of each matrix's first element;
-        ``trans_*``: True for op(X) = X^T; ld*: the distance in elements between two rows as stored."""
-        ta = TRANS if trans_a else NO_TRANS
-        tb = TRANS if trans_b else NO_TRANS
-        if single:
-            _sgemm(ROW_MAJOR, ta, tb, m, n, k, numba.float32(alpha), _pointer(a), lda, _pointer(b), ldb,
-                   numba.float32(beta), _pointer(c), ldc)
-        else:
-            _dgemm(ROW_MAJOR, ta, tb, m, n, k, numba.float64(alpha), _pointer(a), lda, _pointer(b), ldb,
-                   numba.float64(beta), _pointer(c), ldc)
+    gemm = blas.gemm  # inlined into the loops below (blas's notes: touch this file when it changes)
 
     @numba.njit(cache=True, fastmath={"reassoc", "contract"})
     def softmax_row(row, allowed, n):

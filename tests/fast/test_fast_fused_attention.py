@@ -30,11 +30,11 @@ def fused(monkeypatch):
     calls = count_calls(monkeypatch, fused_attention, "attention_forward")
     monkeypatch.setattr(compiled, "MIN_SIZE", 0)
     monkeypatch.setattr(decode_attention, "usable", lambda *args: False)  # one row a pair: its own tests
-    saved = fused_attention.enabled(), compiled.enabled()
+    saved = None, compiled.enabled()
     fused_attention.set_enabled(True)
     compiled.set_enabled(True)
     yield calls
-    fused_attention.set_enabled(saved[0])
+    fused_attention.set_enabled(None)  # the default: on where there is one pool
     compiled.set_enabled(saved[1])
 
 
@@ -151,24 +151,30 @@ def test_both_builds_give_identical_results(fused, monkeypatch):
         assert np.array_equal(a, b), name
 
 
-def test_off_by_default_and_the_switch(fused):
-    """Off (the NumPy products) unless asked for (MINITRANSFORMER_BLAS_ATTENTION=1 at start);
-    set_enabled switches it."""
+def test_on_by_default_where_there_is_one_pool_and_the_switch(fused):
+    """By default on exactly where the compiled loops run on one pool of threads, so that the
+    products of a step all run on it; MINITRANSFORMER_BLAS_ATTENTION=1 or 0 at start turns it
+    on or off whatever the pool, and set_enabled switches it."""
     g = np.random.default_rng(2)
     q = g.standard_normal((2, 2, 3, 4))
     fused_attention.set_enabled(False)
     assert FAST["attention_forward"](q, q, q)[1].qs is not None
     fused_attention.set_enabled(True)
     assert FAST["attention_forward"](q, q, q)[1].qs is None
-    probe = "from minitransformer.fast import fused_attention as f; print(f.enabled())"
+    probe = ("import numpy as np; from minitransformer.fast import fused_attention as f; "
+             "from minitransformer.fast.engine import compiled; compiled.usable(np.zeros(1)); "
+             "print(f.enabled(), compiled.one_pool())")
     root = str(Path(__file__).resolve().parents[2])
-    env = {k: v for k, v in os.environ.items() if k != "MINITRANSFORMER_BLAS_ATTENTION"}
-    env["PYTHONPATH"] = root
-    for value, expected in ((None, "False"), ("1", "True"), ("0", "False")):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MINITRANSFORMER_BLAS_ATTENTION", "NUMBA_THREADING_LAYER")}
+    env.update(PYTHONPATH=root, MINITRANSFORMER_THREADS="2")
+    for value in (None, "1", "0"):
         run_env = env if value is None else {**env, "MINITRANSFORMER_BLAS_ATTENTION": value}
         done = subprocess.run([sys.executable, "-c", probe], env=run_env, capture_output=True, text=True,
                               timeout=120, cwd=root)
-        assert done.stdout.strip() == expected, (value, done.stdout, done.stderr[-500:])
+        on, one_pool = done.stdout.split()
+        expected = one_pool if value is None else str(value == "1")
+        assert on == expected, (value, done.stdout, done.stderr[-500:])
 
 
 def test_the_exponential_keeps_its_bound():

@@ -1,20 +1,22 @@
-r"""Matrix products called from inside compiled loops: BLAS's ``gemm`` for Numba kernels.
+r"""Matrix products called from inside compiled loops: BLAS's ``gemm`` for Numba kernels,
+and a layer's three products split over the compiled loops' threads.
 
 A Numba loop can call ``np.dot``, but only on contiguous arrays, and each call
 checks its arguments and allocates its result (``benchmarks/RESULTS.md``, session
 13: attention built that way ran slower than NumPy's batched products). The
-fused attention (:mod:`minitransformer.fast.fused_attention`) instead calls the
-BLAS routine itself, with leading dimensions, so that it reads :math:`Q`, :math:`K`
-and :math:`V` straight out of the fused projection's (B, T, 3, H, d) buffer and
-writes its results into strided buffers, without a copy.
+kernels here, and the fused attention (:mod:`minitransformer.fast.fused_attention`),
+instead call the BLAS routine itself (:func:`gemm`), with leading dimensions, so
+that they read their operands in place (the attention reads :math:`Q`, :math:`K`
+and :math:`V` straight out of the fused projection's (B, T, 3, H, d) buffer) and
+write into strided buffers, without a copy.
 
 **Which BLAS.** The one NumPy loaded: its wheels bundle OpenBLAS built with 64-bit
 integers (ILP64) and the symbol names ``scipy_cblas_sgemm64_`` /
 ``scipy_cblas_dgemm64_``. Only such names are accepted (``cblas_?gemm64_`` too):
 the integer width is part of the call, and a 32-bit build called with 64-bit
 integers would read garbage. Where none is found (NumPy built against MKL, or
-an LP64 OpenBLAS) :func:`available` says no and the fast attention runs its
-NumPy products instead.
+an LP64 OpenBLAS) :func:`available` says no and the fast kernels run NumPy's
+products instead.
 
 **How the call is made.** The routine's address is registered under a fixed
 name in LLVM's symbol table (``llvmlite.binding.add_symbol``) before anything is
@@ -22,21 +24,32 @@ compiled, and the kernels declare an external function of that name. Their
 machine code then names the symbol rather than an address, so Numba's on-disk
 cache works: a new process loads the compiled kernels (about 0.2 s) and links
 them to this process's BLAS. (A ctypes function pointer, an earlier prototype,
-is baked into the code as an address, and Numba refuses to cache it.)
+is baked into the code as an address, and Numba refuses to cache it.) Numba's
+disk cache is refreshed when a kernel's own file changes, not when a function it
+inlines from another file does: after changing :func:`gemm`, touch
+``fast/fused_attention.py`` too, whose kernels inline it.
 
-The call itself (CBLAS, row-major) is declared beside the kernels that make it,
-in :mod:`minitransformer.fast.fused_attention`.
+**A layer's products on the compiled loops' threads.** Where those threads are
+OpenMP's (:func:`minitransformer.fast.engine.compiled.one_pool`), the linear layer's three products
+run as compiled loops too (:func:`product`, :func:`product_transposed`, :func:`weight_gradient`):
+each thread makes one ``gemm`` call on its share of the rows (of the output, or of
+the weight's gradient), with BLAS on one thread. Then every kernel of a step, products
+included, runs on one pool of threads that stay awake between kernels, instead of
+OpenBLAS's threads for the products and Numba's for the rest, each put to sleep and
+woken again for every call; on a 2-core VM a wake-up cost about 250 us a call (the
+notes of :mod:`minitransformer.fast.engine.compiled`). Each element of a product is one
+``gemm``'s sum over the whole inner dimension, whichever share of rows it falls in.
 """
 from __future__ import annotations
 
 import ctypes
 
-from minitransformer.fast.engine import compiled, parallel
+import numpy as np
 
-# The names the kernels call (the 64: the integers are 64 bits wide). The kernels that name
-# them, and the call's signature, live in fused_attention.py, so that Numba's disk cache,
-# which is refreshed when a kernel's own file changes, never keeps code older than them:
-# change a name here and there together.
+from minitransformer.fast.engine import compiled, parallel
+from minitransformer.fast.engine.compiled import numba, prange
+
+# The names the kernels call (the 64: the integers are 64 bits wide), declared below (gemm)
 SYMBOLS = {"s": "minitransformer_cblas_sgemm_ilp64", "d": "minitransformer_cblas_dgemm_ilp64"}
 # where an ILP64 OpenBLAS keeps them
 LIBRARY_NAMES = {"s": ("scipy_cblas_sgemm64_", "cblas_sgemm64_"), "d": ("scipy_cblas_dgemm64_", "cblas_dgemm64_")}
@@ -95,3 +108,146 @@ def one_thread():
     """A context in which BLAS runs on one thread: the compiled loop's own threads call it
     (:func:`minitransformer.fast.engine.parallel.one_blas_thread` with this library's setter)."""
     return parallel.one_blas_thread(_state["thread_setter"] if available() else None)
+
+
+def usable(*arrays) -> bool:
+    """True when :func:`linear_product` and :func:`linear_gradients` should take these arrays: the
+    compiled loops run on OpenMP's threads (:func:`minitransformer.fast.engine.compiled.one_pool`), more
+    than one (on one, NumPy's product is the same single ``gemm`` call), this is the main thread,
+    BLAS can be called (:func:`available`), and the arrays are host float32 or float64 arrays of
+    one dtype, none empty (NumPy's products give the empty and all-zero results)."""
+    return compiled.usable(*arrays) and compiled.one_pool() and compiled.threads() > 1 \
+        and len({a.dtype for a in arrays}) == 1 and all(a.size for a in arrays) and available()
+
+
+def openmp_loads() -> bool:
+    """Whether Numba's OpenMP threads can start here (its library finds an OpenMP runtime)."""
+    try:
+        from numba.np.ufunc import omppool  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if compiled.AVAILABLE and available() and openmp_loads():  # one pool of threads for every kernel (notes)
+    compiled.prefer_threading_layer("omp")
+
+
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's enumerations
+
+if compiled.AVAILABLE:
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    _i32, _i64 = types.int32, types.int64
+    # void cblas_?gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), 64-bit
+    # integers; the routines are registered under these names by _register
+    _sgemm = types.ExternalFunction(SYMBOLS["s"], types.void(
+        _i32, _i32, _i32, _i64, _i64, _i64, types.float32, types.voidptr, _i64, types.voidptr, _i64,
+        types.float32, types.voidptr, _i64))
+    _dgemm = types.ExternalFunction(SYMBOLS["d"], types.void(
+        _i32, _i32, _i32, _i64, _i64, _i64, types.float64, types.voidptr, _i64, types.voidptr, _i64,
+        types.float64, types.voidptr, _i64))
+
+    @intrinsic
+    def _pointer(typingctx, address):
+        """An address (an integer: ``array.ctypes.data``) as ``void *``."""
+        if not isinstance(address, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+        return types.voidptr(address), codegen
+
+    @numba.njit(cache=True, inline="always")
+    def gemm(single, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        r"""C (m, n) = alpha op(A) op(B) + beta C, row-major, in float32 (``single``) or float64,
+        op(A) (m, k), op(B) (k, n). a, b, c: the addresses of each matrix's first element;
+        ``trans_*``: True for op(X) = X^T; ld*: the distance in elements between two rows as stored."""
+        ta = TRANS if trans_a else NO_TRANS
+        tb = TRANS if trans_b else NO_TRANS
+        if single:
+            _sgemm(ROW_MAJOR, ta, tb, m, n, k, numba.float32(alpha), _pointer(a), lda, _pointer(b), ldb,
+                   numba.float32(beta), _pointer(c), ldc)
+        else:
+            _dgemm(ROW_MAJOR, ta, tb, m, n, k, numba.float64(alpha), _pointer(a), lda, _pointer(b), ldb,
+                   numba.float64(beta), _pointer(c), ldc)
+
+
+# ---------------------------------------------------------------------------
+# A linear layer's products, one gemm call per share of rows
+# ---------------------------------------------------------------------------
+# Each loop's first argument is the input that has N rows, whose size picks the build
+# (compiled.Kernel): the threaded one runs the `parts` shares at once. Every array is C-contiguous.
+@compiled._jit
+def product(x, W, b, has_bias, y, parts):
+    r"""y = x W (+ b): x (N, K), W (K, M), b (M,), y (N, M); row share p of ``parts`` is rows
+    pN/parts .. (p+1)N/parts - 1, one ``gemm``, then the bias added to them while they are in the cache."""
+    N, K = x.shape
+    M = W.shape[1]
+    single = x.itemsize == 4
+    for p in prange(parts):
+        r0, r1 = p * N // parts, (p + 1) * N // parts
+        if r1 > r0:
+            gemm(single, False, False, r1 - r0, M, K, 1.0, x[r0:].ctypes.data, K, W.ctypes.data, M, 0.0,
+                 y[r0:].ctypes.data, M)
+            if has_bias:
+                for r in range(r0, r1):
+                    for j in range(M):
+                        y[r, j] += b[j]
+
+
+@compiled._jit
+def product_transposed(dy, W, dx, parts):
+    r"""dx = dy W^T: dy (N, M), W (K, M), dx (N, K); shares of rows as :func:`product`'s."""
+    N, M = dy.shape
+    K = W.shape[0]
+    single = dy.itemsize == 4
+    for p in prange(parts):
+        r0, r1 = p * N // parts, (p + 1) * N // parts
+        if r1 > r0:
+            gemm(single, False, True, r1 - r0, K, M, 1.0, dy[r0:].ctypes.data, M, W.ctypes.data, M, 0.0,
+                 dx[r0:].ctypes.data, K)
+
+
+@compiled._jit
+def weight_gradient(x, dy, dW, parts):
+    r"""dW = x^T dy: x (N, K), dy (N, M), dW (K, M); share p is dW's rows pK/parts .. (p+1)K/parts - 1
+    (x's columns), each summed over all N rows by one ``gemm``."""
+    N, K = x.shape
+    M = dy.shape[1]
+    single = x.itemsize == 4
+    for p in prange(parts):
+        c0, c1 = p * K // parts, (p + 1) * K // parts
+        if c1 > c0:
+            gemm(single, True, False, c1 - c0, M, N, 1.0, x.ctypes.data + c0 * x.itemsize, K, dy.ctypes.data, M,
+                 0.0, dW[c0:].ctypes.data, M)
+
+
+def _parts(x) -> int:
+    """Shares a product over the N rows of ``x`` is cut into: one per thread, or one alone
+    below compiled.MIN_SIZE elements (the serial build then runs it)."""
+    return compiled.threads() if x.size >= compiled.MIN_SIZE else 1
+
+
+def linear_product(x, W, b=None):
+    r"""y = x W + b, (N, M), on the compiled loops' threads (:func:`usable` said yes).
+    x: (N, K) and W: (K, M) C-contiguous, b: (M,) or None."""
+    y = np.empty((x.shape[0], W.shape[1]), dtype=x.dtype)  # (N, M)
+    with one_thread():
+        product(x, W, W[0] if b is None else np.ascontiguousarray(b), b is not None, y, _parts(x))
+    return y
+
+
+def linear_gradients(dy, x, W, has_bias: bool):
+    r"""(dx = dy W^T (N, K), dW = x^T dy (K, M), db = \mathbf{1}^\top dy (M,) or None) on the compiled
+    loops' threads (:func:`usable` said yes). dy: (N, M), x: (N, K), W: (K, M), C-contiguous.
+    db is BLAS's matrix-vector product on this thread, as the fast linear's."""
+    dx = np.empty(x.shape, dtype=x.dtype)  # (N, K)
+    dW = np.empty(W.shape, dtype=x.dtype)  # (K, M)
+    with one_thread():
+        product_transposed(dy, W, dx, _parts(dy))
+        weight_gradient(x, dy, dW, _parts(x))
+        db = np.ones(dy.shape[0], dtype=dy.dtype) @ dy if has_bias else None  # (M,)
+    return dx, dW, db

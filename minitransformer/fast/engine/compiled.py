@@ -9,17 +9,30 @@ cores by Numba (``prange``, as many threads as :mod:`minitransformer.fast.engine
 uses): an element-wise loop reads each input once and writes each output once; a
 row-wise loop makes its few passes over a row while the row is in the core's cache.
 
-Measured choices (``benchmarks/RESULTS.md``): Numba's ``workqueue`` threads,
-whose threads sleep as soon as a loop ends (the OpenMP layer's spin and take the
-cores from the BLAS threads of the next product: the small model's training step
-ran 1.7x slower with it); ``prange`` loops rather than serial loops handed to the
-library's thread pool for the element-wise and row-wise kernels (measured 3.5x
-faster an element on an Intel VM in 2026-11); and each loop's serial build
-whenever the library runs one thread (a data-parallel rank: the work queue's one
-worker stalled steps), or an array is small. The work queue serves one caller at
-a time, so :func:`usable` says no on any other thread than the main one; a piece
-of work on the library's pool calls a serial build itself (:func:`serial_usable`:
-attention's masked softmax, one block of sequences a piece).
+Measured choices (``benchmarks/RESULTS.md``):
+
+* **One pool of threads** (:func:`one_pool`): OpenMP's threads (Numba's ``omp`` layer)
+  where it loads and the compiled loops can call BLAS themselves
+  (:mod:`minitransformer.fast.engine.blas` asks for them on import). Attention then runs as
+  one compiled loop (:mod:`minitransformer.fast.fused_attention`), and with two threads or
+  more the linear layer's products too, with BLAS on one thread inside them, so every
+  kernel of a step runs on the same threads, which spin a moment after each loop and so
+  are awake for the next. Two pools, OpenBLAS's for the products and Numba's work queue
+  for the rest, each put their threads to sleep after a call, and on a 2-core VM a
+  sleeping thread took about 250 us to wake: LayerNorm's (4096, 64) forward ran in
+  420-550 us on the work queue's two threads against 280 on one, and in 160 on OpenMP's
+  two. The small model's training step ran about 1.2x faster with the one pool.
+* **Numba's ``workqueue``** otherwise (no ILP64 OpenBLAS to call, or no OpenMP runtime),
+  whose threads sleep as soon as a loop ends: OpenMP's spin, and would take the cores from
+  the BLAS threads of the next NumPy product (the small model's step ran 1.4x slower with
+  them when the products stayed NumPy's).
+* ``prange`` loops rather than serial loops handed to the library's thread pool for the
+  element-wise and row-wise kernels (measured 3.5x faster an element on an Intel VM in 2026-11).
+* Each loop's serial build whenever the library runs one thread (a data-parallel rank: the
+  work queue's one worker stalled steps), or an array is small. Only the main thread calls
+  the threaded builds (:func:`usable`: the work queue serves one caller at a time); a piece of
+  work on the library's pool calls a serial build itself (:func:`serial_usable`:
+  attention's masked softmax, one block of sequences a piece).
 
 The math is that of the NumPy fast kernels they replace, written out per
 element or per row; ``tests/fast`` proves each one equal to its reference
@@ -51,8 +64,8 @@ except ImportError:  # the NumPy fast kernels run instead
 
 AVAILABLE = numba is not None
 if AVAILABLE and "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"  # see the module notes
-_enabled = {"on": AVAILABLE, "threads": None}
+    numba.config.THREADING_LAYER = "workqueue"  # unless blas prefers OpenMP's (prefer_threading_layer)
+_enabled = {"on": AVAILABLE, "threads": None, "layer": None}
 ROWS_PER_PART = 256  # rows per partial sum of a parameter gradient: fixed, so sums never depend on threads
 
 
@@ -71,7 +84,7 @@ MIN_SIZE = 1 << 15  # elements: below this a loop runs on the calling thread alo
 def usable(*arrays) -> bool:
     """True when the compiled loops can take these arrays: Numba is on, this is the
     main thread, and every array is a host NumPy array of float32 or float64 (not
-    CuPy, not the strict stand-in)."""
+    CuPy, not the strict stand-in). The first call starts the threads."""
     if not _enabled["on"] or threading.current_thread() is not threading.main_thread():
         return False
     if not all(type(a) is np.ndarray and a.dtype in (np.float32, np.float64) for a in arrays):
@@ -79,9 +92,31 @@ def usable(*arrays) -> bool:
     from minitransformer.fast.engine import parallel  # as many threads as the library's pool
     n = min(parallel.threads(), numba.config.NUMBA_NUM_THREADS)
     if _enabled["threads"] != n:
-        numba.set_num_threads(n)
-        _enabled["threads"] = n
+        numba.set_num_threads(n)  # starts the threads (the first time), of the kind chosen by then
+        _enabled["threads"], _enabled["layer"] = n, numba.threading_layer()
     return True
+
+
+def prefer_threading_layer(layer: str) -> None:
+    """Start Numba's threads as ``layer`` ("omp" or "workqueue"), unless they have started or
+    ``NUMBA_THREADING_LAYER`` names one: :mod:`minitransformer.fast.engine.blas` asks for OpenMP's
+    where it can call BLAS from the loops (module notes)."""
+    if AVAILABLE and _enabled["layer"] is None and "NUMBA_THREADING_LAYER" not in os.environ:
+        numba.config.THREADING_LAYER = layer
+
+
+def one_pool() -> bool:
+    """True when the threaded builds run on OpenMP's threads (known after the first
+    :func:`usable`): attention then runs as one compiled loop, and with more than one thread the
+    linear layer's products too (:mod:`minitransformer.fast.engine.blas`,
+    :mod:`minitransformer.fast.fused_attention`), so that the results do not depend on the
+    number of threads."""
+    return _enabled["layer"] == "omp"
+
+
+def threads() -> int:
+    """The threads a threaded build runs on (1 until the first :func:`usable`)."""
+    return _enabled["threads"] or 1
 
 
 def serial_usable(*arrays) -> bool:
