@@ -152,8 +152,8 @@ def test_both_builds_give_identical_results(fused, monkeypatch):
 
 
 def test_on_by_default_where_there_is_one_pool_and_the_switch(fused):
-    """By default on exactly where the compiled loops run on one pool of threads, so that the
-    products of a step all run on it; MINITRANSFORMER_BLAS_ATTENTION=1 or 0 at start turns it
+    """By default on exactly where the compiled loops run on one pool of two threads, so that the
+    products of a step all run on it (not with one thread); MINITRANSFORMER_BLAS_ATTENTION=1 or 0 at start turns it
     on or off whatever the pool, and set_enabled switches it."""
     g = np.random.default_rng(2)
     q = g.standard_normal((2, 2, 3, 4))
@@ -163,13 +163,15 @@ def test_on_by_default_where_there_is_one_pool_and_the_switch(fused):
     assert FAST["attention_forward"](q, q, q)[1].qs is None
     probe = ("import numpy as np; from minitransformer.fast import fused_attention as f; "
              "from minitransformer.fast.engine import compiled; compiled.usable(np.zeros(1)); "
-             "print(f.enabled(), compiled.one_pool())")
+             "print(f.enabled(), compiled.one_pool() and compiled.threads() > 1)")
     root = str(Path(__file__).resolve().parents[2])
     env = {k: v for k, v in os.environ.items()
            if k not in ("MINITRANSFORMER_BLAS_ATTENTION", "NUMBA_THREADING_LAYER")}
-    env.update(PYTHONPATH=root, MINITRANSFORMER_THREADS="2")
-    for value in (None, "1", "0"):
-        run_env = env if value is None else {**env, "MINITRANSFORMER_BLAS_ATTENTION": value}
+    env.update(PYTHONPATH=root)
+    for value, threads in ((None, "2"), (None, "1"), ("1", "2"), ("1", "1"), ("0", "2")):
+        run_env = {**env, "MINITRANSFORMER_THREADS": threads}
+        if value is not None:
+            run_env["MINITRANSFORMER_BLAS_ATTENTION"] = value
         done = subprocess.run([sys.executable, "-c", probe], env=run_env, capture_output=True, text=True,
                               timeout=120, cwd=root)
         on, one_pool = done.stdout.split()

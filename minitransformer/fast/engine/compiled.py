@@ -13,9 +13,9 @@ Measured choices (``benchmarks/RESULTS.md``):
 
 * **One pool of threads** (:func:`one_pool`): OpenMP's threads (Numba's ``omp`` layer)
   where it loads and the compiled loops can call BLAS themselves
-  (:mod:`minitransformer.fast.engine.blas` asks for them on import). Attention then runs as
-  one compiled loop (:mod:`minitransformer.fast.fused_attention`), and with two threads or
-  more the linear layer's products too, with BLAS on one thread inside them, so every
+  (:mod:`minitransformer.fast.engine.blas` asks for them on import). With two threads or
+  more, attention then runs as one compiled loop (:mod:`minitransformer.fast.fused_attention`)
+  and the linear layer's products as compiled loops, with BLAS on one thread inside them, so every
   kernel of a step runs on the same threads, which spin a moment after each loop and so
   are awake for the next. Two pools, OpenBLAS's for the products and Numba's work queue
   for the rest, each put their threads to sleep after a call, and on a 2-core VM a
@@ -107,10 +107,9 @@ def prefer_threading_layer(layer: str) -> None:
 
 def one_pool() -> bool:
     """True when the threaded builds run on OpenMP's threads (known after the first
-    :func:`usable`): attention then runs as one compiled loop, and with more than one thread the
-    linear layer's products too (:mod:`minitransformer.fast.engine.blas`,
-    :mod:`minitransformer.fast.fused_attention`), so that the results do not depend on the
-    number of threads."""
+    :func:`usable`). With two threads or more, attention then runs as one compiled loop and the
+    linear layer's products as compiled loops too (:mod:`minitransformer.fast.fused_attention`,
+    :mod:`minitransformer.fast.engine.blas`)."""
     return _enabled["layer"] == "omp"
 
 
