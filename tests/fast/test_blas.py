@@ -43,8 +43,8 @@ def test_the_three_products_equal_numpy_for_every_cut(dtype, N, K, M, parts, bui
     dx = np.full((N, K), np.nan, dtype=dtype)
     dW = np.full((K, M), np.nan, dtype=dtype)
     with blas.one_thread():
-        getattr(blas.product, build)(x, W, b, True, y, parts)
-        getattr(blas.product_transposed, build)(dy, W, dx, parts)
+        getattr(blas.product, build)(x, W, False, b, True, y, parts)
+        getattr(blas.product, build)(dy, W, True, b, False, dx, parts)
         getattr(blas.weight_gradient, build)(x, dy, dW, parts)
     assert_close("y", y.astype(np.float64), x.astype(np.float64) @ W + b, rtol=0, floor=_tolerance(dtype, K * 16))
     assert_close("dx", dx.astype(np.float64), dy.astype(np.float64) @ W.T, rtol=0, floor=_tolerance(dtype, M * 16))
@@ -55,7 +55,7 @@ def test_without_a_bias_nothing_is_added():
     x, W, b, _ = _operands(50, 6, 4, np.float64)
     y = np.empty((50, 4))
     with blas.one_thread():
-        blas.product.serial(x, W, b, False, y, 3)
+        blas.product.serial(x, W, False, b, False, y, 3)
     assert_close("y", y, x @ W, rtol=1e-12)
 
 

@@ -31,7 +31,7 @@ inlines from another file does: after changing :func:`gemm`, touch
 
 **A layer's products on the compiled loops' threads.** Where those threads are
 OpenMP's (:func:`minitransformer.fast.engine.compiled.one_pool`), the linear layer's three products
-run as compiled loops too (:func:`product`, :func:`product_transposed`, :func:`weight_gradient`):
+run as compiled loops too (:func:`product`, :func:`weight_gradient`):
 each thread makes one ``gemm`` call on its share of the rows (of the output, or of
 the weight's gradient), with BLAS on one thread. Then every kernel of a step, products
 included, runs on one pool of threads that stay awake between kernels, instead of
@@ -181,34 +181,23 @@ if compiled.AVAILABLE:
 # Each loop's first argument is the input that has N rows, whose size picks the build
 # (compiled.Kernel): the threaded one runs the `parts` shares at once. Every array is C-contiguous.
 @compiled._jit
-def product(x, W, b, has_bias, y, parts):
-    r"""y = x W (+ b): x (N, K), W (K, M), b (M,), y (N, M); row share p of ``parts`` is rows
-    pN/parts .. (p+1)N/parts - 1, one ``gemm``, then the bias added to them while they are in the cache."""
-    N, K = x.shape
-    M = W.shape[1]
-    single = x.itemsize == 4
+def product(a, B, trans_b, bias, has_bias, y, parts):
+    r"""y = a op(B) (+ bias): a (N, k); op(B) (k, n) is B, or B^T when ``trans_b`` (B stored (n, k));
+    bias (n,); y (N, n). Row share p of ``parts`` is rows pN/parts .. (p+1)N/parts - 1, one ``gemm``,
+    then the bias added to them while they are in the cache. The forward's y = x W + b and the
+    backward's dx = dy W^T."""
+    N, k = a.shape
+    n = y.shape[1]
+    single = a.itemsize == 4
     for p in prange(parts):
         r0, r1 = p * N // parts, (p + 1) * N // parts
         if r1 > r0:
-            gemm(single, False, False, r1 - r0, M, K, 1.0, x[r0:].ctypes.data, K, W.ctypes.data, M, 0.0,
-                 y[r0:].ctypes.data, M)
+            gemm(single, False, trans_b, r1 - r0, n, k, 1.0, a[r0:].ctypes.data, k, B.ctypes.data, B.shape[1], 0.0,
+                 y[r0:].ctypes.data, n)
             if has_bias:
                 for r in range(r0, r1):
-                    for j in range(M):
-                        y[r, j] += b[j]
-
-
-@compiled._jit
-def product_transposed(dy, W, dx, parts):
-    r"""dx = dy W^T: dy (N, M), W (K, M), dx (N, K); shares of rows as :func:`product`'s."""
-    N, M = dy.shape
-    K = W.shape[0]
-    single = dy.itemsize == 4
-    for p in prange(parts):
-        r0, r1 = p * N // parts, (p + 1) * N // parts
-        if r1 > r0:
-            gemm(single, False, True, r1 - r0, K, M, 1.0, dy[r0:].ctypes.data, M, W.ctypes.data, M, 0.0,
-                 dx[r0:].ctypes.data, K)
+                    for j in range(n):
+                        y[r, j] += bias[j]
 
 
 @compiled._jit
@@ -236,7 +225,8 @@ def linear_product(x, W, b=None):
     x: (N, K) and W: (K, M) C-contiguous, b: (M,) or None."""
     y = np.empty((x.shape[0], W.shape[1]), dtype=x.dtype)  # (N, M)
     with one_thread():
-        product(x, W, W[0] if b is None else np.ascontiguousarray(b), b is not None, y, _parts(x))
+        bias = W[0] if b is None else np.ascontiguousarray(b)  # (M,); W[0] is not read: no bias
+        product(x, W, False, bias, b is not None, y, _parts(x))
     return y
 
 
@@ -247,7 +237,7 @@ def linear_gradients(dy, x, W, has_bias: bool):
     dx = np.empty(x.shape, dtype=x.dtype)  # (N, K)
     dW = np.empty(W.shape, dtype=x.dtype)  # (K, M)
     with one_thread():
-        product_transposed(dy, W, dx, _parts(dy))
+        product(dy, W, True, W[0], False, dx, _parts(dy))  # W[0]: a bias not read
         weight_gradient(x, dy, dW, _parts(x))
         db = np.ones(dy.shape[0], dtype=dy.dtype) @ dy if has_bias else None  # (M,)
     return dx, dW, db
