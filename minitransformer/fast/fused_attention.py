@@ -43,10 +43,11 @@ The query axis may be cut into blocks that see only a prefix of the keys (the
 twin's :func:`~minitransformer.fast.attention.query_blocks`); their other
 probabilities are exact zeros.
 
-**The exponential** is :func:`minitransformer.fast.engine.elementary.exp_nonpositive`, written
-out so that the row loop vectorises (NumPy's ``exp`` cannot be called per row from a
-compiled loop without losing that); its error bound is documented there. Scores are
-summed and exponentiated in float64 whatever the dtype.
+**The exponential** is :func:`minitransformer.fast.engine.elementary.exp_nonpositive` for float64
+logits and :func:`~minitransformer.fast.engine.elementary.exp32_nonpositive` for float32 ones (as the
+twin's compiled softmax), written out so that the row loop vectorises (NumPy's ``exp`` cannot be
+called per row from a compiled loop without losing that); their error bounds are documented there.
+A row's sum runs in float64 whatever the dtype.
 
 Bad values: a row with a NaN or :math:`+\infty` score among the keys it may see
 is all NaN, and a row that may see no key is all zeros, as in the reference.
@@ -59,7 +60,7 @@ import numpy as np
 
 from minitransformer.fast.engine import blas, compiled
 from minitransformer.fast.engine.compiled import numba, prange
-from minitransformer.fast.engine.elementary import exp_nonpositive
+from minitransformer.fast.engine.elementary import exp32_nonpositive, exp_nonpositive
 
 _SETTINGS = {"1": True, "0": False}
 _enabled = {"on": _SETTINGS.get(os.environ.get("MINITRANSFORMER_BLAS_ATTENTION", "").strip())}
@@ -215,6 +216,16 @@ if compiled.AVAILABLE:
                 row[j] = 0.0
             return
         total = 0.0
+        if row.itemsize == 4:  # float32 logits: float32's exponential, the sum in float64 (as compiled's softmax)
+            top32 = np.float32(top)
+            for j in range(n):
+                e32 = exp32_nonpositive(np.float32(row[j]) - top32) if allowed[j] else np.float32(0.0)
+                row[j] = e32
+                total += e32
+            inv32 = np.float32(1.0) / np.float32(total)
+            for j in range(n):
+                row[j] = row[j] * inv32
+            return
         for j in range(n):
             e = exp_nonpositive(np.float64(row[j]) - top) if allowed[j] else 0.0
             row[j] = e
