@@ -61,11 +61,12 @@ def test_without_a_bias_nothing_is_added():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_layer_helpers_give_the_products_and_the_bias_gradient(dtype, monkeypatch):
-    """linear_product and linear_gradients, threaded (every size) and serial: the products,
-    and db as the column sums of dy (None without a bias)."""
+    """linear_product and linear_gradients, threaded (every size) and serial: the products, and db
+    as the column sums of dy (None without a bias)."""
     x, W, b, dy = _operands(300, 12, 7, dtype, seed=1)
-    for min_size in (0, 10**9):  # every call threaded; every call serial
-        monkeypatch.setattr(compiled, "MIN_SIZE", min_size)
+    monkeypatch.setattr(compiled, "threads", lambda: 2)
+    for min_work in (0, 10**18):  # every call threaded, in two shares; every call serial, in one
+        monkeypatch.setattr(blas, "MIN_WORK", min_work)
         y = blas.linear_product(x, W, b)
         dx, dW, db = blas.linear_gradients(dy, x, W, True)
         assert y.dtype == dx.dtype == dW.dtype == db.dtype == dtype
@@ -75,6 +76,26 @@ def test_the_layer_helpers_give_the_products_and_the_bias_gradient(dtype, monkey
         assert_close("dW", dW.astype(np.float64), x.T.astype(np.float64) @ dy, rtol=0, floor=floor)
         assert_close("db", db.astype(np.float64), dy.astype(np.float64).sum(axis=0), rtol=0, floor=floor)
         assert blas.linear_gradients(dy, x, W, False)[2] is None
+
+
+def test_a_product_is_cut_into_one_share_per_thread_from_its_minimum_work(monkeypatch):
+    """A decoding step's (64, 256) x (256, 768) runs threaded in one share per thread; small's
+    (64, 64) x (64, 192), or any product on one thread, runs serial in one share."""
+    calls = []
+
+    class Kernel:
+        def parallel(self, *args):
+            calls.append(("parallel", args[-1]))
+
+        def serial(self, *args):
+            calls.append(("serial", args[-1]))
+
+    monkeypatch.setattr(compiled, "threads", lambda: 2)
+    blas.run_product(Kernel(), 64, 256, 768)
+    blas.run_product(Kernel(), 64, 64, 192)
+    monkeypatch.setattr(compiled, "threads", lambda: 1)
+    blas.run_product(Kernel(), 64, 256, 768)
+    assert calls == [("parallel", 2), ("serial", 1), ("serial", 1)]
 
 
 def test_usable_only_on_one_pool_one_dtype_and_something_to_multiply(monkeypatch):

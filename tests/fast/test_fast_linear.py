@@ -25,7 +25,7 @@ def linear_products(request, monkeypatch):
     else:
         monkeypatch.setattr(compiled, "one_pool", lambda: True)
         monkeypatch.setattr(compiled, "threads", lambda: 2)
-        monkeypatch.setattr(compiled, "MIN_SIZE", 0)
+        monkeypatch.setattr(blas, "MIN_WORK", 0)
         for name in ("linear_product", "linear_gradients"):
             monkeypatch.setattr(blas, name, lambda *a, run=getattr(blas, name): (calls.append(1), run(*a))[1])
     yield request.param, calls

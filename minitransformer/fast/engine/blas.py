@@ -178,8 +178,8 @@ if compiled.AVAILABLE:
 # ---------------------------------------------------------------------------
 # A linear layer's products, one gemm call per share of rows
 # ---------------------------------------------------------------------------
-# Each loop's first argument is the input that has N rows, whose size picks the build
-# (compiled.Kernel): the threaded one runs the `parts` shares at once. Every array is C-contiguous.
+# run_product picks each loop's build by the product's work (MIN_WORK): the threaded one runs the `parts`
+# shares at once. Every array is C-contiguous.
 @compiled._jit
 def product(a, B, trans_b, bias, has_bias, y, parts):
     r"""y = a op(B) (+ bias): a (N, k); op(B) (k, n) is B, or B^T when ``trans_b`` (B stored (n, k));
@@ -214,10 +214,20 @@ def weight_gradient(x, dy, dW, parts):
                  0.0, dW[c0:].ctypes.data, M)
 
 
-def _parts(x) -> int:
-    """Shares a product over the N rows of ``x`` is cut into: one per thread, or one alone
-    below compiled.MIN_SIZE elements (the serial build then runs it)."""
-    return compiled.threads() if x.size >= compiled.MIN_SIZE else 1
+#: multiply-adds from which a product is cut into one share per thread: a decoding step's
+#: (64, 256) x (256, 768) is, small's (64, 64) x (64, 192) is not (waking the pool costs about
+#: what a 2^20 product's half takes)
+MIN_WORK = 1 << 20
+
+
+def run_product(kernel, N, K, M, *args):
+    """``kernel(*args, parts)`` for a product of N x K x M multiply-adds: its threaded build cut
+    into one share per thread from :data:`MIN_WORK` on, else its serial build in one share."""
+    threads = compiled.threads()
+    if N * K * M >= MIN_WORK and threads > 1:
+        kernel.parallel(*args, threads)
+    else:
+        kernel.serial(*args, 1)
 
 
 def linear_product(x, W, b=None):
@@ -226,7 +236,7 @@ def linear_product(x, W, b=None):
     y = np.empty((x.shape[0], W.shape[1]), dtype=x.dtype)  # (N, M)
     with one_thread():
         bias = W[0] if b is None else np.ascontiguousarray(b)  # (M,); W[0] is not read: no bias
-        product(x, W, False, bias, b is not None, y, _parts(x))
+        run_product(product, x.shape[0], W.shape[0], W.shape[1], x, W, False, bias, b is not None, y)
     return y
 
 
@@ -237,7 +247,7 @@ def linear_gradients(dy, x, W, has_bias: bool):
     dx = np.empty(x.shape, dtype=x.dtype)  # (N, K)
     dW = np.empty(W.shape, dtype=x.dtype)  # (K, M)
     with one_thread():
-        product(dy, W, True, W[0], False, dx, _parts(dy))  # W[0]: a bias not read
-        weight_gradient(x, dy, dW, _parts(x))
+        run_product(product, *x.shape, W.shape[1], dy, W, True, W[0], False, dx)  # W[0]: a bias not read
+        run_product(weight_gradient, *x.shape, W.shape[1], x, dy, dW)
         db = np.ones(dy.shape[0], dtype=dy.dtype) @ dy if has_bias else None  # (M,)
     return dx, dW, db
