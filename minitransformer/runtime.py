@@ -43,9 +43,11 @@ def _compiled() -> tuple[bool, str]:
     from minitransformer.fast.engine import blas
     note = f"Numba {numba.__version__}"
     import numpy as np
-    compiled.usable(np.zeros(1))  # chooses the threads' kind, as the first kernel would
-    if compiled.one_pool():
+    compiled.usable(np.zeros(1))  # starts the threads, as the first kernel would
+    if blas.on_pool():
         note += f", one pool of {compiled.threads()} OpenMP threads (products as compiled loops)"
+    elif compiled.one_pool():
+        note += ", OpenMP threads"
     if fused_attention.enabled():
         note += ", attention loop calling BLAS" if blas.available() else \
             ", attention loop asked for but no ILP64 OpenBLAS to call: NumPy's products run"

@@ -29,10 +29,11 @@ medium shapes; 82-97 % of a plain NumPy forward there), to save writing and read
 medium's 16.8 MB (``benchmarks/RESULTS.md``). So it keeps them.
 
 **On where the compiled loops run on one pool of two threads or more** (OpenMP's:
-:func:`minitransformer.fast.engine.compiled.one_pool`), as do the linear layer's products, so that
+:func:`minitransformer.fast.engine.blas.on_pool`), as do the linear layer's products, so that
 a step's every kernel runs on threads that are awake; off otherwise (on one thread, inside whole
 training steps, it ran at 1.05 / 0.92 / 1.03x the twin's speed, small / tomczak / medium, medians
-of 3 rounds, best steps 1.15 / 0.99 / 0.96x: no clear gain, ``benchmarks/RESULTS.md``). ``MINITRANSFORMER_BLAS_ATTENTION=1``
+of 3 rounds, best steps 1.15 / 0.99 / 0.96x: no clear gain, ``benchmarks/RESULTS.md``).
+``MINITRANSFORMER_BLAS_ATTENTION=1``
 or ``0`` at start (or :func:`set_enabled`) turns it on or off whatever the pool. With Numba's work
 queue and NumPy's products around it, at the three benchmark models' shapes, forward and
 backward together ran 1.12-1.22x faster than the twin's NumPy products alone, but 0.95-1.00x
@@ -76,7 +77,7 @@ def set_enabled(on: bool | None) -> None:
 def enabled() -> bool:
     """Whether the loop is switched on (:func:`set_enabled`; by default, whether there is one pool)."""
     if _enabled["on"] is None:  # the default: where the linear layer's products run on the pool too
-        return compiled.one_pool() and compiled.threads() > 1
+        return blas.on_pool()
     return _enabled["on"]
 
 

@@ -1,6 +1,6 @@
 """Fast linear: the reference's ``y = x W + b`` with the bias added in place, and
-the bias gradient summed by BLAS. Where the compiled loops run on one pool of
-threads (:func:`minitransformer.fast.engine.compiled.one_pool`), the three products are
+the bias gradient summed by BLAS. Where the compiled loops run on one pool of two
+threads or more (:func:`minitransformer.fast.engine.blas.on_pool`), the three products are
 compiled loops on those threads, one ``gemm`` per share of rows
 (:mod:`minitransformer.fast.engine.blas`); otherwise NumPy's.
 

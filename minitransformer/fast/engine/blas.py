@@ -110,14 +110,21 @@ def one_thread():
     return parallel.one_blas_thread(_state["thread_setter"] if available() else None)
 
 
+def on_pool() -> bool:
+    """True when the compiled loops run on OpenMP's threads
+    (:func:`minitransformer.fast.engine.compiled.one_pool`), two or more: there a layer's products
+    and attention run as compiled loops on them (on one thread NumPy's product is the same single
+    ``gemm`` call, and attention's loop showed no clear gain)."""
+    return compiled.one_pool() and compiled.threads() > 1
+
+
 def usable(*arrays) -> bool:
     """True when :func:`linear_product` and :func:`linear_gradients` should take these arrays: the
-    compiled loops run on OpenMP's threads (:func:`minitransformer.fast.engine.compiled.one_pool`), more
-    than one (on one, NumPy's product is the same single ``gemm`` call), this is the main thread,
-    BLAS can be called (:func:`available`), and the arrays are host float32 or float64 arrays of
-    one dtype, none empty (NumPy's products give the empty and all-zero results)."""
-    return compiled.usable(*arrays) and compiled.one_pool() and compiled.threads() > 1 \
-        and len({a.dtype for a in arrays}) == 1 and all(a.size for a in arrays) and available()
+    products run on the pool (:func:`on_pool`), this is the main thread, BLAS can be called
+    (:func:`available`), and the arrays are host float32 or float64 arrays of one dtype, none
+    empty (NumPy's products give the empty and all-zero results)."""
+    return compiled.usable(*arrays) and on_pool() and len({a.dtype for a in arrays}) == 1 \
+        and all(a.size for a in arrays) and available()
 
 
 def openmp_loads() -> bool:

@@ -107,9 +107,8 @@ def prefer_threading_layer(layer: str) -> None:
 
 def one_pool() -> bool:
     """True when the threaded builds run on OpenMP's threads (known after the first
-    :func:`usable`). With two threads or more, attention then runs as one compiled loop and the
-    linear layer's products as compiled loops too (:mod:`minitransformer.fast.fused_attention`,
-    :mod:`minitransformer.fast.engine.blas`)."""
+    :func:`usable`). With two threads or more (:func:`minitransformer.fast.engine.blas.on_pool`),
+    attention then runs as one compiled loop and the linear layer's products as compiled loops too."""
     return _enabled["layer"] == "omp"
 
 
