@@ -90,13 +90,16 @@ def run(args) -> int:
 def reached_the_limit(smiles: list, max_len: int, vocab) -> int:
     """How many samples filled every position after BOS without EOS: cut by the length limit, scored as
     written (as MOSES's CharRNN does), and worth knowing when many are. Counted in the model's own tokens
-    (``vocab.tokens_of``); a ring size read back as ``BAD_RING_SIZE`` was one of them."""
+    (``vocab.tokens_of``); a ring size or mark read back as ``BAD_RING_SIZE`` or ``BAD_RING_MARK`` was one of them."""
+    from minitransformer.chem.datasets.ring_marks import BAD_RING_MARK
     from minitransformer.chem.datasets.ring_sizes import BAD_RING_SIZE
     from minitransformer.chem.datasets.tokenizer import tokenize
 
     def length(s: str) -> int:
+        bad = s.count(BAD_RING_SIZE) + s.count(BAD_RING_MARK)
+        rest = s.replace(BAD_RING_SIZE, "").replace(BAD_RING_MARK, "")
         try:
-            return len(vocab.tokens_of(s.replace(BAD_RING_SIZE, ""))) + s.count(BAD_RING_SIZE)
+            return len(vocab.tokens_of(rest)) + bad
         except ValueError:  # not a writing of this vocabulary: its SMILES tokens
-            return len(tokenize(s))
+            return len(tokenize(rest)) + bad
     return sum(length(s) >= max_len - 1 for s in smiles)

@@ -173,8 +173,9 @@ class Recipe:
 @dataclasses.dataclass(frozen=True)
 class LMRecipe(Recipe):
     """``train lm``: form ("as-is", "canonical", "kekule") is how molecules are written, rings
-    how their ring bonds are (``"paired"`` labels, SMILES, or their ``"sizes"`` at the closing
-    atom: :mod:`minitransformer.chem.datasets.ring_sizes`; no grammar samples); metric picks
+    how their ring bonds are (``"paired"`` labels, SMILES; their ``"sizes"`` at the closing
+    atom: :mod:`minitransformer.chem.datasets.ring_sizes`; or labels whose closing one is ``"marked"``:
+    :mod:`minitransformer.chem.datasets.ring_marks`; no grammar samples with sizes); metric picks
     the best epoch; pretrain_mix phase-1 molecules stay in phase 2; samples are drawn at the end,
     bare and (with ``grammar`` "syntax" or "valence") constrained.
 
@@ -220,8 +221,8 @@ class LMRecipe(Recipe):
         _real("temperature", self.temperature, 0, low_open=True)
         _whole("min_epochs", self.min_epochs, 1)
         _choice("form", self.form, ("as-is", "canonical", "kekule"))
-        _choice("rings", self.rings, ("paired", "sizes"))
-        if self.rings != "paired" and self.grammar is not None:
+        _choice("rings", self.rings, ("paired", "sizes", "marked"))
+        if self.rings == "sizes" and self.grammar is not None:
             raise ValueError(f"grammar {self.grammar!r} reads ring labels in pairs; with rings {self.rings!r} the "
                              "samples are the bare model's only (grammar None)")
         _choice("metric", self.metric, ("val_nll_token", "val_nll_mol_ref"))

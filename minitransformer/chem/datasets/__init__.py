@@ -6,6 +6,7 @@
 * ``standardize`` - one clean, neutral, organic molecule per row.
 * ``tokenizer`` and ``vocab`` - SMILES tokens and their ids.
 * ``ring_sizes`` - a writing of SMILES with each ring bond written once, by its ring's size (no ring left open).
+* ``ring_marks`` - SMILES whose closing ring labels are tokens of their own (a ring is open by a count, not a parity).
 * ``lm_data``, ``seq2seq_data``, ``properties`` - the data of ``train lm``, ``train seq2seq``, ``train property``.
 * ``recombined`` - heavier drug-like molecules, made once by joining halves of MOSES molecules at BRICS bonds.
 """

@@ -42,7 +42,9 @@ Ring closures
 by its size, at the atom that closes it, and :meth:`Vocab.decode` reads the ids back into ordinary
 SMILES, so a model of that writing takes and gives SMILES like any other. :meth:`Vocab.tokens_of`
 gives the tokens a model sees. A SMILES the writing cannot hold (a ring label left open, two atoms
-not on one path) encodes as a single ``<unk>``. The default, ``rings="paired"``, is SMILES as written.
+not on one path) encodes as a single ``<unk>``. ``rings="marked"`` is SMILES with each label that closes
+a ring marked as a token of its own (:mod:`~minitransformer.chem.datasets.ring_marks`), read back the same
+way. The default, ``rings="paired"``, is SMILES as written.
 
 Serialization
 -------------
@@ -59,6 +61,7 @@ from typing import Iterable, Sequence
 from minitransformer.atomic import parse_json
 import numpy as np
 
+from minitransformer.chem.datasets.ring_marks import read_ring_marks, ring_mark_tokens
 from minitransformer.chem.datasets.ring_sizes import read_ring_sizes, ring_size_tokens
 from minitransformer.chem.datasets.tokenizer import tokenize
 
@@ -89,8 +92,11 @@ class Vocab:
     eos_id = 2
     unk_id = 3
 
-    #: The ways of writing a ring bond: ``paired`` labels (SMILES) or its ``sizes`` at the closing atom.
-    RINGS = ("paired", "sizes")
+    #: The ways of writing a ring bond: ``paired`` labels (SMILES), its ``sizes`` at the closing atom, or
+    #: paired labels whose closing one is ``marked``.
+    RINGS = ("paired", "sizes", "marked")
+    _WRITERS = {"paired": None, "sizes": ring_size_tokens, "marked": ring_mark_tokens}
+    _READERS = {"paired": "".join, "sizes": read_ring_sizes, "marked": read_ring_marks}
 
     def __init__(self, tokens: Iterable[str], extras: Sequence[str] = (), rings: str = "paired"):
         if rings not in self.RINGS:
@@ -206,9 +212,10 @@ class Vocab:
     # -------------------------------------------------------------- encoding
     def tokens_of(self, smiles: str) -> list[str]:
         """The tokens a model of this vocabulary reads for ``smiles``: :func:`tokenize` of it, its
-        rings written by size with ``rings="sizes"`` (ValueError where that writing cannot hold it)."""
-        tokens = tokenize(smiles)
-        return ring_size_tokens(tokens) if self.rings == "sizes" else tokens
+        rings written by size with ``rings="sizes"``, its closing labels marked with ``rings="marked"``
+        (ValueError where the writing cannot hold it)."""
+        tokens, writer = tokenize(smiles), self._WRITERS[self.rings]
+        return tokens if writer is None else writer(tokens)
 
     def encode(self, smiles: str, bos: bool = True, eos: bool = True, cls: bool = False) -> list[int]:
         """Token ids of ``smiles``, optionally framed by ``<bos>`` ... ``<eos>``.
@@ -243,7 +250,8 @@ class Vocab:
         try:
             tokens = self.tokens_of(smiles)
         except ValueError as error:
-            return f"its rings cannot be written by size: {error}"
+            how = "by size" if self.rings == "sizes" else "with their closing labels marked"
+            return f"its rings cannot be written {how}: {error}"
         unknown = sorted({t for t in tokens if t not in self._ids})
         if unknown:
             return f"not in the model's vocabulary; it never saw: {' '.join(unknown)}"
@@ -282,8 +290,10 @@ class Vocab:
         ``<bos>`` and ``<pad>`` are skipped, the first ``<eos>`` ends the
         string, and ``<unk>`` is written as ``unk`` (``<unk>``, which no SMILES
         parser reads, by default: the string is then invalid, not another molecule).
-        Accepts any iterable of integers, including a 1-D NumPy array. With ``rings="sizes"``
-        the ids are read back into SMILES (:func:`~minitransformer.chem.datasets.ring_sizes.read_ring_sizes`).
+        Accepts any iterable of integers, including a 1-D NumPy array. With ``rings="sizes"`` or
+        ``"marked"`` the ids are read back into SMILES
+        (:func:`~minitransformer.chem.datasets.ring_sizes.read_ring_sizes`,
+        :func:`~minitransformer.chem.datasets.ring_marks.read_ring_marks`).
         """
         pieces = []
         skip = {self.bos_id, self.pad_id} | ({self._ids[self.CLS]} if self.CLS in self.extras else set())
@@ -295,7 +305,7 @@ class Vocab:
             if index in skip:
                 continue
             pieces.append(unk if index in unknown else self.id_to_token(index))
-        return read_ring_sizes(pieces) if self.rings == "sizes" else "".join(pieces)
+        return self._READERS[self.rings](pieces)
 
     # --------------------------------------------------------- serialization
     def to_json(self) -> dict:

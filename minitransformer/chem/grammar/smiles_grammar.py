@@ -70,6 +70,10 @@ below show a prefix and the next token (``C(`` + ``)`` means: after ``C(``,
     valence rules on, the count is the length of a plan that obeys them too
     (:meth:`SmilesGrammar._finish_cost`), and the same argument holds for it.
 
+A model whose closing ring labels are marked (``Vocab(rings="marked")``,
+:mod:`~minitransformer.chem.datasets.ring_marks`) is read the same way, a closing ``1'`` as the
+label ``1``; an opening label is then banned where its ring is open, a closing one where it is not.
+
 Cost: per step, a few Python operations per unfinished row, plus one short
 look-ahead per allowed token class when a row is within a few tokens of its
 budget.
@@ -78,6 +82,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minitransformer.chem.datasets.ring_marks import is_closing
 from minitransformer.chem.datasets.vocab import Vocab
 from minitransformer.chem.grammar.smiles_row import (
     ATOM, BANNED, BOND, CLOSE, DOT, EOS, MAX_RISE, OPEN, RING0, Row, is_ring_label, token_class,
@@ -103,14 +108,15 @@ class SmilesGrammar:
     def __init__(self, vocab: Vocab, max_open_rings: int = 4, valence: bool = False):
         if isinstance(max_open_rings, bool) or not isinstance(max_open_rings, int) or max_open_rings < 1:
             raise ValueError(f"max_open_rings must be an int >= 1, got {max_open_rings!r}")
-        if vocab.rings != "paired":
-            raise ValueError(f"the SMILES grammar reads ring labels in pairs, and this model writes rings by their "
-                             f"{vocab.rings}; draw its samples without a grammar")
+        if vocab.rings == "sizes":
+            raise ValueError("the SMILES grammar reads ring labels in pairs, and this model writes rings by their "
+                             "sizes; draw its samples without a grammar")
         self.vocab = vocab
         self.max_open_rings = max_open_rings
         self.valence = bool(valence)
-        tokens = vocab.tokens
-        self.labels = [t for t in tokens[vocab.n_specials:] if is_ring_label(t)]  # ring labels, vocab order
+        marked = vocab.rings == "marked"  # a closing label is its label, written with a mark
+        tokens = [t[:-1] if marked and is_closing(t) else t for t in vocab.tokens]
+        self.labels = list(dict.fromkeys(t for t in tokens[vocab.n_specials:] if is_ring_label(t)))  # vocab order
         label_index = {t: i for i, t in enumerate(self.labels)}
         classes = [BANNED] * len(tokens)
         classes[vocab.eos_id] = EOS
@@ -118,6 +124,10 @@ class SmilesGrammar:
             c = token_class(tokens[i])
             classes[i] = RING0 + label_index[tokens[i]] if c == RING0 else c
         self.token_classes = np.array(classes, dtype=np.int64)  # (V,)
+        # marked labels: +1 a label that opens its ring, -1 one that closes it (0: no label, or paired labels)
+        self._marks = np.array([(-1 if is_closing(t) else 1) if marked and c >= RING0 else 0
+                                for t, c in zip(vocab.tokens, classes)], dtype=np.int64)  # (V,)
+        self._mark_label = np.maximum(self.token_classes - RING0, 0)  # (V,) the label of each label token
         self._n_classes = RING0 + len(self.labels)
         self._rows, self._length, self._max_len = [], 0, 0
         if self.valence:
@@ -155,6 +165,14 @@ class SmilesGrammar:
                     self._allowed(row, left)
         banned = ~ok[:, self.token_classes]  # (B, V)
         banned[:, self.token_classes == BANNED] = True
+        if self._marks.any():  # a marked label opens a ring that is not open, or closes one that is
+            for b, row in enumerate(self._rows):
+                if row.last == "done":
+                    continue
+                is_open = np.zeros(max(len(self.labels), 1), dtype=bool)  # (L,)
+                is_open[list(row.rings)] = True
+                here = is_open[self._mark_label]  # (V,)
+                banned[b] |= (self._marks == 1) & here | (self._marks == -1) & ~here
         for b, valence in enumerate(self._valences):
             row = self._rows[b]
             if row.last != "done":

@@ -16,7 +16,8 @@ RDKit reads a SMILES in two stages, and each stage has its own ways to fail:
 
 A sample of a model that writes rings by their size
 (:mod:`~minitransformer.chem.datasets.ring_sizes`) whose size named no atom of its path is
-``ring size``. An empty sample (the model wrote EOS first) is ``empty``; a string the guard of
+``ring size``; one of a model that marks its closing ring labels
+(:mod:`~minitransformer.chem.datasets.ring_marks`) with a mark that meant nothing is ``ring mark``. An empty sample (the model wrote EOS first) is ``empty``; a string the guard of
 :func:`~minitransformer.chem._rdkit.smiles_problem` keeps from RDKit (over 2,000
 characters, or characters that never occur in SMILES) is ``unreadable``. A valid SMILES gives
 None. :func:`failure_counts` counts the kinds over many samples, the table in
@@ -28,11 +29,12 @@ from collections import Counter
 from typing import Sequence
 
 from minitransformer.chem._rdkit import quiet_rdkit, require_rdkit, smiles_problem
+from minitransformer.chem.datasets.ring_marks import BAD_RING_MARK
 from minitransformer.chem.datasets.ring_sizes import BAD_RING_SIZE
 from minitransformer.chem.datasets.tokenizer import tokenize
 
-KINDS = ("empty", "ring size", "unclosed ring", "parentheses", "syntax", "valence", "aromaticity", "sanitization",
-         "unreadable")
+KINDS = ("empty", "ring size", "ring mark", "unclosed ring", "parentheses", "syntax", "valence", "aromaticity",
+         "sanitization", "unreadable")
 
 
 def _syntax_kind(smiles: str) -> str:
@@ -62,6 +64,8 @@ def failure_kind(smiles: str) -> str | None:
         return "empty"
     if BAD_RING_SIZE in smiles:
         return "ring size"
+    if BAD_RING_MARK in smiles:
+        return "ring mark"
     if smiles_problem(smiles) is not None:
         return "unreadable"
     with quiet_rdkit():

@@ -14,17 +14,18 @@ from minitransformer.chem.judge.failures import KINDS, failure_counts, failure_k
     ("CC==C", "syntax"), ("C=", "syntax"),
     ("C(C)(C)(C)(C)C", "valence"), ("O=O=O", "valence"),
     ("c1cccc1", "aromaticity"),
-    ("CC<ring size>C", "ring size"), ("C1CC<ring size>C1", "ring size"),
+    ("CC<ring size>C", "ring size"), ("C1CC<ring size>C1", "ring size"), ("C<ring mark>C", "ring mark"),
 ])
 def test_failure_kind(smiles, kind):
     assert failure_kind(smiles) == kind
 
 
 def test_failure_counts_has_every_kind_and_counts_only_invalid():
-    counts = failure_counts(["CCO", "C1CC", "C1CC", "CC(C", "c1cccc1", "", "c1ccccc1", "CC<ring size>"])
+    counts = failure_counts(["CCO", "C1CC", "C1CC", "CC(C", "c1cccc1", "", "c1ccccc1", "CC<ring size>",
+                             "C1CC<ring mark>"])
     assert list(counts) == list(KINDS)
-    assert counts == {"empty": 1, "ring size": 1, "unclosed ring": 2, "parentheses": 1, "syntax": 0, "valence": 0,
-                      "aromaticity": 1, "sanitization": 0, "unreadable": 0}
+    assert counts == {"empty": 1, "ring size": 1, "ring mark": 1, "unclosed ring": 2, "parentheses": 1, "syntax": 0,
+                      "valence": 0, "aromaticity": 1, "sanitization": 0, "unreadable": 0}
 
 
 def test_the_kinds_add_up_to_the_invalid_samples_even_where_the_detector_sees_nothing():
