@@ -33,6 +33,7 @@ import numpy as np
 
 from minitransformer.atomic import write_bytes
 from minitransformer.chem._rdkit import quiet_rdkit, require_rdkit
+from minitransformer.chem.datasets.ring_marks import MARK, is_closing
 from minitransformer.chem.graph import is_atom_token, molecule_of
 
 __all__ = ["is_atom_token", "token_atom_indices", "molecule_of", "attention_received",
@@ -84,8 +85,9 @@ def atom_weights(smiles: str, tokens, token_weights) -> tuple[object, np.ndarray
 
     Args:
         smiles: the molecule; its tokens must appear in ``tokens`` in order.
-        tokens: the labels of the weighted positions: ``tokenize(smiles)``,
-            possibly with special tokens (``<bos>``, ``<cls>``, ``<eos>``) around.
+        tokens: the labels of the weighted positions: ``tokenize(smiles)`` (its closing ring labels
+            may be marked, :mod:`~minitransformer.chem.datasets.ring_marks`), possibly with special
+            tokens (``<bos>``, ``<cls>``, ``<eos>``) around.
         token_weights: (len(tokens),) one weight per token.
 
     Returns:
@@ -97,7 +99,8 @@ def atom_weights(smiles: str, tokens, token_weights) -> tuple[object, np.ndarray
     w = np.asarray(token_weights, dtype=np.float64).reshape(-1)  # (T,)
     if len(w) != len(tokens):
         raise ValueError(f"got {len(w)} token weights for {len(tokens)} tokens; give one weight per token")
-    spelled = "".join(t for t in tokens if not (t.startswith("<") and t.endswith(">")))
+    spelled = "".join(t[:-len(MARK)] if is_closing(t) else t  # a marked closing label is its label
+                      for t in tokens if not (t.startswith("<") and t.endswith(">")))
     if spelled != smiles:
         raise ValueError(f"the tokens spell {spelled!r}, not the SMILES {smiles!r}; pass the tokens of that SMILES")
     mol = molecule_of(smiles)

@@ -76,7 +76,7 @@ def _views(model, vocab, smiles: str, target: str | None):
         _check_length(model, len(ids), "input")
         labels = [vocab.BOS] + toks
         maps = forward_maps(model, "self", None, np.asarray(ids))  # L x (1, H, T, T)
-        drawn = smiles if vocab.rings == "paired" else None  # rings by size: its tokens do not spell the SMILES
+        drawn = None if vocab.rings == "sizes" else smiles  # rings by size: its tokens do not spell the SMILES
         return [("attention_decoder_self", "decoder self-attention (causal)", maps, labels, labels, drawn)]
     if kind == "encoder":
         ids = vocab.encode(smiles, cls=True)  # (T,): <cls> tokens <eos>, as the property model trains

@@ -348,16 +348,16 @@ def test_average_option_sets_the_running_average_of_the_main_phase(tmp_path, loa
     assert best.meta["average_applied"] is True and "average_applied" not in last.meta
 
 
-def test_marked_ring_closings_keep_the_grammar_samples():
-    marked = _recipe(["--rings", "marked"])
+def test_the_default_marks_ring_closings_and_keeps_the_grammar_samples():
+    marked = _recipe([])
     assert marked.rings == "marked" and marked.grammar == "valence"
+    assert _recipe(["--rings", "paired"]).rings == "paired" and _recipe(["--preset", "moses"]).rings == "paired"
     assert _recipe(["--rings", "marked", "--grammar", "syntax"]).grammar == "syntax"
 
 
 def test_rings_by_size_train_a_generator_whose_samples_never_leave_a_ring_open(tmp_path, load_demo, capsys):
     from minitransformer.cli import run_cli
     assert _recipe(["--rings", "sizes"]).rings == "sizes" and _recipe(["--rings", "sizes"]).grammar is None
-    assert _recipe([]).rings == "paired"
     demo = load_demo("molecules")
     assert run_cli(demo.main, ["--rings", "sizes", "--grammar", "valence", "--out", str(tmp_path / "no")]) == 2
     err = capsys.readouterr().err.strip()

@@ -135,3 +135,14 @@ def test_the_fast_scan_of_many_smiles_refuses_a_vocabulary_of_marked_rings():
     from minitransformer.chem.datasets.moses_tokens import tokenize_many
     with pytest.raises(ValueError, match="Vocab.encode"):
         tokenize_many(["C1CCCCC1"], Vocab.build(["C1CCCCC1"], rings="marked"))
+
+
+def test_the_attention_of_a_generator_of_marked_rings_is_drawn_on_its_molecule(tmp_path):
+    """Its tokens spell the SMILES once the marks are dropped, so the atoms are shaded as for paired labels."""
+    pytest.importorskip("matplotlib")
+    from minitransformer.models import DecoderLM, DecoderLMConfig
+    from minitransformer.viz import render_attention
+    v = Vocab.build(["CC1CCCCC1N", "c1ccccc1O"], rings="marked")
+    model = DecoderLM(DecoderLMConfig(vocab_size=len(v), n_layers=1, d_model=8, n_heads=2, d_ff=12, max_len=16))
+    paths = render_attention(model, v, "CC1CCCCC1N", tmp_path)
+    assert [p.name for p in paths] == ["attention_decoder_self.png", "attention_decoder_self_molecule.png"]
