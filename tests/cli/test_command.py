@@ -171,6 +171,18 @@ def test_sample_says_how_many_samples_the_length_limit_cut(tiny_checkpoints, tmp
         assert (said in out.out) if said else "length limit" not in out.out, out.out
 
 
+def test_the_length_limit_counts_a_marker_read_back_as_the_one_token_the_model_wrote():
+    from minitransformer.chem.datasets.ring_marks import BAD_RING_MARK
+    from minitransformer.chem.datasets.vocab import Vocab
+    from minitransformer.cli.sample import reached_the_limit
+    marked = Vocab.build(["C1CCCCC1"], rings="marked")
+    # 8 tokens each: C 1 C C C C C 1' (the limit is max_len - 1 = 8), and C C C C C C C <ring mark>
+    assert reached_the_limit(["C1CCCCC1", "CCCCCCC" + BAD_RING_MARK], 9, marked) == 2
+    assert reached_the_limit(["C1CCCCC1", "CCCCCC" + BAD_RING_MARK], 10, marked) == 0
+    left_open = "C1C" + BAD_RING_MARK  # no writing of the vocabulary: its SMILES tokens, 3, and the marker
+    assert reached_the_limit([left_open], 5, marked) == 1 and reached_the_limit([left_open], 6, marked) == 0
+
+
 def test_sample_refuses_an_unknown_output_type_before_work(tiny_checkpoints, tmp_path, capsys):
     assert run(["sample", tiny_checkpoints["lm"], "--out", tmp_path / "a.sdf"], capsys)[0] == 2
     assert not (tmp_path / "a.sdf").exists()
