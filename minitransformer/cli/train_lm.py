@@ -107,8 +107,9 @@ def add_parser(kinds):
     p.add_argument("--rings", default=None, choices=["paired", "sizes", "marked"],
                    help="how the model writes a ring bond: paired labels as SMILES does; once, by the ring's "
                         "size, at the atom that closes it, so that no ring can be left open; or paired labels whose "
-                        "closing one is a token of its own (samples are read back into SMILES; no grammar samples "
-                        "with sizes; default: the preset's, paired)")
+                        "closing one is a token of its own, so that an open ring is a count, not a parity (samples are "
+                        "read back into SMILES; no grammar samples with sizes; default: the preset's, marked for "
+                        "the default preset, paired for the others)")
     p.add_argument("--dropout", type=cli.number(0, 1, hi_open=True), default=None,
                    help="override every dropout of the model")
     p.add_argument("--d-model", type=cli.int_at_least(16, cli.MAX_WIDTH), default=None,
