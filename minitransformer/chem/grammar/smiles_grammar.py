@@ -127,7 +127,7 @@ class SmilesGrammar:
         # marked labels: +1 a label that opens its ring, -1 one that closes it (0: no label, or paired labels)
         self._marks = np.array([(-1 if is_closing(t) else 1) if marked and c >= RING0 else 0
                                 for t, c in zip(vocab.tokens, classes)], dtype=np.int64)  # (V,)
-        self._mark_label = np.maximum(self.token_classes - RING0, 0)  # (V,) the label of each label token
+        self._mark_label = np.maximum(self.token_classes - RING0, 0)  # (V,) each label token's label (RING0 is last)
         self._n_classes = RING0 + len(self.labels)
         self._rows, self._length, self._max_len = [], 0, 0
         if self.valence:
@@ -165,7 +165,8 @@ class SmilesGrammar:
                     self._allowed(row, left)
         banned = ~ok[:, self.token_classes]  # (B, V)
         banned[:, self.token_classes == BANNED] = True
-        if self._marks.any():  # a marked label opens a ring that is not open, or closes one that is
+        # marked labels: one that opens only where its ring is not open, one that closes only where it is
+        if self._marks.any():
             for b, row in enumerate(self._rows):
                 if row.last == "done":
                     continue
