@@ -26,7 +26,7 @@ back as SMILES with an unclosed ring, as it is.
 """
 from __future__ import annotations
 
-from minitransformer.chem.datasets.tokenizer import tokenize
+from minitransformer.chem.datasets.tokenizer import is_ring_label, tokenize
 
 __all__ = ["ring_mark_tokens", "write_ring_marks", "read_ring_marks", "is_closing", "BAD_RING_MARK", "MARK"]
 
@@ -34,17 +34,11 @@ __all__ = ["ring_mark_tokens", "write_ring_marks", "read_ring_marks", "is_closin
 BAD_RING_MARK = "<ring mark>"
 #: The mark a closing label carries.
 MARK = "'"
-_DIGITS = frozenset("0123456789")  # ASCII only: str.isdigit() also takes "²"
-
-
-def _is_label(token: str) -> bool:
-    """A ring-bond label: ``7`` or ``%12``."""
-    return len(token) == 1 and token in _DIGITS or len(token) == 3 and token[0] == "%" and set(token[1:]) <= _DIGITS
 
 
 def is_closing(token: str) -> bool:
     """A closing label of this writing: ``7'`` or ``%12'``."""
-    return token.endswith(MARK) and _is_label(token[:-1])
+    return token.endswith(MARK) and is_ring_label(token[:-1])
 
 
 def ring_mark_tokens(tokens: list[str]) -> list[str]:
@@ -55,7 +49,7 @@ def ring_mark_tokens(tokens: list[str]) -> list[str]:
     """
     out, open_labels = [], set()
     for tok in tokens:
-        if _is_label(tok):
+        if is_ring_label(tok):
             if tok in open_labels:
                 open_labels.remove(tok)
                 tok += MARK
@@ -93,7 +87,7 @@ def read_ring_marks(tokens: list[str]) -> str:
                 continue
             open_labels.remove(label)
             tok = label
-        elif _is_label(tok):
+        elif is_ring_label(tok):
             if tok in open_labels:
                 out.append(BAD_RING_MARK)
                 continue

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import re
 
-from minitransformer.chem.datasets.tokenizer import is_atom_token, tokenize
+from minitransformer.chem.datasets.tokenizer import is_atom_token, is_ring_label, tokenize
 
 __all__ = ["ring_size_tokens", "write_ring_sizes", "read_ring_sizes", "BAD_RING_SIZE", "MAX_RING_SIZE"]
 
@@ -58,14 +58,8 @@ BAD_RING_SIZE = "<ring size>"
 #: The largest ring (in path atoms) a single token can write: ``%99``.
 MAX_RING_SIZE = 99
 _BONDS = frozenset("-=#$:~/\\")
-_DIGITS = frozenset("0123456789")  # ASCII only: str.isdigit() also takes "²"
 _TURNED = {"/": "\\", "\\": "/"}
 _CHIRAL = re.compile(r"@(?:@|(?:TH|AL|SP|TB|OH)\d+)?")  # @, @@ or a named class: @TH1, @SP2 ...
-
-
-def _is_label(token: str) -> bool:
-    """A ring-bond label (SMILES) or a ring size (this writing): ``7`` or ``%12``."""
-    return len(token) == 1 and token in _DIGITS or len(token) == 3 and token[0] == "%" and set(token[1:]) <= _DIGITS
 
 
 def _size_token(size: int) -> str:
@@ -131,7 +125,7 @@ def ring_size_tokens(tokens: list[str]) -> list[str]:
         if tok is None:  # a bond before another bond, or at the end
             out.append(bond)
             continue
-        if _is_label(tok):
+        if is_ring_label(tok):
             if not after_atom:
                 raise ValueError(f"ring label {tok} does not follow an atom")
             b = path[-1]
@@ -218,7 +212,7 @@ def read_ring_sizes(tokens: list[str] | str) -> str:
         if tok is None:  # a bond before another bond, or at the end
             out.append(bond)
             continue
-        if _is_label(tok):
+        if is_ring_label(tok):
             size = int(tok.lstrip("%"))
             if not (out and isinstance(out[-1], int)) or not 2 <= size <= len(path):  # after no atom, or too far
                 out.extend(([bond] if bond else []) + [BAD_RING_SIZE])

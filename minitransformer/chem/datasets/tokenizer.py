@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["tokenize", "uncovered_characters", "is_atom_token", "SMILES_TOKEN_PATTERN"]
+__all__ = ["tokenize", "uncovered_characters", "is_atom_token", "is_ring_label", "SMILES_TOKEN_PATTERN"]
 
 # One alternative per token class, tried left to right at every position.
 # Order matters: the bracket atom comes first so that its contents are not
@@ -98,3 +98,11 @@ _ATOM = re.compile(r"\[[^\]]+\]|Br|Cl|[BCNOSPFI]|[bcnops]|\*")  # one whole toke
 def is_atom_token(token: str) -> bool:
     """True for a token that writes one atom: ``[...]``, ``Cl``, ``Br``, ``C``, ``c``, ``*`` ..."""
     return _ATOM.fullmatch(str(token)) is not None
+
+
+_DIGITS = frozenset("0123456789")  # ASCII only: str.isdigit() also takes "²", a token of its own
+
+
+def is_ring_label(token: str) -> bool:
+    """True for a ring-bond label: ``0``..``9``, or ``%`` and two digits (``%12``)."""
+    return len(token) == 1 and token in _DIGITS or len(token) == 3 and token[0] == "%" and set(token[1:]) <= _DIGITS

@@ -83,9 +83,10 @@ from __future__ import annotations
 import numpy as np
 
 from minitransformer.chem.datasets.ring_marks import is_closing
+from minitransformer.chem.datasets.tokenizer import is_ring_label
 from minitransformer.chem.datasets.vocab import Vocab
 from minitransformer.chem.grammar.smiles_row import (
-    ATOM, BANNED, BOND, CLOSE, DOT, EOS, MAX_RISE, OPEN, RING0, Row, is_ring_label, token_class,
+    ATOM, BANNED, BOND, CLOSE, DOT, EOS, MAX_RISE, OPEN, RING0, Row, token_class,
 )
 from minitransformer.chem.grammar.smiles_valence import Valence, atom_capacity, bond_order
 

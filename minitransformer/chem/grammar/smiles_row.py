@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from minitransformer.chem.datasets.tokenizer import is_ring_label
+
 # Token classes; ring label i of the vocabulary has class RING0 + i.
 BANNED, EOS, ATOM, BOND, OPEN, CLOSE, DOT, RING0 = range(8)
 _ORGANIC = {"B", "C", "N", "O", "S", "P", "F", "I", "Cl", "Br", "b", "c", "n", "o", "s", "p", "*"}
@@ -18,12 +20,6 @@ _SIMPLE = {"(": OPEN, ")": CLOSE, ".": DOT}
 # How much one allowed token can raise Row.need: opening a ring on an atom that
 # opened none adds the label and two atoms (``C`` + ``1`` needs ``CC1``), so 3.
 MAX_RISE = 3
-
-
-def is_ring_label(token: str) -> bool:
-    """``0``..``9`` or ``%`` and two digits."""
-    return (len(token) == 1 and token.isdigit()) or (len(token) == 3 and token[0] == "%"
-                                                     and token[1:].isdigit())
 
 
 def token_class(token: str) -> int:

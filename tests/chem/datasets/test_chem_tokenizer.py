@@ -2,7 +2,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minitransformer.chem.datasets.tokenizer import tokenize, uncovered_characters
+from minitransformer.chem.datasets.tokenizer import is_ring_label, tokenize, uncovered_characters
 
 
 @pytest.mark.parametrize("smiles, expected", [
@@ -94,3 +94,9 @@ def test_tox21_alphabet_matches_reference(tox21_smiles):
     alphabet = dict.fromkeys(tok for s in kept for tok in tokenize(s))
     assert len(kept) == 7246
     assert len(alphabet) == 110, f"{len(alphabet)} distinct tokens: {list(alphabet)}"
+
+
+def test_a_ring_label_is_one_ascii_digit_or_a_percent_and_two():
+    assert all(is_ring_label(t) for t in ("0", "7", "%10", "%99"))
+    assert not any(is_ring_label(t) for t in ("\u00b2", "%", "%1", "%1\u00b2", "1'", "C", "12", "(", ""))
+    assert [t for t in tokenize("C1CC%12CC\u00b2") if is_ring_label(t)] == ["1", "%12"]
