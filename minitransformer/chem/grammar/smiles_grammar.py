@@ -168,13 +168,12 @@ class SmilesGrammar:
         banned[:, self.token_classes == BANNED] = True
         # marked labels: one that opens only where its ring is not open, one that closes only where it is
         if self._marks.any():
+            is_open = np.zeros((len(self._rows), len(self.labels)), dtype=bool)  # (B, L)
             for b, row in enumerate(self._rows):
-                if row.last == "done":
-                    continue
-                is_open = np.zeros(max(len(self.labels), 1), dtype=bool)  # (L,)
-                is_open[list(row.rings)] = True
-                here = is_open[self._mark_label]  # (V,)
-                banned[b] |= (self._marks == 1) & here | (self._marks == -1) & ~here
+                is_open[b, list(row.rings)] = True
+            here = is_open[:, self._mark_label]  # (B, V): the ring of each label token is open
+            live = np.array([row.last != "done" for row in self._rows])[:, None]  # (B, 1)
+            banned |= live & ((self._marks == 1) & here | (self._marks == -1) & ~here)
         for b, valence in enumerate(self._valences):
             row = self._rows[b]
             if row.last != "done":
