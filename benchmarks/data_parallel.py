@@ -60,7 +60,7 @@ def worker(config: str, steps: int, warmup: int) -> None:
     local = batch if dp is None else batch[dp.shard(np.arange(B))]
 
     def step():
-        task.global_tokens = task.scored_tokens(batch)  # known on every rank: the whole batch is here
+        task.normaliser = task.scored_tokens(batch)  # known on every rank: the whole batch is here
         model.zero_grad()
         task.loss(model, local)
         task.backward(model)

@@ -216,21 +216,24 @@ class DataParallel:
             self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
         self.allreduce_seconds += time.perf_counter() - t0
 
-    def loss_and_gradients(self, model, task, batch, rng=None):
+    def loss_and_gradients(self, model, task, batch, rng=None, normaliser: float | None = None):
         """The data-parallel part of a training step, on this rank's shard ``batch``
         (a host batch, or None when the global batch had no example for this rank).
         Leaves every rank holding the global batch's gradient; returns the global
-        batch's loss and scored tokens (equal on every rank)."""
+        batch's loss and scored tokens (equal on every rank). The loss is the global
+        batch's summed loss over ``normaliser`` (``TrainConfig.loss_norm`` "epoch"), or
+        over its scored tokens (None: its mean)."""
         n_tok = 0 if batch is None else task.scored_tokens(batch)
-        n_global = task.global_tokens = self.sum_int(n_tok)  # the normaliser: scored tokens of the global batch
+        n_global = self.sum_int(n_tok)  # scored tokens of the global batch
+        task.normaliser = n_global if normaliser is None else normaliser
         try:
             model.zero_grad()
             local = 0.0
             if batch is not None:
-                local = float(task.loss(model, batch, rng)[0])  # my tokens' loss sum / global tokens
+                local = float(task.loss(model, batch, rng)[0])  # my tokens' loss sum / the normaliser
                 task.backward(model)  # my share of the global gradient
         finally:
-            task.global_tokens = None
+            task.normaliser = None
         self.allreduce_gradients(model)  # every rank: the sum of the shares
         return self.sum_float(local), n_global
 

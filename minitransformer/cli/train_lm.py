@@ -127,6 +127,10 @@ def add_parser(kinds):
                    help="keep a running average of the weights of the main phase with this decay per step (e.g. "
                         "0.999, reached after about 10 / (1 - DECAY) steps) and judge, keep and sample the average "
                         "(0 = none; default: the preset's)")
+    p.add_argument("--loss-norm", default=None, choices=["batch", "epoch"],
+                   help="what each step's loss is divided by: its batch's tokens (a mean per batch, which weighs a "
+                        "short molecule's tokens more, as batches hold molecules of one length) or the epoch's mean "
+                        "tokens a batch (every token weighs the same; default: the preset's)")
     p.add_argument("--pretrain-data", default=None,
                    type=cli.data_source(("druglike", "tox21", "moses", "recombined", "none")),
                    help="pretrain on these molecules first (druglike, tox21, moses, recombined, a file, or none; "
@@ -160,7 +164,7 @@ def resolve_recipe(args) -> LMRecipe:
                              "are the bare model's (leave out --grammar)")
         r = dataclasses.replace(r, grammar=None)
     r = apply_overrides(r, args, ("epochs", "form", "rings", "lr", "batch_size", "augment", "pretrain_augment",
-                                  "pretrain_epochs", "pretrain_mix", "pretrain_limit", "samples"))
+                                  "pretrain_epochs", "pretrain_mix", "pretrain_limit", "samples", "loss_norm"))
     if args.model == "lstm":
         r = _lstm_recipe(r, args)
     elif args.d_model is not None or args.n_layers is not None:

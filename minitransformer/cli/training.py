@@ -308,7 +308,8 @@ def _fit(run: Run, phase: Phase, resume: Path | None):
     config = TrainConfig(epochs=phase.epochs, batch_size=recipe.batch_size, clip=recipe.clip,
                          patience=phase.patience, metric=phase.metric, mode=phase.mode, seed=recipe.seed,
                          max_time=phase.max_time, eval_batch_size=phase.eval_batch_size, out_dir=str(folder),
-                         quiet=run.asked.quiet, average=recipe.average if phase.name == "train" else None)
+                         quiet=run.asked.quiet, average=recipe.average if phase.name == "train" else None,
+                         loss_norm=recipe.loss_norm)
     if phase.name == "train":
         cli.write_json(run.out / "config.json", {"model": run.model.config.to_dict(), "train": config.__dict__,
                                                  "run": run.info})

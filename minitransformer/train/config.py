@@ -45,6 +45,14 @@ class TrainConfig:
         metrics, the best epoch and ``best.npz`` are then the average's (so the metric must be
         one of the validation's); the history also has each validation metric of the weights
         being trained, as ``<name>_trained`` (the validation runs twice).
+    loss_norm: what a step's token loss is divided by (tasks whose loss is a sum over scored
+        tokens). ``"batch"``: the batch's own scored tokens, a mean per batch. ``"epoch"``: the
+        mean scored tokens of the epoch's batches, the same number for every step, so that every
+        token of the epoch weighs the same in the updates. With ``bucket`` a batch holds examples of
+        one length, and a mean per batch weighs each token of a short example more: a molecule of 15
+        tokens among short ones has each token count 4 times as much as one of 60 among long ones,
+        which trains the model to end too early and to learn short examples by heart. Needs a task
+        that counts an example's scored tokens (``example_tokens``: next-token and translation).
     sync_every: read the loss and gradient norm back to the host every this many
         steps (default: every step on the CPU, every 50 on a GPU, where each read
         stalls the device). Between reads nothing leaves the device; a non-finite
@@ -66,10 +74,16 @@ class TrainConfig:
     quiet: bool = False
     sync_every: int | None = None
     average: float | None = None
+    loss_norm: str = "batch"
+
+    #: The values of ``loss_norm``.
+    LOSS_NORMS = ("batch", "epoch")
 
     def __post_init__(self):
         if self.mode not in ("min", "max"):
             raise ValueError(f"TrainConfig.mode must be 'min' or 'max', got {self.mode!r}")
+        if self.loss_norm not in self.LOSS_NORMS:
+            raise ValueError(f"TrainConfig.loss_norm must be one of {self.LOSS_NORMS}, got {self.loss_norm!r}")
         whole = {"epochs": (self.epochs, 0), "batch_size": (self.batch_size, 1), "patience": (self.patience, 1),
                  "max_steps": (self.max_steps, 0), "eval_batch_size": (self.eval_batch_size, 1),
                  "sync_every": (self.sync_every, 1), "seed": (self.seed, 0)}

@@ -100,6 +100,8 @@ class Recipe:
     pretrain_*: the optional first phase (``pretrain_epochs`` 0: none) and its data.
     average: the decay per step of a running average of the weights that the main phase keeps,
         evaluates and saves as ``best.npz`` (None: none; ``TrainConfig.average``).
+    loss_norm: what each step's token loss is divided by, in both phases: its batch's scored tokens
+        (``"batch"``) or the epoch's mean per batch (``"epoch"``; ``TrainConfig.loss_norm``).
     """
 
     model: ConfigBase
@@ -126,6 +128,7 @@ class Recipe:
     pretrain_limit: int | None = None
     pretrain_max_time: float | None = None
     average: float | None = None
+    loss_norm: str = "batch"
 
     #: Fields :meth:`record` leaves out: the run record holds the seed and ``quick`` beside the
     #: settings, and a command's choices of how to run (not what to train) may change on a resume.
@@ -141,6 +144,7 @@ class Recipe:
         _choice("arch", self.arch, ARCHITECTURES)
         _choice("optimizer", self.optimizer, ("adamw", "adam", "adamax"))
         _choice("schedule", self.schedule, ("cosine", "constant"))
+        _choice("loss_norm", self.loss_norm, ("batch", "epoch"))
         _real("lr", self.lr, 0, low_open=True)
         _real("weight_decay", self.weight_decay, 0)
         _real("augment", self.augment, 0, 1)

@@ -91,21 +91,23 @@ class _TokenLossTask:
         self.pad_id = pad_id
         self.label_smoothing = label_smoothing
         self._ce = None  # the CrossEntropyLoss of the last loss, for backward
-        # Data-parallel training (minitransformer.distributed) sets this to the scored
-        # tokens of the whole global batch: the loss is then this shard's sum over that
-        # count, and the ranks' gradients add up to the global batch's.
-        self.global_tokens: int | None = None
+        # What the summed loss is divided by, when not this batch's own scored tokens: the
+        # trainer sets it for TrainConfig.loss_norm "epoch" (the epoch's mean scored tokens per
+        # batch), data-parallel training (minitransformer.distributed) to that or to the scored
+        # tokens of the whole global batch: the loss is then this shard's sum over it, and the
+        # ranks' gradients add up to the global batch's.
+        self.normaliser: float | None = None
 
     def _cross_entropy(self, logits, targets, smoothing):
-        if self.global_tokens is None:  # the mean over this batch's scored tokens
+        if self.normaliser is None:  # the mean over this batch's scored tokens
             self._ce = CrossEntropyLoss(ignore_index=self.pad_id, label_smoothing=smoothing)
             return self._ce(logits, targets)
         self._ce = CrossEntropyLoss(ignore_index=self.pad_id, label_smoothing=smoothing, reduction="sum")
-        return self._ce(logits, targets) / max(self.global_tokens, 1)
+        return self._ce(logits, targets) / max(self.normaliser, 1)
 
     def backward(self, model):
-        # (B, T, V) fused (p - q) / N, N the batch's scored tokens (or the global batch's)
-        dloss = 1.0 if self.global_tokens is None else 1.0 / max(self.global_tokens, 1)
+        # (B, T, V) fused (p - q) / N, N the batch's scored tokens (or the normaliser)
+        dloss = 1.0 if self.normaliser is None else 1.0 / max(self.normaliser, 1)
         model.backward(self._ce.backward(dloss))
 
     def _token_metrics(self, model, batches, run, ignore_index=None):
@@ -166,6 +168,11 @@ class LMTask(_TokenLossTask):
         """How many targets :meth:`loss` scores in one host batch (B, T)."""
         return int((batch[:, 1:] != self.pad_id).sum())
 
+    def example_tokens(self, example) -> int:
+        """How many targets :meth:`loss` scores in one example: each token after BOS
+        (``TrainConfig.loss_norm``)."""
+        return len(example) - 1
+
 
 class Seq2SeqTask(_TokenLossTask):
     """Translation-style training for :class:`~minitransformer.models.Seq2Seq`.
@@ -218,6 +225,11 @@ class Seq2SeqTask(_TokenLossTask):
     def scored_tokens(self, batch) -> int:
         """How many targets :meth:`loss` scores in one host batch (src, tgt)."""
         return int((batch[1][:, 1:] != self.pad_id).sum())
+
+    def example_tokens(self, example) -> int:
+        """How many targets :meth:`loss` scores in one example: each target token after BOS
+        (``TrainConfig.loss_norm``)."""
+        return len(example[1]) - 1
 
 
 class MLMTask(_TokenLossTask):

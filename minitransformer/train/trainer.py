@@ -51,6 +51,9 @@ class Trainer(Checkpointing, DivergenceChecks):
                              f"{type(task).__name__} (its loss is not a sum over scored tokens)")
         self.train_data, self.val_data = train_data, val_data
         self.config = config or TrainConfig()
+        if self.config.loss_norm == "epoch" and not hasattr(task, "example_tokens"):
+            raise ValueError(f"fit: TrainConfig.loss_norm 'epoch' needs a task that counts an example's scored "
+                             f"tokens (LMTask, Seq2SeqTask), not {type(task).__name__}; use loss_norm 'batch'")
         self.callbacks = list(callbacks)
         self.vocab, self.extra_meta = vocab, dict(extra_meta or {})
         self.fingerprint = dict(fingerprint or {})
@@ -141,6 +144,13 @@ class Trainer(Checkpointing, DivergenceChecks):
         lengths = [self.task.length(e) for e in examples]
         return plan_batches(lengths, self.config.batch_size, rng, self.config.bucket)
 
+    def _normaliser(self, examples, batches) -> float | None:
+        """What every step of this epoch divides its summed token loss by (``TrainConfig.loss_norm``):
+        the mean scored tokens of the epoch's batches for "epoch"; None ("batch"): each batch's own."""
+        if self.config.loss_norm == "batch":
+            return None
+        return sum(self.task.example_tokens(e) for e in examples) / len(batches)
+
     def _val_batches(self):
         """The validation batches (host arrays), collated once."""
         if not self.val_data:
@@ -163,6 +173,7 @@ class Trainer(Checkpointing, DivergenceChecks):
         cfg, model = self.config, self.model
         examples = self._examples(self.epoch)
         batches = self._plan(self.epoch, examples)
+        normaliser = self._normaliser(examples, batches)
         self._epoch_fraction = None
         model.train()
         bar = None
@@ -192,7 +203,7 @@ class Trainer(Checkpointing, DivergenceChecks):
                     idx = self.parallel.shard(idx)
                 batch = self.task.collate([examples[j] for j in idx]) if len(idx) else None
                 rng = np.random.default_rng([cfg.seed, self.epoch, self.batch_index])
-                loss, norm, weights_ok, n_tok = self._step(batch, rng, check_now=sync_every == 1)
+                loss, norm, weights_ok, n_tok = self._step(batch, rng, check_now=sync_every == 1, normaliser=normaliser)
                 self.step += 1
                 self.batch_index += 1
                 tokens += n_tok
@@ -226,8 +237,10 @@ class Trainer(Checkpointing, DivergenceChecks):
             self._epoch_train["epoch_fraction"] = round(self._epoch_fraction, 4)
         return True
 
-    def _step(self, batch, rng, check_now: bool):
+    def _step(self, batch, rng, check_now: bool, normaliser: float | None = None):
         """One training step: forward and loss, backward, clipping, the optimizer's update.
+        The loss is divided by ``normaliser`` (``TrainConfig.loss_norm`` "epoch") or by the
+        batch's scored tokens (None); the loss returned is the mean over its tokens either way.
 
         A non-finite loss or gradient norm must never reach the weights. With
         ``check_now`` (NumPy, or ``sync_every == 1``) both are read at once and
@@ -238,15 +251,23 @@ class Trainer(Checkpointing, DivergenceChecks):
         """
         model = self.model
         if self.parallel is not None:  # each rank its shard; every rank the global batch's gradient
-            loss, n_tok = self.parallel.loss_and_gradients(model, self.task, batch, rng)
+            loss, n_tok = self.parallel.loss_and_gradients(model, self.task, batch, rng, normaliser)
             self._check_finite(loss, "loss", self.step + 1)
             check_now = True
         else:
-            loss, n_tok = self.task.loss(model, batch, rng)  # forward and loss
-            if check_now:
-                self._check_finite(float(loss), "loss", self.step + 1)
-            self.optimizer.zero_model_grad(model)  # one fill for the gradients laid out flat
-            self.task.backward(model)  # every parameter's gradient
+            if normaliser is not None:
+                self.task.normaliser = normaliser
+            try:
+                loss, n_tok = self.task.loss(model, batch, rng)  # forward and loss
+                if check_now:
+                    self._check_finite(float(loss), "loss", self.step + 1)
+                self.optimizer.zero_model_grad(model)  # one fill for the gradients laid out flat
+                self.task.backward(model)  # every parameter's gradient
+            finally:
+                if normaliser is not None:
+                    self.task.normaliser = None
+        if normaliser is not None:  # the loss as a mean over the batch's tokens, for the history
+            loss = loss * (normaliser / max(n_tok, 1))
         norm = clip_grad_norm(model, self.config.clip or None)  # None: measure only
         if check_now:
             self._check_finite(float(norm), "gradient norm", self.step + 1)

@@ -189,10 +189,10 @@ def test_deferred_training_steps_never_read_the_device(monkeypatch):
     orig = Trainer._step
     seen = []
 
-    def guarded(self, batch, rng, check_now):
+    def guarded(self, batch, rng, check_now, normaliser=None):
         assert not check_now
         with devices.forbid_host_sync():
-            out = orig(self, batch, rng, check_now)
+            out = orig(self, batch, rng, check_now, normaliser)
         seen.append(self.step)
         return out
 
