@@ -55,6 +55,7 @@ def main():
     p.add_argument("--smoothing", type=float, default=0.0)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--examples", type=int, default=40)
+    p.add_argument("--loss-norm", default="batch", choices=["batch", "epoch"], help="TrainConfig.loss_norm")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--max-time", type=float, default=None, help="TrainConfig.max_time (seconds)")
     p.add_argument("--late", type=float, default=0.0, help="rank 0 starts this many seconds late")
@@ -74,7 +75,7 @@ def main():
             task = _failing(task, parallel.rank if parallel else 0, *args.fail)
         opt = Adam(model, lr=WarmupCosineLR(lr=3e-3, warmup=3, total=20))
         config = TrainConfig(epochs=args.epochs, batch_size=8, max_steps=args.steps, clip=1.0, quiet=True, seed=0,
-                             out_dir=args.out_dir, max_time=args.max_time)
+                             out_dir=args.out_dir, max_time=args.max_time, loss_norm=args.loss_norm)
         if parallel is not None and parallel.rank == 0:
             time.sleep(args.late)  # rank 0 starts its clock later than the other ranks
         trainer = fit(model, task, opt, data, config=config, resume=args.resume, parallel=parallel)

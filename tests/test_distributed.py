@@ -86,6 +86,19 @@ def test_two_ranks_with_half_batches_equal_one_rank(tmp_path, model, smoothing):
     assert max(float(np.abs(start[n] - end[n]).max()) for n in start.files) > 1e-3
 
 
+@pytest.mark.parametrize("model", ["lm", "s2s"])
+def test_two_ranks_divide_by_the_epochs_mean_tokens_as_one_rank(tmp_path, model):
+    """TrainConfig.loss_norm "epoch": every rank divides its tokens' loss by the epoch's mean
+    tokens per global batch (the plan is the same on every rank), so the ranks still make one
+    process's steps; and those steps are not the mean-per-batch ones."""
+    _run(1, model, 10, tmp_path / "one.npz", "--loss-norm", "epoch", cwd=tmp_path)
+    _run(2, model, 10, tmp_path / "two.npz", "--loss-norm", "epoch", cwd=tmp_path)
+    _assert_same_weights(tmp_path / "two.npz", tmp_path / "one.npz", f"{model}, loss_norm epoch")
+    _run(1, model, 10, tmp_path / "batch.npz", cwd=tmp_path)
+    epoch, batch = np.load(tmp_path / "one.npz"), np.load(tmp_path / "batch.npz")
+    assert max(float(np.abs(epoch[n] - batch[n]).max()) for n in epoch.files) > 1e-6
+
+
 def test_a_rank_without_examples_in_a_batch_still_joins_the_step(tmp_path):
     """41 examples in batches of 8: each epoch ends with a batch of one example, so on 2
     ranks rank 1 has none there; it adds a zero gradient and the weights still match."""

@@ -136,7 +136,9 @@ def _recipe(argv):
 def test_default_preset_pretrains_on_moses_and_samples_under_the_valence_grammar():
     r = _recipe([])
     assert r.pretrain_data == "moses" and r.grammar == "valence" and r.pretrain_limit == 200_000
-    assert (r.augment, r.pretrain_augment, r.pretrain_mix, r.epochs) == (1.0, 1.0, 2000, 60)
+    assert (r.augment, r.pretrain_augment, r.pretrain_mix, r.epochs) == (1.0, 1.0, 1000, 60)
+    assert r.loss_norm == "epoch" and _recipe(["--loss-norm", "batch"]).loss_norm == "batch"
+    assert _recipe(["--preset", "moses"]).loss_norm == "batch"  # the other presets as they were measured
     assert _recipe(["--augment", "0", "--pretrain-augment", "0"]).pretrain_augment == 0.0
     assert _recipe(["--grammar", "off"]).grammar is None and _recipe(["--grammar"]).grammar == "syntax"
     assert _recipe(["--preset", "tomczak"]).grammar == "valence" and _recipe(["--quick"]).pretrain_data == \
