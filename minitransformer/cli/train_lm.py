@@ -16,6 +16,7 @@ import time
 from minitransformer.cli.training import (Data, Phase, TrainingCommand, apply_overrides, invocation, preset,
                                           run_training, set_budgets)
 from minitransformer.models import LSTMLM, DecoderLM, DecoderLMConfig, LSTMLMConfig
+from minitransformer.train.config import TrainConfig
 from minitransformer.train.recipe import LMRecipe, model, quick_model, sized, unsized
 
 MAX_LEN = 102  # BOS + up to 100 tokens + EOS
@@ -131,7 +132,7 @@ def add_parser(kinds):
                    help="keep a running average of the weights of the main phase with this decay per step (e.g. "
                         "0.999, reached after about 10 / (1 - DECAY) steps) and judge, keep and sample the average "
                         "(0 = none; default: the preset's)")
-    p.add_argument("--loss-norm", default=None, choices=["batch", "epoch"],
+    p.add_argument("--loss-norm", default=None, choices=TrainConfig.LOSS_NORMS,
                    help="what each step's loss is divided by: its batch's tokens (a mean per batch, which weighs a "
                         "short molecule's tokens more, as batches hold molecules of one length) or the epoch's mean "
                         "tokens a batch (every token weighs the same; default: the preset's)")

@@ -25,6 +25,7 @@ import dataclasses
 from typing import ClassVar
 from minitransformer import checks
 from minitransformer.nn.config import ConfigBase
+from minitransformer.train.config import TrainConfig
 
 #: The options every default preset's transformer starts from: pre-LN, D = 128 in 4 heads, GELU, no dropout.
 BASE_MODEL = dict(d_model=128, n_heads=4, d_ff=512, norm="pre", activation="gelu", emb_dropout=0.0,
@@ -144,7 +145,7 @@ class Recipe:
         _choice("arch", self.arch, ARCHITECTURES)
         _choice("optimizer", self.optimizer, ("adamw", "adam", "adamax"))
         _choice("schedule", self.schedule, ("cosine", "constant"))
-        _choice("loss_norm", self.loss_norm, ("batch", "epoch"))
+        _choice("loss_norm", self.loss_norm, TrainConfig.LOSS_NORMS)
         _real("lr", self.lr, 0, low_open=True)
         _real("weight_decay", self.weight_decay, 0)
         _real("augment", self.augment, 0, 1)
